@@ -1,0 +1,267 @@
+"""ResNets: the post-activation ResNet v1 of the hybrid ViTs and the BiT ResNetV2.
+
+Module and parameter names are those of the published checkpoints, so a `.npz`
+loads into these trees unchanged. Both families sow their unit and stage outputs
+into the `intermediates` collection; without `mutable=['intermediates']` the
+sows are no-ops and nothing extra is kept.
+"""
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+Dtype = Any
+
+
+class StdConv(nn.Conv):
+  """Convolution with a weight-standardised kernel (zero mean, unit std over HWI).
+
+  The two families standardise slightly differently: ResNet v1 divides by
+  `std + eps`, BiT by `sqrt(var + eps)`; `eps_inside_sqrt` picks the BiT form.
+  """
+  ws_eps: float = 1e-5
+  eps_inside_sqrt: bool = False
+
+  def param(self, name, *args, **kwargs):
+    param = super().param(name, *args, **kwargs)
+    if name != 'kernel':
+      return param
+    centred = param - jnp.mean(param, axis=(0, 1, 2), keepdims=True)
+    var = jnp.mean(jnp.square(centred), axis=(0, 1, 2), keepdims=True)
+    if self.eps_inside_sqrt:
+      return centred / jnp.sqrt(var + self.ws_eps)
+    return centred / (jnp.sqrt(var) + self.ws_eps)
+
+
+# ---------------------------------------------------------------------------
+# ResNet v1 (hybrid ViT backbone): conv -> GroupNorm -> relu, residual added last.
+
+
+class BottleneckV1(nn.Module):
+  """Post-activation bottleneck unit: 1x1, 3x3 (strided), 1x1 to 4x width."""
+  features: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    conv = lambda *a, **k: StdConv(*a, use_bias=False, dtype=self.dtype, **k)
+    norm = lambda **k: nn.GroupNorm(num_groups=32, epsilon=1e-6, dtype=self.dtype, **k)
+    residual = x
+    if x.shape[-1] != 4 * self.features or self.strides != 1:
+      residual = conv(4 * self.features, (1, 1), self.strides, name='conv_proj')(x)
+      residual = norm(name='gn_proj')(residual)
+    y = nn.relu(norm(name='gn1')(conv(self.features, (1, 1), name='conv1')(x)))
+    y = conv(self.features, (3, 3), self.strides, name='conv2')(y)
+    y = nn.relu(norm(name='gn2')(y))
+    y = conv(4 * self.features, (1, 1), name='conv3')(y)
+    # Zero-init of the last scale makes every unit start as the identity map.
+    y = norm(name='gn3', scale_init=nn.initializers.zeros)(y)
+    out = nn.relu(residual + y)
+    self.sow('intermediates', 'output', out)
+    return out
+
+
+class StageV1(nn.Module):
+  """`depth` bottleneck units named `unit1`, `unit2`, ...; the first one strides."""
+  depth: int
+  features: int
+  first_stride: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    for u in range(self.depth):
+      stride = self.first_stride if u == 0 else 1
+      x = BottleneckV1(self.features, stride, self.dtype, name=f'unit{u + 1}')(x)
+    self.sow('intermediates', 'output', x)
+    return x
+
+
+class ResNetV1(nn.Module):
+  """Root (7x7/2 conv, GroupNorm, relu, 3x3/2 max-pool) and bottleneck stages.
+
+  The hybrid ViT calls it through `nn.share_scope`, so its parameters sit at the
+  top level of the ViT tree (`conv_root`, `gn_root`, `block1/unit1/...`) as in
+  the published hybrid checkpoints.
+  """
+  num_layers: Sequence[int]
+  width_factor: float = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    width = int(64 * self.width_factor)
+    x = StdConv(width, (7, 7), 2, use_bias=False, dtype=self.dtype, name='conv_root')(x)
+    x = nn.GroupNorm(num_groups=32, epsilon=1e-6, dtype=self.dtype, name='gn_root')(x)
+    x = nn.max_pool(nn.relu(x), (3, 3), strides=(2, 2), padding='SAME')
+    self.sow('intermediates', 'root', x)
+    for s, depth in enumerate(self.num_layers):
+      x = StageV1(depth, width * 2**s, 1 if s == 0 else 2, self.dtype, name=f'block{s + 1}')(x)
+    return x
+
+
+# ---------------------------------------------------------------------------
+# BiT ResNetV2: GroupNorm -> relu -> conv, the shortcut taken from the
+# pre-activated input when the shape changes.
+
+
+class GroupNorm(nn.Module):
+  """GroupNorm with its affine parameters named `gamma` and `beta`, as BiT's are."""
+  num_groups: int = 32
+  epsilon: float = 1e-5
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    gamma = self.param('gamma', nn.initializers.ones, (x.shape[-1],))
+    beta = self.param('beta', nn.initializers.zeros, (x.shape[-1],))
+    x = nn.GroupNorm(self.num_groups, epsilon=self.epsilon, use_bias=False,
+                     use_scale=False, dtype=self.dtype)(x)
+    return x * gamma.astype(self.dtype) + beta.astype(self.dtype)
+
+
+def _bit_conv(features, kernel, strides=1, dtype=jnp.float32, name='standardized_conv2d'):
+  return StdConv(features, (kernel, kernel), strides, padding='VALID', use_bias=False,
+                 ws_eps=1e-10, eps_inside_sqrt=True, dtype=dtype, name=name)
+
+
+def _pad(x, p):
+  return jnp.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+
+
+class Projection(nn.Module):
+  """The 1x1 shortcut conv of a unit's first layer (`a/proj`)."""
+  features: int
+  strides: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    return _bit_conv(self.features, 1, self.strides, self.dtype)(x)
+
+
+class NormActConv(nn.Module):
+  """GroupNorm -> relu -> conv; layer `a`, `b` or `c` of a BiT unit.
+
+  With `projection` set (layer `a` of a unit that changes shape) it also returns
+  the shortcut: a 1x1 conv with `projection_strides` of the same pre-activated
+  input.
+  """
+  features: int
+  kernel: int
+  strides: int = 1
+  projection: Optional[int] = None
+  projection_strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(GroupNorm(dtype=self.dtype, name='group_norm')(x))
+    shortcut = None
+    if self.projection is not None:
+      shortcut = Projection(self.projection, self.projection_strides, self.dtype, name='proj')(x)
+    y = _bit_conv(self.features, self.kernel, self.strides, self.dtype)(_pad(x, self.kernel // 2))
+    return y, shortcut
+
+
+class BottleneckV2(nn.Module):
+  """Pre-activation bottleneck: a (1x1), b (3x3, strided), c (1x1 to 4x width)."""
+  features: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    out = 4 * self.features
+    projection = out if (x.shape[-1] != out or self.strides != 1) else None
+    y, shortcut = NormActConv(self.features, 1, projection=projection,
+                              projection_strides=self.strides, dtype=self.dtype, name='a')(x)
+    y, _ = NormActConv(self.features, 3, self.strides, dtype=self.dtype, name='b')(y)
+    y, _ = NormActConv(out, 1, dtype=self.dtype, name='c')(y)
+    out = y + (x if shortcut is None else shortcut)
+    self.sow('intermediates', 'output', out)
+    return out
+
+
+class StageV2(nn.Module):
+  """`depth` pre-activation units named `unit01`, `unit02`, ...; the first strides."""
+  depth: int
+  features: int
+  first_stride: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    for u in range(self.depth):
+      stride = self.first_stride if u == 0 else 1
+      x = BottleneckV2(self.features, stride, self.dtype, name=f'unit{u + 1:02d}')(x)
+    self.sow('intermediates', 'output', x)
+    return x
+
+
+class RootBlock(nn.Module):
+  """7x7/2 conv after zero padding 3, then zero padding 1 and a 3x3/2 max-pool.
+
+  The pool pads with zeros, not -inf, as BiT does; after the conv (no norm yet)
+  the two differ where activations are negative.
+  """
+  width: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    x = _bit_conv(self.width, 7, 2, self.dtype)(_pad(x, 3))
+    return nn.max_pool(_pad(x, 1), (3, 3), strides=(2, 2), padding='VALID')
+
+
+class ResNetV2Body(nn.Module):
+  """Everything under the `resnet/` prefix of a BiT checkpoint."""
+  num_layers: Sequence[int]
+  width_factor: int
+  num_classes: Optional[int]
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    width = 64 * self.width_factor
+    x = RootBlock(width, self.dtype, name='root_block')(x)
+    self.sow('intermediates', 'root', x)
+    for s, depth in enumerate(self.num_layers):
+      x = StageV2(depth, width * 2**s, 1 if s == 0 else 2, self.dtype, name=f'block{s + 1}')(x)
+    x = nn.relu(GroupNorm(dtype=self.dtype, name='group_norm')(x))
+    x = jnp.mean(x, axis=(1, 2), keepdims=True)
+    self.sow('intermediates', 'pre_logits', x[:, 0, 0])
+    if not self.num_classes:
+      return x[:, 0, 0]
+    head = HeadConv(self.num_classes, self.dtype, name='head')
+    return head(x)[:, 0, 0]
+
+
+class HeadConv(nn.Module):
+  """The zero-initialised 1x1 classifier conv (`resnet/head/conv2d`)."""
+  num_classes: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Conv(self.num_classes, (1, 1), kernel_init=nn.initializers.zeros,
+                   dtype=self.dtype, name='conv2d')(x)
+
+
+class ResNetV2(nn.Module):
+  """BiT ResNetV2 classifier: images (B, H, W, 3) in [-1, 1] -> logits (B, C).
+
+  With `num_classes` 0 or None it returns the pre-logits (B, 2048 * width).
+  """
+  num_layers: Sequence[int]
+  width_factor: int = 1
+  num_classes: Optional[int] = 1000
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images, *, train: bool = False):
+    del train  # No dropout in BiT; the flag keeps one calling convention for the zoo.
+    body = ResNetV2Body(self.num_layers, self.width_factor, self.num_classes, self.dtype,
+                        name='resnet')
+    return body(images).astype(jnp.float32)

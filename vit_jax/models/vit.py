@@ -1,0 +1,199 @@
+"""Vision Transformer and hybrid ResNet+ViT, with the published parameter names.
+
+Each encoder block sows its input, the attention branch output (`sa`), the
+residual after it (`+sa`), the MLP branch output (`mlp`) and the residual after
+it (`+mlp`); the attention module sows its weights (B, heads, N, N). Nothing is
+kept unless `intermediates` is mutable in `apply`.
+"""
+from typing import Any, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from vit_jax.models.resnet import ResNetV1
+
+Dtype = Any
+CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+POSEMBS = ('learn', 'sincos2d', 'none')
+
+
+def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10_000.) -> np.ndarray:
+  """Fixed 2-D sine-cosine position embeddings (N, width): a quarter of the
+  channels each for sin(x), cos(x), sin(y), cos(y) at geometric frequencies."""
+  if width % 4:
+    raise ValueError(f'sincos2d position embeddings need a width divisible by 4, got {width}.')
+  y, x = np.mgrid[:grid[0], :grid[1]]
+  omega = 1. / temperature**(np.arange(width // 4) / max(width // 4 - 1, 1))
+  y = y.reshape(-1, 1) * omega
+  x = x.reshape(-1, 1) * omega
+  return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype(np.float32)
+
+
+class AddPositionEmbs(nn.Module):
+  """Adds learned (N(0, 0.02)) or fixed sin-cos position embeddings.
+
+  Inputs are (B, T, D) with T = extra + gh * gw: the `extra` leading tokens
+  (the class token) get a learned row, or zeros for sin-cos.
+  """
+  grid: Tuple[int, int]
+  kind: str = 'learn'
+
+  @nn.compact
+  def __call__(self, x):
+    extra = x.shape[1] - self.grid[0] * self.grid[1]
+    if self.kind == 'learn':
+      pe = self.param('pos_embedding', nn.initializers.normal(stddev=0.02), (1,) + x.shape[1:])
+    else:
+      grid_pe = sincos2d_posembed(self.grid, x.shape[-1])
+      pe = np.concatenate([np.zeros((extra, x.shape[-1]), np.float32), grid_pe])[None]
+    return x + jnp.asarray(pe, x.dtype)
+
+
+class MlpBlock(nn.Module):
+  """Dense -> tanh-GELU -> dropout -> Dense back to the input width -> dropout."""
+  mlp_dim: int
+  dropout_rate: float = 0.
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    dense = lambda features, name: nn.Dense(
+        features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6), name=name)
+    y = nn.gelu(dense(self.mlp_dim, 'Dense_0')(x))
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+    y = dense(x.shape[-1], 'Dense_1')(y)
+    return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+
+
+class Encoder1DBlock(nn.Module):
+  """Pre-LN transformer block: x + attn(LN(x)), then x + mlp(LN(x)).
+
+  `drop_path` is the stochastic-depth rate: each branch is dropped for whole
+  examples (the mask broadcasts over tokens and channels) and rescaled.
+  """
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.
+  attention_dropout_rate: float = 0.
+  drop_path: float = 0.
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    drop_path = nn.Dropout(self.drop_path, broadcast_dims=(1, 2))
+    self.sow('intermediates', 'input', x)
+
+    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
+        dropout_rate=self.attention_dropout_rate, deterministic=not train,
+        name='MultiHeadDotProductAttention_1')(y, y, sow_weights=True)
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+    self.sow('intermediates', 'sa', y)
+    x = x + drop_path(y, deterministic=not train)
+    self.sow('intermediates', '+sa', x)
+
+    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
+    self.sow('intermediates', 'mlp', y)
+    x = x + drop_path(y, deterministic=not train)
+    self.sow('intermediates', '+mlp', x)
+    return x
+
+
+class Encoder(nn.Module):
+  """Position embeddings, dropout, `num_layers` blocks and the final LayerNorm.
+
+  Stochastic depth grows linearly from 0 at the first block to `stochastic_depth`
+  at the last.
+  """
+  grid: Tuple[int, int]
+  num_layers: int
+  mlp_dim: int
+  num_heads: int
+  dropout_rate: float = 0.
+  attention_dropout_rate: float = 0.
+  stochastic_depth: float = 0.
+  posemb: str = 'learn'
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    if self.posemb != 'none':
+      x = AddPositionEmbs(self.grid, self.posemb, name='posembed_input')(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    for i in range(self.num_layers):
+      x = Encoder1DBlock(
+          self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
+          drop_path=self.stochastic_depth * i / max(self.num_layers - 1, 1),
+          dtype=self.dtype, name=f'encoderblock_{i}')(x, train=train)
+    return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+
+
+class VisionTransformer(nn.Module):
+  """ViT, or with `resnet_layers` set the hybrid ResNet+ViT.
+
+  Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token` and `gap`
+  heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
+  `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
+  """
+  num_classes: Optional[int]
+  patch_size: int
+  hidden_size: int
+  mlp_dim: int
+  num_heads: int
+  num_layers: int
+  classifier: str = 'token'
+  representation_size: Optional[int] = None
+  posemb: str = 'learn'
+  dropout_rate: float = 0.
+  attention_dropout_rate: float = 0.
+  stochastic_depth: float = 0.
+  resnet_layers: Optional[Sequence[int]] = None
+  resnet_width: float = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, images, *, train: bool = False):
+    if self.classifier not in CLASSIFIERS:
+      raise ValueError(f'Unknown classifier {self.classifier!r}; use one of {CLASSIFIERS}.')
+    if self.posemb not in POSEMBS:
+      raise ValueError(f'Unknown posemb {self.posemb!r}; use one of {POSEMBS}.')
+    x = images.astype(self.dtype)
+    if self.resnet_layers is not None:
+      resnet = ResNetV1(tuple(self.resnet_layers), self.resnet_width, self.dtype)
+      nn.share_scope(self, resnet)
+      x = resnet(x)
+
+    p = self.patch_size
+    if x.shape[1] % p or x.shape[2] % p:
+      raise ValueError(
+          f'Image size {images.shape[1:3]} gives a feature map {x.shape[1:3]} that is not '
+          f'divisible by the patch size {p}; resize or crop the images to a multiple of '
+          f'{p * images.shape[1] // x.shape[1]} pixels.')
+    x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
+                name='embedding')(x)
+    b, gh, gw, d = x.shape
+    x = x.reshape(b, gh * gw, d)
+    if self.classifier in ('token', 'token_unpooled'):
+      cls = self.param('cls', nn.initializers.zeros, (1, 1, d))
+      x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
+
+    x = Encoder((gh, gw), self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
+                self.attention_dropout_rate, self.stochastic_depth, self.posemb, self.dtype,
+                name='Transformer')(x, train=train)
+
+    if self.classifier == 'token':
+      x = x[:, 0]
+    elif self.classifier == 'gap':
+      x = jnp.mean(x, axis=1)
+    if self.representation_size is not None:
+      x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
+    self.sow('intermediates', 'pre_logits', x)
+    if self.num_classes:
+      x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
+                   name='head')(x)
+    return x.astype(jnp.float32)
