@@ -1,0 +1,16 @@
+"""vit_jax: Vision Transformers and BiT ResNets in JAX/Flax, and tools to analyse them."""
+import setuptools
+
+setuptools.setup(
+    name='vit_jax',
+    version='0.1.0',
+    description='Vision Transformers and BiT ResNets in JAX/Flax with checkpoint-exact parameters.',
+    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*', 'analysis', 'analysis.*']),
+    python_requires='>=3.10',
+    install_requires=[
+        'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
+        'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
+        'tensorflow-datasets',
+    ],
+    extras_require={'test': ['pytest', 'pytest-xdist']},
+)

@@ -1,0 +1,124 @@
+"""Every published model builds with the published tree and parameter count."""
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vit_jax import models
+
+# At 224 px with 1000 classes; independently published figures: ViT-B/16
+# 86,567,656 (design.md), BiT-R50x1 25.5M, ViT-L/16 304M, ViT-H/14 632M.
+PARAM_COUNTS = {
+    'BiT-M-R101x1': 44_541_480, 'BiT-M-R101x3': 387_934_888, 'BiT-M-R152x2': 236_335_208,
+    'BiT-M-R152x4': 936_533_224, 'BiT-M-R50x1': 25_549_352, 'BiT-M-R50x3': 217_319_080,
+    'BiT-S-R101x1': 44_541_480, 'BiT-S-R101x3': 387_934_888, 'BiT-S-R152x2': 236_335_208,
+    'BiT-S-R152x4': 936_533_224, 'BiT-S-R50x1': 25_549_352, 'BiT-S-R50x3': 217_319_080,
+    'R+ViT-Ti_16': 6_337_704, 'R26+ViT-B_32': 101_383_976, 'R26+ViT-S_32': 36_431_912,
+    'R50+ViT-B_16': 98_659_112, 'R50+ViT-L_32': 328_994_856,
+    'ViT-B_16': 86_567_656, 'ViT-B_32': 88_224_232, 'ViT-B_8': 86_576_872,
+    'ViT-H_14': 632_045_800, 'ViT-L_16': 304_326_632, 'ViT-L_32': 306_535_400,
+    'ViT-S_16': 22_050_664, 'ViT-S_32': 22_878_952, 'ViT-Ti_16': 5_717_416,
+}
+
+
+def param_shapes(name, image_size=224, **overrides):
+  model = models.get_model(name, 1000, **overrides)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                             jnp.zeros((1, image_size, image_size, 3)))
+  return {k: v.shape for k, v in flax.traverse_util.flatten_dict(variables['params'],
+                                                                   sep='/').items()}
+
+
+def test_every_published_model_is_listed():
+  assert models.list_models() == sorted(PARAM_COUNTS)
+
+
+@pytest.mark.parametrize('name', sorted(PARAM_COUNTS))
+def test_parameter_count(name):
+  assert sum(np.prod(s) for s in param_shapes(name).values()) == PARAM_COUNTS[name]
+
+
+def test_vit_b16_tree_is_the_published_one():
+  shapes = param_shapes('ViT-B_16')
+  block = {k.split('/', 2)[2]: v for k, v in shapes.items()
+           if k.startswith('Transformer/encoderblock_0/')}
+  assert block == {
+      'LayerNorm_0/scale': (768,), 'LayerNorm_0/bias': (768,),
+      'MultiHeadDotProductAttention_1/query/kernel': (768, 12, 64),
+      'MultiHeadDotProductAttention_1/query/bias': (12, 64),
+      'MultiHeadDotProductAttention_1/key/kernel': (768, 12, 64),
+      'MultiHeadDotProductAttention_1/key/bias': (12, 64),
+      'MultiHeadDotProductAttention_1/value/kernel': (768, 12, 64),
+      'MultiHeadDotProductAttention_1/value/bias': (12, 64),
+      'MultiHeadDotProductAttention_1/out/kernel': (12, 64, 768),
+      'MultiHeadDotProductAttention_1/out/bias': (768,),
+      'LayerNorm_2/scale': (768,), 'LayerNorm_2/bias': (768,),
+      'MlpBlock_3/Dense_0/kernel': (768, 3072), 'MlpBlock_3/Dense_0/bias': (3072,),
+      'MlpBlock_3/Dense_1/kernel': (3072, 768), 'MlpBlock_3/Dense_1/bias': (768,),
+  }
+  rest = {k: v for k, v in shapes.items() if 'encoderblock_' not in k}
+  assert rest == {
+      'embedding/kernel': (16, 16, 3, 768), 'embedding/bias': (768,), 'cls': (1, 1, 768),
+      'Transformer/posembed_input/pos_embedding': (1, 197, 768),
+      'Transformer/encoder_norm/scale': (768,), 'Transformer/encoder_norm/bias': (768,),
+      'head/kernel': (768, 1000), 'head/bias': (1000,),
+  }
+  assert {k.split('/')[1] for k in shapes if 'encoderblock_' in k} == {
+      f'encoderblock_{i}' for i in range(12)}
+
+
+def test_vit_options_change_the_tree_as_published():
+  gap = param_shapes('ViT-S_16', classifier='gap')
+  assert 'cls' not in gap and gap['Transformer/posembed_input/pos_embedding'] == (1, 196, 384)
+  rep = param_shapes('ViT-S_16', representation_size=384)
+  assert rep['pre_logits/kernel'] == (384, 384) and rep['pre_logits/bias'] == (384,)
+  for posemb in ('sincos2d', 'none'):
+    assert not any('posembed' in k for k in param_shapes('ViT-S_16', posemb=posemb))
+
+
+def test_hybrid_tree():
+  shapes = param_shapes('R50+ViT-B_16')
+  assert shapes['conv_root/kernel'] == (7, 7, 3, 64)
+  assert shapes['gn_root/scale'] == (64,)
+  assert shapes['block1/unit1/conv_proj/kernel'] == (1, 1, 64, 256)
+  assert shapes['block1/unit1/gn_proj/bias'] == (256,)
+  assert shapes['block3/unit9/conv2/kernel'] == (3, 3, 256, 256)
+  assert shapes['block3/unit9/gn3/scale'] == (1024,)
+  assert 'block4/unit1/conv1/kernel' not in shapes
+  assert shapes['embedding/kernel'] == (1, 1, 1024, 768)
+  assert shapes['Transformer/posembed_input/pos_embedding'] == (1, 197, 768)
+  stem_only = param_shapes('R+ViT-Ti_16')
+  assert stem_only['embedding/kernel'] == (8, 8, 64, 192)
+  assert not any(k.startswith('block') for k in stem_only)
+
+
+def test_bit_tree():
+  shapes = param_shapes('BiT-M-R50x1')
+  assert all(k.startswith('resnet/') for k in shapes)
+  s = {k[len('resnet/'):]: v for k, v in shapes.items()}
+  assert s['root_block/standardized_conv2d/kernel'] == (7, 7, 3, 64)
+  assert s['block1/unit01/a/group_norm/gamma'] == (64,)
+  assert s['block1/unit01/a/proj/standardized_conv2d/kernel'] == (1, 1, 64, 256)
+  assert s['block2/unit01/a/proj/standardized_conv2d/kernel'] == (1, 1, 256, 512)
+  assert s['block2/unit01/b/standardized_conv2d/kernel'] == (3, 3, 128, 128)
+  assert s['block4/unit03/c/standardized_conv2d/kernel'] == (1, 1, 512, 2048)
+  assert 'block1/unit02/a/proj/standardized_conv2d/kernel' not in s
+  assert s['group_norm/beta'] == (2048,)
+  assert s['head/conv2d/kernel'] == (1, 1, 2048, 1000) and s['head/conv2d/bias'] == (1000,)
+  units = {k.split('/')[2] for k in s if k.startswith('block3/')}
+  assert units == {f'unit{i:02d}' for i in range(1, 7)}
+
+
+def test_unknown_model_and_field_are_named():
+  with pytest.raises(ValueError, match=r"Unknown model 'ViT-X_16'.*ViT-B_16"):
+    models.get_model('ViT-X_16')
+  with pytest.raises(ValueError, match=r"no field\(s\) \['hiden_size'\].*hidden_size"):
+    models.get_model('ViT-B_16', hiden_size=10)
+
+
+def test_slash_names_and_overrides():
+  config = models.get_config('ViT-B/16', num_classes=10, classifier='gap')
+  assert config.name == 'ViT-B_16' and config.num_classes == 10 and config.classifier == 'gap'
+  chex.assert_equal(models.get_model('ViT-B/16').patch_size, 16)

@@ -1,0 +1,148 @@
+"""ViT forward pass: shapes, heads, numerics against numpy, intermediates."""
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import reference
+from helpers import apply, apply_with_intermediates, images, init, perturbed, tiny_vit
+from vit_jax import models
+from vit_jax.models.vit import sincos2d_posembed
+
+
+@pytest.mark.parametrize('size', [(32, 32), (48, 64), (16, 8)])
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'unpooled', 'token_unpooled'])
+def test_output_shapes(size, classifier):
+  model = tiny_vit(classifier=classifier)
+  out = apply(model, init(model, size), images(3, size))
+  n = (size[0] // 8) * (size[1] // 8)
+  expected = {'token': (3, 10), 'gap': (3, 10), 'unpooled': (3, n, 10),
+              'token_unpooled': (3, n + 1, 10)}[classifier]
+  chex.assert_shape(out, expected)
+  chex.assert_tree_all_finite(out)
+
+
+def test_feature_outputs_without_head():
+  model = tiny_vit(num_classes=0, representation_size=24)
+  out = apply(model, init(model), images())
+  chex.assert_shape(out, (2, 24))
+  assert np.all(np.abs(out) <= 1)  # tanh pre-logits
+
+
+def test_block_matches_numpy_reference():
+  model = tiny_vit()
+  variables = perturbed(init(model))
+  x = images(2)
+  out, inter = apply_with_intermediates(model, variables, x)
+  block = flax.traverse_util.flatten_dict(
+      variables['params']['Transformer']['encoderblock_1'], sep='/')
+  block_in = np.asarray(inter['Transformer/encoderblock_1/input'], np.float64)
+  expected, weights = reference.vit_block(block_in, block)
+  # float32 against float64 over one block of width 32: errors ~1e-6.
+  np.testing.assert_allclose(inter['Transformer/encoderblock_1/+mlp'], expected, atol=2e-5)
+  np.testing.assert_allclose(
+      inter['Transformer/encoderblock_1/MultiHeadDotProductAttention_1/attention_weights'],
+      weights, atol=2e-6)
+
+
+def test_intermediates_are_named_and_consistent():
+  model = tiny_vit()
+  variables = perturbed(init(model))
+  out, inter = apply_with_intermediates(model, variables, images(3))
+  n = 1 + 16
+  for i in range(2):
+    p = f'Transformer/encoderblock_{i}/'
+    for name in ('input', 'sa', '+sa', 'mlp', '+mlp'):
+      chex.assert_shape(inter[p + name], (3, n, 32))
+    attention = inter[p + 'MultiHeadDotProductAttention_1/attention_weights']
+    chex.assert_shape(attention, (3, 4, n, n))
+    np.testing.assert_allclose(attention.sum(-1), 1, rtol=1e-5)
+    np.testing.assert_allclose(inter[p + '+sa'], inter[p + 'input'] + inter[p + 'sa'], atol=1e-6)
+    np.testing.assert_allclose(inter[p + '+mlp'], inter[p + '+sa'] + inter[p + 'mlp'], atol=1e-6)
+  chex.assert_trees_all_close(out, apply(model, variables, images(3)))
+  chex.assert_shape(inter['pre_logits'], (3, 32))
+
+
+def test_intermediates_cost_nothing_unless_asked():
+  model = tiny_vit()
+  variables = init(model)
+  plain = jax.make_jaxpr(model.apply)(variables, images())
+  assert len(plain.out_avals) == 1  # the logits alone: nothing sown, nothing kept
+  name = 'Transformer/encoderblock_0/sa'
+  selected = jax.make_jaxpr(lambda v, x: models.apply_with_intermediates(
+      model, v, x, names=[name]))(variables, images())
+  assert len(selected.out_avals) == 2
+  _, inter = apply_with_intermediates(model, variables, images(), names=[name])
+  assert list(inter) == [name]
+  with pytest.raises(KeyError, match='sows no'):
+    apply_with_intermediates(model, variables, images(), names=['nope'])
+
+
+def test_bfloat16_compute_is_close_to_float32():
+  variables = perturbed(init(tiny_vit(num_classes=0)))
+  x = images(4)
+  f32 = apply(tiny_vit(num_classes=0), variables, x)
+  bf16 = apply(tiny_vit(num_classes=0, dtype='bfloat16'), variables, x)
+  assert bf16.dtype == jnp.float32
+  # bfloat16 keeps 8 significant bits (relative step 2**-8 = 0.4%); two
+  # blocks of matmuls accumulate a few of those steps.
+  rel = np.linalg.norm(bf16 - f32) / np.linalg.norm(f32)
+  assert rel < 3e-2, rel
+
+
+def test_dropout_and_stochastic_depth_only_in_training():
+  model = tiny_vit(dropout_rate=0.1, attention_dropout_rate=0.1, stochastic_depth=0.5)
+  variables = perturbed(init(model))
+  x = images(16)
+  rngs = {'dropout': jax.random.PRNGKey(3)}
+  chex.assert_trees_all_close(apply(model, variables, x), apply(model, variables, x, rngs=rngs))
+  assert not np.allclose(apply(model, variables, x, train=True, rngs=rngs),
+                         apply(model, variables, x))
+
+
+def test_stochastic_depth_drops_whole_examples():
+  model = tiny_vit(stochastic_depth=0.5)  # the last block drops each branch with p = 0.5
+  variables = perturbed(init(model))
+  _, inter = apply_with_intermediates(
+      model, variables, images(32), train=True, rngs={'dropout': jax.random.PRNGKey(0)})
+  p = 'Transformer/encoderblock_1/'
+  delta = np.asarray(inter[p + '+sa'] - inter[p + 'input'])
+  kept = np.abs(delta).reshape(32, -1).max(axis=1) > 0
+  assert 0 < kept.sum() < 32
+  # Kept examples carry the branch scaled by 1 / (1 - p), dropped ones nothing.
+  np.testing.assert_allclose(delta[kept], 2 * inter[p + 'sa'][kept], atol=1e-5)
+
+
+def test_sincos_posembed():
+  pe = sincos2d_posembed((3, 4), 16)
+  chex.assert_shape(pe, (12, 16))
+  np.testing.assert_allclose(pe[0], [0] * 4 + [1] * 4 + [0] * 4 + [1] * 4)
+  np.testing.assert_allclose(pe[:, :4]**2 + pe[:, 4:8]**2, 1, rtol=1e-6)
+  # Position (row 1, column 2) is index 6: x-frequencies see 2, y-frequencies 1.
+  np.testing.assert_allclose(pe[6, 0], np.sin(2.0), rtol=1e-6)
+  np.testing.assert_allclose(pe[6, 8], np.sin(1.0), rtol=1e-6)
+  model = tiny_vit(posemb='sincos2d')
+  chex.assert_shape(apply(model, init(model), images()), (2, 10))
+
+
+def test_image_size_not_divisible_by_patch_is_named():
+  model = tiny_vit()
+  with pytest.raises(ValueError, match=r'not divisible by the patch size 8'):
+    init(model, 36)
+
+
+def test_hybrid_forward():
+  model = models.get_model('R+ViT-Ti_16', 5, num_layers=1)
+  variables = init(model, 64)
+  out, inter = apply_with_intermediates(model, perturbed(variables), images(2, 64))
+  chex.assert_shape(out, (2, 5))
+  chex.assert_shape(inter['root'], (2, 16, 16, 64))
+  chex.assert_shape(inter['Transformer/encoderblock_0/input'], (2, 5, 192))
+  model = models.get_model('R26+ViT-S_32', 5, num_layers=1, resnet_layers=(1, 1))
+  _, inter = apply_with_intermediates(model, init(model, 32), images(2, 32))
+  chex.assert_shape(inter['block2/output'], (2, 4, 4, 512))
+  chex.assert_shape(inter['block2/unit1/output'], (2, 4, 4, 512))
+  with pytest.raises(ValueError, match='multiple of 32'):
+    init(models.get_model('R+ViT-Ti_16', 5, num_layers=1), 36)
