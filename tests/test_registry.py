@@ -107,7 +107,7 @@ def test_bit_tree():
   assert 'block1/unit02/a/proj/standardized_conv2d/kernel' not in s
   assert s['group_norm/beta'] == (2048,)
   assert s['head/conv2d/kernel'] == (1, 1, 2048, 1000) and s['head/conv2d/bias'] == (1000,)
-  units = {k.split('/')[2] for k in s if k.startswith('block3/')}
+  units = {k.split('/')[1] for k in s if k.startswith('block3/')}
   assert units == {f'unit{i:02d}' for i in range(1, 7)}
 
 

@@ -1,0 +1,79 @@
+"""ResNets: one BiT unit against numpy, weight standardisation, shapes."""
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import reference
+from helpers import apply, apply_with_intermediates, images, init, perturbed, tiny_bit
+from vit_jax.models import resnet
+
+
+@pytest.mark.parametrize('stride,in_channels', [(2, 64), (1, 128)])
+def test_bit_unit_matches_numpy_reference(stride, in_channels):
+  unit = resnet.BottleneckV2(features=32, strides=stride)
+  x = np.random.RandomState(0).randn(2, 8, 8, in_channels).astype(np.float32)
+  variables = perturbed(jax.jit(unit.init)(jax.random.PRNGKey(0), x), scale=0.3)
+  params = flax.traverse_util.flatten_dict(variables['params'], sep='/')
+  assert ('a/proj/standardized_conv2d/kernel' in params) == (stride == 2 or in_channels != 128)
+  out = jax.jit(unit.apply)(variables, x)
+  expected = reference.bit_unit(x.astype(np.float64), params, stride)
+  chex.assert_shape(out, (2, 8 // stride, 8 // stride, 128))
+  # Three float32 convs of depth <= 9*32 and two GroupNorms: ~1e-5 relative.
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('inside_sqrt,eps', [(True, 1e-10), (False, 1e-5)])
+def test_std_conv_kernel_is_standardised(inside_sqrt, eps):
+  conv = resnet.StdConv(8, (3, 3), use_bias=False, ws_eps=eps, eps_inside_sqrt=inside_sqrt)
+  x = np.random.RandomState(0).randn(1, 5, 5, 4).astype(np.float32)
+  variables = conv.init(jax.random.PRNGKey(0), x)
+  w = np.asarray(variables['params']['kernel'], np.float64) * 3 + 1
+  out = conv.apply({'params': {'kernel': w}}, x)
+  centred, var = w - w.mean((0, 1, 2)), w.var((0, 1, 2))
+  # BiT: (w - mean) / sqrt(var + 1e-10); ResNet v1: (w - mean) / (std + 1e-5).
+  w_std = centred / (np.sqrt(var + eps) if inside_sqrt else np.sqrt(var) + eps)
+  assert np.abs(w_std.std((0, 1, 2)) - 1).max() < 1e-4
+  expected = jax.lax.conv_general_dilated(x, w_std.astype(np.float32), (1, 1), 'SAME',
+                                          dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_bit_root_pools_over_zero_padding():
+  root = resnet.RootBlock(width=32)
+  x = np.random.RandomState(0).randn(1, 16, 16, 3).astype(np.float32)
+  variables = root.init(jax.random.PRNGKey(0), x)
+  out = root.apply(variables, x)
+  conv = resnet._bit_conv(32, 7, 2)
+  y = conv.apply({'params': variables['params']['standardized_conv2d']},
+                 jnp.pad(x, ((0, 0), (3, 3), (3, 3), (0, 0))))
+  chex.assert_shape(out, (1, 4, 4, 32))
+  # The corner window covers one padded zero row/column and 2x2 conv outputs.
+  np.testing.assert_allclose(out[0, 0, 0], np.maximum(y[0, :2, :2].max((0, 1)), 0), rtol=1e-6)
+
+
+def test_bit_forward_and_intermediates():
+  model = tiny_bit(num_classes=7)
+  variables = init(model, 64)
+  out, inter = apply_with_intermediates(model, perturbed(variables), images(2, 64))
+  chex.assert_shape(out, (2, 7))
+  chex.assert_tree_all_finite(out)
+  chex.assert_shape(inter['resnet/root'], (2, 16, 16, 64))
+  chex.assert_shape(inter['resnet/block1/unit01/output'], (2, 16, 16, 256))
+  chex.assert_shape(inter['resnet/block2/output'], (2, 8, 8, 512))
+  chex.assert_shape(inter['resnet/pre_logits'], (2, 512))
+  # The zero-initialised head gives zero logits before training.
+  chex.assert_trees_all_close(apply(model, variables, images(2, 64)), jnp.zeros((2, 7)))
+  features = apply(tiny_bit(num_classes=0), variables, images(2, 64))
+  chex.assert_shape(features, (2, 512))
+
+
+def test_bit_bfloat16_close_to_float32():
+  variables = perturbed(init(tiny_bit(num_classes=0), 32))
+  x = images(2, 32)
+  f32 = apply(tiny_bit(num_classes=0), variables, x)
+  bf16 = apply(tiny_bit(num_classes=0, dtype='bfloat16'), variables, x)
+  # 8 significant bits through six convs and GroupNorms.
+  assert np.linalg.norm(bf16 - f32) / np.linalg.norm(f32) < 3e-2
