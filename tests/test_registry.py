@@ -35,7 +35,9 @@ def test_every_published_model_is_listed():
   assert models.list_models() == sorted(PARAM_COUNTS)
 
 
-@pytest.mark.parametrize('name', sorted(PARAM_COUNTS))
+@pytest.mark.parametrize('name', [
+    pytest.param(name, marks=pytest.mark.slow) if count > 200_000_000 else name
+    for name, count in sorted(PARAM_COUNTS.items())])
 def test_parameter_count(name):
   assert sum(np.prod(s) for s in param_shapes(name).values()) == PARAM_COUNTS[name]
 

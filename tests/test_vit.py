@@ -133,6 +133,7 @@ def test_image_size_not_divisible_by_patch_is_named():
     init(model, 36)
 
 
+@pytest.mark.slow
 def test_hybrid_forward():
   model = models.get_model('R+ViT-Ti_16', 5, num_layers=1)
   variables = init(model, 64)
