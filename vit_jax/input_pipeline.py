@@ -1,0 +1,301 @@
+"""tf.data input pipelines for TFDS datasets and image folders.
+
+A dataset is named by a string: a TFDS name (`fashion_mnist`, `cifar10`,
+`imagenet2012`, ...) or `folder:/path/to/root` for images in
+`root/{train,test}/<class>/*.{jpg,jpeg,png}`. Split strings are TFDS's
+(`train[:98%]`). Each process reads its own slice of a split; batches come out
+shaped for the process's devices.
+
+Train: Inception crop, resize, random flip, optional RandAugment and mixup,
+repeated and reshuffled every epoch. Eval: resize (or resize-small then
+central crop), every example exactly once, the last batch padded and masked.
+Images leave in [-1, 1] with 3 channels; labels one-hot.
+"""
+import collections
+import dataclasses
+import math
+import os
+from typing import Iterator, Optional, Tuple
+
+import jax
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vit_jax import datasets
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
+FOLDER_PREFIX = 'folder:'
+
+
+class DataError(ValueError):
+  """A dataset that cannot be found, prepared or read."""
+
+
+@dataclasses.dataclass
+class Source:
+  """One process's slice of a split, undecoded: `{'image': uint8 HWC, 'label': int}`."""
+  dataset: tf.data.Dataset
+  num_examples: int          # in this process's slice
+  max_examples: int          # in the largest slice of any process (for equal step counts)
+  num_classes: int
+  name: str
+
+
+# ---------------------------------------------------------------------------
+# Sources
+
+
+def _prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBuilder:
+  """A prepared TFDS builder for `name`: TFDS's own when its data is there, else
+  the project's offline builder when its files are there, else TFDS's download."""
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError as e:
+    raise DataError(f'Unknown dataset {name!r}: not a TFDS dataset name. Use a name from '
+                    f'tfds.list_builders() or "{FOLDER_PREFIX}/path/to/images".') from e
+  if builder.is_prepared():
+    return builder
+  offline = datasets.OFFLINE.get(name)
+  if offline is not None:
+    manual_dir = offline.local_files()
+    if manual_dir is not None:
+      offline_builder = offline(data_dir=data_dir)
+      if not offline_builder.is_prepared():
+        offline_builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      return offline_builder
+  try:
+    builder.download_and_prepare()
+  except Exception as e:  # TFDS raises many kinds for a failed download.
+    hint = (f' Run scripts/get_data.sh to install the offline copy.' if offline else '')
+    raise DataError(
+        f'Could not prepare TFDS dataset {name!r} in {builder.data_dir} '
+        f'({type(e).__name__}: {e}). With no network, download it elsewhere and copy the '
+        f'data dir here, or pass data_dir=<where it is>.{hint}') from e
+  return builder
+
+
+def _process_slice(n: int, process_index: int, process_count: int) -> Tuple[int, int]:
+  """[start, end) of this process's contiguous slice of n examples (as tfds.even_splits)."""
+  start = n * process_index // process_count
+  return start, n * (process_index + 1) // process_count
+
+
+def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
+                process_index: int, process_count: int, shuffle_files: bool = False,
+                seed: int = 0) -> Source:
+  builder = _prepared_builder(name, data_dir)
+  splits = [tfds.split_for_jax_process(split, process_index=i, process_count=process_count)
+            for i in range(process_count)]
+  if builder.info.splits:
+    try:
+      sizes = [builder.info.splits[s].num_examples for s in splits]
+    except (KeyError, ValueError) as e:
+      raise DataError(f'{name} has no split {split!r}; its splits are '
+                      f'{sorted(builder.info.splits)}.') from e
+  else:  # No split metadata (as with tfds.testing.mock_data): count the examples.
+    sizes = [int(builder.as_dataset(split=s).reduce(0, lambda n, _: n + 1)) for s in splits]
+  dataset = builder.as_dataset(split=splits[process_index], shuffle_files=shuffle_files,
+                               read_config=tfds.ReadConfig(shuffle_seed=seed))
+  dataset = dataset.map(lambda ex: {'image': ex['image'], 'label': ex['label']})
+  return Source(dataset, sizes[process_index], max(sizes),
+                builder.info.features['label'].num_classes, name)
+
+
+def folder_source(root: str, split: str, *, process_index: int, process_count: int,
+                  shuffle_files: bool = False, seed: int = 0) -> Source:
+  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names."""
+  split_dir = os.path.join(root, split)
+  if not os.path.isdir(split_dir):
+    raise DataError(f'Image folder {split_dir} does not exist; expected '
+                    f'{root}/{{train,test}}/<class>/*.jpg.')
+  classes = sorted(d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d)))
+  files, labels = [], []
+  for label, name in enumerate(classes):
+    for f in sorted(os.listdir(os.path.join(split_dir, name))):
+      if f.lower().endswith(IMAGE_EXTENSIONS):
+        files.append(os.path.join(split_dir, name, f))
+        labels.append(label)
+  if not files:
+    raise DataError(f'Image folder {split_dir} holds no {"/".join(IMAGE_EXTENSIONS)} files '
+                    'in class sub-directories.')
+  start, end = _process_slice(len(files), process_index, process_count)
+  largest = max(np.diff(_process_slice(len(files), i, process_count))[0]
+                for i in range(process_count))
+  dataset = tf.data.Dataset.from_tensor_slices((files[start:end], labels[start:end]))
+  if shuffle_files:
+    dataset = dataset.shuffle(end - start, seed=seed, reshuffle_each_iteration=True)
+
+  def read(path, label):
+    data = tf.io.read_file(path)
+    is_image = tf.image.is_jpeg(data) | tf.strings.regex_full_match(
+        tf.strings.substr(data, 0, 4), '\x89PNG')
+    with tf.control_dependencies([tf.debugging.Assert(is_image, [
+        'Unreadable image file', path, '(neither JPEG nor PNG): replace or remove it.'])]):
+      image = tf.io.decode_image(data, channels=3, expand_animations=False)
+    return {'image': image, 'label': tf.cast(label, tf.int64)}
+  dataset = dataset.map(read, tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.apply(tf.data.experimental.assert_cardinality(end - start))
+  return Source(dataset, end - start, int(largest), len(classes), f'{FOLDER_PREFIX}{root}')
+
+
+def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
+               shuffle_files: bool = False, seed: int = 0,
+               process_index: Optional[int] = None,
+               process_count: Optional[int] = None) -> Source:
+  """This process's slice of `split` of a TFDS dataset or `folder:` root."""
+  process_index = jax.process_index() if process_index is None else process_index
+  process_count = jax.process_count() if process_count is None else process_count
+  kwargs = dict(process_index=process_index, process_count=process_count,
+                shuffle_files=shuffle_files, seed=seed)
+  if dataset.startswith(FOLDER_PREFIX):
+    return folder_source(dataset[len(FOLDER_PREFIX):], split, **kwargs)
+  return tfds_source(dataset, split, data_dir, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Preprocessing
+
+
+def _to_model_input(image: tf.Tensor) -> tf.Tensor:
+  """uint8 or float [0, 255] images -> float32 in [-1, 1] with 3 channels."""
+  image = tf.cast(image, tf.float32)
+  if image.shape[-1] == 1:
+    image = tf.image.grayscale_to_rgb(image)
+  return image / 127.5 - 1
+
+
+def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
+  """A random crop of 5% to 100% of the area (aspect 3/4 to 4/3), resized to size."""
+  begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+      tf.shape(image), bounding_boxes=tf.constant([[[0., 0., 1., 1.]]]), seed=seed,
+      area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.,
+      use_image_if_no_bounding_boxes=True)
+  crop = tf.slice(image, begin, crop_size)
+  crop.set_shape([None, None, image.shape[-1]])
+  return tf.image.resize(crop, (size, size), method='bilinear')
+
+
+def eval_resize(image: tf.Tensor, size: int, resize_small: Optional[int] = None) -> tf.Tensor:
+  """Resize to size x size, or resize the short side to `resize_small` then crop the centre."""
+  if resize_small is None:
+    return tf.image.resize(image, (size, size), method='bilinear')
+  shape = tf.cast(tf.shape(image)[:2], tf.float32)
+  scale = resize_small / tf.reduce_min(shape)
+  image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method='bilinear')
+  return tf.image.resize_with_crop_or_pad(image, size, size)
+
+
+def mixup(batch, alpha: float, seed: tf.Tensor):
+  """Mixes each example with the batch in reverse order, weight ~ Beta(alpha, alpha)."""
+  gammas = tf.random.stateless_gamma((2,), seed=seed, alpha=alpha)
+  weight = gammas[0] / tf.reduce_sum(gammas)
+  mix = lambda x: weight * x + (1 - weight) * tf.reverse(x, axis=[0])
+  return {'image': mix(batch['image']), 'label': mix(batch['label'])}
+
+
+def _local_batch_size(batch_size: int, process_count: int) -> int:
+  if batch_size % process_count:
+    raise DataError(f'Global batch size {batch_size} is not divisible by the {process_count} '
+                    'processes.')
+  local = batch_size // process_count
+  if local % jax.local_device_count():
+    raise DataError(f'Per-process batch size {local} is not divisible by the '
+                    f'{jax.local_device_count()} local devices; choose a batch size that is.')
+  return local
+
+
+def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int = 0,
+                  mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
+                  shuffle_buffer: int = 10_000, process_count: Optional[int] = None
+                  ) -> tf.data.Dataset:
+  """Endless stream of this process's batches: {'image' (b, s, s, 3), 'label' (b, C)}.
+
+  `batch_size` is global. The same seed gives the same batches: crop, flip
+  and mixup are stateless ops seeded from (seed, position in the stream), and
+  RandAugment (Keras's layer, seeded) runs sequentially so its draws come in
+  stream order.
+  """
+  process_count = jax.process_count() if process_count is None else process_count
+  local_batch = _local_batch_size(batch_size, process_count)
+
+  def crop_and_flip(index, example):
+    example_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(example_seed, 2))
+    image = inception_crop(example['image'], image_size, crop_seed)
+    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
+    if image.shape[-1] == 1:
+      image = tf.image.grayscale_to_rgb(image)
+    return {'image': image, 'label': tf.one_hot(example['label'], source.num_classes)}
+
+  # Shuffling before the repeat reshuffles every epoch without mixing epochs.
+  dataset = source.dataset.shuffle(min(shuffle_buffer, source.num_examples), seed=seed,
+                                   reshuffle_each_iteration=True).repeat()
+  dataset = dataset.enumerate().map(crop_and_flip, tf.data.AUTOTUNE, deterministic=True)
+  if randaugment is not None:
+    import keras  # Loaded only when RandAugment is used.
+    layers, magnitude = randaugment
+    randaug = keras.layers.RandAugment(value_range=(0, 255), num_ops=layers,
+                                       factor=magnitude / 10, seed=seed)
+    dataset = dataset.map(lambda ex: {**ex, 'image': randaug(ex['image'])})
+  dataset = dataset.map(lambda ex: {**ex, 'image': _to_model_input(ex['image'])},
+                        tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.batch(local_batch, drop_remainder=True)
+  if mixup_alpha > 0:
+    dataset = dataset.enumerate().map(
+        lambda i, batch: mixup(batch, mixup_alpha, tf.stack([tf.cast(seed, tf.int64) + 1, i])),
+        tf.data.AUTOTUNE, deterministic=True)
+  options = tf.data.Options()
+  options.deterministic = True
+  return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_dataset(source: Source, *, batch_size: int, image_size: int,
+                 resize_small: Optional[int] = None, process_count: Optional[int] = None
+                 ) -> tf.data.Dataset:
+  """One pass over this process's slice: {'image', 'label', 'mask'} batches.
+
+  Padding examples (mask 0) fill the last batch, and every process yields the
+  same number of batches (that of the largest slice), so each example is
+  counted exactly once whatever the batch size.
+  """
+  process_count = jax.process_count() if process_count is None else process_count
+  local_batch = _local_batch_size(batch_size, process_count)
+  num_batches = math.ceil(source.max_examples / local_batch)
+
+  def preprocess(example):
+    return {'image': _to_model_input(eval_resize(example['image'], image_size, resize_small)),
+            'label': tf.one_hot(example['label'], source.num_classes),
+            'mask': tf.constant(1., tf.float32)}
+
+  dataset = source.dataset.map(preprocess, tf.data.AUTOTUNE, deterministic=True)
+  padding = tf.data.Dataset.from_tensors({
+      'image': tf.zeros((image_size, image_size, 3)),
+      'label': tf.zeros((source.num_classes,)),
+      'mask': tf.constant(0., tf.float32)}).repeat(num_batches * local_batch - source.num_examples)
+  dataset = dataset.concatenate(padding).batch(local_batch, drop_remainder=True)
+  return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+# ---------------------------------------------------------------------------
+# To the devices
+
+
+def prefetch_to_devices(batches, sharding: jax.sharding.Sharding, size: int = 2) -> Iterator:
+  """Global jax.Arrays from per-process numpy batches, `size` steps ahead.
+
+  Transfers are asynchronous, so the next batches move while a step runs.
+  """
+  queue = collections.deque()
+
+  def put(batch):
+    return jax.tree_util.tree_map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch)
+
+  for batch in batches:
+    queue.append(put(batch))
+    if len(queue) > size:
+      yield queue.popleft()
+  while queue:
+    yield queue.popleft()
