@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/get_data.sh
 exec .venv/bin/python -m pytest "$@"

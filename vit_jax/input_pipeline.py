@@ -129,8 +129,7 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
 
   def read(path, label):
     data = tf.io.read_file(path)
-    is_image = tf.image.is_jpeg(data) | tf.strings.regex_full_match(
-        tf.strings.substr(data, 0, 4), '\x89PNG')
+    is_image = tf.image.is_jpeg(data) | tf.equal(tf.strings.substr(data, 0, 4), b'\x89PNG')
     with tf.control_dependencies([tf.debugging.Assert(is_image, [
         'Unreadable image file', path, '(neither JPEG nor PNG): replace or remove it.'])]):
       image = tf.io.decode_image(data, channels=3, expand_animations=False)

@@ -1,0 +1,250 @@
+"""Input pipelines on mock TFDS data, generated image folders and generated IDX files."""
+import gzip
+import os
+
+import chex
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax import datasets, input_pipeline
+from vit_jax.datasets import fashion_mnist_idx
+
+
+def take(dataset, n):
+  return [b for _, b in zip(range(n), dataset.as_numpy_iterator())]
+
+
+@pytest.fixture
+def mock_cifar10():
+  with tfds.testing.mock_data(num_examples=37):
+    yield input_pipeline.get_source('cifar10', 'test', process_index=0, process_count=1)
+
+
+def test_train_batches(mock_cifar10):
+  batches = take(input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24), 6)
+  for batch in batches:
+    chex.assert_shape(batch['image'], (8, 24, 24, 3))
+    chex.assert_shape(batch['label'], (8, 10))
+    assert batch['image'].dtype == np.float32
+    assert -1 <= batch['image'].min() and batch['image'].max() <= 1
+    np.testing.assert_array_equal(batch['label'].sum(1), 1)
+    assert set(np.unique(batch['label'])) <= {0., 1.}
+  # 6 batches of 8 run past the 37 examples: the stream repeats.
+  assert len(batches) == 6
+
+
+def test_same_seed_same_batches(mock_cifar10):
+  make = lambda seed, **kw: take(input_pipeline.train_dataset(
+      mock_cifar10, batch_size=8, image_size=24, seed=seed, **kw), 6)
+  chex.assert_trees_all_equal(make(1), make(1))
+  chex.assert_trees_all_equal(make(1, mixup_alpha=0.2, randaugment=(2, 10)),
+                              make(1, mixup_alpha=0.2, randaugment=(2, 10)))
+  assert not np.array_equal(make(1)[0]['image'], make(2)[0]['image'])
+
+
+def test_mixup_mixes_labels(mock_cifar10):
+  batch = take(input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24,
+                                            mixup_alpha=1.0), 1)[0]
+  np.testing.assert_allclose(batch['label'].sum(1), 1, rtol=1e-6)
+  assert np.any((batch['label'] > 0) & (batch['label'] < 1))
+  # Example i is mixed with example 7 - i by one weight w: their labels
+  # w*a + (1-w)*b and w*b + (1-w)*a sum to a + b for every pair.
+  pair_sums = batch['label'] + batch['label'][::-1]
+  chex.assert_trees_all_close(pair_sums[:4], pair_sums[4:][::-1], atol=1e-6)
+
+
+@pytest.mark.parametrize('batch_size', [8, 16, 40])
+def test_eval_sees_every_example_once(mock_cifar10, batch_size):
+  batches = list(input_pipeline.eval_dataset(
+      mock_cifar10, batch_size=batch_size, image_size=32).as_numpy_iterator())
+  assert len(batches) == -(-37 // batch_size)
+  mask = np.concatenate([b['mask'] for b in batches])
+  assert mask.sum() == 37 and np.all(mask[:37] == 1) and np.all(mask[37:] == 0)
+  reference = [ex['image'] for ex in mock_cifar10.dataset.as_numpy_iterator()]
+  images = np.concatenate([b['image'] for b in batches])[:37]
+  np.testing.assert_allclose(images, np.stack(reference) / 127.5 - 1, atol=1e-6)
+
+
+def test_batch_must_split_over_devices(mock_cifar10):
+  with pytest.raises(input_pipeline.DataError, match='not divisible by the 8 local devices'):
+    input_pipeline.eval_dataset(mock_cifar10, batch_size=12, image_size=32)
+
+
+def test_unknown_dataset_and_split_are_named(mock_cifar10):
+  with pytest.raises(input_pipeline.DataError, match="Unknown dataset 'not_a_dataset'"):
+    input_pipeline.get_source('not_a_dataset', 'train')
+
+
+def test_missing_data_without_network_is_explained(tmp_path, monkeypatch):
+  def no_network(self, *args, **kwargs):
+    raise ConnectionError('name resolution failed')
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', no_network)
+  with pytest.raises(input_pipeline.DataError,
+                     match=r"Could not prepare TFDS dataset 'mnist'.*ConnectionError.*data_dir"):
+    input_pipeline.get_source('mnist', 'train', data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------
+# Image folders
+
+
+def make_folder(root, counts, size=(20, 30)):
+  rng = np.random.RandomState(0)
+  for split, per_class in counts.items():
+    for label, n in enumerate(per_class):
+      d = os.path.join(root, split, f'class_{label}')
+      os.makedirs(d, exist_ok=True)
+      for i in range(n):
+        pixels = rng.randint(0, 256, size + (3,), dtype=np.uint8)
+        if i % 3 == 1:  # a grey PNG among the colour JPEGs
+          data = tf.io.encode_png(pixels[..., :1]).numpy()
+          name = f'{i}.png'
+        else:
+          data = tf.io.encode_jpeg(pixels).numpy()
+          name = f'{i}.JPEG'
+        with open(os.path.join(d, name), 'wb') as f:
+          f.write(data)
+  return f'folder:{root}'
+
+
+def test_image_folder(tmp_path):
+  name = make_folder(str(tmp_path), {'train': [5, 4, 6], 'test': [3, 0, 2]})
+  source = input_pipeline.get_source(name, 'train')
+  assert (source.num_examples, source.num_classes) == (15, 3)
+  batch = take(input_pipeline.train_dataset(source, batch_size=8, image_size=16), 1)[0]
+  chex.assert_shape(batch['image'], (8, 16, 16, 3))
+  test = input_pipeline.get_source(name, 'test')
+  batches = list(input_pipeline.eval_dataset(test, batch_size=8, image_size=16,
+                                             resize_small=18).as_numpy_iterator())
+  labels = np.concatenate([b['label'][b['mask'] == 1] for b in batches]).argmax(1)
+  np.testing.assert_array_equal(np.bincount(labels, minlength=3), [3, 0, 2])
+
+
+def test_processes_read_disjoint_slices_that_cover_the_split(tmp_path):
+  name = make_folder(str(tmp_path), {'test': [4, 3, 4]}, size=(8, 8))
+  seen = []
+  for index in range(2):
+    source = input_pipeline.get_source(name, 'test', process_index=index, process_count=2)
+    assert source.max_examples == 6
+    batches = list(input_pipeline.eval_dataset(source, batch_size=16, image_size=8,
+                                               process_count=2).as_numpy_iterator())
+    assert len(batches) == 1  # both processes take the same number of steps
+    seen.append(np.concatenate([b['image'][b['mask'] == 1] for b in batches]))
+  assert len(seen[0]) + len(seen[1]) == 11
+  all_images = np.concatenate(seen).reshape(11, -1)
+  assert len(np.unique(all_images, axis=0)) == 11
+
+
+def test_image_folder_errors(tmp_path):
+  with pytest.raises(input_pipeline.DataError, match='does not exist'):
+    input_pipeline.get_source(f'folder:{tmp_path}/none', 'train')
+  os.makedirs(tmp_path / 'empty' / 'train' / 'a')
+  with pytest.raises(input_pipeline.DataError, match='holds no'):
+    input_pipeline.get_source(f'folder:{tmp_path}/empty', 'train')
+  name = make_folder(str(tmp_path / 'bad'), {'train': [2]})
+  bad = tmp_path / 'bad' / 'train' / 'class_0' / 'broken.jpg'
+  bad.write_text('not an image')
+  source = input_pipeline.get_source(name, 'train')
+  with pytest.raises(tf.errors.InvalidArgumentError, match='Unreadable image file.*broken.jpg'):
+    list(input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator())
+
+
+# ---------------------------------------------------------------------------
+# Offline Fashion-MNIST
+
+
+def write_idx(path, array):
+  header = bytes([0, 0, 0x08, array.ndim]) + b''.join(
+      int(d).to_bytes(4, 'big') for d in array.shape)
+  with gzip.open(path, 'wb') as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def idx_dir(tmp_path):
+  rng = np.random.RandomState(0)
+  arrays = {'train': (rng.randint(0, 256, (23, 28, 28)), rng.randint(0, 10, 23)),
+            'test': (rng.randint(0, 256, (9, 28, 28)), rng.randint(0, 10, 9))}
+  for split, (images_file, labels_file) in fashion_mnist_idx.FILES.items():
+    write_idx(str(tmp_path / images_file), arrays[split][0])
+    write_idx(str(tmp_path / labels_file), arrays[split][1])
+  return str(tmp_path), arrays
+
+
+def test_read_idx_rejects_bad_files(tmp_path):
+  path = tmp_path / 'x.gz'
+  write_idx(str(path), np.zeros((4, 3)))
+  chex.assert_shape(fashion_mnist_idx.read_idx(str(path)), (4, 3))
+  with gzip.open(path, 'rb') as f:
+    data = f.read()
+  with gzip.open(path, 'wb') as f:
+    f.write(data[:-2])
+  with pytest.raises(ValueError, match='truncated'):
+    fashion_mnist_idx.read_idx(str(path))
+
+
+def test_offline_builder_stands_in_for_tfds_fashion_mnist(idx_dir, tmp_path, monkeypatch):
+  manual_dir, arrays = idx_dir
+  monkeypatch.setattr(fashion_mnist_idx.FashionMnistIdx, 'local_files',
+                      classmethod(lambda cls: manual_dir))
+  data_dir = str(tmp_path / 'tfds')
+  source = input_pipeline.get_source('fashion_mnist', 'train', data_dir=data_dir,
+                                     process_index=0, process_count=1)
+  assert source.num_examples == 23 and source.num_classes == 10
+  examples = list(source.dataset.as_numpy_iterator())
+  order = np.argsort([ex['label'] * 1e6 + ex['image'].sum() for ex in examples])
+  expected = np.argsort(arrays['train'][1] * 1e6 + arrays['train'][0].reshape(23, -1).sum(1))
+  np.testing.assert_array_equal(np.stack([ex['image'][..., 0] for ex in examples])[order],
+                                arrays['train'][0][expected])
+  official = tfds.builder('fashion_mnist').info.features
+  ours = tfds.builder('fashion_mnist_idx', data_dir=data_dir).info.features
+  assert repr(ours) == repr(official)
+  with pytest.raises(input_pipeline.DataError, match=r"no split 'validation'.*'test', 'train'"):
+    input_pipeline.get_source('fashion_mnist', 'validation', data_dir=data_dir)
+  # Two processes split the 9 test examples 5 + 4 (TFDS's even split).
+  sizes = [input_pipeline.get_source('fashion_mnist', 'test', data_dir=data_dir,
+                                     process_index=i, process_count=2).num_examples
+           for i in range(2)]
+  assert sorted(sizes) == [4, 5]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(datasets.FashionMnistIdx.local_files() is None,
+                    reason='Debian package dataset-fashion-mnist not installed '
+                           '(scripts/get_data.sh installs it)')
+def test_debian_fashion_mnist_in_full(tmp_path):
+  source_dir = datasets.FashionMnistIdx.local_files()
+  for split, count in (('train', 60_000), ('test', 10_000)):
+    source = input_pipeline.get_source('fashion_mnist', split, data_dir=str(tmp_path),
+                                       process_index=0, process_count=1)
+    images_file, labels_file = fashion_mnist_idx.FILES[split]
+    images = fashion_mnist_idx.read_idx(os.path.join(source_dir, images_file))
+    labels = fashion_mnist_idx.read_idx(os.path.join(source_dir, labels_file))
+    assert source.num_examples == count == len(labels)
+    label_counts = np.zeros(10, np.int64)
+    pixel_sum = 0
+    for batch in source.dataset.batch(5000).as_numpy_iterator():
+      label_counts += np.bincount(batch['label'], minlength=10)
+      pixel_sum += int(batch['image'].astype(np.int64).sum())
+    np.testing.assert_array_equal(label_counts, np.bincount(labels, minlength=10))
+    assert pixel_sum == int(images.astype(np.int64).sum())
+
+
+# ---------------------------------------------------------------------------
+# Devices
+
+
+def test_prefetch_to_devices_shards_the_batch(mock_cifar10):
+  mesh = Mesh(np.array(jax.devices()), ('data',))
+  sharding = NamedSharding(mesh, P('data'))
+  batches = take(input_pipeline.eval_dataset(mock_cifar10, batch_size=16, image_size=8), 3)
+  on_devices = list(input_pipeline.prefetch_to_devices(iter(batches), sharding, size=2))
+  assert len(on_devices) == 3
+  for host, device in zip(batches, on_devices):
+    assert device['image'].sharding == sharding
+    chex.assert_shape(device['image'].addressable_shards[0].data, (2, 8, 8, 3))
+    np.testing.assert_array_equal(np.asarray(device['image']), host['image'])
