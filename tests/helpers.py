@@ -1,7 +1,10 @@
-"""Small models and parameter helpers shared by the tests."""
+"""Small models, parameters and image folders shared by the tests."""
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tensorflow as tf
 
 from vit_jax import models
 
@@ -46,3 +49,24 @@ def images(batch=2, size=32, seed=0):
     size = (size, size)
   return np.random.RandomState(seed).uniform(-1, 1, (batch,) + tuple(size) + (3,)).astype(
       np.float32)
+
+
+def make_folder(root, counts, size=(20, 30)):
+  """Random JPEGs (and every third a grey PNG) in root/<split>/class_<i>/; returns
+  the `folder:` dataset name. `counts[split][i]` images go to class i."""
+  rng = np.random.RandomState(0)
+  for split, per_class in counts.items():
+    for label, n in enumerate(per_class):
+      d = os.path.join(root, split, f'class_{label}')
+      os.makedirs(d, exist_ok=True)
+      for i in range(n):
+        pixels = rng.randint(0, 256, size + (3,), dtype=np.uint8)
+        if i % 3 == 1:  # a grey PNG among the colour JPEGs
+          data = tf.io.encode_png(pixels[..., :1]).numpy()
+          name = f'{i}.png'
+        else:
+          data = tf.io.encode_jpeg(pixels).numpy()
+          name = f'{i}.JPEG'
+        with open(os.path.join(d, name), 'wb') as f:
+          f.write(data)
+  return f'folder:{root}'

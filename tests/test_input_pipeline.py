@@ -13,6 +13,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from vit_jax import datasets, input_pipeline
 from vit_jax.datasets import fashion_mnist_idx
 
+from helpers import make_folder
+
 
 def take(dataset, n):
   return [b for _, b in zip(range(n), dataset.as_numpy_iterator())]
@@ -90,25 +92,6 @@ def test_missing_data_without_network_is_explained(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------
 # Image folders
-
-
-def make_folder(root, counts, size=(20, 30)):
-  rng = np.random.RandomState(0)
-  for split, per_class in counts.items():
-    for label, n in enumerate(per_class):
-      d = os.path.join(root, split, f'class_{label}')
-      os.makedirs(d, exist_ok=True)
-      for i in range(n):
-        pixels = rng.randint(0, 256, size + (3,), dtype=np.uint8)
-        if i % 3 == 1:  # a grey PNG among the colour JPEGs
-          data = tf.io.encode_png(pixels[..., :1]).numpy()
-          name = f'{i}.png'
-        else:
-          data = tf.io.encode_jpeg(pixels).numpy()
-          name = f'{i}.JPEG'
-        with open(os.path.join(d, name), 'wb') as f:
-          f.write(data)
-  return f'folder:{root}'
 
 
 def test_image_folder(tmp_path):

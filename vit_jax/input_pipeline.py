@@ -207,9 +207,13 @@ def _local_batch_size(batch_size: int, process_count: int) -> int:
 
 def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int = 0,
                   mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
-                  shuffle_buffer: int = 10_000, process_count: Optional[int] = None
-                  ) -> tf.data.Dataset:
+                  shuffle_buffer: int = 10_000, process_count: Optional[int] = None,
+                  crop: bool = True, start_step: int = 0) -> tf.data.Dataset:
   """Endless stream of this process's batches: {'image' (b, s, s, 3), 'label' (b, C)}.
+
+  `crop=False` replaces the Inception crop by a plain resize. `start_step`
+  resumes the stream after that many batches, the same batches an
+  uninterrupted run sees (except for RandAugment's draws).
 
   `batch_size` is global. The same seed gives the same batches: crop, flip
   and mixup are stateless ops seeded from (seed, position in the stream), and
@@ -222,7 +226,10 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   def crop_and_flip(index, example):
     example_seed = tf.stack([tf.cast(seed, tf.int64), index])
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(example_seed, 2))
-    image = inception_crop(example['image'], image_size, crop_seed)
+    if crop:
+      image = inception_crop(example['image'], image_size, crop_seed)
+    else:
+      image = eval_resize(example['image'], image_size)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
     if image.shape[-1] == 1:
       image = tf.image.grayscale_to_rgb(image)
@@ -231,7 +238,8 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   # Shuffling before the repeat reshuffles every epoch without mixing epochs.
   dataset = source.dataset.shuffle(min(shuffle_buffer, source.num_examples), seed=seed,
                                    reshuffle_each_iteration=True).repeat()
-  dataset = dataset.enumerate().map(crop_and_flip, tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.skip(start_step * local_batch).enumerate(start=start_step * local_batch)
+  dataset = dataset.map(crop_and_flip, tf.data.AUTOTUNE, deterministic=True)
   if randaugment is not None:
     import keras  # Loaded only when RandAugment is used.
     layers, magnitude = randaugment
@@ -242,7 +250,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
                         tf.data.AUTOTUNE, deterministic=True)
   dataset = dataset.batch(local_batch, drop_remainder=True)
   if mixup_alpha > 0:
-    dataset = dataset.enumerate().map(
+    dataset = dataset.enumerate(start=start_step).map(
         lambda i, batch: mixup(batch, mixup_alpha, tf.stack([tf.cast(seed, tf.int64) + 1, i])),
         tf.data.AUTOTUNE, deterministic=True)
   options = tf.data.Options()

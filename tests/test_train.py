@@ -1,0 +1,180 @@
+"""The training loop: updates, parallelism, accumulation, checkpoints and resume."""
+import os
+import shutil
+import subprocess
+import sys
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from helpers import TINY_VIT, images, make_folder
+from vit_jax import checkpoint, input_pipeline, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(dataset='', **overrides):
+  return train.ml_collections.ConfigDict({**dict(
+      model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), pretrained=None,
+      dataset=dataset, data_dir=None, train_split='train', eval_split='test', image_size=8,
+      inception_crop=True, mixup_alpha=0., randaugment=None, batch_size=16,
+      eval_batch_size=16, accum_steps=1, num_epochs=1, total_steps=6, optimizer='adam',
+      momentum=0.9, lr=1e-2, warmup_steps=2, decay='cosine', weight_decay=1e-4, grad_clip=1.0,
+      loss='softmax', label_smoothing=0., seed=0, log_every=1, eval_every=3,
+      checkpoint_every=3, keep_checkpoints=3), **overrides})
+
+
+def fixed_batch(n=16, size=8, classes=10):
+  rng = np.random.RandomState(0)
+  return {'image': images(n, size), 'label': np.eye(classes)[rng.randint(0, classes, n)]}
+
+
+def state_and_steps(config, devices, classes=10):
+  model_cfg = train.model_config(config, classes)
+  model = train.models.build_model(model_cfg)
+  schedule = train.learning_rate_schedule(config, config.total_steps)
+  optimizer = train.make_optimizer(config, config.total_steps)
+  state = train.create_train_state(config, model, model_cfg, optimizer, config.image_size)
+  mesh = Mesh(np.array(devices), ('data',))
+  step_fn, _ = train.compile_steps(model, config, schedule, mesh)
+  put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))
+  return put(state, P()), step_fn, lambda batch: put(batch, P('data'))
+
+
+@pytest.mark.parametrize('model', [
+    dict(model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4)),
+    dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1,)), lr=3e-3)])
+def test_loss_falls_on_a_fixed_batch(model):
+  config = tiny_config(total_steps=30, warmup_steps=0, **model)
+  state, step_fn, shard = state_and_steps(config, jax.devices())
+  batch = shard(fixed_batch())
+  losses = []
+  for _ in range(30):
+    state, metrics = step_fn(state, batch)
+    losses.append(float(metrics['loss']))
+  assert np.isfinite(losses).all()
+  assert losses[-1] < 0.5 * losses[0], losses
+
+
+def run_steps(config, devices, steps=3):
+  state, step_fn, shard = state_and_steps(config, devices)
+  for i in range(steps):
+    state, _ = step_fn(state, shard(fixed_batch()))
+  return jax.device_get(state.params)
+
+
+# SGD keeps updates linear in the gradients; Adam's g / sqrt(v) would blow up
+# float rounding of near-zero gradients (the N(0, 1e-6) biases) into O(lr) noise.
+def test_eight_devices_match_one():
+  config = tiny_config(optimizer='sgd', lr=0.1)
+  one = run_steps(config, jax.devices()[:1])
+  eight = run_steps(config, jax.devices())
+  # Same global batch; only XLA's reduction order across devices differs.
+  chex.assert_trees_all_close(eight, one, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_accumulation_matches_the_large_batch():
+  one = run_steps(tiny_config(optimizer='sgd', lr=0.1), jax.devices()[:1])
+  four = run_steps(tiny_config(optimizer='sgd', lr=0.1, accum_steps=4), jax.devices()[:1])
+  chex.assert_trees_all_close(four, one, rtol=1e-4, atol=1e-6)
+
+
+def test_weight_decay_touches_kernels_only():
+  params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}, 'cls': jnp.ones(3)}
+  config = tiny_config(optimizer='sgd', momentum=0., lr=1.0, weight_decay=0.1, warmup_steps=0,
+                       grad_clip=0.)
+  optimizer = train.make_optimizer(config, total_steps=100)
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+  updates, _ = optimizer.update(zeros, optimizer.init(params), params)
+  np.testing.assert_allclose(updates['dense']['kernel'], -0.1)
+  np.testing.assert_allclose(updates['dense']['bias'], 0)
+  np.testing.assert_allclose(updates['cls'], 0)
+
+
+@pytest.fixture(scope='module')
+def folder(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('images'))
+  return make_folder(root, {'train': [12, 12, 8], 'test': [5, 4, 4]}, size=(10, 10))
+
+
+def test_train_and_evaluate_writes_everything(folder, tmp_path):
+  summary = train.train_and_evaluate(tiny_config(folder), str(tmp_path))
+  assert summary['eval_examples'] == 13
+  assert 0 <= summary['eval_accuracy'] <= 1
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6']
+  assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
+  params = checkpoint.load(str(tmp_path / 'params.npz'))
+  chex.assert_shape(params['head']['kernel'], (32, 3))
+
+
+class Interrupted(Exception):
+  pass
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch):
+  config = tiny_config(folder)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+
+  prefetch = input_pipeline.prefetch_to_devices
+  def killed_after_three(batches, sharding, size=2):
+    for i, batch in enumerate(prefetch(batches, sharding, size)):
+      if i == 3:
+        raise Interrupted
+      yield batch
+  monkeypatch.setattr(input_pipeline, 'prefetch_to_devices', killed_after_three)
+  with pytest.raises(Interrupted):
+    train.train_and_evaluate(config, str(tmp_path / 'resumed'))
+  monkeypatch.undo()
+  assert os.listdir(tmp_path / 'resumed' / 'checkpoints') == ['3']
+  train.train_and_evaluate(config, str(tmp_path / 'resumed'))
+  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'resumed' / 'params.npz')),
+                              checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+
+
+def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
+  config = tiny_config(folder)
+  train.train_and_evaluate(config, str(tmp_path))
+  newest = tmp_path / 'checkpoints' / '6'
+  for root, _, files in os.walk(newest):
+    for f in files:
+      with open(os.path.join(root, f), 'wb') as handle:
+        handle.write(b'garbage')
+  manager = train.ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
+  model_cfg = train.model_config(config, 3)
+  model = train.models.build_model(model_cfg)
+  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, 6), 8)
+  restored = train.restore_latest(
+      manager, jax.tree_util.tree_map(train.ocp.utils.to_shape_dtype_struct, state))
+  assert int(restored.step) == 3
+  assert 'step 6' in caplog.text and 'cannot be restored' in caplog.text
+
+
+def test_non_finite_loss_stops_the_run(folder, tmp_path):
+  with pytest.raises(train.TrainingError, match='Loss is nan at step 2'):
+    train.train_and_evaluate(tiny_config(folder, lr=float('nan'), warmup_steps=0), str(tmp_path))
+  assert not os.path.exists(tmp_path / 'checkpoints' / '3')
+
+
+def test_fine_tune_from_npz_at_another_resolution(folder, tmp_path):
+  train.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
+  summary = train.train_and_evaluate(
+      tiny_config(folder, pretrained=str(tmp_path / 'up' / 'params.npz'), image_size=16,
+                  optimizer='sgd', weight_decay=0., total_steps=3),
+      str(tmp_path / 'down'))
+  assert summary['eval_examples'] == 13
+  with pytest.raises(train.TrainingError, match='gs://vit_models/imagenet21k/'):
+    train.train_and_evaluate(tiny_config(folder, pretrained=str(tmp_path / 'none.npz')),
+                             str(tmp_path / 'missing'))
+
+
+def test_wrong_config_key_is_named(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/quickstart_vit.py',
+       '--workdir', str(tmp_path), '--config.learning_rat=0.1'],
+      capture_output=True, text=True, cwd=REPO, timeout=300)
+  assert result.returncode != 0
+  assert 'learning_rat' in result.stderr
