@@ -10,7 +10,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Model: a ViT-Ti layout shrunk to 4 blocks of width 64, 4x4 patches of 28 px images.
   config.model_name = 'ViT-Ti_16'
   config.model = ml_collections.ConfigDict(dict(
-      patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, classifier='gap'))
+      patch_size=4, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, classifier='gap',
+      dtype='float32'))
   config.pretrained = None
 
   # Data.
@@ -27,7 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.batch_size = 128
   config.eval_batch_size = 512
   config.accum_steps = 1
-  config.num_epochs = 10
+  config.num_epochs = 3
   config.total_steps = 0  # 0: derived from num_epochs
   config.optimizer = 'adam'
   config.momentum = 0.9
