@@ -62,8 +62,14 @@ class BottleneckV1(nn.Module):
     return out
 
 
-class StageV1(nn.Module):
-  """`depth` bottleneck units named `unit1`, `unit2`, ...; the first one strides."""
+class Stage(nn.Module):
+  """`depth` bottleneck units of type `unit`; the first one strides.
+
+  Units are named `unit_name.format(u)` for u = 1, 2, ...: `unit{}` in the
+  hybrid checkpoints, `unit{:02d}` in BiT's.
+  """
+  unit: Any
+  unit_name: str
   depth: int
   features: int
   first_stride: int
@@ -73,7 +79,7 @@ class StageV1(nn.Module):
   def __call__(self, x):
     for u in range(self.depth):
       stride = self.first_stride if u == 0 else 1
-      x = BottleneckV1(self.features, stride, self.dtype, name=f'unit{u + 1}')(x)
+      x = self.unit(self.features, stride, self.dtype, name=self.unit_name.format(u + 1))(x)
     self.sow('intermediates', 'output', x)
     return x
 
@@ -97,7 +103,8 @@ class ResNetV1(nn.Module):
     x = nn.max_pool(nn.relu(x), (3, 3), strides=(2, 2), padding='SAME')
     self.sow('intermediates', 'root', x)
     for s, depth in enumerate(self.num_layers):
-      x = StageV1(depth, width * 2**s, 1 if s == 0 else 2, self.dtype, name=f'block{s + 1}')(x)
+      x = Stage(BottleneckV1, 'unit{}', depth, width * 2**s, 1 if s == 0 else 2, self.dtype,
+                name=f'block{s + 1}')(x)
     return x
 
 
@@ -184,22 +191,6 @@ class BottleneckV2(nn.Module):
     return out
 
 
-class StageV2(nn.Module):
-  """`depth` pre-activation units named `unit01`, `unit02`, ...; the first strides."""
-  depth: int
-  features: int
-  first_stride: int
-  dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    for u in range(self.depth):
-      stride = self.first_stride if u == 0 else 1
-      x = BottleneckV2(self.features, stride, self.dtype, name=f'unit{u + 1:02d}')(x)
-    self.sow('intermediates', 'output', x)
-    return x
-
-
 class RootBlock(nn.Module):
   """7x7/2 conv after zero padding 3, then zero padding 1 and a 3x3/2 max-pool.
 
@@ -228,7 +219,8 @@ class ResNetV2Body(nn.Module):
     x = RootBlock(width, self.dtype, name='root_block')(x)
     self.sow('intermediates', 'root', x)
     for s, depth in enumerate(self.num_layers):
-      x = StageV2(depth, width * 2**s, 1 if s == 0 else 2, self.dtype, name=f'block{s + 1}')(x)
+      x = Stage(BottleneckV2, 'unit{:02d}', depth, width * 2**s, 1 if s == 0 else 2, self.dtype,
+                name=f'block{s + 1}')(x)
     x = nn.relu(GroupNorm(dtype=self.dtype, name='group_norm')(x))
     x = jnp.mean(x, axis=(1, 2), keepdims=True)
     self.sow('intermediates', 'pre_logits', x[:, 0, 0])
