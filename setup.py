@@ -5,7 +5,8 @@ setuptools.setup(
     name='vit_jax',
     version='0.1.0',
     description='Vision Transformers and BiT ResNets in JAX/Flax with checkpoint-exact parameters.',
-    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*', 'analysis', 'analysis.*']),
+    packages=setuptools.find_packages(include=['vit_jax', 'vit_jax.*', 'configs', 'analysis',
+                                               'analysis.*']),
     python_requires='>=3.10',
     install_requires=[
         'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from configs import common
 from helpers import TINY_VIT, images, make_folder
 from vit_jax import checkpoint, input_pipeline, train
 
@@ -18,14 +19,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_config(dataset='', **overrides):
-  return train.ml_collections.ConfigDict({**dict(
-      model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), pretrained=None,
-      dataset=dataset, data_dir=None, train_split='train', eval_split='test', image_size=8,
-      inception_crop=True, mixup_alpha=0., randaugment=None, batch_size=16,
-      eval_batch_size=16, accum_steps=1, num_epochs=1, total_steps=6, optimizer='adam',
-      momentum=0.9, lr=1e-2, warmup_steps=2, decay='cosine', weight_decay=1e-4, grad_clip=1.0,
-      loss='softmax', label_smoothing=0., seed=0, log_every=1, eval_every=3,
-      checkpoint_every=3, keep_checkpoints=3), **overrides})
+  """The recipe fields of configs/common.py set for a tiny ViT on 8 px images."""
+  fields = common.base_config().to_dict()
+  fields.update(
+      model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), dataset=dataset,
+      image_size=8, batch_size=16, eval_batch_size=16, total_steps=6, optimizer='adam',
+      lr=1e-2, warmup_steps=2, weight_decay=1e-4, log_every=1, eval_every=3,
+      checkpoint_every=3, keep_checkpoints=3)
+  fields.update(overrides)
+  return train.ml_collections.ConfigDict(fields)
 
 
 def fixed_batch(n=16, size=8, classes=10):

@@ -1,0 +1,44 @@
+"""Fields every recipe has, with neutral defaults; recipes override what they set."""
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  # Model: a zoo name plus architecture overrides (see vit_jax.models.get_config).
+  config.model_name = 'ViT-B_16'
+  config.model = ml_collections.ConfigDict()
+  config.pretrained = None  # a published or our .npz to fine-tune from
+
+  # Data.
+  config.dataset = 'fashion_mnist'  # a TFDS name or folder:/path
+  config.data_dir = None
+  config.train_split = 'train'
+  config.eval_split = 'test'
+  config.image_size = 224
+  config.inception_crop = True
+  config.mixup_alpha = 0.
+  config.randaugment = None  # (layers, magnitude)
+
+  # Optimisation.
+  config.batch_size = 512
+  config.eval_batch_size = 512
+  config.accum_steps = 1
+  config.num_epochs = 1.
+  config.total_steps = 0  # 0: derived from num_epochs
+  config.optimizer = 'sgd'  # or 'adam'
+  config.momentum = 0.9
+  config.lr = 0.03
+  config.warmup_steps = 500
+  config.decay = 'cosine'  # or 'linear'
+  config.weight_decay = 0.  # decoupled, kernels only, per step at the peak lr
+  config.grad_clip = 1.0
+  config.loss = 'softmax'  # or 'sigmoid'
+  config.label_smoothing = 0.
+
+  # Bookkeeping.
+  config.seed = 0
+  config.log_every = 50
+  config.eval_every = 1000
+  config.checkpoint_every = 1000
+  config.keep_checkpoints = 2
+  return config

@@ -1,0 +1,24 @@
+"""Quick start: a small BiT-style ResNetV2 trained from scratch on Fashion-MNIST.
+
+    python -m vit_jax.train --config configs/quickstart_resnet.py --workdir workdirs/quickstart_resnet
+"""
+import ml_collections
+
+from configs import common
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = common.base_config()
+  # BiT's R50x1 layout cut to one unit in each of three stages.
+  config.model_name = 'BiT-M-R50x1'
+  config.model = ml_collections.ConfigDict(dict(num_layers=(1, 1, 1), dtype='float32'))
+  config.dataset = 'fashion_mnist'
+  config.image_size = 28
+  config.inception_crop = False
+  config.batch_size = 128
+  config.num_epochs = 3
+  config.optimizer = 'sgd'
+  config.lr = 0.1
+  config.warmup_steps = 200
+  config.weight_decay = 1e-4
+  return config
