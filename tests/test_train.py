@@ -156,9 +156,14 @@ def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
 
 
 def test_non_finite_loss_stops_the_run(folder, tmp_path):
-  with pytest.raises(train.TrainingError, match='Loss is nan at step 2'):
+  with pytest.raises(train.TrainingError, match='Loss is nan .* at step 2'):
     train.train_and_evaluate(tiny_config(folder, lr=float('nan'), warmup_steps=0), str(tmp_path))
   assert not os.path.exists(tmp_path / 'checkpoints' / '3')
+  # Checked before a save even between logging steps.
+  with pytest.raises(train.TrainingError, match='at step 3'):
+    train.train_and_evaluate(tiny_config(folder, lr=float('nan'), warmup_steps=0, log_every=100),
+                             str(tmp_path / 'quiet'))
+  assert not os.path.exists(tmp_path / 'quiet' / 'checkpoints' / '3')
 
 
 def test_fine_tune_from_npz_at_another_resolution(folder, tmp_path):

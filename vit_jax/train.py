@@ -250,18 +250,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     state, metrics = step_fn(state, next(batches))
     progress(step)
     last = step == total_steps
-    if step % config.log_every == 0 or last:
+    saving = step % config.checkpoint_every == 0 or last
+    # Checked before every save too, so no checkpoint ever holds a diverged state.
+    if step % config.log_every == 0 or saving:
       metrics = jax.device_get(metrics)
-      if not np.isfinite(metrics['loss']):
+      if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
         raise TrainingError(
-            f'Loss is {metrics["loss"]} at step {step}; stopped without saving, the last good '
-            f'checkpoint in {manager.directory} is intact. Lower lr or check the data.')
+            f'Loss is {metrics["loss"]} (gradient norm {metrics["grad_norm"]}) at step {step}; '
+            f'stopped without saving, the last good checkpoint in {manager.directory} is '
+            'intact. Lower lr or check the data.')
       writer.write_scalars(step, {k: float(v) for k, v in metrics.items()})
     if step % config.eval_every == 0 or last:
       summary = evaluate(state.params)
       writer.write_scalars(step, summary)
       logging.info('Step %d: %s', step, summary)
-    if step % config.checkpoint_every == 0 or last:
+    if saving:
       manager.save(step, args=ocp.args.StandardSave(state))
   manager.wait_until_finished()
   if jax.process_index() == 0:
