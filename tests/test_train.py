@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tensorflow as tf
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
@@ -185,3 +186,53 @@ def test_wrong_config_key_is_named(tmp_path):
       capture_output=True, text=True, cwd=REPO, timeout=300)
   assert result.returncode != 0
   assert 'learning_rat' in result.stderr
+
+
+def symmetric_folder(root, n=16, size=8):
+  """Left-right symmetric images: random flips leave them unchanged, so the data a
+  process sees does not depend on which process drew which flip."""
+  rng = np.random.RandomState(0)
+  for i in range(n):
+    d = os.path.join(root, 'train', f'class_{i % 2}')
+    os.makedirs(d, exist_ok=True)
+    half = rng.randint(0, 256, (size, size // 2, 3), dtype=np.uint8)
+    pixels = np.concatenate([half, half[:, ::-1]], axis=1)
+    with open(os.path.join(d, f'{i}.png'), 'wb') as f:
+      f.write(tf.io.encode_png(pixels).numpy())
+  shutil.copytree(os.path.join(root, 'train'), os.path.join(root, 'test'))
+  return f'folder:{root}'
+
+
+@pytest.mark.slow
+def test_two_processes_agree_with_one(tmp_path):
+  """Full-batch SGD on order-free data: 2 processes x 1 device = 1 process x 2 devices."""
+  dataset = symmetric_folder(str(tmp_path / 'data'))
+  flags_common = [
+      '--config', f'{REPO}/configs/quickstart_vit.py', f'--config.dataset={dataset}',
+      '--config.image_size=8', '--config.inception_crop=False', '--config.batch_size=16',
+      '--config.eval_batch_size=16', '--config.total_steps=3', '--config.warmup_steps=0',
+      '--config.optimizer=sgd', '--config.lr=0.1', '--config.log_every=1',
+      '--config.model.hidden_size=32', '--config.model.mlp_dim=64', '--config.model.num_layers=2']
+
+  def run(workdir, devices, extra=(), background=False):
+    env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+    command = [sys.executable, '-m', 'vit_jax.train', '--workdir', str(workdir),
+               *flags_common, *extra]
+    if background:
+      return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    result = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+  address = ['--coordinator_address=127.0.0.1:29517', '--num_processes=2']
+  workers = [run(tmp_path / 'two', 1, [*address, f'--process_id={i}'], background=True)
+             for i in range(2)]
+  for index, worker in enumerate(workers):
+    output, _ = worker.communicate(timeout=600)
+    assert worker.returncode == 0, output[-3000:]
+    assert f'Process {index} of 2, 2 devices in all' in output
+  run(tmp_path / 'one', 2)
+  chex.assert_trees_all_close(checkpoint.load(str(tmp_path / 'two' / 'params.npz')),
+                              checkpoint.load(str(tmp_path / 'one' / 'params.npz')),
+                              rtol=1e-4, atol=1e-6)

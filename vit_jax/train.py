@@ -285,8 +285,12 @@ flags.DEFINE_integer('process_id', None, 'Index of this process in a multi-proce
 def main(argv):
   del argv
   if FLAGS.coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    # CPU processes need gloo for cross-process collectives; TPUs and GPUs ignore it.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   logging.getLogger().setLevel(logging.INFO)
+  print(f'Process {jax.process_index()} of {jax.process_count()}, '
+        f'{jax.device_count()} devices in all.', flush=True)
   summary = train_and_evaluate(FLAGS.config, FLAGS.workdir)
   print(f'Final: {summary}')
 
