@@ -9,36 +9,12 @@ work. Targets: ViT-B/16 float32 >= 0.75 of the float32 matmul rate; bfloat16
 >= 1.5x float32.
 """
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from timing import matmul_rate, seconds_per_call, xla_flops
 from vit_jax import models
-
-
-def seconds_per_call(fn, *args, repeats: int) -> float:
-  """Median wall time of `fn(*args)` after one warm-up (compile) call."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
-def xla_flops(fn, *args) -> float:
-  cost = fn.lower(*args).compile().cost_analysis()
-  return float((cost[0] if isinstance(cost, list) else cost)['flops'])
-
-
-def matmul_rate(dtype, n: int, repeats: int) -> float:
-  a = jnp.asarray(np.random.RandomState(0).randn(n, n), dtype)
-  matmul = jax.jit(jnp.matmul)
-  return 2 * n**3 / seconds_per_call(matmul, a, a, repeats=repeats)
 
 
 def main():
