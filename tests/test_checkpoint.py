@@ -68,6 +68,7 @@ def test_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch):
     checkpoint.save(path, {'a': np.ones(3)})
   monkeypatch.undo()
   np.testing.assert_array_equal(checkpoint.load(path)['a'], np.zeros(3))
+  assert os.listdir(tmp_path) == ['params.npz']  # no partial file left beside it
 
 
 def bilinear_align_corners(grid, new_shape):

@@ -107,11 +107,15 @@ def save(path: str, params: Mapping[str, Any]) -> None:
     tmp.write_bytes(buffer.getvalue())
     tmp.rename(path)
     return
-  with open(tmp, 'wb') as f:
-    np.savez(f, **arrays)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'wb') as f:
+      np.savez(f, **arrays)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 def _square_side(n: int) -> Optional[int]:
