@@ -1,0 +1,96 @@
+"""Command line of the analysis tools: figures (PNG) and their numbers (JSON).
+
+    python -m analysis <tool> --config configs/quickstart_vit.py --workdir workdirs/quickstart_vit \
+        [--config2 configs/quickstart_resnet.py --workdir2 workdirs/quickstart_resnet] --out DIR
+
+A model is the recipe that trained it (`--config`: model name, architecture,
+image size, dataset) and its parameters (`--workdir` with params.npz, or
+`--checkpoint` with any .npz, published or ours). Tools: see TOOLS; `all` runs
+every one on every model it applies to.
+"""
+import json
+import os
+import sys
+from typing import Dict
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from analysis import features
+from analysis import representation_tools as rt
+
+# tool: (function, what it needs). 'pair' tools take every model at once.
+TOOLS = {
+    'cka': (rt.run_cka, 'pair'),
+    'attention_distance': (rt.run_attention_distance, 'vit'),
+    'norm_ratio': (rt.run_norm_ratio, 'any'),
+    'erf': (rt.run_erf, 'any'),
+    'probes': (rt.run_probes, 'any'),
+    'localisation': (rt.run_localisation, 'vit'),
+    'vit_figures': (rt.run_vit_figures, 'vit'),
+}
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file('config', None, 'Recipe of the (first) model.')
+config_flags.DEFINE_config_file('config2', None, 'Recipe of a second model, to compare.')
+flags.DEFINE_string('workdir', None, 'Training workdir of the first model (its params.npz).')
+flags.DEFINE_string('workdir2', None, 'Training workdir of the second model.')
+flags.DEFINE_string('checkpoint', None, '.npz of the first model; overrides --workdir.')
+flags.DEFINE_string('checkpoint2', None, '.npz of the second model; overrides --workdir2.')
+flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
+flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
+flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
+flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
+
+
+def _subject(config, workdir, path, which: str) -> features.Subject:
+  path = path or workdir
+  if path is None:
+    raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
+  label = os.path.splitext(os.path.basename(config_flags.get_config_filename(
+      FLAGS['config' + which])))[0]
+  return features.load_subject(config.model_name, path, config.image_size, dict(config.model),
+                               label=label)
+
+
+def run(tool: str) -> Dict:
+  if FLAGS.config is None:
+    raise app.UsageError('--config is required: the recipe of the model to analyse.')
+  subjects = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
+  if FLAGS.config2 is not None:
+    subjects.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
+  if len({s.label for s in subjects}) < len(subjects):
+    subjects[1].label += '_2'
+  config = FLAGS.config
+  dataset = FLAGS.dataset or config.dataset
+  splits = {'train': config.train_split, 'eval': config.eval_split}
+
+  def batches_for(subject):
+    return lambda split: features.dataset_batches(dataset, splits[split], subject.image_size,
+                                                  FLAGS.batch_size, FLAGS.num_images,
+                                                  config.data_dir)
+
+  os.makedirs(FLAGS.out, exist_ok=True)
+  results = {}
+  for name in (TOOLS if tool == 'all' else [tool]):
+    fn, needs = TOOLS[name]
+    if needs == 'pair':
+      results[name] = fn(subjects, batches_for(subjects[0]), FLAGS.out)
+    else:
+      results[name] = {s.label: fn(s, batches_for(s), FLAGS.out) for s in subjects
+                       if needs == 'any' or s.family == 'vit'}
+    with open(os.path.join(FLAGS.out, f'{name}.json'), 'w') as f:
+      json.dump(results[name], f)
+    print(f'{name}: wrote {os.path.join(FLAGS.out, name + ".json")}', flush=True)
+  return results
+
+
+def main(argv):
+  if len(argv) != 2 or argv[1] not in list(TOOLS) + ['all']:
+    raise app.UsageError(f'Usage: python -m analysis <tool> --config ... ; tools: '
+                         f'{", ".join(TOOLS)}, all.')
+  run(argv[1])
+
+
+if __name__ == '__main__':
+  app.run(main, argv=sys.argv)

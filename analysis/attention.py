@@ -1,0 +1,72 @@
+"""Where attention goes: mean attention distance per head (Dosovitskiy et al. 2021,
+Raghu et al. 2021) and attention rollout (Abnar & Zuidema 2020)."""
+from typing import Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def patch_centres(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
+  """(h*w, 2) pixel coordinates of the patch centres, row-major like the tokens."""
+  rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing='ij')
+  return (np.stack([rows.ravel(), cols.ravel()], axis=1) + 0.5) * patch_size
+
+
+def patch_distances(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
+  """(h*w, h*w) Euclidean pixel distances between patch centres."""
+  centres = patch_centres(grid, patch_size)
+  return np.linalg.norm(centres[:, None] - centres[None, :], axis=-1)
+
+
+def spatial_attention(weights: jax.Array, has_cls: bool) -> jax.Array:
+  """Attention among spatial tokens only: (B, H, N, N) -> (B, H, n, n), n = h*w.
+
+  The class token's query row is dropped, and so is the weight each spatial
+  query gives the class token (it has no position); the remaining weights are
+  renormalised to sum to 1, so the result says where the spatial part of the
+  attention goes.
+  """
+  if not has_cls:
+    return weights
+  weights = weights[..., 1:, 1:]
+  return weights / jnp.sum(weights, axis=-1, keepdims=True)
+
+
+def mean_attention_distance(weights: jax.Array, grid: Tuple[int, int], patch_size: float,
+                            has_cls: bool) -> jax.Array:
+  """(B, H, N, N) attention weights -> (H,) mean distance in pixels.
+
+  For each spatial query, the sum over spatial keys of weight x distance between
+  the query and key patch centres; averaged over queries and images. The class
+  token is handled as in `spatial_attention`.
+  """
+  weights = spatial_attention(weights, has_cls)
+  distances = jnp.asarray(patch_distances(grid, patch_size), weights.dtype)
+  per_query = jnp.einsum('bhqk,qk->bhq', weights, distances)
+  return jnp.mean(per_query, axis=(0, 2))
+
+
+def attention_rollout(weights: Sequence[jax.Array]) -> jax.Array:
+  """Attention rollout through the layers: (B, N, N) from per-layer (B, H, N, N).
+
+  Each layer's head-averaged attention is mixed half-and-half with the identity
+  (the residual connection), rows renormalised, and the layers multiplied in order.
+  """
+  rollout = None
+  for layer in weights:
+    mixed = 0.5 * jnp.mean(layer, axis=1) + 0.5 * jnp.eye(layer.shape[-1], dtype=layer.dtype)
+    mixed = mixed / jnp.sum(mixed, axis=-1, keepdims=True)
+    rollout = mixed if rollout is None else mixed @ rollout
+  return rollout
+
+
+def rollout_map(rollout: jax.Array, grid: Tuple[int, int], has_cls: bool) -> jax.Array:
+  """(B, N, N) rollout -> (B, h, w) input-patch relevance for the model's output,
+  from the class token's row, or for a GAP model the mean of the spatial rows."""
+  if has_cls:
+    relevance = rollout[:, 0, 1:]
+  else:
+    relevance = jnp.mean(rollout, axis=1)
+  relevance = relevance / jnp.max(relevance, axis=-1, keepdims=True)
+  return relevance.reshape((-1,) + tuple(grid))

@@ -1,0 +1,44 @@
+"""What the input layers of a ViT learn (Dosovitskiy et al. 2021, Fig. 7) and how
+final tokens relate to input patches (Raghu et al. 2021, localisation)."""
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def patch_embedding_components(kernel: np.ndarray, k: int = 28) -> np.ndarray:
+  """Top-k principal components of the patch-embedding filters, (k, p, p, C).
+
+  The D filters of the (p, p, C, D) kernel are the samples; components are unit
+  vectors ordered by explained variance.
+  """
+  p, q, c, d = kernel.shape
+  filters = np.asarray(kernel, np.float64).reshape(p * q * c, d).T
+  filters = filters - filters.mean(0)
+  _, _, vt = np.linalg.svd(filters, full_matrices=False)
+  return vt[:k].reshape(-1, p, q, c)
+
+
+def cosine_similarity(a: jax.Array, b: jax.Array) -> jax.Array:
+  """(..., n, D) x (..., m, D) -> (..., n, m) cosine similarities."""
+  a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+  b = b / jnp.linalg.norm(b, axis=-1, keepdims=True)
+  return a @ jnp.swapaxes(b, -1, -2)
+
+
+def position_embedding_similarity(posemb: np.ndarray, grid: Tuple[int, int],
+                                  has_cls: bool) -> np.ndarray:
+  """(h, w, h, w): cosine similarity of each position's embedding to every other's.
+
+  `posemb` is (1, N, D) as stored in the checkpoint; the class-token row, when
+  present, is left out.
+  """
+  spatial = np.asarray(posemb)[0, 1:] if has_cls else np.asarray(posemb)[0]
+  return np.asarray(cosine_similarity(spatial, spatial)).reshape(tuple(grid) * 2)
+
+
+def token_patch_similarity(final_tokens: jax.Array, input_tokens: jax.Array) -> jax.Array:
+  """(B, n, n): for each final-layer spatial token (query position), its cosine
+  similarity to every input patch token; class tokens must be removed first."""
+  return cosine_similarity(final_tokens, input_tokens)

@@ -1,0 +1,27 @@
+"""Effective receptive fields (Luo et al. 2016): how much each input pixel moves
+one location of a feature map, measured by the gradient."""
+from typing import Callable, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+
+def effective_receptive_field(feature_fn: Callable[[jax.Array], jax.Array], images: jax.Array,
+                              location: Optional[Tuple[int, int]] = None) -> jax.Array:
+  """(H, W) receptive field of `location` (default the centre) of a feature map.
+
+  `feature_fn` maps (B, H, W, 3) images to (B, h, w, C) features. The gradient of
+  the sum over channels at `location` with respect to the input, in absolute
+  value, is summed over colour channels, averaged over images and scaled to a
+  maximum of 1. Examples do not interact in the zoo's models, so one gradient of
+  the batch sum gives every image's gradient.
+  """
+  def centre_response(x):
+    features = feature_fn(x)
+    i, j = location if location is not None else (features.shape[1] // 2,
+                                                  features.shape[2] // 2)
+    return jnp.sum(features[:, i, j, :])
+
+  grads = jax.grad(centre_response)(images)
+  field = jnp.mean(jnp.sum(jnp.abs(grads), axis=-1), axis=0)
+  return field / jnp.max(field)

@@ -1,0 +1,161 @@
+"""Adapters between the model zoo and the analysis functions: a model with its
+parameters (`Subject`), the names of its layers, its representations on batches
+of a dataset, and token sequences put back on their 2-D grid.
+"""
+import dataclasses
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from vit_jax import checkpoint, input_pipeline, models
+
+ATTENTION = 'MultiHeadDotProductAttention_1/attention_weights'
+
+
+@dataclasses.dataclass
+class Subject:
+  """A zoo model, its parameters and the image size it is analysed at."""
+  label: str
+  config: ml_collections.ConfigDict  # from models.get_config
+  params: Any
+  image_size: int
+  _compiled: Dict[Tuple[str, ...], Any] = dataclasses.field(default_factory=dict, repr=False)
+
+  @property
+  def model(self):
+    return models.build_model(self.config)
+
+  @property
+  def family(self) -> str:
+    return self.config.family
+
+  @property
+  def has_cls(self) -> bool:
+    """Whether the token sequence starts with a class token."""
+    return self.family == 'vit' and self.config.classifier in ('token', 'token_unpooled')
+
+  @property
+  def num_layers(self) -> int:
+    return self.config.num_layers if self.family == 'vit' else sum(self.config.num_layers)
+
+  def sown_names(self) -> List[str]:
+    """Every intermediate the model sows, in its order of computation."""
+    shapes = jax.eval_shape(
+        lambda p, x: models.apply_with_intermediates(self.model, {'params': p}, x)[1],
+        self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
+    return list(shapes)
+
+  def token_grid(self) -> Tuple[Tuple[int, int], float]:
+    """A ViT's (h, w) grid of spatial tokens and the pixels each token spans."""
+    _require_vit(self, 'token grids')
+    shapes = jax.eval_shape(
+        lambda p, x: models.apply_with_intermediates(
+            self.model, {'params': p}, x, names=['Transformer/encoderblock_0/input'])[1],
+        self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
+    tokens = next(iter(shapes.values())).shape[1] - int(self.has_cls)
+    side = int(round(np.sqrt(tokens)))
+    return (side, side), self.image_size / side
+
+  def intermediates(self, images: np.ndarray, names: Sequence[str]) -> Dict[str, jax.Array]:
+    """The named intermediates on a batch; compiled once per set of names."""
+    key = tuple(names)
+    if key not in self._compiled:
+      model = self.model
+      self._compiled[key] = jax.jit(lambda p, x: models.apply_with_intermediates(
+          model, {'params': p}, x, names=key)[1])
+    return self._compiled[key](self.params, images)
+
+  def logits(self, images: np.ndarray) -> jax.Array:
+    if ('logits',) not in self._compiled:
+      self._compiled[('logits',)] = jax.jit(self.model.apply)
+    return self._compiled[('logits',)]({'params': self.params}, images)
+
+
+def block_names(subject: Subject) -> List[str]:
+  """The residual stream at every depth: for a ViT the embedded tokens, then after
+  each attention and each MLP branch; for a ResNet the stem, then each unit output.
+  """
+  if subject.family == 'vit':
+    names = ['Transformer/encoderblock_0/input']
+    for i in range(subject.config.num_layers):
+      names += [f'Transformer/encoderblock_{i}/+sa', f'Transformer/encoderblock_{i}/+mlp']
+    return names
+  return ['resnet/root'] + [n for n in subject.sown_names() if n.endswith('/output')
+                            and n.count('/') == 3]
+
+
+def attention_names(subject: Subject) -> List[str]:
+  _require_vit(subject, 'attention weights')
+  return [f'Transformer/encoderblock_{i}/{ATTENTION}' for i in range(subject.config.num_layers)]
+
+
+def _require_vit(subject: Subject, what: str) -> None:
+  if subject.family != 'vit':
+    raise ValueError(f'{what} need a ViT; {subject.label} is a {subject.config.name}.')
+
+
+def tokens_to_grid(tokens: jax.Array, has_cls: bool) -> jax.Array:
+  """(B, [1+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids)."""
+  if has_cls:
+    tokens = tokens[:, 1:]
+  side = int(round(np.sqrt(tokens.shape[1])))
+  if side * side != tokens.shape[1]:
+    raise ValueError(f'{tokens.shape[1]} spatial tokens do not form a square grid.')
+  return tokens.reshape(tokens.shape[0], side, side, tokens.shape[-1])
+
+
+def spatial_map(subject: Subject, x: jax.Array) -> jax.Array:
+  """A representation as a (B, h, w, C) map, whatever the family."""
+  return tokens_to_grid(x, subject.has_cls) if x.ndim == 3 else x
+
+
+def load_subject(model_name: str, path: str, image_size: int, overrides: Optional[dict] = None,
+                 label: Optional[str] = None) -> Subject:
+  """A model from a `.npz` (published or ours) or a training workdir (its params.npz).
+
+  The number of classes comes from the checkpoint's head; `overrides` are the
+  architecture fields of the recipe that trained it.
+  """
+  if os.path.isdir(path):
+    npz = os.path.join(path, 'params.npz')
+    if not os.path.exists(npz):
+      raise FileNotFoundError(
+          f'{path} is a directory without params.npz: train into it to the end first, or pass '
+          'the path of a .npz.')
+    path = npz
+  params = checkpoint.load(path)
+  head = params.get('head', {}).get('kernel')
+  if head is None and 'resnet' in params:
+    head = params['resnet'].get('head', {}).get('conv2d', {}).get('kernel')
+  num_classes = 0 if head is None else int(head.shape[-1])
+  config = models.get_config(model_name, num_classes=num_classes, **(overrides or {}))
+  expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
+                            jnp.zeros((1, image_size, image_size, 3)))['params']
+  checkpoint.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
+                           flax.traverse_util.flatten_dict(expected, sep='/'), path)
+  return Subject(label or config.name, config, jax.tree_util.tree_map(jnp.asarray, params),
+                 image_size)
+
+
+def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
+                    num_images: int, data_dir: Optional[str] = None
+                    ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+  """(images, integer labels) in full batches, the first `num_images` of a split in
+  order, preprocessed as for evaluation. A last partial batch is dropped so every
+  batch has one shape."""
+  source = input_pipeline.get_source(dataset, split, data_dir)
+  if num_images > source.num_examples:
+    raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '
+                     f'{num_images} asked for.')
+  source = dataclasses.replace(source, dataset=source.dataset.take(num_images),
+                               num_examples=num_images, max_examples=num_images)
+  batches = input_pipeline.eval_dataset(source, batch_size=batch_size, image_size=image_size,
+                                        process_count=1)
+  for batch in batches.as_numpy_iterator():
+    if batch['mask'].all():
+      yield batch['image'], batch['label'].argmax(-1)

@@ -1,0 +1,22 @@
+"""How strongly the residual stream dominates each branch: the norm ratio
+||z|| / ||f(z)|| of Raghu et al. 2021 (Fig. 11), z the branch input carried by
+the skip connection and f(z) the branch output added to it."""
+import jax
+import jax.numpy as jnp
+
+
+def norm_ratio(z: jax.Array, fz: jax.Array) -> jax.Array:
+  """Per-token ||z|| / ||f(z)|| over the channel (last) axis; leading axes kept."""
+  return jnp.linalg.norm(z, axis=-1) / jnp.linalg.norm(fz, axis=-1)
+
+
+def token_norm_ratios(z: jax.Array, fz: jax.Array, has_cls: bool) -> dict:
+  """Mean norm ratio of the class token and of the spatial tokens (or positions).
+
+  `z` and `fz` are (B, N, D) token sequences or (B, h, w, C) maps; the class
+  token, when there is one, is the first token and is reported apart.
+  """
+  ratios = norm_ratio(z, fz).reshape(z.shape[0], -1)
+  if has_cls:
+    return {'cls': jnp.mean(ratios[:, 0]), 'spatial': jnp.mean(ratios[:, 1:])}
+  return {'spatial': jnp.mean(ratios)}

@@ -1,0 +1,136 @@
+"""CKA against golden values of Kornblith et al., invariances and the streamed form."""
+import chex
+import jax
+import numpy as np
+import pytest
+from scipy.stats import ortho_group
+
+from analysis import cka
+
+
+@pytest.fixture(autouse=True)
+def float64():
+  with jax.enable_x64(True):
+    yield
+
+
+def golden_xy():
+  np.random.seed(1337)
+  x = np.random.randn(100, 10)
+  y = np.random.randn(100, 10) + x
+  return x, y
+
+
+def test_golden_values():
+  x, y = golden_xy()
+  np.testing.assert_allclose(cka.cka(cka.gram_linear(x), cka.gram_linear(y)), 0.55761, atol=5e-6)
+  np.testing.assert_allclose(cka.cka(cka.gram_rbf(x, 0.5), cka.gram_rbf(y, 0.5)), 0.65483,
+                             atol=5e-6)
+  np.testing.assert_allclose(cka.cka(cka.gram_linear(x), cka.gram_linear(y), unbiased=True),
+                             0.51346, atol=5e-6)
+
+
+@pytest.mark.parametrize('unbiased', [False, True])
+def test_feature_form_equals_gram_form(unbiased):
+  x, y = golden_xy()
+  y = np.concatenate([y, y[:, :3] ** 2], axis=1)  # different widths are allowed
+  np.testing.assert_allclose(cka.linear_cka(x, y, unbiased),
+                             cka.cka(cka.gram_linear(x), cka.gram_linear(y), unbiased), rtol=1e-12)
+
+
+@pytest.mark.parametrize('unbiased', [False, True])
+def test_identity_symmetry_and_invariances(unbiased):
+  x, y = golden_xy()
+  rng = np.random.RandomState(0)
+  np.testing.assert_allclose(cka.linear_cka(x, x, unbiased), 1., rtol=1e-12)
+  np.testing.assert_allclose(cka.linear_cka(x, y, unbiased), cka.linear_cka(y, x, unbiased),
+                             rtol=1e-12)
+  reference = cka.linear_cka(x, y, unbiased)
+  rotation = ortho_group.rvs(10, random_state=0)
+  np.testing.assert_allclose(cka.linear_cka(x @ rotation, 3.7 * y, unbiased), reference,
+                             rtol=1e-10)
+  np.testing.assert_allclose(cka.cka(cka.gram_rbf(x @ rotation), cka.gram_rbf(3.7 * y),
+                                     unbiased), cka.cka(cka.gram_rbf(x), cka.gram_rbf(y), unbiased),
+                             rtol=1e-10)
+  general = rng.randn(10, 10) @ np.diag(np.logspace(-2, 2, 10))
+  assert abs(cka.linear_cka(x @ general, y, unbiased) - reference) > 1e-2
+
+
+def test_flattens_and_centres_examples():
+  x = np.random.RandomState(0).randn(30, 4, 5)
+  y = np.random.RandomState(1).randn(30, 20) + 10.  # an offset changes nothing
+  np.testing.assert_allclose(cka.linear_cka(x, y), cka.linear_cka(x.reshape(30, 20), y - 10.),
+                             rtol=1e-10)
+
+
+def minibatches(num_batches=6, n=40, seed=0):
+  """Batches of three layers: x, a noisy function of x, and independent noise."""
+  rng = np.random.RandomState(seed)
+  for _ in range(num_batches):
+    x = rng.randn(n, 8)
+    yield [x, np.tanh(x @ rng.randn(8, 16)) + 0.3 * rng.randn(n, 16), rng.randn(n, 5, 3)]
+
+
+def explicit_minibatch_cka(batches, i, j, unbiased=True):
+  """Sum of HSICs over batches, from the Gram form one pair at a time."""
+  def hsic(a, b):
+    ka = cka.center_gram(cka.gram_linear(a), unbiased)
+    kb = cka.center_gram(cka.gram_linear(b), unbiased)
+    return float(np.vdot(ka, kb))
+  xy = sum(hsic(b[i], b[j]) for b in batches)
+  xx = sum(hsic(b[i], b[i]) for b in batches)
+  yy = sum(hsic(b[j], b[j]) for b in batches)
+  return xy / np.sqrt(xx * yy)
+
+
+def test_streamed_equals_one_shot():
+  batches = list(minibatches())
+  stream = cka.MinibatchCKA()
+  for batch in batches:
+    stream.update(batch)
+  result = stream.result()
+  assert stream.hsic_sum.dtype == np.float64
+  # Gram matrices are formed in float32 on the device (relative error ~1e-7 per
+  # entry); only the sums are float64.
+  for i in range(3):
+    for j in range(3):
+      np.testing.assert_allclose(result[i, j], explicit_minibatch_cka(batches, i, j), rtol=1e-5)
+  chex.assert_trees_all_close(result, result.T)
+  np.testing.assert_allclose(np.diag(result), 1., rtol=1e-12)
+
+
+def test_unbiased_estimate_of_independent_features_is_near_zero():
+  batches = list(minibatches(num_batches=20, n=32))
+  biased, unbiased = cka.MinibatchCKA(unbiased=False), cka.MinibatchCKA(unbiased=True)
+  for batch in batches:
+    biased.update(batch)
+    unbiased.update(batch)
+  # Layers 0 and 2 are independent: the biased estimate is inflated at this
+  # batch size, the unbiased one is centred on 0.
+  assert biased.result()[0, 2] > 0.15
+  assert abs(unbiased.result()[0, 2]) < 0.03
+
+
+def test_cross_model_block_equals_joint_computation():
+  model_a = list(minibatches(seed=0))
+  model_b = list(minibatches(seed=0))
+  rng = np.random.RandomState(5)
+  model_b = [[b[0] @ rng.randn(8, 8), b[1] ** 2] for b in model_b]
+  joint = cka.MinibatchCKA()
+  for a, b in zip(model_a, model_b):
+    joint.update(a + b)
+  cross = joint.result()[:3, 3:]
+  both = [a + b for a, b in zip(model_a, model_b)]
+  for i in range(3):
+    for j in range(2):
+      np.testing.assert_allclose(cross[i, j], explicit_minibatch_cka(both, i, 3 + j), rtol=1e-5)
+  # Model b's first layer is a general linear map of model a's: strongly related,
+  # though below the 1 a rotation would give.
+  assert cross[0, 0] > 0.5
+
+
+def test_rejects_unknown_kernel_and_empty_stream():
+  with pytest.raises(ValueError, match='kernel'):
+    cka.minibatch_hsic([np.ones((5, 2))], kernel='cosine')
+  with pytest.raises(ValueError, match='No batches'):
+    cka.MinibatchCKA().result()
