@@ -11,7 +11,7 @@ setuptools.setup(
     install_requires=[
         'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
         'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
-        'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras',
+        'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
     ],
     extras_require={'test': ['pytest', 'pytest-xdist']},
 )

@@ -146,8 +146,8 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
                     num_images: int, data_dir: Optional[str] = None
                     ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
   """(images, integer labels) in full batches, the first `num_images` of a split in
-  order, preprocessed as for evaluation. A last partial batch is dropped so every
-  batch has one shape."""
+  order, preprocessed as for evaluation, for one process on one device. A last
+  partial batch is dropped so every batch has one shape."""
   source = input_pipeline.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
     raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '
@@ -155,7 +155,7 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   source = dataclasses.replace(source, dataset=source.dataset.take(num_images),
                                num_examples=num_images, max_examples=num_images)
   batches = input_pipeline.eval_dataset(source, batch_size=batch_size, image_size=image_size,
-                                        process_count=1)
+                                        process_count=1, local_devices=1)
   for batch in batches.as_numpy_iterator():
     if batch['mask'].all():
       yield batch['image'], batch['label'].argmax(-1)

@@ -183,14 +183,16 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   kinds = sorted({kind for name, kind in train_x if name != pre_logits})
   layers = {kind: [probes.probe_accuracy(train_x[n, kind], train_y, test_x[n, kind], test_y,
                                          num_classes) for n in names] for kind in kinds}
+  smallest_class = int(np.bincount(train_y, minlength=num_classes).min())
   few_shot = {k: probes.few_shot_accuracy(train_x[pre_logits, 'features'], train_y,
                                           test_x[pre_logits, 'features'], test_y, num_classes, k)
-              for k in shots}
+              for k in shots if k <= smallest_class}
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
                         _figure(out, 'probes', subject), f'Linear probes: {subject.label}',
                         'layer', 'test accuracy')
   return {'layers': [_short(n) for n in names], 'probes': layers,
-          'few_shot_pre_logits': few_shot, 'num_train': len(train_y), 'num_test': len(test_y),
+          'few_shot_pre_logits': few_shot,
+          'shots_left_out': [k for k in shots if k > smallest_class], 'num_train': len(train_y), 'num_test': len(test_y),
           'figures': [figure]}
 
 

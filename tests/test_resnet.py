@@ -64,6 +64,11 @@ def test_bit_forward_and_intermediates():
   chex.assert_shape(inter['resnet/block1/unit01/output'], (2, 16, 16, 256))
   chex.assert_shape(inter['resnet/block2/output'], (2, 8, 8, 512))
   chex.assert_shape(inter['resnet/pre_logits'], (2, 512))
+  # The first unit projects its shortcut; the unit adds the two branches.
+  unit = 'resnet/block1/unit01/'
+  chex.assert_shape(inter[unit + 'shortcut'], (2, 16, 16, 256))
+  chex.assert_trees_all_close(inter[unit + 'shortcut'] + inter[unit + 'residual'],
+                              inter[unit + 'output'])
   # The zero-initialised head gives zero logits before training.
   chex.assert_trees_all_close(apply(model, variables, images(2, 64)), jnp.zeros((2, 7)))
   features = apply(tiny_bit(num_classes=0), variables, images(2, 64))

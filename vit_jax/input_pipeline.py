@@ -193,14 +193,16 @@ def mixup(batch, alpha: float, seed: tf.Tensor):
   return {'image': mix(batch['image']), 'label': mix(batch['label'])}
 
 
-def _local_batch_size(batch_size: int, process_count: int) -> int:
+def _local_batch_size(batch_size: int, process_count: int,
+                      local_devices: Optional[int] = None) -> int:
   if batch_size % process_count:
     raise DataError(f'Global batch size {batch_size} is not divisible by the {process_count} '
                     'processes.')
   local = batch_size // process_count
-  if local % jax.local_device_count():
+  local_devices = jax.local_device_count() if local_devices is None else local_devices
+  if local % local_devices:
     raise DataError(f'Per-process batch size {local} is not divisible by the '
-                    f'{jax.local_device_count()} local devices; choose a batch size that is.')
+                    f'{local_devices} local devices; choose a batch size that is.')
   return local
 
 
@@ -258,16 +260,17 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
 
 
 def eval_dataset(source: Source, *, batch_size: int, image_size: int,
-                 resize_small: Optional[int] = None, process_count: Optional[int] = None
-                 ) -> tf.data.Dataset:
+                 resize_small: Optional[int] = None, process_count: Optional[int] = None,
+                 local_devices: Optional[int] = None) -> tf.data.Dataset:
   """One pass over this process's slice: {'image', 'label', 'mask'} batches.
 
   Padding examples (mask 0) fill the last batch, and every process yields the
   same number of batches (that of the largest slice), so each example is
-  counted exactly once whatever the batch size.
+  counted exactly once whatever the batch size. Batches split evenly over
+  `local_devices` (default: all of this process's).
   """
   process_count = jax.process_count() if process_count is None else process_count
-  local_batch = _local_batch_size(batch_size, process_count)
+  local_batch = _local_batch_size(batch_size, process_count, local_devices)
   num_batches = math.ceil(source.max_examples / local_batch)
 
   def preprocess(example):

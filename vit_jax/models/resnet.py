@@ -1,9 +1,9 @@
 """ResNets: the post-activation ResNet v1 of the hybrid ViTs and the BiT ResNetV2.
 
 Module and parameter names are those of the published checkpoints, so a `.npz`
-loads into these trees unchanged. Both families sow their unit and stage outputs
-into the `intermediates` collection; without `mutable=['intermediates']` the
-sows are no-ops and nothing extra is kept.
+loads into these trees unchanged. Both families sow the stem output (`root`) and
+each unit's `shortcut`, `residual` branch and `output` into the `intermediates`
+collection; without `mutable=['intermediates']` the sows are no-ops.
 """
 from typing import Any, Optional, Sequence
 
@@ -57,6 +57,8 @@ class BottleneckV1(nn.Module):
     y = conv(4 * self.features, (1, 1), name='conv3')(y)
     # Zero-init of the last scale makes every unit start as the identity map.
     y = norm(name='gn3', scale_init=nn.initializers.zeros)(y)
+    self.sow('intermediates', 'shortcut', residual)
+    self.sow('intermediates', 'residual', y)
     out = nn.relu(residual + y)
     self.sow('intermediates', 'output', out)
     return out
@@ -186,7 +188,10 @@ class BottleneckV2(nn.Module):
                               projection_strides=self.strides, dtype=self.dtype, name='a')(x)
     y, _ = NormActConv(self.features, 3, self.strides, dtype=self.dtype, name='b')(y)
     y, _ = NormActConv(out, 1, dtype=self.dtype, name='c')(y)
-    out = y + (x if shortcut is None else shortcut)
+    shortcut = x if shortcut is None else shortcut
+    self.sow('intermediates', 'shortcut', shortcut)
+    self.sow('intermediates', 'residual', y)
+    out = y + shortcut
     self.sow('intermediates', 'output', out)
     return out
 

@@ -1,0 +1,114 @@
+"""Attention distance and rollout, norm ratios and receptive fields against closed forms."""
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from analysis import attention, erf, features, skip
+from helpers import TINY_VIT, images, init, perturbed
+from vit_jax import models
+
+
+def one_hot_attention(targets, n, batch=2, heads=3):
+  """(batch, heads, n, n) attention with each query's weight all on targets[query]."""
+  weights = np.eye(n)[np.asarray(targets)]
+  return jnp.asarray(np.broadcast_to(weights, (batch, heads, n, n)))
+
+
+def test_identity_attention_has_distance_zero():
+  distances = attention.mean_attention_distance(one_hot_attention(range(16), 16), (4, 4), 8.,
+                                                has_cls=False)
+  chex.assert_trees_all_close(distances, jnp.zeros(3))
+
+
+def test_fixed_offset_gives_that_offset_in_pixels():
+  # Every query attends to the patch one row down (the last row wraps to the
+  # first, 3 rows up): mean distance (3 * 1 + 1 * 3) / 4 rows of 8 px.
+  targets = [(i + 4) % 16 for i in range(16)]
+  distances = attention.mean_attention_distance(one_hot_attention(targets, 16), (4, 4), 8.,
+                                                has_cls=False)
+  chex.assert_trees_all_close(distances, jnp.full(3, (3 * 8. + 1 * 24.) / 4))
+
+
+def test_uniform_attention_gives_mean_pairwise_distance():
+  # On a 2x2 grid each patch is 1 patch from two others and sqrt(2) from one.
+  uniform = jnp.full((1, 2, 5, 5), 0.2)  # with a class token: 1 + 4 tokens
+  distances = attention.mean_attention_distance(uniform, (2, 2), 16., has_cls=True)
+  chex.assert_trees_all_close(distances, jnp.full(2, 16. * (2 + np.sqrt(2)) / 4), rtol=1e-6)
+
+
+def test_class_token_weight_is_renormalised_away():
+  # Half of every query's weight on the class token, half on the patch to its right.
+  n = 1 + 9
+  weights = np.zeros((1, 1, n, n))
+  for q in range(1, n):
+    weights[0, 0, q, 0] = 0.5
+    weights[0, 0, q, 1 + (q - 1) // 3 * 3 + ((q - 1) % 3 + 1) % 3] = 0.5
+  distances = attention.mean_attention_distance(jnp.asarray(weights), (3, 3), 1., has_cls=True)
+  chex.assert_trees_all_close(distances, jnp.array([(2 * 1 + 1 * 2) / 3]), rtol=1e-6)
+
+
+def test_rollout_of_identity_is_identity_and_rows_sum_to_one():
+  n = 5
+  eye = jnp.broadcast_to(jnp.eye(n), (2, 4, n, n))
+  chex.assert_trees_all_close(attention.attention_rollout([eye, eye]),
+                              jnp.broadcast_to(jnp.eye(n), (2, n, n)))
+  rng = np.random.RandomState(0)
+  layers = [jax.nn.softmax(jnp.asarray(rng.randn(2, 4, n, n)), -1) for _ in range(3)]
+  rollout = attention.attention_rollout(layers)
+  chex.assert_trees_all_close(rollout.sum(-1), jnp.ones((2, n)), rtol=1e-6)
+  # Two layers by hand: (0.5 A2 + 0.5 I) (0.5 A1 + 0.5 I).
+  mix = lambda a: 0.5 * a.mean(1) + 0.5 * jnp.eye(n)
+  chex.assert_trees_all_close(attention.attention_rollout(layers[:2]),
+                              mix(layers[1]) @ mix(layers[0]), rtol=1e-6)
+  maps = attention.rollout_map(rollout, (2, 2), has_cls=True)
+  chex.assert_shape(maps, (2, 2, 2))
+  chex.assert_trees_all_close(maps.max(axis=(1, 2)), jnp.ones(2))
+
+
+def test_norm_ratio_of_scaled_branch_is_inverse_scale():
+  z = jnp.asarray(np.random.RandomState(0).randn(3, 1 + 16, 8))
+  ratios = skip.token_norm_ratios(z, 4. * z, has_cls=True)
+  chex.assert_trees_all_close(ratios, {'cls': 0.25, 'spatial': 0.25}, rtol=1e-6)
+  maps = z[:, 1:].reshape(3, 4, 4, 8)
+  chex.assert_trees_all_close(skip.token_norm_ratios(maps, -0.5 * maps, has_cls=False),
+                              {'spatial': 2.}, rtol=1e-6)
+
+
+class StackedConvs(nn.Module):
+  layers: int
+
+  @nn.compact
+  def __call__(self, x):
+    for _ in range(self.layers):
+      x = nn.Conv(4, (3, 3), padding='SAME', use_bias=False,
+                  kernel_init=nn.initializers.uniform(1.))(x)  # positive: no cancellation
+    return x
+
+
+@pytest.mark.parametrize('layers', [1, 2, 3])
+def test_erf_of_stacked_3x3_convs_has_support_2l_plus_1_squared(layers):
+  model = StackedConvs(layers)
+  x = images(2, 17)
+  variables = model.init(jax.random.PRNGKey(0), x)
+  field = erf.effective_receptive_field(lambda v: model.apply(variables, v), jnp.asarray(x))
+  support = np.argwhere(np.asarray(field) > 0)
+  assert len(support) == (2 * layers + 1) ** 2
+  assert np.all(support.min(0) == 8 - layers) and np.all(support.max(0) == 8 + layers)
+  np.testing.assert_allclose(field.max(), 1., rtol=1e-6)
+
+
+def test_erf_after_patch_embedding_is_exactly_one_patch():
+  config = models.get_config('ViT-Ti_16', num_classes=10, **TINY_VIT)
+  params = perturbed(init(models.build_model(config), 32))['params']
+  subject = features.Subject('tiny', config, params, 32)
+  name = 'Transformer/encoderblock_0/input'
+  field = erf.effective_receptive_field(
+      lambda x: features.spatial_map(subject, subject.intermediates(x, [name])[name]),
+      jnp.asarray(images(2, 32)))
+  support = np.argwhere(np.asarray(field) > 0)
+  # Centre token of the 4x4 grid is (2, 2): pixels 16..23 in each direction.
+  assert len(support) == 64
+  assert np.all(support.min(0) == 16) and np.all(support.max(0) == 23)

@@ -1,0 +1,74 @@
+"""Closed-form probes and the ViT-paper embedding figures."""
+import numpy as np
+import pytest
+
+from analysis import embeddings, probes
+from vit_jax.models.vit import sincos2d_posembed
+
+
+def planted(n, d=20, classes=4, seed=0):
+  """Features whose labels are the argmax of a fixed linear map of them."""
+  rng = np.random.RandomState(seed)
+  w = np.random.RandomState(99).randn(d, classes)
+  x = rng.randn(n, d)
+  return x, np.argmax(x @ w, axis=1)
+
+
+def test_ridge_matches_normal_equations():
+  rng = np.random.RandomState(0)
+  x, t = rng.randn(50, 6), rng.randn(50, 3)
+  weights, biases = probes.ridge_fit(x, t, [0.5])
+  xc = x - x.mean(0)
+  expected = np.linalg.solve(xc.T @ xc + 0.5 * np.eye(6), xc.T @ (t - t.mean(0)))
+  np.testing.assert_allclose(weights[0], expected, rtol=1e-10)
+  np.testing.assert_allclose(biases[0], t.mean(0) - x.mean(0) @ expected, rtol=1e-10)
+
+
+def test_probe_recovers_a_planted_linear_labelling():
+  train_x, train_y = planted(2000)
+  test_x, test_y = planted(500, seed=1)
+  result = probes.probe_accuracy(train_x, train_y, test_x, test_y, 4)
+  assert result['accuracy'] > 0.9
+  # Shuffled labels carry nothing: chance level.
+  shuffled = np.random.RandomState(2).permutation(train_y)
+  assert probes.probe_accuracy(train_x, shuffled, test_x, test_y, 4)['accuracy'] < 0.4
+
+
+def test_few_shot_improves_with_shots_and_checks_class_sizes():
+  train_x, train_y = planted(2000)
+  test_x, test_y = planted(500, seed=1)
+  one = probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=1)
+  many = probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=25)
+  assert many > one and many > 0.7
+  with pytest.raises(ValueError, match='fewer than'):
+    probes.few_shot_accuracy(train_x[:10], train_y[:10], test_x, test_y, 4, shots=25)
+
+
+def test_embedding_components_are_orthonormal_and_ordered():
+  rng = np.random.RandomState(0)
+  # 64 filters of 4x4x3 varying mostly along two fixed directions.
+  directions = rng.randn(2, 48)
+  kernel = (rng.randn(64, 2) * [10., 3.]) @ directions + 0.1 * rng.randn(64, 48)
+  kernel = kernel.T.reshape(4, 4, 3, 64)
+  components = embeddings.patch_embedding_components(kernel, k=5).reshape(5, -1)
+  np.testing.assert_allclose(components @ components.T, np.eye(5), atol=1e-10)
+  unit = directions[0] / np.linalg.norm(directions[0])
+  assert abs(components[0] @ unit) > 0.99
+
+
+def test_position_similarity_of_a_sincos_grid_peaks_at_itself():
+  posemb = np.asarray(sincos2d_posembed((4, 4), 32))  # (16, 32)
+  with_cls = np.concatenate([np.ones((1, 32)), posemb])[None]
+  similarity = embeddings.position_embedding_similarity(with_cls, (4, 4), has_cls=True)
+  assert similarity.shape == (4, 4, 4, 4)
+  for i in range(4):
+    for j in range(4):
+      assert np.unravel_index(np.argmax(similarity[i, j]), (4, 4)) == (i, j)
+  np.testing.assert_allclose(similarity, np.transpose(similarity, (2, 3, 0, 1)), atol=1e-6)
+
+
+def test_token_patch_similarity_of_identical_tokens_is_one_on_the_diagonal():
+  tokens = np.random.RandomState(0).randn(2, 9, 16)
+  similarity = np.asarray(embeddings.token_patch_similarity(tokens, tokens))
+  np.testing.assert_allclose(np.diagonal(similarity, axis1=1, axis2=2), 1., rtol=1e-6)
+  assert np.all(similarity <= 1 + 1e-6)
