@@ -1,0 +1,116 @@
+"""Lanczos tridiagonalisation of a symmetric operator given only as a matrix-vector
+product, and the spectral estimates built on it: extreme eigenvalues and the
+stochastic Lanczos quadrature (SLQ) density (Ghorbani et al. 2019).
+
+Nothing here knows about models: a Hessian is one closure that feeds `matvec`.
+"""
+from typing import Callable, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+
+MatVec = Callable[[jax.Array], jax.Array]
+
+
+def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
+                    key: jax.Array = None) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """`num_steps` Lanczos steps from `start`: (alphas (m,), betas (m-1,), vectors (m, n)).
+
+  Every new vector is orthogonalised against all previous ones twice (full
+  reorthogonalisation), so the basis stays orthonormal and converged eigenvalues
+  are not repeated as ghosts. If the Krylov space is exhausted (beta ~ 0), the
+  next vector is a fresh random one orthogonal to the basis and beta is 0, so
+  the tridiagonal matrix splits into exact blocks. The steps run in one
+  `fori_loop`, so compile time does not depend on `num_steps`.
+  """
+  dim = start.shape[0]
+  key = jax.random.PRNGKey(0) if key is None else key
+  dtype = start.dtype
+  tolerance = jnp.finfo(dtype).eps ** 0.5
+
+  def orthogonalise(w, basis):
+    for _ in range(2):
+      w = w - basis.T @ (basis @ w)
+    return w
+
+  def step(i, carry):
+    basis, alphas, betas = carry
+    v = basis[i]
+    w = matvec(v)
+    alpha = jnp.vdot(w, v)
+    w = orthogonalise(w, basis)  # rows after i are still zero
+    beta = jnp.linalg.norm(w)
+    broke_down = beta < tolerance * jnp.maximum(jnp.abs(alpha), 1.)
+
+    def restart(_):
+      fresh = orthogonalise(jax.random.normal(jax.random.fold_in(key, i), (dim,), dtype), basis)
+      return fresh / jnp.linalg.norm(fresh)
+
+    following = jax.lax.cond(broke_down, restart, lambda w: w / beta, w)
+    basis = basis.at[i + 1].set(following)
+    return basis, alphas.at[i].set(alpha), betas.at[i].set(jnp.where(broke_down, 0., beta))
+
+  basis = jnp.zeros((num_steps + 1, dim), dtype).at[0].set(start / jnp.linalg.norm(start))
+  alphas, betas = jnp.zeros(num_steps, dtype), jnp.zeros(num_steps, dtype)
+  basis, alphas, betas = jax.lax.fori_loop(0, num_steps, step, (basis, alphas, betas))
+  return alphas, betas[:-1], basis[:-1]
+
+
+def tridiag_eigh(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
+  """Eigenvalues (ascending) and eigenvectors of the tridiagonal matrix, in float64."""
+  return scipy.linalg.eigh_tridiagonal(np.asarray(alphas, np.float64),
+                                       np.asarray(betas, np.float64))
+
+
+def quadrature(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
+  """Gauss quadrature nodes (Ritz values) and weights (squared first components of
+  the eigenvectors) of the start vector's spectral measure; weights sum to 1."""
+  nodes, vectors = tridiag_eigh(alphas, betas)
+  return nodes, vectors[0] ** 2
+
+
+def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
+                        key: jax.Array = None, dtype=jnp.float32) -> Dict[str, np.ndarray]:
+  """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues."""
+  key = jax.random.PRNGKey(0) if key is None else key
+  start_key, loop_key = jax.random.split(key)
+  run = jax.jit(lambda s: lanczos_tridiag(matvec, s, num_steps, loop_key))
+  alphas, betas, _ = run(jax.random.normal(start_key, (dim,), dtype))
+  ritz, _ = tridiag_eigh(alphas, betas)
+  by_magnitude = ritz[np.argsort(-np.abs(ritz))]
+  return {'top': by_magnitude[:k], 'most_negative': ritz[:k], 'ritz': ritz}
+
+
+def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
+        dtype=jnp.float32) -> Tuple[np.ndarray, np.ndarray]:
+  """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
+  one Rademacher probe per row, the probes run together under `vmap`."""
+  key = jax.random.PRNGKey(0) if key is None else key
+  probe_keys = jax.random.split(key, num_probes)
+
+  def one_probe(probe_key):
+    start_key, loop_key = jax.random.split(probe_key)
+    start = jax.random.rademacher(start_key, (dim,), dtype)
+    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key)
+    return alphas, betas
+
+  alphas, betas = jax.jit(jax.vmap(one_probe))(probe_keys)
+  pairs = [quadrature(a, b) for a, b in zip(np.asarray(alphas), np.asarray(betas))]
+  return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+
+def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: float
+            ) -> np.ndarray:
+  """Spectral density on `grid`: each node a Gaussian of width `sigma` carrying its
+  weight, averaged over probes; integrates to 1 when the grid covers the nodes."""
+  nodes, weights = np.atleast_2d(nodes), np.atleast_2d(weights)
+  gauss = np.exp(-(grid[None, None] - nodes[..., None]) ** 2 / (2 * sigma**2))
+  return np.mean(np.sum(weights[..., None] * gauss, axis=1), axis=0) / (sigma * np.sqrt(2 * np.pi))
+
+
+def negative_fraction(nodes: np.ndarray, weights: np.ndarray) -> float:
+  """Share of the spectral mass below zero, averaged over probes."""
+  return float(np.mean(np.sum(np.where(np.atleast_2d(nodes) < 0, np.atleast_2d(weights), 0.),
+                              axis=1)))

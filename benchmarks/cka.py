@@ -1,0 +1,77 @@
+"""Cost of all-pairs minibatch CKA next to the forward passes that feed it.
+
+    python benchmarks/cka.py [--num_images 10000] [--batch 250] [--image_size 112]
+
+Two 12-block ViT-Ti/16 models (token and GAP heads, different seeds; 25
+residual-stream layers each, 50 in all) stream `num_images` random images.
+Per batch it times the two forward passes and the CKA update (Gram matrices of
+all 50 layers, one product, float64 sums) separately. Targets: CKA time at most
+half the forward time; resident memory flat from the first tenth of the images
+to the end.
+"""
+import argparse
+import time
+
+import jax
+import numpy as np
+
+from analysis import cka, features
+from vit_jax import models
+
+
+def resident_mib() -> float:
+  with open('/proc/self/status') as f:
+    line = next(l for l in f if l.startswith('VmRSS'))
+  return int(line.split()[1]) / 1024
+
+
+def subject(label: str, seed: int, image_size: int, **overrides) -> features.Subject:
+  config = models.get_config('ViT-Ti_16', num_classes=10, **overrides)
+  params = jax.jit(models.build_model(config).init)(
+      jax.random.PRNGKey(seed), np.zeros((1, image_size, image_size, 3), np.float32))['params']
+  return features.Subject(label, config, params, image_size)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--num_images', type=int, default=10_000)
+  parser.add_argument('--batch', type=int, default=250)
+  parser.add_argument('--image_size', type=int, default=112)
+  args = parser.parse_args()
+  subjects = [subject('token', 0, args.image_size), subject('gap', 1, args.image_size,
+                                                             classifier='gap')]
+  names = [features.block_names(s) for s in subjects]
+  print(f'{sum(map(len, names))} layers, {args.num_images} images of {args.image_size} px, '
+        f'batch {args.batch}')
+  stream = cka.MinibatchCKA()
+  rng = np.random.RandomState(0)
+  forward_s = cka_s = 0.
+  num_batches = args.num_images // args.batch
+  memory = []
+  for step in range(num_batches + 1):  # batch 0 compiles and is not timed
+    images = rng.uniform(-1, 1, (args.batch, args.image_size, args.image_size, 3)).astype(
+        np.float32)
+    start = time.perf_counter()
+    reps = []
+    for s, layer_names in zip(subjects, names):
+      inter = s.intermediates(images, layer_names)
+      reps += [inter[n] for n in layer_names]
+    jax.block_until_ready(reps)
+    middle = time.perf_counter()
+    stream.update(reps)
+    end = time.perf_counter()
+    if step:
+      forward_s += middle - start
+      cka_s += end - middle
+    if step in (max(num_batches // 10, 1), num_batches):
+      memory.append(resident_mib())
+  stream.result()
+  print(f'forward passes: {forward_s:.1f} s; CKA updates: {cka_s:.1f} s; '
+        f'ratio CKA/forward {cka_s / forward_s:.3f} (target <= 0.5)')
+  print(f'resident memory after {max(num_batches // 10, 1) * args.batch} images: '
+        f'{memory[0]:.0f} MiB; after {num_batches * args.batch}: {memory[1]:.0f} MiB '
+        f'(growth {memory[1] - memory[0]:+.0f} MiB)')
+
+
+if __name__ == '__main__':
+  main()

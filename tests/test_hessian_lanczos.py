@@ -1,0 +1,137 @@
+"""Hessian-vector products and Lanczos spectra against dense references."""
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from analysis import hessian, lanczos
+
+
+class TinyNet(nn.Module):
+  @nn.compact
+  def __call__(self, x, train=False):
+    x = x.reshape(x.shape[0], -1)
+    return nn.Dense(3)(jnp.tanh(nn.Dense(5)(x)))
+
+
+def tiny_problem(dtype):
+  rng = np.random.RandomState(0)
+  model = TinyNet()
+  batches = [(jnp.asarray(rng.randn(6, 2, 2, 1), dtype),
+              jnp.asarray(np.eye(3)[rng.randint(0, 3, 6)], dtype)) for _ in range(2)]
+  params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
+  params = jax.tree_util.tree_map(lambda p: p.astype(dtype) + 0.3, params)
+  return hessian.training_loss(model, batches, l2=0.01), params
+
+
+@pytest.mark.parametrize('dtype,rtol', [(jnp.float32, 2e-4), (jnp.float64, 1e-10)])
+def test_hvp_equals_dense_hessian_and_finite_differences(dtype, rtol):
+  with jax.enable_x64(dtype == jnp.float64):
+    loss, params = tiny_problem(dtype)
+    flat, unravel = ravel_pytree(params)
+    flat_loss = lambda f: loss(unravel(f))
+    dense = jax.hessian(flat_loss)(flat)
+    matvec, dim = hessian.flat_hvp(loss, params)
+    v = jnp.asarray(np.random.RandomState(1).randn(dim), dtype)
+    chex.assert_trees_all_close(matvec(v), dense @ v, rtol=rtol, atol=rtol)
+    if dtype == jnp.float64:
+      # Central differences of the gradient: O(h^2) truncation error.
+      h = 1e-5
+      grad = jax.grad(flat_loss)
+      finite = (grad(flat + h * v) - grad(flat - h * v)) / (2 * h)
+      chex.assert_trees_all_close(matvec(v), finite, rtol=1e-6, atol=1e-8)
+    u = jnp.asarray(np.random.RandomState(2).randn(dim), dtype)
+    np.testing.assert_allclose(jnp.vdot(u, matvec(v)), jnp.vdot(matvec(u), v), rtol=rtol)
+
+
+def random_symmetric(n, seed=0):
+  a = np.random.RandomState(seed).randn(n, n)
+  return (a + a.T) / 2
+
+
+def test_full_lanczos_recovers_eigh():
+  with jax.enable_x64(True):
+    a = random_symmetric(30)
+    alphas, betas, vectors = lanczos.lanczos_tridiag(lambda v: a @ v, jnp.ones(30), 30)
+    ritz, _ = lanczos.tridiag_eigh(alphas, betas)
+    np.testing.assert_allclose(ritz, np.linalg.eigvalsh(a), atol=1e-8)
+    np.testing.assert_allclose(vectors @ vectors.T, np.eye(30), atol=1e-10)
+
+
+def test_lanczos_vectors_stay_orthonormal_in_float32():
+  diagonal = jnp.asarray(np.concatenate([np.linspace(0, 1, 500), [5., 10., 20.]]), jnp.float32)
+  _, _, vectors = lanczos.lanczos_tridiag(lambda v: diagonal * v, jnp.ones(503), 80)
+  np.testing.assert_allclose(vectors @ vectors.T, np.eye(80), atol=1e-5)
+
+
+def test_extreme_eigenvalues_converge_in_few_steps():
+  # Bulk in [-1, 1] and separated outliers: 3 large, 2 negative.
+  bulk = np.linspace(-1, 1, 1000)
+  values = np.concatenate([bulk, [50., 30., 20., -10., -5.]])
+  diagonal = jnp.asarray(values, jnp.float32)
+  result = lanczos.extreme_eigenvalues(lambda v: diagonal * v, len(values), num_steps=40, k=3)
+  np.testing.assert_allclose(result['top'], [50., 30., 20.], rtol=1e-4)
+  np.testing.assert_allclose(result['most_negative'][:2], [-10., -5.], rtol=1e-4)
+
+
+def test_one_large_outlier_gives_one_ritz_value_not_ghosts():
+  values = np.concatenate([np.random.RandomState(0).uniform(0, 1, 300), [100.]])
+  diagonal = jnp.asarray(values, jnp.float32)
+  ritz = lanczos.extreme_eigenvalues(lambda v: diagonal * v, 301, num_steps=120)['ritz']
+  assert np.sum(np.abs(ritz - 100.) < 1.) == 1
+
+
+def test_breakdown_restarts_with_an_orthogonal_vector():
+  # Start in the span of 3 eigenvectors: the Krylov space is exhausted after 3 steps.
+  with jax.enable_x64(True):
+    diagonal = jnp.arange(1., 9.)
+    start = jnp.zeros(8).at[:3].set(1.)
+    alphas, betas, vectors = lanczos.lanczos_tridiag(lambda v: diagonal * v, start, 8)
+    assert abs(float(betas[2])) == 0.
+    np.testing.assert_allclose(vectors @ vectors.T, np.eye(8), atol=1e-10)
+    ritz, _ = lanczos.tridiag_eigh(alphas, betas)
+    np.testing.assert_allclose(ritz, np.arange(1., 9.), atol=1e-8)
+
+
+def test_quadrature_weights_and_moments():
+  """With a Rademacher start on a diagonal matrix, m Lanczos steps integrate
+  x^k exactly for k <= 2m - 1, and v^T H^k v / n = tr(H^k) / n."""
+  with jax.enable_x64(True):
+    values = np.random.RandomState(0).uniform(-1, 3, 200)
+    nodes, weights = lanczos.slq(lambda v: jnp.asarray(values) * v, 200, num_steps=6,
+                                 num_probes=3, dtype=jnp.float64)
+    np.testing.assert_allclose(weights.sum(1), 1., rtol=1e-12)
+    for k in range(1, 12):
+      np.testing.assert_allclose(np.sum(weights * nodes**k, axis=1),
+                                 np.full(3, np.mean(values**k)), rtol=1e-8)
+
+
+def test_density_matches_the_smoothed_true_density():
+  values = np.concatenate([np.random.RandomState(0).normal(0, 1, 400),
+                           np.random.RandomState(1).normal(6, 0.5, 100)])
+  matrix = jnp.asarray(values, jnp.float32)
+  nodes, weights = lanczos.slq(lambda v: matrix * v, 500, num_steps=60, num_probes=8)
+  grid = np.linspace(-5, 9, 300)
+  sigma = 0.5
+  estimate = lanczos.density(nodes, weights, grid, sigma)
+  truth = lanczos.density(values[None], np.full((1, 500), 1 / 500), grid, sigma)
+  np.testing.assert_allclose(np.trapezoid(estimate, grid), 1., atol=1e-3)
+  # Rademacher probes: the weight on each eigenvalue is 1/n exactly for a
+  # diagonal matrix, so only the quadrature error remains.
+  assert np.max(np.abs(estimate - truth)) < 0.05 * truth.max()
+  np.testing.assert_allclose(lanczos.negative_fraction(nodes, weights), np.mean(values < 0),
+                             atol=0.05)
+
+
+def test_hessian_top_and_bottom_eigenvalues_match_eigh():
+  loss, params = tiny_problem(jnp.float32)
+  flat, unravel = ravel_pytree(params)
+  exact = np.linalg.eigvalsh(np.asarray(jax.hessian(lambda f: loss(unravel(f)))(flat), np.float64))
+  matvec, dim = hessian.flat_hvp(loss, params)
+  result = lanczos.extreme_eigenvalues(matvec, dim, num_steps=dim, k=3)
+  by_magnitude = exact[np.argsort(-np.abs(exact))]
+  np.testing.assert_allclose(result['top'], by_magnitude[:3], rtol=1e-4)
+  np.testing.assert_allclose(result['most_negative'], exact[:3], rtol=1e-4, atol=1e-6)
