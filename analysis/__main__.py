@@ -17,6 +17,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from analysis import features
+from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 
 # tool: (function, what it needs). 'pair' tools take every model at once.
@@ -28,6 +29,9 @@ TOOLS = {
     'probes': (rt.run_probes, 'any'),
     'localisation': (rt.run_localisation, 'vit'),
     'vit_figures': (rt.run_vit_figures, 'vit'),
+    'hessian': (lt.run_hessian, 'any'),
+    'fourier': (lt.run_fourier, 'any'),
+    'robustness': (lt.run_robustness, 'any'),
 }
 
 FLAGS = flags.FLAGS

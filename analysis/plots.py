@@ -27,7 +27,7 @@ def heatmap(matrix: np.ndarray, path: str, title: str, xlabel: str, ylabel: str,
 
 def curves(series: Dict[str, np.ndarray], path: str, title: str, xlabel: str, ylabel: str,
            x: Optional[np.ndarray] = None, shade: Sequence[int] = (),
-           logy: bool = False) -> str:
+           logy: bool = False, legend: bool = True) -> str:
   """One line per named series; `shade` marks x positions (e.g. attention blocks)."""
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   for name, values in series.items():
@@ -38,8 +38,18 @@ def curves(series: Dict[str, np.ndarray], path: str, title: str, xlabel: str, yl
   if logy:
     ax.set_yscale('log')
   ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-  if len(series) > 1:
+  if legend and len(series) > 1:
     ax.legend(fontsize='small')
+  elif len(series) > 1:  # many layers: colour runs from shallow (dark) to deep (light)
+    for line, colour in zip(ax.get_lines(), plt.cm.viridis(np.linspace(0, 1, len(series)))):
+      line.set_color(colour)
+  return _save(fig, path)
+
+
+def histogram(values: np.ndarray, path: str, title: str, xlabel: str) -> str:
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  ax.hist(values, bins=30)
+  ax.set(title=title, xlabel=xlabel, ylabel='count')
   return _save(fig, path)
 
 

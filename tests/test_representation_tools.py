@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from analysis import features
+from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 from helpers import TINY_VIT, init, perturbed
 from vit_jax import checkpoint, models
@@ -94,8 +95,29 @@ def test_command_line_on_the_quick_start_recipes(tmp_path):
        '--checkpoint', paths['vit'], '--config2', 'configs/quickstart_resnet.py',
        '--checkpoint2', paths['resnet'], '--num_images', '60', '--batch_size', '30',
        '--out', str(out)], check=True, cwd=ROOT)
-  for tool in ('cka', 'attention_distance', 'norm_ratio', 'erf', 'probes', 'localisation',
-               'vit_figures'):
-    result = json.loads((out / f'{tool}.json').read_text())
-    assert result
-  assert len(list(out.glob('*.png'))) >= 12
+  from analysis.__main__ import TOOLS
+  for tool in TOOLS:
+    assert json.loads((out / f'{tool}.json').read_text())
+  assert len(list(out.glob('*.png'))) >= 20
+
+
+@pytest.mark.parametrize('index', [0, 2])
+def test_landscape_tools(subjects, index, tmp_path):
+  s = subjects[index]
+  result = lt.run_hessian(s, batches, str(tmp_path), num_minibatches=2, top_k=3, steps_top=8,
+                          steps_density=10)
+  json.dumps(result)
+  assert np.array(result['top_per_minibatch']).shape == (2, 3)
+  np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
+  assert 0 <= result['negative_fraction'] <= 1
+  result = lt.run_fourier(s, batches, str(tmp_path))
+  json.dumps(result)
+  curves = np.array(result['curves'])
+  assert curves.shape == (len(result['layers']), 9)
+  np.testing.assert_allclose(curves[:, 0], 0., atol=1e-6)
+  assert np.all(np.array(result['variance']) > 0)
+  assert len(result['attention_layers']) == (2 if s.family == 'vit' else 0)
+  result = lt.run_robustness(s, batches, str(tmp_path))
+  json.dumps(result)
+  assert len(result['accuracy_drop']) == 5
+  assert all(os.path.exists(f) for f in result['figures'])
