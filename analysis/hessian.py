@@ -5,7 +5,7 @@ The loss is evaluated in inference mode (no dropout, no stochastic depth) on a
 fixed list of batches whose augmentation was drawn once, averaged over the
 batches, plus an optional explicit L2 term, so every product uses the same matrix.
 """
-from typing import Callable, Sequence, Tuple
+from typing import Any, Callable, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -13,14 +13,14 @@ from jax.flatten_util import ravel_pytree
 
 from vit_jax import train
 
-Loss = Callable[[object], jax.Array]
+Loss = Callable[[Any, Sequence], jax.Array]
 
 
-def training_loss(model, batches: Sequence[Tuple[jax.Array, jax.Array]], l2: float = 0.,
-                  kind: str = 'softmax', label_smoothing: float = 0.) -> Loss:
-  """params -> mean over the fixed batches of the cross-entropy (one-hot labels)
-  + l2/2 ||params||^2."""
-  def loss(params):
+def training_loss(model, l2: float = 0., kind: str = 'softmax',
+                  label_smoothing: float = 0.) -> Loss:
+  """(params, batches) -> mean over the batches, each (images, one-hot labels), of
+  the cross-entropy, + l2/2 ||params||^2."""
+  def loss(params, batches):
     total = 0.
     for images, labels in batches:
       logits = model.apply({'params': params}, images, train=False)
@@ -30,12 +30,20 @@ def training_loss(model, batches: Sequence[Tuple[jax.Array, jax.Array]], l2: flo
   return loss
 
 
-def hvp(loss: Loss, params, vector):
+def hvp(loss: Loss, params, batches, vector):
   """H v at `params` by forward-over-reverse differentiation: jvp of the gradient."""
-  return jax.jvp(jax.grad(loss), (params,), (vector,))[1]
+  return jax.jvp(lambda p: jax.grad(loss)(p, batches), (params,), (vector,))[1]
 
 
-def flat_hvp(loss: Loss, params) -> Tuple[Callable[[jax.Array], jax.Array], int]:
-  """(v -> H v on flat float vectors, dimension) for the parameters' ravelled form."""
-  flat, unravel = ravel_pytree(params)
-  return lambda v: ravel_pytree(hvp(loss, params, unravel(v)))[0], flat.shape[0]
+def flat_hvp(loss: Loss, params) -> Tuple[Callable[..., jax.Array], int]:
+  """(matvec, dimension): matvec(v, params, batches) = H v on flat vectors.
+
+  Parameters and batches are arguments, not closed over, so that under `jit`
+  they are inputs rather than constants XLA would try to fold; pass them to the
+  `analysis.lanczos` functions as `operands=(params, batches)`.
+  """
+  _, unravel = ravel_pytree(params)
+
+  def matvec(v, params, batches):
+    return ravel_pytree(hvp(loss, params, batches, unravel(v)))[0]
+  return matvec, ravel_pytree(params)[0].shape[0]

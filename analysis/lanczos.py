@@ -4,19 +4,23 @@ stochastic Lanczos quadrature (SLQ) density (Ghorbani et al. 2019).
 
 Nothing here knows about models: a Hessian is one closure that feeds `matvec`.
 """
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-MatVec = Callable[[jax.Array], jax.Array]
+MatVec = Callable[..., jax.Array]
 
 
 def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
-                    key: jax.Array = None) -> Tuple[jax.Array, jax.Array, jax.Array]:
+                    key: jax.Array = None, operands: Sequence = ()
+                    ) -> Tuple[jax.Array, jax.Array, jax.Array]:
   """`num_steps` Lanczos steps from `start`: (alphas (m,), betas (m-1,), vectors (m, n)).
+
+  The operator is v -> matvec(v, *operands); arrays it needs are best passed as
+  `operands`, so that under `jit` they are inputs rather than folded constants.
 
   Every new vector is orthogonalised against all previous ones twice (full
   reorthogonalisation), so the basis stays orthonormal and converged eigenvalues
@@ -38,7 +42,7 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   def step(i, carry):
     basis, alphas, betas = carry
     v = basis[i]
-    w = matvec(v)
+    w = matvec(v, *operands)
     alpha = jnp.vdot(w, v)
     w = orthogonalise(w, basis)  # rows after i are still zero
     beta = jnp.linalg.norm(w)
@@ -58,6 +62,11 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   return alphas, betas[:-1], basis[:-1]
 
 
+# Compiled once per operator and step count, then reused for new operands
+# (e.g. the minibatches of a Hessian).
+_compiled_tridiag = jax.jit(lanczos_tridiag, static_argnames=('matvec', 'num_steps'))
+
+
 def tridiag_eigh(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
   """Eigenvalues (ascending) and eigenvectors of the tridiagonal matrix, in float64."""
   return scipy.linalg.eigh_tridiagonal(np.asarray(alphas, np.float64),
@@ -71,32 +80,39 @@ def quadrature(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
   return nodes, vectors[0] ** 2
 
 
-def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
-                        key: jax.Array = None, dtype=jnp.float32) -> Dict[str, np.ndarray]:
-  """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues."""
-  key = jax.random.PRNGKey(0) if key is None else key
-  start_key, loop_key = jax.random.split(key)
-  run = jax.jit(lambda s: lanczos_tridiag(matvec, s, num_steps, loop_key))
-  alphas, betas, _ = run(jax.random.normal(start_key, (dim,), dtype))
+def ritz_summary(alphas, betas, k: int = 5) -> Dict[str, np.ndarray]:
+  """The k largest-magnitude and the k most negative Ritz values, and all of them."""
   ritz, _ = tridiag_eigh(alphas, betas)
   by_magnitude = ritz[np.argsort(-np.abs(ritz))]
   return {'top': by_magnitude[:k], 'most_negative': ritz[:k], 'ritz': ritz}
 
 
+def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
+                        key: jax.Array = None, dtype=jnp.float32,
+                        operands: Sequence = ()) -> Dict[str, np.ndarray]:
+  """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues,
+  from a random start."""
+  key = jax.random.PRNGKey(0) if key is None else key
+  start_key, loop_key = jax.random.split(key)
+  alphas, betas, _ = _compiled_tridiag(matvec=matvec, start=jax.random.normal(
+      start_key, (dim,), dtype), num_steps=num_steps, key=loop_key, operands=tuple(operands))
+  return ritz_summary(alphas, betas, k)
+
+
 def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
-        dtype=jnp.float32) -> Tuple[np.ndarray, np.ndarray]:
+        dtype=jnp.float32, operands: Sequence = ()) -> Tuple[np.ndarray, np.ndarray]:
   """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
   one Rademacher probe per row, the probes run together under `vmap`."""
   key = jax.random.PRNGKey(0) if key is None else key
   probe_keys = jax.random.split(key, num_probes)
 
-  def one_probe(probe_key):
+  def one_probe(probe_key, ops):
     start_key, loop_key = jax.random.split(probe_key)
     start = jax.random.rademacher(start_key, (dim,), dtype)
-    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key)
+    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key, ops)
     return alphas, betas
 
-  alphas, betas = jax.jit(jax.vmap(one_probe))(probe_keys)
+  alphas, betas = jax.jit(jax.vmap(one_probe, in_axes=(0, None)))(probe_keys, tuple(operands))
   pairs = [quadrature(a, b) for a, b in zip(np.asarray(alphas), np.asarray(betas))]
   return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 

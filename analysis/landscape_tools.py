@@ -2,7 +2,6 @@
 feature-map Fourier curves, feature-map variance and robustness to band-limited
 noise. Same conventions as `representation_tools`: numbers returned, figures written.
 """
-import os
 from typing import Dict, List, Sequence, Tuple
 
 import jax
@@ -31,14 +30,13 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   and an SLQ density with its negative fraction on all of them together."""
   num_classes = subject.config.num_classes
   fixed = _fixed_batches(batches, 'train', num_minibatches, num_classes)
-  model = subject.model
-  tops = []
-  for i, batch in enumerate(fixed):
-    matvec, dim = hessian.flat_hvp(hessian.training_loss(model, [batch]), subject.params)
-    result = lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i))
-    tops.append(result['top'].tolist())
-  matvec, dim = hessian.flat_hvp(hessian.training_loss(model, fixed), subject.params)
-  nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes)
+  loss = hessian.training_loss(subject.model)
+  matvec, dim = hessian.flat_hvp(loss, subject.params)
+  tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
+                                      operands=(subject.params, [batch]))['top'].tolist()
+          for i, batch in enumerate(fixed)]
+  nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
+                               operands=(subject.params, fixed))
   span = max(np.abs(nodes).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)
   sigma = span / 100

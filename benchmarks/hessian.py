@@ -35,26 +35,26 @@ def main():
               jax.nn.one_hot(rng.randint(0, 10, args.batch), 10))
              for _ in range(args.examples // args.batch)]
   params = jax.jit(model.init)(jax.random.PRNGKey(0), batches[0][0][:1])['params']
-  loss = hessian.training_loss(model, batches)
+  loss = hessian.training_loss(model)
   matvec, dim = hessian.flat_hvp(loss, params)
-  flat, unravel = ravel_pytree(params)
-  grad = jax.jit(lambda f: ravel_pytree(jax.grad(loss)(unravel(f)))[0])
+  grad = jax.jit(lambda p, b: ravel_pytree(jax.grad(loss)(p, b))[0])
   v = jnp.asarray(rng.randn(dim), jnp.float32)
-  grad_s = seconds_per_call(grad, flat, repeats=5)
-  hvp_s = seconds_per_call(jax.jit(matvec), v, repeats=5)
+  grad_s = seconds_per_call(grad, params, batches, repeats=5)
+  hvp_s = seconds_per_call(jax.jit(matvec), v, params, batches, repeats=5)
   print(f'{dim:,} parameters, {args.examples} examples in batches of {args.batch}')
   print(f'gradient {grad_s:.3f} s, HVP {hvp_s:.3f} s: ratio {hvp_s / grad_s:.2f} (target <= 3)')
 
   for steps in (20, 200):
-    run = jax.jit(lambda s, steps=steps: lanczos.lanczos_tridiag(matvec, s, steps))
+    run = jax.jit(lambda s, ops, steps=steps: lanczos.lanczos_tridiag(matvec, s, steps,
+                                                                      operands=ops))
     start = time.perf_counter()
-    run.lower(v).compile()
+    run.lower(v, (params, batches)).compile()
     print(f'compile of {steps} Lanczos steps: {time.perf_counter() - start:.1f} s')
 
-  run = jax.jit(lambda s: lanczos.lanczos_tridiag(matvec, s, args.steps))
-  compiled = run.lower(v).compile()
+  run = jax.jit(lambda s, ops: lanczos.lanczos_tridiag(matvec, s, args.steps, operands=ops))
+  compiled = run.lower(v, (params, batches)).compile()
   start = time.perf_counter()
-  alphas, betas, _ = jax.block_until_ready(compiled(v))
+  alphas, betas, _ = jax.block_until_ready(compiled(v, (params, batches)))
   minutes = (time.perf_counter() - start) / 60
   ritz, _ = lanczos.tridiag_eigh(alphas, betas)
   print(f'{args.steps} Lanczos steps: {minutes:.2f} min (target <= 10); '

@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The quick start: installs the project and the offline Fashion-MNIST, then trains
-# the small ViT of configs/quickstart_vit.py into workdirs/quickstart_vit.
-# Extra arguments go to the trainer, e.g. --config.num_epochs=1.
+# The quick start: installs the project and the offline Fashion-MNIST, trains the
+# small ViT and the small ResNet of configs/quickstart_{vit,resnet}.py into
+# workdirs/quickstart_{vit,resnet}, then runs every analysis tool on the two
+# into workdirs/analysis. Extra arguments go to both trainers, e.g.
+# --config.num_epochs=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/get_data.sh
-exec .venv/bin/python -m vit_jax.train --config configs/quickstart_vit.py \
-  --workdir workdirs/quickstart_vit "$@"
+for model in vit resnet; do
+  .venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py" \
+    --workdir "workdirs/quickstart_${model}" "$@"
+done
+exec .venv/bin/python -m analysis all \
+  --config configs/quickstart_vit.py --workdir workdirs/quickstart_vit \
+  --config2 configs/quickstart_resnet.py --workdir2 workdirs/quickstart_resnet \
+  --out workdirs/analysis

@@ -24,17 +24,18 @@ def tiny_problem(dtype):
               jnp.asarray(np.eye(3)[rng.randint(0, 3, 6)], dtype)) for _ in range(2)]
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
   params = jax.tree_util.tree_map(lambda p: p.astype(dtype) + 0.3, params)
-  return hessian.training_loss(model, batches, l2=0.01), params
+  return hessian.training_loss(model, l2=0.01), params, batches
 
 
 @pytest.mark.parametrize('dtype,rtol', [(jnp.float32, 2e-4), (jnp.float64, 1e-10)])
 def test_hvp_equals_dense_hessian_and_finite_differences(dtype, rtol):
   with jax.enable_x64(dtype == jnp.float64):
-    loss, params = tiny_problem(dtype)
+    loss, params, batches = tiny_problem(dtype)
     flat, unravel = ravel_pytree(params)
-    flat_loss = lambda f: loss(unravel(f))
+    flat_loss = lambda f: loss(unravel(f), batches)
     dense = jax.hessian(flat_loss)(flat)
-    matvec, dim = hessian.flat_hvp(loss, params)
+    hvp, dim = hessian.flat_hvp(loss, params)
+    matvec = lambda v: hvp(v, params, batches)
     v = jnp.asarray(np.random.RandomState(1).randn(dim), dtype)
     chex.assert_trees_all_close(matvec(v), dense @ v, rtol=rtol, atol=rtol)
     if dtype == jnp.float64:
@@ -127,11 +128,13 @@ def test_density_matches_the_smoothed_true_density():
 
 
 def test_hessian_top_and_bottom_eigenvalues_match_eigh():
-  loss, params = tiny_problem(jnp.float32)
+  loss, params, batches = tiny_problem(jnp.float32)
   flat, unravel = ravel_pytree(params)
-  exact = np.linalg.eigvalsh(np.asarray(jax.hessian(lambda f: loss(unravel(f)))(flat), np.float64))
+  exact = np.linalg.eigvalsh(np.asarray(
+      jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64))
   matvec, dim = hessian.flat_hvp(loss, params)
-  result = lanczos.extreme_eigenvalues(matvec, dim, num_steps=dim, k=3)
+  result = lanczos.extreme_eigenvalues(matvec, dim, num_steps=dim, k=3,
+                                       operands=(params, batches))
   by_magnitude = exact[np.argsort(-np.abs(exact))]
   np.testing.assert_allclose(result['top'], by_magnitude[:3], rtol=1e-4)
   np.testing.assert_allclose(result['most_negative'], exact[:3], rtol=1e-4, atol=1e-6)

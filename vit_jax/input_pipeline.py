@@ -68,7 +68,7 @@ def _prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBu
   try:
     builder.download_and_prepare()
   except Exception as e:  # TFDS raises many kinds for a failed download.
-    hint = (f' Run scripts/get_data.sh to install the offline copy.' if offline else '')
+    hint = (' Run scripts/get_data.sh to install the offline copy.' if offline else '')
     raise DataError(
         f'Could not prepare TFDS dataset {name!r} in {builder.data_dir} '
         f'({type(e).__name__}: {e}). With no network, download it elsewhere and copy the '

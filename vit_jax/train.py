@@ -278,12 +278,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
 
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file('config', None, 'Recipe file, e.g. configs/quickstart_vit.py.',
-                                lock_config=True)
-flags.DEFINE_string('workdir', None, 'Where checkpoints, params.npz and logs go.')
-flags.DEFINE_string('coordinator_address', None, 'host:port of process 0, for multi-process runs.')
-flags.DEFINE_integer('num_processes', None, 'Number of processes in a multi-process run.')
-flags.DEFINE_integer('process_id', None, 'Index of this process in a multi-process run.')
+
+
+def define_flags() -> None:
+  """The command-line flags; defined only when run as a program, so that importing
+  this module (as the analysis tools do) leaves the flag namespace free."""
+  config_flags.DEFINE_config_file('config', None, 'Recipe file, e.g. configs/quickstart_vit.py.',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where checkpoints, params.npz and logs go.')
+  flags.DEFINE_string('coordinator_address', None,
+                      'host:port of process 0, for multi-process runs.')
+  flags.DEFINE_integer('num_processes', None, 'Number of processes in a multi-process run.')
+  flags.DEFINE_integer('process_id', None, 'Index of this process in a multi-process run.')
+  flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def main(argv):
@@ -300,5 +307,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  flags.mark_flags_as_required(['config', 'workdir'])
+  define_flags()
   app.run(main)
