@@ -32,11 +32,14 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   fixed = _fixed_batches(batches, 'train', num_minibatches, num_classes)
   loss = hessian.training_loss(subject.model)
   matvec, dim = hessian.flat_hvp(loss, subject.params)
+  # Convolutions run slowly inside XLA:CPU loop bodies: drive ResNets from Python there.
+  host_loop = subject.family == 'bit' and jax.default_backend() == 'cpu'
   tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
-                                      operands=(subject.params, [batch]))['top'].tolist()
+                                      operands=(subject.params, [batch]),
+                                      host_loop=host_loop)['top'].tolist()
           for i, batch in enumerate(fixed)]
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
-                               operands=(subject.params, fixed))
+                               operands=(subject.params, fixed), host_loop=host_loop)
   span = max(np.abs(nodes).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)
   sigma = span / 100

@@ -37,6 +37,9 @@ def curves(series: Dict[str, np.ndarray], path: str, title: str, xlabel: str, yl
     ax.axvspan(position - 0.5, position + 0.5, color='0.9', zorder=0)
   if logy:
     ax.set_yscale('log')
+    # Gaussian tails reach 1e-300; six decades below the peak show the shape.
+    peak = max(np.nanmax(np.asarray(v)) for v in series.values())
+    ax.set_ylim(bottom=peak * 1e-6)
   ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
   if legend and len(series) > 1:
     ax.legend(fontsize='small')

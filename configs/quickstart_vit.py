@@ -18,7 +18,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 28
   config.inception_crop = False  # resize and flip only: the images are already centred
   config.batch_size = 128
-  config.num_epochs = 3
+  config.num_epochs = 5
   config.optimizer = 'adam'
   config.lr = 2e-3
   config.warmup_steps = 200

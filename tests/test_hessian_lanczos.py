@@ -138,3 +138,13 @@ def test_hessian_top_and_bottom_eigenvalues_match_eigh():
   by_magnitude = exact[np.argsort(-np.abs(exact))]
   np.testing.assert_allclose(result['top'], by_magnitude[:3], rtol=1e-4)
   np.testing.assert_allclose(result['most_negative'], exact[:3], rtol=1e-4, atol=1e-6)
+
+
+def test_host_loop_gives_the_same_tridiagonal_matrix():
+  a = jnp.asarray(random_symmetric(40), jnp.float32)
+  start = jnp.ones(40)
+  compiled = lanczos.lanczos_tridiag(lambda v, m: m @ v, start, 12, operands=(a,))
+  hosted = lanczos.lanczos_tridiag(lambda v, m: m @ v, start, 12, operands=(a,), host_loop=True)
+  chex.assert_trees_all_close(compiled, hosted, rtol=1e-5, atol=1e-5)
+  nodes, weights = lanczos.slq(lambda v, m: m @ v, 40, 8, 2, operands=(a,), host_loop=True)
+  chex.assert_trees_all_close(weights.sum(1), np.ones(2), rtol=1e-5)
