@@ -8,6 +8,7 @@ image size, dataset) and its parameters (`--workdir` with params.npz, or
 `--checkpoint` with any .npz, published or ours). Tools: see TOOLS; `all` runs
 every one on every model it applies to.
 """
+import functools
 import json
 import os
 import sys
@@ -45,6 +46,9 @@ flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
 flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
+flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
+flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
+                     'for the density.')
 
 
 def _subject(config, workdir, path, which: str) -> features.Subject:
@@ -78,6 +82,9 @@ def run(tool: str) -> Dict:
   results = {}
   for name in (TOOLS if tool == 'all' else [tool]):
     fn, needs = TOOLS[name]
+    if name == 'hessian':
+      fn = functools.partial(fn, num_minibatches=FLAGS.hessian_batches,
+                             steps_top=FLAGS.lanczos_steps, steps_density=2 * FLAGS.lanczos_steps)
     if needs == 'pair':
       results[name] = fn(subjects, batches_for(subjects[0]), FLAGS.out)
     else:

@@ -94,7 +94,7 @@ def test_command_line_on_the_quick_start_recipes(tmp_path):
       [sys.executable, '-m', 'analysis', 'all', '--config', 'configs/quickstart_vit.py',
        '--checkpoint', paths['vit'], '--config2', 'configs/quickstart_resnet.py',
        '--checkpoint2', paths['resnet'], '--num_images', '60', '--batch_size', '30',
-       '--out', str(out)], check=True, cwd=ROOT)
+       '--hessian_batches', '2', '--lanczos_steps', '4', '--out', str(out)], check=True, cwd=ROOT)
   from analysis.__main__ import TOOLS
   for tool in TOOLS:
     assert json.loads((out / f'{tool}.json').read_text())
