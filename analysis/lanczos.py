@@ -151,7 +151,9 @@ def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: flo
   return np.mean(np.sum(weights[..., None] * gauss, axis=1), axis=0) / (sigma * np.sqrt(2 * np.pi))
 
 
-def negative_fraction(nodes: np.ndarray, weights: np.ndarray) -> float:
-  """Share of the spectral mass below zero, averaged over probes."""
-  return float(np.mean(np.sum(np.where(np.atleast_2d(nodes) < 0, np.atleast_2d(weights), 0.),
-                              axis=1)))
+def negative_fraction(nodes: np.ndarray, weights: np.ndarray, below: float = 0.) -> float:
+  """Share of the spectral mass below `-below` (0: all negative mass), averaged over
+  probes. Ritz values of a bulk at zero scatter to both signs, so a small positive
+  `below` separates clearly negative curvature from that scatter."""
+  nodes, weights = np.atleast_2d(nodes), np.atleast_2d(weights)
+  return float(np.mean(np.sum(np.where(nodes < -below, weights, 0.), axis=1)))

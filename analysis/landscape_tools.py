@@ -53,6 +53,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
                    'eigenvalue', 'density', x=grid, logy=True)]
   return {'top_per_minibatch': tops, 'num_parameters': dim,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
+          # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
+          'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, 0.01 * span),
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
 
