@@ -79,27 +79,28 @@ def test_norm_ratio_erf_probes(subjects, index, tmp_path):
 
 
 @pytest.mark.slow
-def test_command_line_on_the_quick_start_recipes(tmp_path):
-  """`python -m analysis all` on both quick-start recipes with fresh parameters."""
-  paths = {}
+def test_command_line_on_the_quick_start_vit(tmp_path):
+  """`python -m analysis all` on the quick-start ViT recipe with fresh parameters.
+
+  The ResNet side of every runner is tested above on a tiny BiT; a second model
+  on the command line would add minutes of ResNet Hessian compilation."""
   sys.path.insert(0, ROOT)
-  from configs import quickstart_resnet, quickstart_vit
-  for name, recipe in (('vit', quickstart_vit), ('resnet', quickstart_resnet)):
-    config = recipe.get_config()
-    model = models.get_model(config.model_name, 10, **config.model)
-    paths[name] = str(tmp_path / f'{name}.npz')
-    checkpoint.save(paths[name], perturbed(init(model, 28), scale=0.02)['params'])
+  from configs import quickstart_vit
+  config = quickstart_vit.get_config()
+  model = models.get_model(config.model_name, 10, **config.model)
+  path = str(tmp_path / 'vit.npz')
+  checkpoint.save(path, perturbed(init(model, 28), scale=0.02)['params'])
   out = tmp_path / 'out'
   subprocess.run(
       [sys.executable, '-m', 'analysis', 'all', '--config', 'configs/quickstart_vit.py',
-       '--checkpoint', paths['vit'], '--config2', 'configs/quickstart_resnet.py',
-       '--checkpoint2', paths['resnet'], '--num_images', '60', '--batch_size', '30',
-       '--hessian_batches', '2', '--lanczos_steps', '4', '--out', str(out)], check=True, cwd=ROOT)
+       '--checkpoint', path, '--num_images', '60', '--batch_size', '30',
+       '--hessian_batches', '2', '--lanczos_steps', '4', '--out', str(out)],
+      check=True, cwd=ROOT)
   from analysis.__main__ import TOOLS
   for tool in TOOLS:
-    assert json.loads((out / f'{tool}.json').read_text())
-  assert len(list(out.glob('*.png'))) >= 20
-
+    assert json.loads((out / f'{tool}.json').read_text())['quickstart_vit' if tool != 'cka'
+                                                           else 'cka']
+  assert len(list(out.glob('*.png'))) >= 15
 
 @pytest.mark.parametrize('index', [0, 2])
 def test_landscape_tools(subjects, index, tmp_path):
