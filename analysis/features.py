@@ -99,6 +99,16 @@ def _require_vit(subject: Subject, what: str) -> None:
     raise ValueError(f'{what} need a ViT; {subject.label} is a {subject.config.name}.')
 
 
+def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[str]],
+                          images: np.ndarray) -> List[jax.Array]:
+  """Every subject's named layers on one batch, in order, as one flat list."""
+  reps = []
+  for subject, layer_names in zip(subjects, names):
+    inter = subject.intermediates(images, layer_names)
+    reps += [inter[n] for n in layer_names]
+  return reps
+
+
 def tokens_to_grid(tokens: jax.Array, has_cls: bool) -> jax.Array:
   """(B, [1+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids)."""
   if has_cls:

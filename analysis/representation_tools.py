@@ -42,11 +42,7 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
   names = [features.block_names(s) for s in subjects]
   stream = cka.MinibatchCKA('linear', unbiased=unbiased)
   for images, _ in batches('eval'):
-    reps = []
-    for subject, layer_names in zip(subjects, names):
-      inter = subject.intermediates(images, layer_names)
-      reps += [inter[n] for n in layer_names]
-    stream.update(reps)
+    stream.update(features.layer_representations(subjects, names, images))
   matrix = stream.result()
   result = {'layers': {s.label: [_short(n) for n in layer_names]
                        for s, layer_names in zip(subjects, names)},

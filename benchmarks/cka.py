@@ -52,11 +52,7 @@ def main():
     images = rng.uniform(-1, 1, (args.batch, args.image_size, args.image_size, 3)).astype(
         np.float32)
     start = time.perf_counter()
-    reps = []
-    for s, layer_names in zip(subjects, names):
-      inter = s.intermediates(images, layer_names)
-      reps += [inter[n] for n in layer_names]
-    jax.block_until_ready(reps)
+    reps = jax.block_until_ready(features.layer_representations(subjects, names, images))
     middle = time.perf_counter()
     stream.update(reps)
     end = time.perf_counter()
