@@ -13,5 +13,5 @@ setuptools.setup(
         'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
         'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist']},
+    extras_require={'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel']},
 )

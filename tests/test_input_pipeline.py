@@ -98,6 +98,7 @@ def test_image_folder(tmp_path):
   name = make_folder(str(tmp_path), {'train': [5, 4, 6], 'test': [3, 0, 2]})
   source = input_pipeline.get_source(name, 'train')
   assert (source.num_examples, source.num_classes) == (15, 3)
+  assert source.class_names == ('class_0', 'class_1', 'class_2')
   batch = take(input_pipeline.train_dataset(source, batch_size=8, image_size=16), 1)[0]
   chex.assert_shape(batch['image'], (8, 16, 16, 3))
   test = input_pipeline.get_source(name, 'test')
@@ -178,6 +179,7 @@ def test_offline_builder_stands_in_for_tfds_fashion_mnist(idx_dir, tmp_path, mon
   source = input_pipeline.get_source('fashion_mnist', 'train', data_dir=data_dir,
                                      process_index=0, process_count=1)
   assert source.num_examples == 23 and source.num_classes == 10
+  assert source.class_names[:2] == ('T-shirt/top', 'Trouser')
   examples = list(source.dataset.as_numpy_iterator())
   order = np.argsort([ex['label'] * 1e6 + ex['image'].sum() for ex in examples])
   expected = np.argsort(arrays['train'][1] * 1e6 + arrays['train'][0].reshape(23, -1).sum(1))

@@ -112,6 +112,9 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
   params = checkpoint.load(str(tmp_path / 'params.npz'))
   chex.assert_shape(params['head']['kernel'], (32, 3))
+  # Rerun on the finished workdir: nothing trains, the restored model is evaluated.
+  assert train.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
+  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')), params)
 
 
 class Interrupted(Exception):

@@ -40,6 +40,7 @@ class Source:
   max_examples: int          # in the largest slice of any process (for equal step counts)
   num_classes: int
   name: str
+  class_names: Tuple[str, ...] = ()  # label i is class_names[i]
 
 
 # ---------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
                                read_config=tfds.ReadConfig(shuffle_seed=seed))
   dataset = dataset.map(lambda ex: {'image': ex['image'], 'label': ex['label']})
   return Source(dataset, sizes[process_index], max(sizes),
-                builder.info.features['label'].num_classes, name)
+                builder.info.features['label'].num_classes, name,
+                tuple(builder.info.features['label'].names))
 
 
 def folder_source(root: str, split: str, *, process_index: int, process_count: int,
@@ -135,7 +137,8 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
     return {'image': image, 'label': tf.cast(label, tf.int64)}
   dataset = dataset.map(read, tf.data.AUTOTUNE, deterministic=True)
   dataset = dataset.apply(tf.data.experimental.assert_cardinality(end - start))
-  return Source(dataset, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}')
+  return Source(dataset, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
+                tuple(classes))
 
 
 def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,

@@ -271,6 +271,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     if saving:
       manager.save(step, args=ocp.args.StandardSave(state))
   manager.wait_until_finished()
+  if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
+    summary = evaluate(state.params)
   if jax.process_index() == 0:
     checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
   writer.flush()
