@@ -48,6 +48,21 @@ def test_same_seed_same_batches(mock_cifar10):
   assert not np.array_equal(make(1)[0]['image'], make(2)[0]['image'])
 
 
+@pytest.mark.parametrize('image_size', [8, 6])
+def test_flips_each_image_on_its_own(image_size):
+  # One left-right asymmetric image, over and over: each output is it or its mirror.
+  image = np.arange(8 * 8, dtype=np.uint8).reshape(8, 8, 1) * 3
+  dataset = tf.data.Dataset.from_tensors({'image': image, 'label': np.int64(0)}).repeat(64)
+  source = input_pipeline.Source(dataset, 64, 64, 2, 'asymmetric', ('a', 'b'))
+  batch = take(input_pipeline.train_dataset(source, batch_size=32, image_size=image_size,
+                                            crop=False, process_count=1), 1)[0]
+  expected = take(input_pipeline.eval_dataset(source, batch_size=32, image_size=image_size,
+                                              process_count=1, local_devices=1), 1)[0]['image'][0]
+  flipped = np.all(np.isclose(batch['image'], expected[:, ::-1], atol=1e-6), axis=(1, 2, 3))
+  kept = np.all(np.isclose(batch['image'], expected, atol=1e-6), axis=(1, 2, 3))
+  assert np.all(flipped | kept) and flipped.any() and kept.any()
+
+
 def test_mixup_mixes_labels(mock_cifar10):
   batch = take(input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24,
                                             mixup_alpha=1.0), 1)[0]

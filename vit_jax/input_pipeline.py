@@ -159,12 +159,18 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
 # Preprocessing
 
 
+def _to_rgb(image: tf.Tensor) -> tf.Tensor:
+  return tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
+
+
 def _to_model_input(image: tf.Tensor) -> tf.Tensor:
-  """uint8 or float [0, 255] images -> float32 in [-1, 1] with 3 channels."""
-  image = tf.cast(image, tf.float32)
-  if image.shape[-1] == 1:
-    image = tf.image.grayscale_to_rgb(image)
-  return image / 127.5 - 1
+  """uint8 or float [0, 255] images (or batches) -> float32 in [-1, 1] with 3 channels."""
+  return _to_rgb(tf.cast(image, tf.float32)) / 127.5 - 1
+
+
+def _has_size(dataset: tf.data.Dataset, size: int) -> bool:
+  """Whether every image of `dataset` is statically size x size."""
+  return tuple(dataset.element_spec['image'].shape[:2]) == (size, size)
 
 
 def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
@@ -226,37 +232,41 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count)
+  resize = not _has_size(source.dataset, image_size)
 
-  def crop_and_flip(index, example):
-    example_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(example_seed, 2))
+  def crop_or_resize(index, example):
     if crop:
-      image = inception_crop(example['image'], image_size, crop_seed)
+      example_seed = tf.stack([tf.cast(seed, tf.int64), index])
+      image = inception_crop(example['image'], image_size, example_seed)
     else:
       image = eval_resize(example['image'], image_size)
-    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    if image.shape[-1] == 1:
-      image = tf.image.grayscale_to_rgb(image)
-    return {'image': image, 'label': tf.one_hot(example['label'], source.num_classes)}
+    return {**example, 'image': image}
+
+  def flip_and_scale(index, batch):
+    batch_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    flip_seed, mixup_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
+    images = tf.image.stateless_random_flip_left_right(batch['image'], flip_seed)
+    batch = {'image': _to_model_input(images),
+             'label': tf.one_hot(batch['label'], source.num_classes)}
+    return mixup(batch, mixup_alpha, mixup_seed) if mixup_alpha > 0 else batch
 
   # Shuffling before the repeat reshuffles every epoch without mixing epochs.
   dataset = source.dataset.shuffle(min(shuffle_buffer, source.num_examples), seed=seed,
                                    reshuffle_each_iteration=True).repeat()
-  dataset = dataset.skip(start_step * local_batch).enumerate(start=start_step * local_batch)
-  dataset = dataset.map(crop_and_flip, tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.skip(start_step * local_batch)
+  # Per example only what differs in size between images; the rest runs on batches,
+  # as tf.data's cost is per element.
+  if crop or resize:
+    dataset = dataset.enumerate(start=start_step * local_batch).map(
+        crop_or_resize, tf.data.AUTOTUNE, deterministic=True)
   if randaugment is not None:
     import keras  # Loaded only when RandAugment is used.
     layers, magnitude = randaugment
     randaug = keras.layers.RandAugment(value_range=(0, 255), num_ops=layers,
                                        factor=magnitude / 10, seed=seed)
-    dataset = dataset.map(lambda ex: {**ex, 'image': randaug(ex['image'])})
-  dataset = dataset.map(lambda ex: {**ex, 'image': _to_model_input(ex['image'])},
-                        tf.data.AUTOTUNE, deterministic=True)
-  dataset = dataset.batch(local_batch, drop_remainder=True)
-  if mixup_alpha > 0:
-    dataset = dataset.enumerate(start=start_step).map(
-        lambda i, batch: mixup(batch, mixup_alpha, tf.stack([tf.cast(seed, tf.int64) + 1, i])),
-        tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(lambda ex: {**ex, 'image': randaug(_to_rgb(ex['image']))})
+  dataset = dataset.batch(local_batch, drop_remainder=True).enumerate(start=start_step)
+  dataset = dataset.map(flip_and_scale, tf.data.AUTOTUNE, deterministic=True)
   options = tf.data.Options()
   options.deterministic = True
   return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
@@ -276,18 +286,23 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
   num_batches = math.ceil(source.max_examples / local_batch)
 
-  def preprocess(example):
-    return {'image': _to_model_input(eval_resize(example['image'], image_size, resize_small)),
-            'label': tf.one_hot(example['label'], source.num_classes),
-            'mask': tf.constant(1., tf.float32)}
+  dataset = source.dataset
+  if resize_small is not None or not _has_size(dataset, image_size):
+    dataset = dataset.map(
+        lambda ex: {**ex, 'image': eval_resize(ex['image'], image_size, resize_small)},
+        tf.data.AUTOTUNE, deterministic=True)
+  padding = tf.data.Dataset.from_tensors(tf.nest.map_structure(
+      lambda spec: tf.zeros(spec.shape, spec.dtype), dataset.element_spec))
+  dataset = dataset.concatenate(padding.repeat(num_batches * local_batch - source.num_examples))
 
-  dataset = source.dataset.map(preprocess, tf.data.AUTOTUNE, deterministic=True)
-  padding = tf.data.Dataset.from_tensors({
-      'image': tf.zeros((image_size, image_size, 3)),
-      'label': tf.zeros((source.num_classes,)),
-      'mask': tf.constant(0., tf.float32)}).repeat(num_batches * local_batch - source.num_examples)
-  dataset = dataset.concatenate(padding).batch(local_batch, drop_remainder=True)
-  return dataset.prefetch(tf.data.AUTOTUNE)
+  def scale(index, batch):
+    position = index * local_batch + tf.range(local_batch, dtype=tf.int64)
+    return {'image': _to_model_input(batch['image']),
+            'label': tf.one_hot(batch['label'], source.num_classes),
+            'mask': tf.cast(position < source.num_examples, tf.float32)}
+
+  dataset = dataset.batch(local_batch, drop_remainder=True).enumerate()
+  return dataset.map(scale, tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
 
 
 # ---------------------------------------------------------------------------
