@@ -4,16 +4,18 @@
 
 Times the project's own train step (`vit_jax.train.compile_steps`: forward,
 backward, Adam update) at 224 px in float32 and bfloat16 compute, after a
-float32 and bfloat16 matmul in the same run. Model FLOPs are XLA's count for
-the float32 step. Targets: float32 >= 0.6 of the float32 matmul rate;
-bfloat16 faster than float32.
+float32 and bfloat16 matmul in the same run. The CPU is split into devices
+as the train command splits it (one per core, `--cpu-devices` to choose) and
+the images are random (all-zero images run faster). Model FLOPs are XLA's
+count for the float32 step over all devices. Targets: float32 >= 0.6 of the
+float32 matmul rate; bfloat16 faster than float32.
 """
 import argparse
 
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from timing import matmul_rate, seconds_per_call, xla_flops
@@ -31,8 +33,11 @@ def step_and_inputs(name: str, dtype: str, batch: int, size: int):
                                    size)
   mesh = Mesh(np.array(jax.devices()), ('data',))
   step, _ = train.compile_steps(model, config, train.learning_rate_schedule(config, 100), mesh)
-  images = {'image': np.zeros((batch, size, size, 3), np.float32),
-            'label': np.eye(1000, dtype=np.float32)[np.zeros(batch, int)]}
+  # Replicated as in the train loop, so every timed call reuses one compilation.
+  state = jax.device_put(state, NamedSharding(mesh, P()))
+  rng = np.random.RandomState(0)
+  images = {'image': rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32),
+            'label': np.eye(1000, dtype=np.float32)[rng.randint(0, 1000, batch)]}
   return step, state, images
 
 
@@ -43,18 +48,24 @@ def main():
   parser.add_argument('--image-size', type=int, default=224)
   parser.add_argument('--matmul-size', type=int, default=4096)
   parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--cpu-devices', type=int, default=0,
+                      help='devices to split a CPU host into; 0: one per core')
   args = parser.parse_args()
+  train.split_cpu_into_devices(
+      ml_collections.ConfigDict(dict(batch_size=args.batch, accum_steps=1,
+                                     eval_batch_size=args.batch)), args.cpu_devices)
 
   rates = {dt: matmul_rate(dt, args.matmul_size, args.repeats) for dt in ('float32', 'bfloat16')}
   for dt, rate in rates.items():
     print(f'matmul {args.matmul_size}^2 {dt:>8}: {rate / 1e9:7.1f} GFLOP/s')
+  print(f'{jax.device_count()} devices')
   print(f'{"model":<14}{"dtype":>10}{"img/s":>9}{"GFLOP/s":>9}{"/ f32 mm":>10}{"vs f32":>8}')
   for name in args.models.split(','):
     f32_time = flops = None
     for dt in ('float32', 'bfloat16'):
       step, state, batch = step_and_inputs(name, dt, args.batch, args.image_size)
       if flops is None:
-        flops = xla_flops(step, state, batch)
+        flops = xla_flops(step, state, batch) * jax.device_count()  # XLA counts per device
       # The step donates its state, so each call gets the previous call's output.
       holder = {'state': state}
       def run(batch):

@@ -191,6 +191,39 @@ def test_wrong_config_key_is_named(tmp_path):
   assert 'learning_rat' in result.stderr
 
 
+@pytest.mark.parametrize('cores, batch, accum, processes, expected', [
+    (2, 128, 1, 1, 2),   # one device per core
+    (6, 128, 1, 1, 4),   # 6 does not divide 128: the largest count that does
+    (8, 128, 4, 1, 8),   # accumulation pieces of 32 still split 8 ways
+    (8, 96, 1, 2, 8),    # eval batch 512 and train 96 share 32: 16 per process
+    (4, 100, 1, 3, 1),   # an invalid batch for 3 processes is left to the batch check
+    (1, 128, 1, 1, 1),
+])
+def test_cpu_device_count_divides_every_batch(cores, batch, accum, processes, expected):
+  config = tiny_config(batch_size=batch, accum_steps=accum, eval_batch_size=512)
+  assert train.cpu_device_count(config, cores, processes) == expected
+
+
+def test_non_positive_batch_or_accumulation_is_named(tmp_path):
+  for fields in (dict(accum_steps=0), dict(batch_size=0)):
+    with pytest.raises(ValueError, match='must be positive'):
+      train.train_and_evaluate(tiny_config(**fields), str(tmp_path))
+
+
+def test_cpu_split_leaves_an_explicit_device_count_alone(monkeypatch):
+  updates = []
+  monkeypatch.setattr(train.jax.config, 'update', lambda *args: updates.append(args))
+  monkeypatch.setattr(train.os, 'sched_getaffinity', lambda pid: {0, 1})
+  monkeypatch.delenv('JAX_NUM_CPU_DEVICES', raising=False)
+  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+  train.split_cpu_into_devices(tiny_config(), requested=0)
+  assert updates == []
+  train.split_cpu_into_devices(tiny_config(), requested=4)
+  monkeypatch.setenv('XLA_FLAGS', '')
+  train.split_cpu_into_devices(tiny_config(), requested=0)
+  assert updates == [('jax_num_cpu_devices', 4), ('jax_num_cpu_devices', 2)]
+
+
 def symmetric_folder(root, n=16, size=8):
   """Left-right symmetric images: random flips leave them unchanged, so the data a
   process sees does not depend on which process drew which flip."""

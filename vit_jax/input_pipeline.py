@@ -226,7 +226,8 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   uninterrupted run sees (except for RandAugment's draws).
 
   `batch_size` is global. The same seed gives the same batches: crop, flip
-  and mixup are stateless ops seeded from (seed, position in the stream), and
+  and mixup are stateless ops seeded from (seed, position in the stream: the
+  example's for the crop, the batch's for flip and mixup), and
   RandAugment (Keras's layer, seeded) runs sequentially so its draws come in
   stream order.
   """
