@@ -18,9 +18,9 @@ import time
 import jax
 import numpy as np
 import tensorflow as tf
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import input_pipeline, models, train
+from timing import train_step_and_batches
+from vit_jax import input_pipeline, train
 
 BATCH = 128
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,22 +56,9 @@ def quickstart_recipe():
 
 
 def train_step_rate(config, seconds: float) -> float:
-  """Images/s one training step of the recipe consumes (batch on all devices)."""
-  model_cfg = train.model_config(config, 10)
-  model = models.build_model(model_cfg)
-  total = 1000
-  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, total),
-                                   config.image_size)
-  mesh = Mesh(np.array(jax.devices()), ('data',))
-  step, _ = train.compile_steps(model, config, train.learning_rate_schedule(config, total), mesh)
-  # Replicated as in the train loop, so the timed calls reuse the first call's compilation.
-  state = jax.device_put(state, NamedSharding(mesh, P()))
-  size = config.image_size
-  # Random images and labels, a different batch each step as in training.
-  rng = np.random.RandomState(0)
-  batches = [{'image': rng.uniform(-1, 1, (config.batch_size, size, size, 3)).astype(np.float32),
-              'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, config.batch_size)]}
-             for _ in range(16)]
+  """Images/s one training step of the recipe consumes (batch on all devices), a
+  different random batch each step as in training."""
+  step, state, batches = train_step_and_batches(config, 10, num_batches=16)
   state, metrics = jax.block_until_ready(step(state, batches[0]))
   count, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:

@@ -1,10 +1,15 @@
-"""Timing helpers shared by the benchmarks: wall time, XLA FLOP counts, matmul rate."""
+"""Timing helpers shared by the benchmarks: wall time, XLA FLOP counts, matmul rate,
+the project's train step ready to time."""
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax import models, train
 
 
 def seconds_per_call(fn, *args, repeats: int) -> float:
@@ -27,3 +32,27 @@ def matmul_rate(dtype, n: int, repeats: int) -> float:
   a = jnp.asarray(np.random.RandomState(0).randn(n, n), dtype)
   matmul = jax.jit(jnp.matmul)
   return 2 * n**3 / seconds_per_call(matmul, a, a, repeats=repeats)
+
+
+def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
+                           num_batches: int = 1):
+  """The train command's compiled step over all devices, its state and random batches.
+
+  The state is replicated as in the train loop, so every call after the first
+  reuses one compilation; images are random, as all-zero ones run faster.
+  """
+  model_cfg = train.model_config(config, num_classes)
+  model = models.build_model(model_cfg)
+  total = 1000
+  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, total),
+                                   config.image_size)
+  mesh = Mesh(np.array(jax.devices()), ('data',))
+  step, _ = train.compile_steps(model, config, train.learning_rate_schedule(config, total), mesh)
+  state = jax.device_put(state, NamedSharding(mesh, P()))
+  rng = np.random.RandomState(0)
+  shape = (config.batch_size, config.image_size, config.image_size, 3)
+  batches = [{'image': rng.uniform(-1, 1, shape).astype(np.float32),
+              'label': np.eye(num_classes, dtype=np.float32)[
+                  rng.randint(0, num_classes, config.batch_size)]}
+             for _ in range(num_batches)]
+  return step, state, batches

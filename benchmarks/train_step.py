@@ -14,12 +14,10 @@ import argparse
 
 import jax
 import ml_collections
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
-from timing import matmul_rate, seconds_per_call, xla_flops
-from vit_jax import models, train
+from timing import matmul_rate, seconds_per_call, train_step_and_batches, xla_flops
+from vit_jax import train
 
 
 def step_and_inputs(name: str, dtype: str, batch: int, size: int):
@@ -27,17 +25,7 @@ def step_and_inputs(name: str, dtype: str, batch: int, size: int):
   config.update(model_name=name, image_size=size, batch_size=batch, optimizer='adam', lr=1e-3,
                 weight_decay=1e-4)
   config.model = ml_collections.ConfigDict({'dtype': dtype})
-  model_cfg = train.model_config(config, 1000)
-  model = models.build_model(model_cfg)
-  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, 100),
-                                   size)
-  mesh = Mesh(np.array(jax.devices()), ('data',))
-  step, _ = train.compile_steps(model, config, train.learning_rate_schedule(config, 100), mesh)
-  # Replicated as in the train loop, so every timed call reuses one compilation.
-  state = jax.device_put(state, NamedSharding(mesh, P()))
-  rng = np.random.RandomState(0)
-  images = {'image': rng.uniform(-1, 1, (batch, size, size, 3)).astype(np.float32),
-            'label': np.eye(1000, dtype=np.float32)[rng.randint(0, 1000, batch)]}
+  step, state, (images,) = train_step_and_batches(config, 1000)
   return step, state, images
 
 
