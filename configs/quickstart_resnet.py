@@ -9,9 +9,12 @@ from configs import common
 
 def get_config() -> ml_collections.ConfigDict:
   config = common.base_config()
-  # BiT's R50x1 layout cut to one unit in each of three stages.
+  # BiT's R50x1 layout cut to one unit in each of three stages at half width; the
+  # root keeps its 7x7/2 conv but not the max-pool, so 28 px images reach the
+  # stages at 14x14 (stage maps 14, 7, 4 instead of 7, 4, 2).
   config.model_name = 'BiT-M-R50x1'
-  config.model = ml_collections.ConfigDict(dict(num_layers=(1, 1, 1), dtype='float32'))
+  config.model = ml_collections.ConfigDict(dict(
+      num_layers=(1, 1, 1), width_factor=0.5, root_pool=False, dtype='float32'))
   config.dataset = 'fashion_mnist'
   config.image_size = 28
   config.inception_crop = False

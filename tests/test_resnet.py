@@ -54,6 +54,33 @@ def test_bit_root_pools_over_zero_padding():
   np.testing.assert_allclose(out[0, 0, 0], np.maximum(y[0, :2, :2].max((0, 1)), 0), rtol=1e-6)
 
 
+def test_bit_root_without_pool_is_the_strided_conv():
+  root = resnet.RootBlock(width=32, pool=False)
+  x = np.random.RandomState(0).randn(1, 16, 16, 3).astype(np.float32)
+  variables = root.init(jax.random.PRNGKey(0), x)
+  y = resnet._bit_conv(32, 7, 2).apply({'params': variables['params']['standardized_conv2d']},
+                                      jnp.pad(x, ((0, 0), (3, 3), (3, 3), (0, 0))))
+  chex.assert_shape(y, (1, 8, 8, 32))
+  chex.assert_trees_all_close(root.apply(variables, x), y)
+
+
+def test_bit_half_width_unpooled_root_shapes():
+  model = tiny_bit(width_factor=0.5, root_pool=False)
+  variables = init(model, 28)
+  shapes = flax.traverse_util.flatten_dict(variables['params'], sep='/')
+  assert shapes['resnet/root_block/standardized_conv2d/kernel'].shape == (7, 7, 3, 32)
+  assert shapes['resnet/head/conv2d/kernel'].shape == (1, 1, 256, 10)
+  _, inter = apply_with_intermediates(model, variables, images(2, 28))
+  chex.assert_shape(inter['resnet/root'], (2, 14, 14, 32))
+  chex.assert_shape(inter['resnet/block1/output'], (2, 14, 14, 128))
+  chex.assert_shape(inter['resnet/block2/output'], (2, 7, 7, 256))
+
+
+def test_bit_width_must_give_whole_groups():
+  with pytest.raises(ValueError, match='multiple of 0.5'):
+    init(tiny_bit(width_factor=0.75), 32)
+
+
 def test_bit_forward_and_intermediates():
   model = tiny_bit(num_classes=7)
   variables = init(model, 64)

@@ -53,7 +53,7 @@ def _registry() -> Dict[str, Dict[str, Any]]:
   for depth, width in BIT_PUBLISHED:
     for upstream in ('S', 'M'):
       table[f'BiT-{upstream}-R{depth}x{width}'] = dict(
-          family='bit', num_layers=BIT_DEPTHS[depth], width_factor=width)
+          family='bit', num_layers=BIT_DEPTHS[depth], width_factor=width, root_pool=True)
   return table
 
 

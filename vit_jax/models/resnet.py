@@ -200,28 +200,34 @@ class RootBlock(nn.Module):
   """7x7/2 conv after zero padding 3, then zero padding 1 and a 3x3/2 max-pool.
 
   The pool pads with zeros, not -inf, as BiT does; after the conv (no norm yet)
-  the two differ where activations are negative.
+  the two differ where activations are negative. Without the pool (`pool`
+  False) the root halves the resolution instead of quartering it, which keeps
+  small images (28-32 px) from shrinking to 2x2 maps by the third stage.
   """
   width: int
   dtype: Dtype = jnp.float32
+  pool: bool = True
 
   @nn.compact
   def __call__(self, x):
     x = _bit_conv(self.width, 7, 2, self.dtype)(_pad(x, 3))
+    if not self.pool:
+      return x
     return nn.max_pool(_pad(x, 1), (3, 3), strides=(2, 2), padding='VALID')
 
 
 class ResNetV2Body(nn.Module):
   """Everything under the `resnet/` prefix of a BiT checkpoint."""
   num_layers: Sequence[int]
-  width_factor: int
+  width_factor: float
   num_classes: Optional[int]
   dtype: Dtype = jnp.float32
+  root_pool: bool = True
 
   @nn.compact
   def __call__(self, x):
-    width = 64 * self.width_factor
-    x = RootBlock(width, self.dtype, name='root_block')(x)
+    width = int(64 * self.width_factor)
+    x = RootBlock(width, self.dtype, self.root_pool, name='root_block')(x)
     self.sow('intermediates', 'root', x)
     for s, depth in enumerate(self.num_layers):
       x = Stage(BottleneckV2, 'unit{:02d}', depth, width * 2**s, 1 if s == 0 else 2, self.dtype,
@@ -250,15 +256,22 @@ class ResNetV2(nn.Module):
   """BiT ResNetV2 classifier: images (B, H, W, 3) in [-1, 1] -> logits (B, C).
 
   With `num_classes` 0 or None it returns the pre-logits (B, 2048 * width).
+  The published models have integer widths and the pooled root; a fractional
+  `width_factor` (a multiple of 0.5, so every GroupNorm has 32 whole groups)
+  and `root_pool=False` make small models for small images.
   """
   num_layers: Sequence[int]
-  width_factor: int = 1
+  width_factor: float = 1
   num_classes: Optional[int] = 1000
   dtype: Dtype = jnp.float32
+  root_pool: bool = True
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
     del train  # No dropout in BiT; the flag keeps one calling convention for the zoo.
+    if (64 * self.width_factor) % 32:
+      raise ValueError(f'width_factor {self.width_factor} gives {64 * self.width_factor} root '
+                       'channels; use a multiple of 0.5 so GroupNorm has 32 whole groups.')
     body = ResNetV2Body(self.num_layers, self.width_factor, self.num_classes, self.dtype,
-                        name='resnet')
+                        self.root_pool, name='resnet')
     return body(images).astype(jnp.float32)
