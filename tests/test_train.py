@@ -104,12 +104,27 @@ def folder(tmp_path_factory):
   return make_folder(root, {'train': [12, 12, 8], 'test': [5, 4, 4]}, size=(10, 10))
 
 
+def logged_scalars(workdir):
+  """{tag: [values]} from the TensorBoard event files in `workdir`."""
+  scalars = {}
+  for name in os.listdir(workdir):
+    if name.startswith('events.out.tfevents'):
+      for event in tf.compat.v1.train.summary_iterator(os.path.join(workdir, name)):
+        for value in event.summary.value:
+          scalars.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
+  return scalars
+
+
 def test_train_and_evaluate_writes_everything(folder, tmp_path):
   summary = train.train_and_evaluate(tiny_config(folder), str(tmp_path))
   assert summary['eval_examples'] == 13
   assert 0 <= summary['eval_accuracy'] <= 1
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6']
-  assert any(f.startswith('events.out.tfevents') for f in os.listdir(tmp_path))
+  scalars = logged_scalars(tmp_path)
+  assert {'loss', 'grad_norm', 'learning_rate', 'eval_accuracy'} <= set(scalars)
+  # Logged every step from the second (the first compiles): steps 2..6.
+  assert len(scalars['images_per_sec_per_core']) == 5
+  assert all(v > 0 for v in scalars['images_per_sec_per_core'])
   params = checkpoint.load(str(tmp_path / 'params.npz'))
   chex.assert_shape(params['head']['kernel'], (32, 3))
   # Rerun on the finished workdir: nothing trains, the restored model is evaluated.

@@ -12,6 +12,7 @@ import functools
 import logging
 import math
 import os
+import time
 from typing import Any, Dict, Iterator, Tuple
 
 import flax
@@ -254,8 +255,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
                                              every_secs=30)
   summary: Dict[str, float] = {}
+  # Throughput is timed between metrics fetches, leaving out compilation, evals and saves.
+  timed_from = (start_step, time.perf_counter())
   for step in range(start_step + 1, total_steps + 1):
     state, metrics = step_fn(state, next(batches))
+    if step == start_step + 1:  # compiled now: time from here
+      jax.block_until_ready(metrics)
+      timed_from = (step, time.perf_counter())
     progress(step)
     last = step == total_steps
     saving = step % config.checkpoint_every == 0 or last
@@ -267,13 +273,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
             f'Loss is {metrics["loss"]} (gradient norm {metrics["grad_norm"]}) at step {step}; '
             f'stopped without saving, the last good checkpoint in {manager.directory} is '
             'intact. Lower lr or check the data.')
-      writer.write_scalars(step, {k: float(v) for k, v in metrics.items()})
+      scalars = {k: float(v) for k, v in metrics.items()}
+      if step > timed_from[0]:
+        seconds = time.perf_counter() - timed_from[1]
+        scalars['images_per_sec_per_core'] = (
+            (step - timed_from[0]) * config.batch_size / seconds / jax.device_count())
+      writer.write_scalars(step, scalars)
+      timed_from = (step, time.perf_counter())
     if step % config.eval_every == 0 or last:
       summary = evaluate(state.params)
       writer.write_scalars(step, summary)
       logging.info('Step %d: %s', step, summary)
     if saving:
       manager.save(step, args=ocp.args.StandardSave(state))
+    if step % config.eval_every == 0 or saving:
+      timed_from = (step, time.perf_counter())
   manager.wait_until_finished()
   if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
     summary = evaluate(state.params)
