@@ -16,6 +16,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.eval_split = 'test'
   config.image_size = 224
   config.inception_crop = True
+  config.crop_padding = 0  # with inception_crop False: random shifts of up to this many px
   config.mixup_alpha = 0.
   config.randaugment = None  # (layers, magnitude)
 

@@ -18,9 +18,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 28
   config.inception_crop = False  # resize and flip only: the images are already centred
   config.batch_size = 128
-  config.num_epochs = 5
+  config.num_epochs = 13
   config.optimizer = 'adam'
   config.lr = 2e-3
   config.warmup_steps = 200
   config.weight_decay = 1e-4
+  config.label_smoothing = 0.1
   return config

@@ -63,6 +63,29 @@ def test_flips_each_image_on_its_own(image_size):
   assert np.all(flipped | kept) and flipped.any() and kept.any()
 
 
+def test_crop_padding_shifts_each_image():
+  # Each output is the image (or its mirror) shifted by at most 2 px, zeros shifted in.
+  image = (np.arange(8 * 8, dtype=np.uint8).reshape(8, 8, 1) + 1) * 3
+  dataset = tf.data.Dataset.from_tensors({'image': image, 'label': np.int64(0)}).repeat(64)
+  source = input_pipeline.Source(dataset, 64, 64, 2, 'asymmetric', ('a', 'b'))
+  batch = take(input_pipeline.train_dataset(source, batch_size=64, image_size=8, crop=False,
+                                            crop_padding=2, process_count=1), 1)[0]
+  padded = np.pad(image[..., 0], 2).astype(np.float32) / 127.5 - 1
+  windows = [padded[dy:dy + 8, dx:dx + 8] for dy in range(5) for dx in range(5)]
+  found = set()
+  for out in batch['image'][..., 0]:
+    matches = [i for i, w in enumerate(windows)
+               if np.allclose(out, w, atol=1e-6) or np.allclose(out, w[:, ::-1], atol=1e-6)]
+    assert matches, 'an output is no shift of the image'
+    found.add(matches[0])
+  assert len(found) > 10  # many of the 25 shifts occur among 64 draws
+
+
+def test_crop_padding_needs_the_plain_resize(mock_cifar10):
+  with pytest.raises(ValueError, match='Inception crop'):
+    input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24, crop_padding=2)
+
+
 def test_mixup_mixes_labels(mock_cifar10):
   batch = take(input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24,
                                             mixup_alpha=1.0), 1)[0]

@@ -215,13 +215,22 @@ def _local_batch_size(batch_size: int, process_count: int,
   return local
 
 
+def pad_and_crop(image: tf.Tensor, padding: int, seed: tf.Tensor) -> tf.Tensor:
+  """Zero-pads `padding` pixels on every side, then crops the original size at random:
+  a shift of up to `padding` pixels each way, the CIFAR-style augmentation."""
+  padded = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
+  return tf.image.stateless_random_crop(padded, tf.shape(image), seed)
+
+
 def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int = 0,
                   mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
                   shuffle_buffer: int = 10_000, process_count: Optional[int] = None,
-                  crop: bool = True, start_step: int = 0) -> tf.data.Dataset:
+                  crop: bool = True, crop_padding: int = 0,
+                  start_step: int = 0) -> tf.data.Dataset:
   """Endless stream of this process's batches: {'image' (b, s, s, 3), 'label' (b, C)}.
 
-  `crop=False` replaces the Inception crop by a plain resize. `start_step`
+  `crop=False` replaces the Inception crop by a plain resize, which
+  `crop_padding` > 0 follows with `pad_and_crop` (random shifts). `start_step`
   resumes the stream after that many batches, the same batches an
   uninterrupted run sees (except for RandAugment's draws).
 
@@ -233,14 +242,18 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count)
+  if crop and crop_padding:
+    raise ValueError('crop_padding shifts resized images; it does not combine with the '
+                     'Inception crop. Turn one off.')
   resize = not _has_size(source.dataset, image_size)
 
   def crop_or_resize(index, example):
+    example_seed = tf.stack([tf.cast(seed, tf.int64), index])
     if crop:
-      example_seed = tf.stack([tf.cast(seed, tf.int64), index])
-      image = inception_crop(example['image'], image_size, example_seed)
-    else:
-      image = eval_resize(example['image'], image_size)
+      return {**example, 'image': inception_crop(example['image'], image_size, example_seed)}
+    image = eval_resize(example['image'], image_size) if resize else example['image']
+    if crop_padding:
+      image = pad_and_crop(image, crop_padding, example_seed)
     return {**example, 'image': image}
 
   def flip_and_scale(index, batch):
@@ -255,9 +268,9 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   dataset = source.dataset.shuffle(min(shuffle_buffer, source.num_examples), seed=seed,
                                    reshuffle_each_iteration=True).repeat()
   dataset = dataset.skip(start_step * local_batch)
-  # Per example only what differs in size between images; the rest runs on batches,
+  # Per example only what differs between images (crop, resize, shift); the rest runs on batches,
   # as tf.data's cost is per element.
-  if crop or resize:
+  if crop or resize or crop_padding:
     dataset = dataset.enumerate(start=start_step * local_batch).map(
         crop_or_resize, tf.data.AUTOTUNE, deterministic=True)
   if randaugment is not None:

@@ -248,7 +248,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   train_batches = input_pipeline.train_dataset(
       train_source, batch_size=config.batch_size, image_size=config.image_size,
       seed=config.seed, mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
-      crop=config.inception_crop, start_step=start_step)
+      crop=config.inception_crop, crop_padding=config.crop_padding, start_step=start_step)
   batches: Iterator = input_pipeline.prefetch_to_devices(train_batches.as_numpy_iterator(),
                                                         data_sharded)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
