@@ -19,9 +19,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 28
   config.inception_crop = False
   config.batch_size = 128
-  config.num_epochs = 2
+  config.num_epochs = 7
   config.optimizer = 'sgd'
   config.lr = 0.1
   config.warmup_steps = 200
   config.weight_decay = 1e-4
+  config.label_smoothing = 0.1
   return config
