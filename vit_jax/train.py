@@ -255,11 +255,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
                                              every_secs=30)
   summary: Dict[str, float] = {}
-  # Throughput is timed between metrics fetches, leaving out compilation, evals and saves.
-  timed_from = (start_step, time.perf_counter())
   for step in range(start_step + 1, total_steps + 1):
     state, metrics = step_fn(state, next(batches))
-    if step == start_step + 1:  # compiled now: time from here
+    if step == start_step + 1:
+      # Throughput is timed from here (compiled) between metrics fetches, leaving out
+      # evaluations and saves: `timed_from` is (step, time) of the last fetch.
       jax.block_until_ready(metrics)
       timed_from = (step, time.perf_counter())
     progress(step)
