@@ -248,12 +248,12 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   resize = not _has_size(source.dataset, image_size)
 
   def crop_or_resize(index, example):
-    example_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    example_seed = lambda: tf.stack([tf.cast(seed, tf.int64), index])  # only where drawn
     if crop:
-      return {**example, 'image': inception_crop(example['image'], image_size, example_seed)}
+      return {**example, 'image': inception_crop(example['image'], image_size, example_seed())}
     image = eval_resize(example['image'], image_size) if resize else example['image']
     if crop_padding:
-      image = pad_and_crop(image, crop_padding, example_seed)
+      image = pad_and_crop(image, crop_padding, example_seed())
     return {**example, 'image': image}
 
   def flip_and_scale(index, batch):
