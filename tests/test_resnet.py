@@ -25,6 +25,33 @@ def test_bit_unit_matches_numpy_reference(stride, in_channels):
   np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize('names', [('gamma', 'beta'), ('scale', 'bias')])
+def test_group_norm_matches_numpy_reference(names):
+  norm = resnet.GroupNorm(32, 1e-5, scale_name=names[0], bias_name=names[1])
+  rng = np.random.RandomState(0)
+  # An offset of 3 std: E[x^2] - E[x]^2 in float32 keeps ~6 significant digits.
+  x = (rng.randn(2, 5, 5, 64) * 2 + 6).astype(np.float32)
+  params = {names[0]: rng.randn(64).astype(np.float32), names[1]: rng.randn(64).astype(np.float32)}
+  assert jax.tree.map(np.shape, norm.init(jax.random.PRNGKey(0), x)['params']) == {
+      names[0]: (64,), names[1]: (64,)}
+  expected = reference.group_norm(x.astype(np.float64), params[names[0]], params[names[1]])
+  np.testing.assert_allclose(norm.apply({'params': params}, x), expected, rtol=1e-4, atol=1e-4)
+  bf16 = resnet.GroupNorm(32, 1e-5, jnp.bfloat16, *names).apply({'params': params}, x)
+  assert bf16.dtype == jnp.bfloat16
+  # bfloat16 output of a float32 computation: 8 significant bits.
+  np.testing.assert_allclose(bf16.astype(np.float32), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_group_norm_gradient_matches_finite_differences():
+  norm = resnet.GroupNorm(4, 1e-5)
+  rng = np.random.RandomState(1)
+  with jax.enable_x64(True):
+    x = jnp.asarray(rng.randn(2, 3, 3, 8))
+    params = {'gamma': jnp.asarray(rng.randn(8)), 'beta': jnp.asarray(rng.randn(8))}
+    jax.test_util.check_grads(lambda x, p: norm.apply({'params': p}, x), (x, params), order=1,
+                              modes=['rev'])
+
+
 @pytest.mark.parametrize('inside_sqrt,eps', [(True, 1e-10), (False, 1e-5)])
 def test_std_conv_kernel_is_standardised(inside_sqrt, eps):
   conv = resnet.StdConv(8, (3, 3), use_bias=False, ws_eps=eps, eps_inside_sqrt=inside_sqrt)

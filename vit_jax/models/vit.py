@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import conv
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
@@ -175,7 +176,7 @@ class VisionTransformer(nn.Module):
           f'divisible by the patch size {p}; resize or crop the images to a multiple of '
           f'{p * images.shape[1] // x.shape[1]} pixels.')
     x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
-                name='embedding')(x)
+                conv_general_dilated=conv.conv_general_dilated, name='embedding')(x)
     b, gh, gw, d = x.shape
     x = x.reshape(b, gh * gw, d)
     if self.classifier in ('token', 'token_unpooled'):
