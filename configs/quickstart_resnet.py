@@ -19,7 +19,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.image_size = 28
   config.inception_crop = False
   config.batch_size = 128
-  config.num_epochs = 7
+  config.num_epochs = 9
   config.optimizer = 'sgd'
   config.lr = 0.1
   config.warmup_steps = 200
