@@ -81,16 +81,16 @@ class BottleneckV1(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    conv = lambda *a, **k: StdConv(*a, use_bias=False, dtype=self.dtype, **k)
+    std_conv = lambda *a, **k: StdConv(*a, use_bias=False, dtype=self.dtype, **k)
     norm = lambda **k: GroupNorm(32, 1e-6, self.dtype, 'scale', 'bias', **k)
     residual = x
     if x.shape[-1] != 4 * self.features or self.strides != 1:
-      residual = conv(4 * self.features, (1, 1), self.strides, name='conv_proj')(x)
+      residual = std_conv(4 * self.features, (1, 1), self.strides, name='conv_proj')(x)
       residual = norm(name='gn_proj')(residual)
-    y = nn.relu(norm(name='gn1')(conv(self.features, (1, 1), name='conv1')(x)))
-    y = conv(self.features, (3, 3), self.strides, name='conv2')(y)
+    y = nn.relu(norm(name='gn1')(std_conv(self.features, (1, 1), name='conv1')(x)))
+    y = std_conv(self.features, (3, 3), self.strides, name='conv2')(y)
     y = nn.relu(norm(name='gn2')(y))
-    y = conv(4 * self.features, (1, 1), name='conv3')(y)
+    y = std_conv(4 * self.features, (1, 1), name='conv3')(y)
     # Zero-init of the last scale makes every unit start as the identity map.
     y = norm(name='gn3', scale_init=nn.initializers.zeros)(y)
     self.sow('intermediates', 'shortcut', residual)
@@ -149,7 +149,6 @@ class ResNetV1(nn.Module):
 # ---------------------------------------------------------------------------
 # BiT ResNetV2: GroupNorm -> relu -> conv, the shortcut taken from the
 # pre-activated input when the shape changes.
-
 
 
 def _bit_conv(features, kernel, strides=1, dtype=jnp.float32, name='standardized_conv2d'):
