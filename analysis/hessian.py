@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from vit_jax import train
+from vit_jax import steps
 
 Loss = Callable[[Any, Sequence], jax.Array]
 
@@ -24,7 +24,7 @@ def training_loss(model, l2: float = 0., kind: str = 'softmax',
     total = 0.
     for images, labels in batches:
       logits = model.apply({'params': params}, images, train=False)
-      total += train.loss_fn(logits, labels, kind, label_smoothing).mean()
+      total += steps.loss_fn(logits, labels, kind, label_smoothing).mean()
     penalty = sum(jnp.sum(p**2) for p in jax.tree_util.tree_leaves(params))
     return total / len(batches) + 0.5 * l2 * penalty
   return loss

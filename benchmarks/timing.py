@@ -7,9 +7,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import models, train
+from vit_jax import steps
 
 
 def seconds_per_call(fn, *args, repeats: int) -> float:
@@ -41,18 +40,11 @@ def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
   The state is replicated as in the train loop, so every call after the first
   reuses one compilation; images are random, as all-zero ones run faster.
   """
-  model_cfg = train.model_config(config, num_classes)
-  model = models.build_model(model_cfg)
-  total = 1000
-  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, total),
-                                   config.image_size)
-  mesh = Mesh(np.array(jax.devices()), ('data',))
-  step, _ = train.compile_steps(model, config, train.learning_rate_schedule(config, total), mesh)
-  state = jax.device_put(state, NamedSharding(mesh, P()))
+  setup = steps.build(config, num_classes, total_steps=1000)
   rng = np.random.RandomState(0)
   shape = (config.batch_size, config.image_size, config.image_size, 3)
   batches = [{'image': rng.uniform(-1, 1, shape).astype(np.float32),
               'label': np.eye(num_classes, dtype=np.float32)[
                   rng.randint(0, num_classes, config.batch_size)]}
              for _ in range(num_batches)]
-  return step, state, batches
+  return setup.train_step, setup.state, batches

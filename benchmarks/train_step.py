@@ -2,7 +2,7 @@
 
     python benchmarks/train_step.py [--models ViT-S_16,BiT-M-R50x1] [--batch 32]
 
-Times the project's own train step (`vit_jax.train.compile_steps`: forward,
+Times the project's own train step (`vit_jax.steps.build`: forward,
 backward, Adam update) at 224 px in float32 and bfloat16 compute, after a
 float32 and bfloat16 matmul in the same run. The CPU is split into devices
 as the train command splits it (one per core, `--cpu-devices` to choose) and

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from configs import common
-from vit_jax import models, train
+from vit_jax import models, steps
 
 RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('vit_s16_i1k', None),
            ('vit_b16', 'cifar10'), ('vit_b16', 'cifar100'), ('vit_b16', 'imagenet2012'),
@@ -23,12 +23,12 @@ def load(name, arg):
 def test_recipe_builds(name, arg):
   config = load(name, arg)
   assert set(config) == set(common.base_config())
-  model = models.build_model(train.model_config(config, 10))
+  model = models.build_model(steps.model_config(config, 10))
   size = config.image_size
   variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, size, size, 3)))
   out = jax.eval_shape(model.apply, variables, jnp.zeros((2, size, size, 3)))
   assert out.shape == (2, 10)
-  train.make_optimizer(config, total_steps=config.total_steps or 1000)
+  steps.make_optimizer(config, total_steps=config.total_steps or 1000)
 
 
 def test_published_recipe_figures():

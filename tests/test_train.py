@@ -7,14 +7,14 @@ import sys
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from helpers import TINY_VIT, images, make_folder
-from vit_jax import checkpoint, input_pipeline, train
+from vit_jax import checkpoint, input_pipeline, models, steps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,7 +28,7 @@ def tiny_config(dataset='', **overrides):
       lr=1e-2, warmup_steps=2, weight_decay=1e-4, log_every=1, eval_every=3,
       checkpoint_every=3, keep_checkpoints=3)
   fields.update(overrides)
-  return train.ml_collections.ConfigDict(fields)
+  return ml_collections.ConfigDict(fields)
 
 
 def fixed_batch(n=16, size=8, classes=10):
@@ -37,15 +37,8 @@ def fixed_batch(n=16, size=8, classes=10):
 
 
 def state_and_steps(config, devices, classes=10):
-  model_cfg = train.model_config(config, classes)
-  model = train.models.build_model(model_cfg)
-  schedule = train.learning_rate_schedule(config, config.total_steps)
-  optimizer = train.make_optimizer(config, config.total_steps)
-  state = train.create_train_state(config, model, model_cfg, optimizer, config.image_size)
-  mesh = Mesh(np.array(devices), ('data',))
-  step_fn, _ = train.compile_steps(model, config, schedule, mesh)
-  put = lambda x, spec: jax.device_put(x, NamedSharding(mesh, spec))
-  return put(state, P()), step_fn, lambda batch: put(batch, P('data'))
+  setup = steps.build(config, classes, config.total_steps, devices)
+  return setup.state, setup.train_step, setup.shard_batch
 
 
 @pytest.mark.parametrize('model', [
@@ -90,7 +83,7 @@ def test_weight_decay_touches_kernels_only():
   params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}, 'cls': jnp.ones(3)}
   config = tiny_config(optimizer='sgd', momentum=0., lr=1.0, weight_decay=0.1, warmup_steps=0,
                        grad_clip=0.)
-  optimizer = train.make_optimizer(config, total_steps=100)
+  optimizer = steps.make_optimizer(config, total_steps=100)
   zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
   updates, _ = optimizer.update(zeros, optimizer.init(params), params)
   np.testing.assert_allclose(updates['dense']['kernel'], -0.1)
@@ -165,9 +158,9 @@ def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
       with open(os.path.join(root, f), 'wb') as handle:
         handle.write(b'garbage')
   manager = train.ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
-  model_cfg = train.model_config(config, 3)
-  model = train.models.build_model(model_cfg)
-  state = train.create_train_state(config, model, model_cfg, train.make_optimizer(config, 6), 8)
+  model_cfg = steps.model_config(config, 3)
+  model = models.build_model(model_cfg)
+  state = steps.create_train_state(config, model, model_cfg, steps.make_optimizer(config, 6), 8)
   restored = train.restore_latest(
       manager, jax.tree_util.tree_map(train.ocp.utils.to_shape_dtype_struct, state))
   assert int(restored.step) == 3
@@ -287,3 +280,26 @@ def test_two_processes_agree_with_one(tmp_path):
   chex.assert_trees_all_close(checkpoint.load(str(tmp_path / 'two' / 'params.npz')),
                               checkpoint.load(str(tmp_path / 'one' / 'params.npz')),
                               rtol=1e-4, atol=1e-6)
+
+
+
+def test_the_step_builds_and_runs_without_tensorflow():
+  """Benchmarks and analysis build the train step on machines with JAX alone."""
+  script = f'''
+import sys
+sys.modules['tensorflow'] = None  # any import of TensorFlow now fails
+import numpy as np
+from configs import common
+from vit_jax import checkpoint, models, steps
+config = common.base_config()
+config.update(model_name='ViT-Ti_16', image_size=8, batch_size=16, optimizer='adam', lr=1e-2)
+config.model.update({dict(TINY_VIT, patch_size=4)!r})
+setup = steps.build(config, 10, total_steps=2)
+batch = {{'image': np.zeros((16, 8, 8, 3), np.float32),
+         'label': np.eye(10, dtype=np.float32)[np.arange(16) % 10]}}
+state, metrics = setup.train_step(setup.state, setup.shard_batch(batch))
+assert np.isfinite(float(metrics['loss']))
+'''
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
+  assert result.returncode == 0, result.stderr

@@ -61,7 +61,8 @@ def test_intermediates_are_named_and_consistent():
     np.testing.assert_allclose(attention.sum(-1), 1, rtol=1e-5)
     np.testing.assert_allclose(inter[p + '+sa'], inter[p + 'input'] + inter[p + 'sa'], atol=1e-6)
     np.testing.assert_allclose(inter[p + '+mlp'], inter[p + '+sa'] + inter[p + 'mlp'], atol=1e-6)
-  chex.assert_trees_all_close(out, apply(model, variables, images(3)))
+  # apply runs the fused attention path: the same function up to float32 rounding.
+  chex.assert_trees_all_close(out, apply(model, variables, images(3)), atol=1e-5)
   chex.assert_shape(inter['pre_logits'], (3, 32))
 
 

@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax.models.attention import ATTENTION_WEIGHTS
 from vit_jax.models.resnet import ResNetV2
 from vit_jax.models.vit import VisionTransformer
 
@@ -40,7 +41,7 @@ def _vit_config(size: str, patch: int, resnet_layers=None) -> Dict[str, Any]:
   return dict(family='vit', patch_size=patch, hidden_size=hidden, mlp_dim=mlp, num_heads=heads,
               num_layers=layers, classifier='token', representation_size=None, posemb='learn',
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
-              resnet_layers=resnet_layers, resnet_width=1)
+              resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none')
 
 
 def _registry() -> Dict[str, Dict[str, Any]]:
@@ -112,8 +113,13 @@ def apply_with_intermediates(model: nn.Module, variables, images, *, train: bool
   'Transformer/encoderblock_3/+sa',
   'Transformer/encoderblock_3/MultiHeadDotProductAttention_1/attention_weights',
   'resnet/block2/unit03/output'. `names` keeps only the paths listed; under
-  `jax.jit` the unkept ones are never materialised.
+  `jax.jit` the unkept ones are never materialised. Attention weights exist
+  only on the explicit attention path, which runs when they are asked for
+  (`names` None or naming one); otherwise the fused path runs.
   """
+  wants_weights = names is None or any(n.endswith(ATTENTION_WEIGHTS) for n in names)
+  if wants_weights and getattr(model, 'attention_impl', 'explicit') != 'explicit':
+    model = model.clone(attention_impl='explicit')
   out, state = model.apply(variables, images, train=train, rngs=rngs, mutable=['intermediates'])
   flat = flax.traverse_util.flatten_dict(state.get('intermediates', {}), sep='/')
   # `sow` stores a tuple of the values sown under one name; each is sown once.

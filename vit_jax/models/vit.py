@@ -8,15 +8,22 @@ kept unless `intermediates` is mutable in `apply`.
 from typing import Any, Optional, Sequence, Tuple
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from vit_jax.models import conv
+from vit_jax.models.attention import ATTENTION_IMPLS, MultiHeadAttention
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
 POSEMBS = ('learn', 'sincos2d', 'none')
+# What a rematerialised encoder block keeps from its forward pass for the
+# backward one: 'full' keeps only its input, 'dots' also the outputs of its
+# weight matmuls (not the attention products, which are recomputed).
+REMAT_POLICIES = {'none': None, 'full': jax.checkpoint_policies.nothing_saveable,
+                  'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
 def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10_000.) -> np.ndarray:
@@ -79,19 +86,17 @@ class Encoder1DBlock(nn.Module):
   dropout_rate: float = 0.
   attention_dropout_rate: float = 0.
   drop_path: float = 0.
+  attention_impl: str = 'auto'
   dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x, *, train: bool):
+  def __call__(self, x, train: bool = False):
     drop_path = nn.Dropout(self.drop_path, broadcast_dims=(1, 2))
     self.sow('intermediates', 'input', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
-    y = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(), broadcast_dropout=False,
-        dropout_rate=self.attention_dropout_rate, deterministic=not train,
-        name='MultiHeadDotProductAttention_1')(y, y, sow_weights=True)
+    y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
+                           self.dtype, name='MultiHeadDotProductAttention_1')(y, train=train)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     self.sow('intermediates', 'sa', y)
     x = x + drop_path(y, deterministic=not train)
@@ -109,7 +114,9 @@ class Encoder(nn.Module):
   """Position embeddings, dropout, `num_layers` blocks and the final LayerNorm.
 
   Stochastic depth grows linearly from 0 at the first block to `stochastic_depth`
-  at the last.
+  at the last. `remat` (a `REMAT_POLICIES` key) recomputes each block's
+  activations in the backward pass instead of storing them; parameter names
+  are unchanged.
   """
   grid: Tuple[int, int]
   num_layers: int
@@ -119,6 +126,8 @@ class Encoder(nn.Module):
   attention_dropout_rate: float = 0.
   stochastic_depth: float = 0.
   posemb: str = 'learn'
+  attention_impl: str = 'auto'
+  remat: str = 'none'
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -126,11 +135,16 @@ class Encoder(nn.Module):
     if self.posemb != 'none':
       x = AddPositionEmbs(self.grid, self.posemb, name='posembed_input')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    block = Encoder1DBlock
+    if self.remat != 'none':
+      # static_argnums counts `self`: `train` (index 2) selects the program.
+      block = nn.remat(block, policy=REMAT_POLICIES[self.remat], static_argnums=(2,))
     for i in range(self.num_layers):
-      x = Encoder1DBlock(
+      x = block(
           self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
           drop_path=self.stochastic_depth * i / max(self.num_layers - 1, 1),
-          dtype=self.dtype, name=f'encoderblock_{i}')(x, train=train)
+          attention_impl=self.attention_impl, dtype=self.dtype,
+          name=f'encoderblock_{i}')(x, train)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
 
 
@@ -140,6 +154,8 @@ class VisionTransformer(nn.Module):
   Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token` and `gap`
   heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
+  `attention_impl` (`ATTENTION_IMPLS`) and `remat` (`REMAT_POLICIES`) change how,
+  not what, it computes.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -155,14 +171,16 @@ class VisionTransformer(nn.Module):
   stochastic_depth: float = 0.
   resnet_layers: Optional[Sequence[int]] = None
   resnet_width: float = 1
+  attention_impl: str = 'auto'
+  remat: str = 'none'
   dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
-    if self.classifier not in CLASSIFIERS:
-      raise ValueError(f'Unknown classifier {self.classifier!r}; use one of {CLASSIFIERS}.')
-    if self.posemb not in POSEMBS:
-      raise ValueError(f'Unknown posemb {self.posemb!r}; use one of {POSEMBS}.')
+    for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
+                         ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES)):
+      if getattr(self, field) not in valid:
+        raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
     x = images.astype(self.dtype)
     if self.resnet_layers is not None:
       resnet = ResNetV1(tuple(self.resnet_layers), self.resnet_width, self.dtype)
@@ -184,8 +202,8 @@ class VisionTransformer(nn.Module):
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
 
     x = Encoder((gh, gw), self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
-                self.attention_dropout_rate, self.stochastic_depth, self.posemb, self.dtype,
-                name='Transformer')(x, train=train)
+                self.attention_dropout_rate, self.stochastic_depth, self.posemb,
+                self.attention_impl, self.remat, self.dtype, name='Transformer')(x, train=train)
 
     if self.classifier == 'token':
       x = x[:, 0]

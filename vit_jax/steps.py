@@ -1,0 +1,196 @@
+"""The training step and everything it is built from: optimizer, schedule, loss,
+state, mesh and the compiled train and eval steps.
+
+Imports no TensorFlow, so benchmarks and analysis tools build the same step as
+the train command on machines that have JAX alone.
+"""
+import dataclasses
+import functools
+import os
+from typing import Any, Callable, Dict, Sequence, Tuple
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax.training import train_state
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax import checkpoint, models
+
+PUBLIC_CHECKPOINTS = 'gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/'
+
+
+class TrainingError(RuntimeError):
+  """A run that cannot go on (a non-finite loss, a missing checkpoint, ...)."""
+
+
+class TrainState(train_state.TrainState):
+  """Parameters, optimizer state and step; `rng` drives dropout and stochastic depth."""
+  rng: jax.Array
+
+
+# ---------------------------------------------------------------------------
+# Optimizer
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
+  """Linear warmup from 0 to `config.lr`, then cosine or linear decay to 0."""
+  decay_steps = max(total_steps - config.warmup_steps, 1)
+  decay = {'cosine': optax.cosine_decay_schedule(config.lr, decay_steps),
+           'linear': optax.linear_schedule(config.lr, 0., decay_steps)}
+  if config.decay not in decay:
+    raise ValueError(f'Unknown decay {config.decay!r}; use one of {sorted(decay)}.')
+  warmup = optax.linear_schedule(0., config.lr, config.warmup_steps)
+  return optax.join_schedules([warmup, decay[config.decay]], [config.warmup_steps])
+
+
+def kernel_mask(params) -> Any:
+  """True for weight matrices and conv kernels: weight decay applies to those only."""
+  return flax.traverse_util.path_aware_map(lambda path, _: path[-1] == 'kernel', params)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
+                   ) -> optax.GradientTransformation:
+  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr.
+
+  `config.weight_decay` is the decoupled decay per step at the peak learning
+  rate (params shrink by weight_decay * lr / config.lr each step).
+  """
+  schedule = learning_rate_schedule(config, total_steps)
+  directions = {'adam': optax.scale_by_adam(), 'sgd': optax.trace(decay=config.momentum)}
+  if config.optimizer not in directions:
+    raise ValueError(f'Unknown optimizer {config.optimizer!r}; use one of {sorted(directions)}.')
+  parts = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
+  parts.append(directions[config.optimizer])
+  if config.weight_decay:
+    parts.append(optax.add_decayed_weights(config.weight_decay / config.lr, mask=kernel_mask))
+  parts.append(optax.scale_by_learning_rate(schedule))
+  return optax.chain(*parts)
+
+
+# ---------------------------------------------------------------------------
+# Steps
+
+
+def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: float) -> jax.Array:
+  """Per-example softmax or sigmoid cross-entropy against (smoothed) one-hot labels."""
+  num_classes = labels.shape[-1]
+  labels = labels * (1 - label_smoothing) + label_smoothing / num_classes
+  if kind == 'softmax':
+    return optax.softmax_cross_entropy(logits, labels)
+  if kind == 'sigmoid':
+    return optax.sigmoid_binary_cross_entropy(logits, labels).sum(-1)
+  raise ValueError(f'Unknown loss {kind!r}; use softmax or sigmoid.')
+
+
+def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model, config,
+               schedule) -> Tuple[TrainState, Dict[str, jax.Array]]:
+  """One update from the mean gradient over the batch, in `accum_steps` pieces.
+
+  Accumulating over pieces gives the update of the whole batch (the loss is a
+  mean over examples) at the memory of one piece.
+  """
+  rng, step_rng = jax.random.split(state.rng)
+  accum = config.accum_steps
+  pieces = jax.tree_util.tree_map(
+      lambda x: x.reshape((accum, x.shape[0] // accum) + x.shape[1:]), batch)
+
+  def piece_grad(params, piece_and_index):
+    piece, index = piece_and_index
+    def loss_of(p):
+      logits = model.apply({'params': p}, piece['image'], train=True,
+                           rngs={'dropout': jax.random.fold_in(step_rng, index)})
+      return loss_fn(logits, piece['label'], config.loss, config.label_smoothing).mean()
+    return jax.value_and_grad(loss_of)(params)
+
+  def accumulate(carry, piece_and_index):
+    loss, grads = piece_grad(state.params, piece_and_index)
+    return jax.tree_util.tree_map(jnp.add, carry, (loss, grads)), None
+
+  if accum == 1:
+    # XLA:CPU runs convolutions inside a loop body far slower than outside one.
+    loss, grads = piece_grad(state.params, (batch, 0))
+  else:
+    zeros = (jnp.zeros(()), jax.tree_util.tree_map(jnp.zeros_like, state.params))
+    (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
+    loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
+  new_state = state.apply_gradients(grads=grads, rng=rng)
+  metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
+             'learning_rate': schedule(state.step)}
+  return new_state, metrics
+
+
+def eval_step(params, batch: Dict[str, jax.Array], *, model, config) -> Dict[str, jax.Array]:
+  """Sums over the real (mask 1) examples: correct predictions, loss, count."""
+  logits = model.apply({'params': params}, batch['image'], train=False)
+  mask = batch['mask']
+  loss = loss_fn(logits, batch['label'], config.loss, 0.)
+  correct = jnp.argmax(logits, -1) == jnp.argmax(batch['label'], -1)
+  return {'correct': jnp.sum(correct * mask), 'loss': jnp.sum(loss * mask),
+          'count': jnp.sum(mask)}
+
+
+# ---------------------------------------------------------------------------
+# State and checkpoints
+
+
+def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_collections.ConfigDict:
+  return models.get_config(config.model_name, num_classes=num_classes, **config.model)
+
+
+def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> TrainState:
+  """Fresh parameters, or those of `config.pretrained` fitted to the model."""
+  init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
+  params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
+  if config.pretrained:
+    if not os.path.exists(config.pretrained) and '://' not in config.pretrained:
+      raise TrainingError(
+          f'Pretrained checkpoint {config.pretrained} does not exist. Public ones live under '
+          f'{PUBLIC_CHECKPOINTS}; download one and set --config.pretrained=<path>.')
+    params = checkpoint.load_pretrained(config.pretrained, params, model_cfg)
+  return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
+
+
+def compile_steps(model, config, schedule, mesh: Mesh):
+  """The jitted train and eval steps: batch sharded over `mesh`, state replicated."""
+  replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
+  step_fn = jax.jit(functools.partial(train_step, model=model, config=config, schedule=schedule),
+                    in_shardings=(replicated, data_sharded), out_shardings=(replicated, replicated),
+                    donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
+                    in_shardings=(replicated, data_sharded), out_shardings=replicated)
+  return step_fn, eval_fn
+
+
+@dataclasses.dataclass
+class Setup:
+  """What a training run is made of, built once by `build`."""
+  model: nn.Module
+  model_cfg: ml_collections.ConfigDict
+  schedule: optax.Schedule
+  state: TrainState            # replicated over `mesh`
+  mesh: Mesh
+  train_step: Callable         # (state, batch) -> (state, metrics); donates the state
+  eval_step: Callable          # (params, batch) -> sums of correct, loss, count
+
+  def shard_batch(self, batch):
+    """Places a host batch on the mesh, split along its first axis."""
+    return jax.device_put(batch, NamedSharding(self.mesh, P('data')))
+
+
+def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
+          devices: Sequence[jax.Device] = None) -> Setup:
+  """Model, schedule, optimizer, replicated state, mesh and compiled steps of a recipe."""
+  model_cfg = model_config(config, num_classes)
+  model = models.build_model(model_cfg)
+  schedule = learning_rate_schedule(config, total_steps)
+  state = create_train_state(config, model, model_cfg, make_optimizer(config, total_steps),
+                             config.image_size)
+  mesh = Mesh(np.array(devices or jax.devices()), ('data',))
+  step_fn, eval_fn = compile_steps(model, config, schedule, mesh)
+  state = jax.device_put(state, NamedSharding(mesh, P()))
+  return Setup(model, model_cfg, schedule, state, mesh, step_fn, eval_fn)
