@@ -209,7 +209,7 @@ def test_wrong_config_key_is_named(tmp_path):
 ])
 def test_cpu_device_count_divides_every_batch(cores, batch, accum, processes, expected):
   config = tiny_config(batch_size=batch, accum_steps=accum, eval_batch_size=512)
-  assert train.cpu_device_count(config, cores, processes) == expected
+  assert steps.cpu_device_count(config, cores, processes) == expected
 
 
 def test_non_positive_batch_or_accumulation_is_named(tmp_path):
@@ -220,15 +220,15 @@ def test_non_positive_batch_or_accumulation_is_named(tmp_path):
 
 def test_cpu_split_leaves_an_explicit_device_count_alone(monkeypatch):
   updates = []
-  monkeypatch.setattr(train.jax.config, 'update', lambda *args: updates.append(args))
-  monkeypatch.setattr(train.os, 'sched_getaffinity', lambda pid: {0, 1})
+  monkeypatch.setattr(steps.jax.config, 'update', lambda *args: updates.append(args))
+  monkeypatch.setattr(steps.os, 'sched_getaffinity', lambda pid: {0, 1})
   monkeypatch.delenv('JAX_NUM_CPU_DEVICES', raising=False)
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
-  train.split_cpu_into_devices(tiny_config(), requested=0)
+  steps.split_cpu_into_devices(tiny_config(), requested=0)
   assert updates == []
-  train.split_cpu_into_devices(tiny_config(), requested=4)
+  steps.split_cpu_into_devices(tiny_config(), requested=4)
   monkeypatch.setenv('XLA_FLAGS', '')
-  train.split_cpu_into_devices(tiny_config(), requested=0)
+  steps.split_cpu_into_devices(tiny_config(), requested=0)
   assert updates == [('jax_num_cpu_devices', 4), ('jax_num_cpu_devices', 2)]
 
 

@@ -10,7 +10,6 @@ go to DIR/checkpoints and a run resumes from the newest complete one; the
 final parameters are also written as DIR/params.npz in the published layout.
 """
 import logging
-import math
 import os
 import time
 from typing import Any, Dict, Iterator
@@ -26,7 +25,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
 from vit_jax import checkpoint, input_pipeline, steps
-from vit_jax.steps import TrainingError
+from vit_jax.steps import TrainingError, split_cpu_into_devices
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
@@ -144,32 +143,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
   writer.flush()
   return summary
-
-
-def cpu_device_count(config: ml_collections.ConfigDict, cores: int, processes: int = 1) -> int:
-  """Devices to split a CPU host into: one per core, cut to a divisor of every batch.
-
-  XLA:CPU runs a train step faster as one program per core than as one
-  program threaded over the cores (ViT-S/16 at 224 px: 1.3-1.5x on 2 cores).
-  """
-  batch = math.gcd(config.batch_size // max(config.accum_steps, 1), config.eval_batch_size)
-  per_process = batch // processes if batch % processes == 0 else 1
-  return max(n for n in range(1, max(cores, 1) + 1) if per_process % n == 0)
-
-
-def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
-                           processes: int = 1) -> None:
-  """Sets JAX's CPU device count before the backend starts, unless the user has.
-
-  `requested` 0 picks `cpu_device_count` over the cores this process may use;
-  GPU and TPU runs are unaffected (their devices are not CPU devices).
-  """
-  forced = ('xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')
-            or 'JAX_NUM_CPU_DEVICES' in os.environ)
-  if forced and not requested:
-    return
-  count = requested or cpu_device_count(config, len(os.sched_getaffinity(0)), processes)
-  jax.config.update('jax_num_cpu_devices', count)
 
 
 FLAGS = flags.FLAGS

@@ -16,23 +16,27 @@ ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'explicit')
 ATTENTION_WEIGHTS = 'attention_weights'  # the sown name of the explicit path's weights
 # cuDNN's fused kernels take sequence lengths in multiples of this; shorter
 # sequences are padded and the padded keys masked.
-CUDNN_SEQ_MULTIPLE = 64
+CUDNN_SEQ_MULTIPLE = 8
 
 
-def uses_cudnn(impl: str, dtype) -> bool:
-  """Whether `impl` runs on cuDNN: 'cudnn', or 'auto' in half precision on a GPU."""
-  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-  return impl == 'cudnn' or (impl == 'auto' and half and jax.default_backend() == 'gpu')
+def resolve_impl(impl: str, dtype) -> str:
+  """'auto' as the backend runs it best: cuDNN's flash attention on a GPU in
+  half precision (its kernels are for bfloat16 and float16, and have no second
+  derivative, which the Hessian tools take in float32), the explicit form on a
+  CPU (where XLA:CPU runs it faster than the fused form), XLA's fused form
+  elsewhere. Other names are kept as they are."""
+  if impl != 'auto':
+    return impl
+  backend = jax.default_backend()
+  if backend == 'gpu' and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    return 'cudnn'
+  return 'explicit' if backend == 'cpu' else 'xla'
 
 
 def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, impl: str) -> jax.Array:
-  """softmax(q k^T / sqrt(d)) v over (B, N, heads, d) operands, without weights left behind.
-
-  `impl` 'auto' takes cuDNN's flash attention on a GPU in half precision and
-  XLA's fused form elsewhere (cuDNN's kernels are for bfloat16 and float16 and
-  have no second derivative, which the Hessian tools take in float32).
-  """
-  if uses_cudnn(impl, query.dtype):
+  """softmax(q k^T / sqrt(d)) v over (B, N, heads, d) operands by `impl` 'xla' or
+  'cudnn', without the weights left behind."""
+  if impl == 'cudnn':
     return padded_attention(query, key, value, CUDNN_SEQ_MULTIPLE, 'cudnn')
   return jax.nn.dot_product_attention(query, key, value, implementation='xla')
 
@@ -55,9 +59,10 @@ class MultiHeadAttention(nn.Module):
   """Self-attention over (B, N, D) tokens: `query`, `key`, `value` (D, heads, D/heads)
   and `out` (heads, D/heads, D), as in the published checkpoints.
 
-  `impl` picks the computation (`ATTENTION_IMPLS`): 'explicit' forms the weights
-  and sows them as `attention_weights`; the others are fused. Attention dropout
-  needs the weights, so a training call with `dropout_rate` > 0 is explicit.
+  `impl` picks the computation (`ATTENTION_IMPLS`, 'auto' by `resolve_impl`):
+  'explicit' forms the weights and sows them as `attention_weights`; the others
+  are fused. Attention dropout needs the weights, so a training call with
+  `dropout_rate` > 0 is explicit.
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -76,10 +81,11 @@ class MultiHeadAttention(nn.Module):
                               kernel_init=nn.initializers.xavier_uniform())
     heads = (self.num_heads, width // self.num_heads)
     q, k, v = (dense(heads, name=name)(x) for name in ('query', 'key', 'value'))
-    if self.impl == 'explicit' or (train and self.dropout_rate > 0):
+    impl = resolve_impl(self.impl, self.dtype)
+    if impl == 'explicit' or (train and self.dropout_rate > 0):
       y = self.explicit(q, k, v, train=train)
     else:
-      y = fused_attention(q, k, v, self.impl)
+      y = fused_attention(q, k, v, impl)
     return dense(width, axis=(-2, -1), name='out')(y)
 
   def explicit(self, q, k, v, *, train: bool):

@@ -1,0 +1,56 @@
+"""The benchmarks' own arithmetic: FLOP counts against closed forms, and a tiny run."""
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+
+import timing  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
+from vit_jax import models  # noqa: E402
+
+
+def vit_multiply_adds(tokens, patches, patch, width, mlp, layers, classes):
+  """Closed form: patch embedding, per block the q/k/v/out and MLP matmuls plus
+  the two attention products, and the head."""
+  block = tokens * (4 * width * width + 2 * width * mlp) + 2 * tokens * tokens * width
+  return patches * patch * patch * 3 * width + layers * block + width * classes
+
+
+@pytest.mark.parametrize('attention_impl', ['explicit', 'xla'])
+def test_vit_b16_forward_flops_match_the_closed_form(attention_impl):
+  model = models.get_model('ViT-B_16', 1000, attention_impl=attention_impl)
+  images = jax.ShapeDtypeStruct((1, 224, 224, 3), jnp.float32)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)
+  macs = vit_multiply_adds(197, 196, 16, 768, 3072, 12, 1000)
+  assert macs == 17_563_828_224  # the 17.6 GMAC per image usually quoted
+  assert timing.matmul_flops(model.apply, variables, images) == 2 * macs
+
+
+def test_conv_flops_count_kernel_window_and_groups():
+  x = jax.ShapeDtypeStruct((2, 8, 8, 6), jnp.float32)
+  w = jax.ShapeDtypeStruct((3, 3, 3, 4), jnp.float32)  # 2 groups of 3 input channels
+  conv = lambda x, w: jax.lax.conv_general_dilated(
+      x, w, (1, 1), 'SAME', dimension_numbers=('NHWC', 'HWIO', 'NHWC'), feature_group_count=2)
+  assert timing.matmul_flops(conv, x, w) == 2 * (2 * 8 * 8 * 4) * (3 * 3 * 3)
+
+
+def test_scanned_matmuls_count_once_per_iteration():
+  def f(x):
+    return jax.lax.scan(lambda c, _: (c @ c, None), x, None, length=5)[0]
+  assert timing.matmul_flops(f, jax.ShapeDtypeStruct((4, 4), jnp.float32)) == 5 * 2 * 4 ** 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('script', ['train_step.py', 'inference.py'])
+def test_benchmark_runs_at_tiny_size(script):
+  result = subprocess.run(
+      [sys.executable, os.path.join('benchmarks', script), '--models', 'ViT-Ti_16',
+       '--batch', '8', '--image-size', '32', '--repeats', '1', '--matmul-size', '128'],
+      capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert result.returncode == 0, result.stderr
+  assert 'ViT-Ti_16' in result.stdout and 'img/s' in result.stdout
