@@ -13,5 +13,11 @@ setuptools.setup(
         'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
         'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
     ],
-    extras_require={'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel']},
+    extras_require={
+        'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel'],
+        # Accelerators: JAX's own builds for NVIDIA GPUs (CUDA 13 or 12 drivers) and TPUs.
+        'cuda': ['jax[cuda13]'],
+        'cuda12': ['jax[cuda12]'],
+        'tpu': ['jax[tpu]'],
+    },
 )

@@ -68,7 +68,6 @@ def main():
       model.eval()
       inference = args.batch / median_seconds(infer, args.repeats)
       print(f'{name:<24}{mode:>10}{train:13.1f}{inference:13.1f}', flush=True)
-      del model, run, optimizer
 
 
 if __name__ == '__main__':

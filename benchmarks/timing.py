@@ -23,11 +23,6 @@ def seconds_per_call(fn, *args, repeats: int) -> float:
   return statistics.median(times)
 
 
-def xla_flops(fn, *args) -> float:
-  cost = fn.lower(*args).compile().cost_analysis()
-  return float((cost[0] if isinstance(cost, list) else cost)['flops'])
-
-
 def matmul_flops(fn, *args) -> float:
   """2 x the multiply-adds of every matmul and convolution in `fn`'s program.
 
