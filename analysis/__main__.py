@@ -49,6 +49,9 @@ flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
 flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
 flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
                      'for the density.')
+flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
+                  'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
+                  'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
 
 
 def _subject(config, workdir, path, which: str) -> features.Subject:
@@ -58,7 +61,7 @@ def _subject(config, workdir, path, which: str) -> features.Subject:
   label = os.path.splitext(os.path.basename(config_flags.get_config_filename(
       FLAGS['config' + which])))[0]
   return features.load_subject(config.model_name, path, config.image_size, dict(config.model),
-                               label=label)
+                               label=label, recipe=config)
 
 
 def run(tool: str) -> Dict:
@@ -74,9 +77,13 @@ def run(tool: str) -> Dict:
   splits = {'train': config.train_split, 'eval': config.eval_split}
 
   def batches_for(subject):
-    return lambda split: features.dataset_batches(dataset, splits[split], subject.image_size,
-                                                  FLAGS.batch_size, FLAGS.num_images,
-                                                  config.data_dir)
+    def batches(split):
+      if split == lt.TRAIN_AUGMENTED:
+        return features.training_batches(subject.recipe, subject.recipe.train_split,
+                                          FLAGS.batch_size, dataset)
+      return features.dataset_batches(dataset, splits[split], subject.image_size,
+                                      FLAGS.batch_size, FLAGS.num_images, config.data_dir)
+    return batches
 
   os.makedirs(FLAGS.out, exist_ok=True)
   results = {}
@@ -84,7 +91,8 @@ def run(tool: str) -> Dict:
     fn, needs = TOOLS[name]
     if name == 'hessian':
       fn = functools.partial(fn, num_minibatches=FLAGS.hessian_batches,
-                             steps_top=FLAGS.lanczos_steps, steps_density=2 * FLAGS.lanczos_steps)
+                             steps_top=FLAGS.lanczos_steps, steps_density=2 * FLAGS.lanczos_steps,
+                             objective=FLAGS.hessian_objective)
     if needs == 'pair':
       results[name] = fn(subjects, batches_for(subjects[0]), FLAGS.out)
     else:

@@ -24,6 +24,7 @@ class Subject:
   config: ml_collections.ConfigDict  # from models.get_config
   params: Any
   image_size: int
+  recipe: Optional[ml_collections.ConfigDict] = None  # the training recipe, where known
   _compiled: Dict[Tuple[str, ...], Any] = dataclasses.field(default_factory=dict, repr=False)
 
   @property
@@ -125,7 +126,8 @@ def spatial_map(subject: Subject, x: jax.Array) -> jax.Array:
 
 
 def load_subject(model_name: str, path: str, image_size: int, overrides: Optional[dict] = None,
-                 label: Optional[str] = None) -> Subject:
+                 label: Optional[str] = None,
+                 recipe: Optional[ml_collections.ConfigDict] = None) -> Subject:
   """A model from a `.npz` (published or ours) or a training workdir (its params.npz).
 
   The number of classes comes from the checkpoint's head; `overrides` are the
@@ -149,7 +151,23 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   checkpoint.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
                            flax.traverse_util.flatten_dict(expected, sep='/'), path)
   return Subject(label or config.name, config, jax.tree_util.tree_map(jnp.asarray, params),
-                 image_size)
+                 image_size, recipe)
+
+
+def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: int,
+                     dataset: Optional[str] = None
+                     ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+  """(images, label distributions) as the recipe trains on them: its training
+  pipeline with its augmentation (crop or shifts, flips, RandAugment, mixup),
+  seeded by the recipe, for one process on one device."""
+  source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir,
+                                     shuffle_files=True, seed=recipe.seed)
+  batches = input_pipeline.train_dataset(
+      source, batch_size=batch_size, image_size=recipe.image_size, seed=recipe.seed,
+      mixup_alpha=recipe.mixup_alpha, randaugment=recipe.randaugment, crop=recipe.inception_crop,
+      crop_padding=recipe.crop_padding, process_count=1, local_devices=1)
+  for batch in batches.as_numpy_iterator():
+    yield batch['image'], batch['label']
 
 
 def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,

@@ -12,25 +12,52 @@ from analysis import features, fourier, hessian, lanczos, plots
 from analysis.representation_tools import Batches, Subject, _figure, _short
 
 
+TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
+
+
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
-  """`count` (images, one-hot labels) batches drawn once, so the loss is one function."""
+  """`count` (images, label distributions) batches drawn once, so the loss is one
+  function; integer labels become one-hot."""
   fixed = []
   for images, labels in batches(split):
-    fixed.append((jnp.asarray(images), jax.nn.one_hot(labels, num_classes)))
+    if labels.ndim == 1:
+      labels = jax.nn.one_hot(labels, num_classes)
+    fixed.append((jnp.asarray(images), jnp.asarray(labels)))
     if len(fixed) == count:
       return fixed
   raise ValueError(f'The {split} split gave {len(fixed)} batches, fewer than the {count} '
                    'needed; use more images.')
 
 
+def hessian_objective(subject: Subject, objective: str):
+  """(loss, split of its batches, description) for `objective`:
+  'training', the recipe's own loss plus L2 on training batches with its
+  augmentation (Park & Kim's protocol, `hessian.recipe_objective`), or 'clean',
+  plain cross-entropy without L2 on evaluation-preprocessed training images."""
+  if objective == 'clean':
+    return (hessian.training_loss(subject.model), 'train',
+            {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
+             'data': 'training split, evaluation preprocessing'})
+  if objective != 'training':
+    raise ValueError(f'Unknown Hessian objective {objective!r}; use training or clean.')
+  if subject.recipe is None:
+    raise ValueError(f'The training objective of {subject.label} needs the recipe that '
+                     'trained it (load_subject(..., recipe=)); or measure objective="clean".')
+  loss, description = hessian.recipe_objective(subject.model, subject.recipe)
+  return loss, TRAIN_AUGMENTED, {**description,
+                                 'data': 'training split through the training pipeline, '
+                                         'augmentation drawn once'}
+
+
 def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: int = 4,
                 top_k: int = 5, steps_top: int = 20, steps_density: int = 40,
-                num_probes: int = 2) -> Dict:
+                num_probes: int = 2, objective: str = 'training') -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
-  and an SLQ density with its negative fraction on all of them together."""
+  and an SLQ density with its negative fraction on all of them together, of the
+  objective `hessian_objective` names (recorded in the JSON)."""
   num_classes = subject.config.num_classes
-  fixed = _fixed_batches(batches, 'train', num_minibatches, num_classes)
-  loss = hessian.training_loss(subject.model)
+  loss, split, description = hessian_objective(subject, objective)
+  fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params)
   # Convolutions run slowly inside XLA:CPU loop bodies: drive ResNets from Python there.
   host_loop = subject.family == 'bit' and jax.default_backend() == 'cpu'
@@ -51,7 +78,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
       plots.curves({'density': spectrum}, _figure(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
                    'eigenvalue', 'density', x=grid, logy=True)]
-  return {'top_per_minibatch': tops, 'num_parameters': dim,
+  return {'objective': {'name': objective, **description},
+          'top_per_minibatch': tops, 'num_parameters': dim,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
           # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
           'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, 0.01 * span),
@@ -71,66 +99,70 @@ def _fourier_layers(subject: Subject) -> List[Tuple[str, str, bool]]:
 
 
 def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
-  """Relative log amplitude curves per layer, the highest-frequency value vs depth
-  (attention outputs shaded) and the feature-map variance vs depth."""
+  """Relative log amplitude curves per layer (each drawn at the authors' positions,
+  `fourier.curve_positions`), the last entry of each, their "high frequency", vs
+  depth (attention outputs shaded), and the unbiased feature-map variance vs depth."""
   rows = _fourier_layers(subject)
   names = [name for _, name, _ in rows]
-
-  # Maps differ in size (ResNet stages): curves go onto one grid of frequencies.
-  x = np.linspace(0, 1, 9)
 
   def per_batch(images):
     inter = subject.intermediates(images, names)
     maps = [features.spatial_map(subject, inter[n]) for n in names]
-    curves = [jnp.interp(x, fourier.normalised_frequencies(min(m.shape[1:3])),
-                         fourier.relative_log_amplitude(m)) for m in maps]
-    return jnp.stack(curves), jnp.stack([fourier.spatial_variance(m) for m in maps])
+    return ([np.asarray(fourier.relative_log_amplitude(m)) for m in maps],
+            np.array([fourier.spatial_variance(m) for m in maps]))
 
   results = [per_batch(images) for images, _ in batches('eval')]
-  curves = np.mean([np.asarray(c) for c, _ in results], axis=0)
-  variance = np.mean([np.asarray(v) for _, v in results], axis=0)
+  # Maps differ in size between ResNet stages, so curves differ in length.
+  curves = [np.mean([c[i] for c, _ in results], axis=0) for i in range(len(rows))]
+  variance = np.mean([v for _, v in results], axis=0)
+  high = np.array([curve[-1] for curve in curves])
   labels = [label for label, _, _ in rows]
   shade = [i for i, (_, _, attention) in enumerate(rows) if attention]
+  positions = {label: fourier.curve_positions(len(c)) for label, c in zip(labels, curves)}
   figures = [
-      plots.curves({label: curve for label, curve in zip(labels, curves)},
-                   _figure(out, 'fourier_curves', subject),
-                   f'Relative log amplitude: {subject.label}', 'frequency (fraction of max)',
-                   'delta log amplitude', x=x, legend=False),
-      plots.curves({'highest frequency': curves[:, -1]}, _figure(out, 'fourier_depth', subject),
+      plots.curves(dict(zip(labels, curves)), _figure(out, 'fourier_curves', subject),
+                   f'Relative log amplitude: {subject.label}', 'frequency (x pi)',
+                   'delta log amplitude', x=positions, legend=False),
+      plots.curves({'high frequency': high}, _figure(out, 'fourier_depth', subject),
                    f'High-frequency amplitude vs depth: {subject.label}', 'layer',
                    'delta log amplitude', shade=shade),
       plots.curves({'variance': variance}, _figure(out, 'variance', subject),
                    f'Feature-map variance: {subject.label}', 'layer', 'variance',
                    shade=shade, logy=True)]
-  return {'layers': labels, 'attention_layers': shade, 'curves': curves.tolist(),
-          'high_frequency': curves[:, -1].tolist(), 'variance': variance.tolist(),
+  return {'layers': labels, 'attention_layers': shade,
+          'curves': [c.tolist() for c in curves],
+          'frequency_positions': [positions[label].tolist() for label in labels],
+          'high_frequency': high.tolist(), 'variance': variance.tolist(),
           'figures': figures}
 
 
 def run_robustness(subject: Subject, batches: Batches, out: str,
-                   bands: Sequence[Tuple[float, float]] = ((0, .2), (.2, .4), (.4, .6),
-                                                           (.6, .8), (.8, 1.01)),
-                   noise_norm: float = 0.1) -> Dict:
-  """Accuracy drop when noise of a fixed L2 norm (relative to the image norm) is
-  confined to each band of radial spatial frequencies."""
-  correct = np.zeros(len(bands) + 1)
-  count = 0
+                   epsilons: Sequence[float] = (0.01, 0.03, 0.1),
+                   frequencies: Sequence[float] = tuple(np.linspace(0, np.pi, 9)),
+                   width: float = 0.2) -> Dict:
+  """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
+  eps * sign(N(0, 1)) masked to the square band of half-width `width` around each
+  frequency f in [0, pi]) for each eps; one base noise per batch for every (eps, f),
+  so curves differ by the band alone. Images are in [-1, 1]."""
+  correct = np.zeros((len(epsilons), len(frequencies)))
+  clean = count = 0
   for step, (images, labels) in enumerate(batches('eval')):
     images = jnp.asarray(images)
-    image_norm = jnp.sqrt(jnp.sum(images**2, axis=(1, 2, 3), keepdims=True))
-    variants = [images]
-    for b, band in enumerate(bands):
-      key = jax.random.fold_in(jax.random.PRNGKey(step), b)
-      variants.append(images + image_norm * fourier.band_noise(key, images.shape, band,
-                                                               noise_norm))
-    for v, x in enumerate(variants):
-      correct[v] += float(jnp.sum(jnp.argmax(subject.logits(x), -1) == labels))
+    sign = jnp.sign(jax.random.normal(jax.random.PRNGKey(step), images.shape))
+    clean += float(jnp.sum(jnp.argmax(subject.logits(images), -1) == labels))
+    for j, f in enumerate(frequencies):
+      band = fourier.band_limited(sign, f, width)
+      for i, eps in enumerate(epsilons):
+        predicted = jnp.argmax(subject.logits(images + eps * band), -1)
+        correct[i, j] += float(jnp.sum(predicted == labels))
     count += len(labels)
   accuracy = correct / count
-  drops = accuracy[0] - accuracy[1:]
-  centres = np.array([(lo + min(hi, 1.)) / 2 for lo, hi in bands])
-  figure = plots.curves({'accuracy drop': drops}, _figure(out, 'robustness', subject),
-                        f'Band-limited noise (norm {noise_norm} x image): {subject.label}',
-                        'noise frequency (fraction of max)', 'accuracy drop', x=centres)
-  return {'clean_accuracy': accuracy[0], 'bands': [list(b) for b in bands],
-          'accuracy_drop': drops.tolist(), 'noise_norm': noise_norm, 'figures': [figure]}
+  x = np.asarray(frequencies) / np.pi
+  figure = plots.curves({f'eps {eps:g}': acc for eps, acc in zip(epsilons, accuracy)},
+                        _figure(out, 'robustness', subject),
+                        f'Frequency-band noise (band half-width {width}): {subject.label}',
+                        'noise frequency f (x pi)', 'accuracy', x=x)
+  return {'clean_accuracy': clean / count, 'epsilons': list(epsilons),
+          'frequencies': list(map(float, frequencies)), 'band_half_width': width,
+          'accuracy': accuracy.tolist(), 'accuracy_drop': (clean / count - accuracy).tolist(),
+          'figures': [figure]}

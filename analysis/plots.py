@@ -1,5 +1,5 @@
 """Figures of the analysis results, written as PNG files (matplotlib, no display)."""
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import matplotlib
 
@@ -26,13 +26,15 @@ def heatmap(matrix: np.ndarray, path: str, title: str, xlabel: str, ylabel: str,
 
 
 def curves(series: Dict[str, np.ndarray], path: str, title: str, xlabel: str, ylabel: str,
-           x: Optional[np.ndarray] = None, shade: Sequence[int] = (),
+           x: Union[None, np.ndarray, Dict[str, np.ndarray]] = None, shade: Sequence[int] = (),
            logy: bool = False, legend: bool = True) -> str:
-  """One line per named series; `shade` marks x positions (e.g. attention blocks)."""
+  """One line per named series, at `x` (shared, or per series name; default
+  0, 1, ...); `shade` marks x positions (e.g. attention blocks)."""
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   for name, values in series.items():
     values = np.asarray(values)
-    ax.plot(np.arange(len(values)) if x is None else x, values, marker='.', label=name)
+    at = x.get(name) if isinstance(x, dict) else x
+    ax.plot(np.arange(len(values)) if at is None else at, values, marker='.', label=name)
   for position in shade:
     ax.axvspan(position - 0.5, position + 0.5, color='0.9', zorder=0)
   if logy:

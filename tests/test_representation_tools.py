@@ -10,6 +10,7 @@ import pytest
 from analysis import features
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
+from configs import common
 from helpers import TINY_VIT, init, perturbed
 from vit_jax import checkpoint, models
 
@@ -19,13 +20,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def subject(name, label, **overrides):
   config = models.get_config(name, num_classes=3, **overrides)
   params = perturbed(init(models.build_model(config), 32))['params']
-  return features.Subject(label, config, params, 32)
+  recipe = common.base_config()
+  recipe.update(lr=0.1, weight_decay=1e-4, label_smoothing=0.1)
+  return features.Subject(label, config, params, 32, recipe)
 
 
 def batches(split):
-  rng = np.random.RandomState(0 if split == 'train' else 1)
+  rng = np.random.RandomState({'train': 0, 'eval': 1, lt.TRAIN_AUGMENTED: 2}[split])
   for _ in range(3):
-    yield rng.uniform(-1, 1, (12, 32, 32, 3)).astype(np.float32), np.arange(12) % 3
+    labels = np.arange(12) % 3
+    if split == lt.TRAIN_AUGMENTED:  # label distributions, as mixup gives
+      labels = 0.8 * np.eye(3)[labels] + 0.2 * np.eye(3)[(labels + 1) % 3]
+    yield rng.uniform(-1, 1, (12, 32, 32, 3)).astype(np.float32), labels
 
 
 @pytest.fixture(scope='module')
@@ -111,14 +117,35 @@ def test_landscape_tools(subjects, index, tmp_path):
   assert np.array(result['top_per_minibatch']).shape == (2, 3)
   np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
   assert 0 <= result['negative_fraction'] <= 1
+  assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr
+  assert result['objective']['label_smoothing'] == 0.1
   result = lt.run_fourier(s, batches, str(tmp_path))
   json.dumps(result)
-  curves = np.array(result['curves'])
-  assert curves.shape == (len(result['layers']), 9)
-  np.testing.assert_allclose(curves[:, 0], 0., atol=1e-6)
+  curves = result['curves']
+  assert len(curves) == len(result['layers'])
+  # 4x4 tokens for the ViT; 8 px root and 8, 4 px stages for the ResNet.
+  lengths = [2] * 5 if s.family == 'vit' else [4, 4, 2]
+  assert [len(c) for c in curves] == lengths
+  assert all(c[0] == 0. and c[-1] == h for c, h in zip(curves, result['high_frequency']))
   assert np.all(np.array(result['variance']) > 0)
   assert len(result['attention_layers']) == (2 if s.family == 'vit' else 0)
-  result = lt.run_robustness(s, batches, str(tmp_path))
+  result = lt.run_robustness(s, batches, str(tmp_path), epsilons=(0.1, 1.), frequencies=(0., 1.5),
+                             width=0.1)
   json.dumps(result)
-  assert len(result['accuracy_drop']) == 5
+  assert np.array(result['accuracy']).shape == (2, 2)
+  # f = 0 of half-width 0.1 passes no noise at 32 px (a 0x0 square): the clean accuracy.
+  np.testing.assert_allclose(np.array(result['accuracy'])[:, 0], result['clean_accuracy'])
   assert all(os.path.exists(f) for f in result['figures'])
+
+
+def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
+  s = subjects[0]
+  kwargs = dict(num_minibatches=1, top_k=2, steps_top=6, steps_density=6, num_probes=1)
+  training = lt.run_hessian(s, batches, str(tmp_path), **kwargs)
+  clean = lt.run_hessian(s, batches, str(tmp_path), objective='clean', **kwargs)
+  assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
+  assert 'augmentation' in training['objective']['data']
+  assert not np.allclose(training['top_per_minibatch'], clean['top_per_minibatch'])
+  no_recipe = features.Subject('bare', s.config, s.params, 32)
+  with pytest.raises(ValueError, match='needs the recipe'):
+    lt.run_hessian(no_recipe, batches, str(tmp_path), **kwargs)

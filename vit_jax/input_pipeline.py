@@ -226,7 +226,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
                   mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
                   shuffle_buffer: int = 10_000, process_count: Optional[int] = None,
                   crop: bool = True, crop_padding: int = 0,
-                  start_step: int = 0) -> tf.data.Dataset:
+                  start_step: int = 0, local_devices: Optional[int] = None) -> tf.data.Dataset:
   """Endless stream of this process's batches: {'image' (b, s, s, 3), 'label' (b, C)}.
 
   `crop=False` replaces the Inception crop by a plain resize, which
@@ -241,7 +241,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   stream order.
   """
   process_count = jax.process_count() if process_count is None else process_count
-  local_batch = _local_batch_size(batch_size, process_count)
+  local_batch = _local_batch_size(batch_size, process_count, local_devices)
   if crop and crop_padding:
     raise ValueError('crop_padding shifts resized images; it does not combine with the '
                      'Inception crop. Turn one off.')
