@@ -19,29 +19,31 @@ def patch_distances(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
   return np.linalg.norm(centres[:, None] - centres[None, :], axis=-1)
 
 
-def spatial_attention(weights: jax.Array, has_cls: bool) -> jax.Array:
+def spatial_attention(weights: jax.Array, has_cls: bool,
+                      keep_class_key: bool = False) -> jax.Array:
   """Attention among spatial tokens only: (B, H, N, N) -> (B, H, n, n), n = h*w.
 
   The class token's query row is dropped, and so is the weight each spatial
   query gives the class token (it has no position); the remaining weights are
   renormalised to sum to 1, so the result says where the spatial part of the
-  attention goes.
+  attention goes. With `keep_class_key` they are left as they are: the class
+  token's share then counts as distance 0 in `mean_attention_distance`.
   """
   if not has_cls:
     return weights
   weights = weights[..., 1:, 1:]
-  return weights / jnp.sum(weights, axis=-1, keepdims=True)
+  return weights if keep_class_key else weights / jnp.sum(weights, axis=-1, keepdims=True)
 
 
 def mean_attention_distance(weights: jax.Array, grid: Tuple[int, int], patch_size: float,
-                            has_cls: bool) -> jax.Array:
+                            has_cls: bool, keep_class_key: bool = False) -> jax.Array:
   """(B, H, N, N) attention weights -> (H,) mean distance in pixels.
 
   For each spatial query, the sum over spatial keys of weight x distance between
   the query and key patch centres; averaged over queries and images. The class
   token is handled as in `spatial_attention`.
   """
-  weights = spatial_attention(weights, has_cls)
+  weights = spatial_attention(weights, has_cls, keep_class_key)
   distances = jnp.asarray(patch_distances(grid, patch_size), weights.dtype)
   per_query = jnp.einsum('bhqk,qk->bhq', weights, distances)
   return jnp.mean(per_query, axis=(0, 2))

@@ -12,8 +12,9 @@ def effective_receptive_field(feature_fn: Callable[[jax.Array], jax.Array], imag
 
   `feature_fn` maps (B, H, W, 3) images to (B, h, w, C) features. The gradient of
   the sum over channels at `location` with respect to the input, in absolute
-  value, is summed over colour channels, averaged over images and scaled to a
-  maximum of 1. Examples do not interact in the zoo's models, so one gradient of
+  value, is summed over colour channels (sum_c |d/dx_c|, not |sum_c d/dx_c|:
+  Luo et al. define the field on one-channel inputs), averaged over images and
+  scaled to a maximum of 1. Examples do not interact in the zoo's models, so one gradient of
   the batch sum gives every image's gradient.
   """
   def centre_response(x):

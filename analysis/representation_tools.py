@@ -61,20 +61,26 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
 
 
 def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict:
-  """Mean attention distance in pixels per layer and head, averaged over images."""
+  """Mean attention distance in pixels per layer and head, averaged over images:
+  spatial queries, the class-token key dropped and the rest renormalised; for
+  class-token models also with that key kept as it is (weight at distance 0)."""
   names = features.attention_names(subject)
   grid, pixels = subject.token_grid()
+  variants = (False, True) if subject.has_cls else (False,)
 
   def per_layer(images, _):
     inter = subject.intermediates(images, names)
-    return jnp.stack([attention.mean_attention_distance(inter[n], grid, pixels,
-                                                        subject.has_cls) for n in names])
+    return jnp.stack([jnp.stack([attention.mean_attention_distance(
+        inter[n], grid, pixels, subject.has_cls, keep) for n in names]) for keep in variants])
 
   distances = _batch_mean(batches('eval'), per_layer)
-  figure = plots.scatter_by_layer(distances, _figure(out, 'attention_distance', subject),
+  figure = plots.scatter_by_layer(distances[0], _figure(out, 'attention_distance', subject),
                                   f'Mean attention distance: {subject.label}', 'pixels')
-  return {'distance_per_layer_head': distances.tolist(), 'pixels_per_token': pixels,
-          'figures': [figure]}
+  result = {'distance_per_layer_head': distances[0].tolist(), 'pixels_per_token': pixels,
+            'figures': [figure]}
+  if subject.has_cls:
+    result['distance_with_class_key_per_layer_head'] = distances[1].tolist()
+  return result
 
 
 def _branches(subject: Subject) -> List[Tuple[str, str, str]]:

@@ -13,6 +13,10 @@ def norm_ratio(z: jax.Array, fz: jax.Array) -> jax.Array:
 def token_norm_ratios(z: jax.Array, fz: jax.Array, has_cls: bool) -> dict:
   """Mean norm ratio of the class token and of the spatial tokens (or positions).
 
+  Raghu et al. plot "the ratio of norms ||z|| / ||f(z)||" per block without saying
+  how tokens are pooled; this is the mean over tokens and images of each
+  token's own ratio, not the ratio of mean (or total) norms.
+
   `z` and `fz` are (B, N, D) token sequences or (B, h, w, C) maps; the class
   token, when there is one, is the first token and is reported apart.
   """

@@ -112,3 +112,35 @@ def test_erf_after_patch_embedding_is_exactly_one_patch():
   # Centre token of the 4x4 grid is (2, 2): pixels 16..23 in each direction.
   assert len(support) == 64
   assert np.all(support.min(0) == 16) and np.all(support.max(0) == 23)
+
+
+def test_class_key_kept_counts_its_weight_at_distance_zero():
+  n = 1 + 9
+  weights = np.zeros((1, 1, n, n))
+  for q in range(1, n):
+    weights[0, 0, q, 0] = 0.5
+    weights[0, 0, q, 1 + (q - 1) // 3 * 3 + ((q - 1) % 3 + 1) % 3] = 0.5
+  kept = attention.mean_attention_distance(jnp.asarray(weights), (3, 3), 1., has_cls=True,
+                                           keep_class_key=True)
+  # Half the weight at the neighbour's distance (1 or 2 px), half at 0.
+  chex.assert_trees_all_close(kept, jnp.array([0.5 * (2 * 1 + 1 * 2) / 3]), rtol=1e-6)
+
+
+def test_norm_ratio_is_the_mean_of_per_token_ratios():
+  # Token 0: ||z|| = 1, ||f(z)|| = 1; token 1: ||z|| = 1, ||f(z)|| = 4.
+  z = jnp.array([[[1., 0.], [0., 1.]]])
+  fz = jnp.array([[[1., 0.], [4., 0.]]])
+  ratios = skip.token_norm_ratios(z, fz, has_cls=False)
+  np.testing.assert_allclose(ratios['spatial'], (1 + 0.25) / 2, rtol=1e-6)  # not 1 / 2.5
+
+
+def test_erf_sums_absolute_gradients_over_colours():
+  # The centre feature reads its own pixel as (red - green) and the pixel to its right
+  # as (red + green) / 2: sum_c |grad| gives 2 and 1, |sum_c grad| would give 0 and 1.
+  def feature_fn(x):
+    right = jnp.roll(x, -1, axis=2)
+    return (x[..., :1] - x[..., 1:2]) + 0.5 * (right[..., :1] + right[..., 1:2])
+  field = erf.effective_receptive_field(feature_fn, jnp.zeros((2, 5, 5, 3)))
+  expected = np.zeros((5, 5))
+  expected[2, 2], expected[2, 3] = 1., 0.5
+  np.testing.assert_allclose(field, expected, atol=1e-7)

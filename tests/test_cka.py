@@ -134,3 +134,41 @@ def test_rejects_unknown_kernel_and_empty_stream():
     cka.minibatch_hsic([np.ones((5, 2))], kernel='cosine')
   with pytest.raises(ValueError, match='No batches'):
     cka.MinibatchCKA().result()
+
+
+def unbiased_hsic_song(x, y):
+  """HSIC_1 of Song et al. (2012), eq. 5, as Nguyen et al. (2021) use it for minibatch
+  CKA, written out from the paper with linear kernels on centred, flattened features:
+  [tr(K~L~) + 1'K~1 1'L~1 / ((n-1)(n-2)) - 2/(n-2) 1'K~L~1] / (n(n-3)), K~ = K with a
+  zero diagonal."""
+  x = np.asarray(x, np.float64).reshape(len(x), -1)
+  y = np.asarray(y, np.float64).reshape(len(y), -1)
+  x, y = x - x.mean(0), y - y.mean(0)
+  n = len(x)
+  k, l = x @ x.T, y @ y.T
+  np.fill_diagonal(k, 0)
+  np.fill_diagonal(l, 0)
+  ones = np.ones(n)
+  return (np.trace(k @ l) + (ones @ k @ ones) * (ones @ l @ ones) / ((n - 1) * (n - 2))
+          - 2 / (n - 2) * ones @ k @ l @ ones) / (n * (n - 3))
+
+
+def test_streamed_cka_equals_the_papers_unbiased_hsic_formula():
+  batches = list(minibatches(num_batches=5, n=24, seed=3))
+  stream = cka.MinibatchCKA(unbiased=True)
+  for batch in batches:
+    stream.update(batch)
+  for i in range(3):
+    for j in range(3):
+      xy = sum(unbiased_hsic_song(b[i], b[j]) for b in batches)
+      xx = sum(unbiased_hsic_song(b[i], b[i]) for b in batches)
+      yy = sum(unbiased_hsic_song(b[j], b[j]) for b in batches)
+      # Grams in float32 on the device, sums in float64: 1e-5 relative.
+      np.testing.assert_allclose(stream.result()[i, j], xy / np.sqrt(xx * yy), rtol=1e-5,
+                                 atol=1e-6)
+  one = batches[0]
+  np.testing.assert_allclose(
+      cka.linear_cka(one[0], one[1], unbiased=True),
+      unbiased_hsic_song(one[0], one[1]) / np.sqrt(unbiased_hsic_song(one[0], one[0])
+                                                   * unbiased_hsic_song(one[1], one[1])),
+      rtol=1e-8)

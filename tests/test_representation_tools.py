@@ -62,6 +62,11 @@ def test_vit_tools(subjects, tool, index, tmp_path):
     assert distances.shape == (2, 4)
     # Between 0 and the diagonal of the 32 px image.
     assert np.all(distances > 0) and np.all(distances < 32 * np.sqrt(2))
+    if subjects[index].has_cls:  # the class-token key kept: its weight counts as 0 px
+      kept = np.array(result['distance_with_class_key_per_layer_head'])
+      assert np.all(kept < distances + 1e-6)
+    else:
+      assert 'distance_with_class_key_per_layer_head' not in result
 
 
 @pytest.mark.parametrize('index', [0, 2])
