@@ -72,18 +72,10 @@ def run(tool: str) -> Dict:
     subjects.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
   if len({s.label for s in subjects}) < len(subjects):
     subjects[1].label += '_2'
-  config = FLAGS.config
-  dataset = FLAGS.dataset or config.dataset
-  splits = {'train': config.train_split, 'eval': config.eval_split}
 
   def batches_for(subject):
-    def batches(split):
-      if split == lt.TRAIN_AUGMENTED:
-        return features.training_batches(subject.recipe, subject.recipe.train_split,
-                                          FLAGS.batch_size, dataset)
-      return features.dataset_batches(dataset, splits[split], subject.image_size,
-                                      FLAGS.batch_size, FLAGS.num_images, config.data_dir)
-    return batches
+    return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
+                                   FLAGS.dataset)
 
   os.makedirs(FLAGS.out, exist_ok=True)
   results = {}

@@ -4,7 +4,7 @@ of a dataset, and token sequences put back on their 2-D grid.
 """
 import dataclasses
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -15,6 +15,7 @@ import numpy as np
 from vit_jax import checkpoint, input_pipeline, models
 
 ATTENTION = 'MultiHeadDotProductAttention_1/attention_weights'
+TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
 
 
 @dataclasses.dataclass
@@ -187,3 +188,20 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   for batch in batches.as_numpy_iterator():
     if batch['mask'].all():
       yield batch['image'], batch['label'].argmax(-1)
+
+
+def recipe_batches(recipe: ml_collections.ConfigDict, num_images: int, batch_size: int,
+                   dataset: Optional[str] = None) -> Callable[[str], Iterator]:
+  """The `batches(split)` the tools take, for a recipe (and `dataset` instead of
+  its own): 'train' and 'eval', the first `num_images` of its splits preprocessed
+  for evaluation, with integer labels; `TRAIN_AUGMENTED`, its training batches
+  with augmentation and label distributions."""
+  dataset = dataset or recipe.dataset
+  splits = {'train': recipe.train_split, 'eval': recipe.eval_split}
+
+  def batches(split: str) -> Iterator:
+    if split == TRAIN_AUGMENTED:
+      return training_batches(recipe, recipe.train_split, batch_size, dataset)
+    return dataset_batches(dataset, splits[split], recipe.image_size, batch_size, num_images,
+                           recipe.data_dir)
+  return batches

@@ -12,7 +12,7 @@ from analysis import features, fourier, hessian, lanczos, plots
 from analysis.representation_tools import Batches, Subject, _figure, _short
 
 
-TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
+TRAIN_AUGMENTED = features.TRAIN_AUGMENTED
 
 
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
@@ -137,7 +137,7 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
 
 
 def run_robustness(subject: Subject, batches: Batches, out: str,
-                   epsilons: Sequence[float] = (0.01, 0.03, 0.1),
+                   epsilons: Sequence[float] = (0.1, 0.3, 1.0),
                    frequencies: Sequence[float] = tuple(np.linspace(0, np.pi, 9)),
                    width: float = 0.2) -> Dict:
   """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
