@@ -11,11 +11,24 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import checkpoint, input_pipeline, models
+from vit_jax import checkpoint, models
 
 ATTENTION = 'MultiHeadDotProductAttention_1/attention_weights'
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
+
+
+def shard_examples(x, axis: int = 0) -> jax.Array:
+  """`x` split along its example axis over the devices, as the training mesh
+  splits batches (the most devices that divide the axis; other axes whole), so
+  that jitted analysis runs data-parallel and XLA does the reductions."""
+  size = x.shape[axis]
+  count = max(n for n in range(1, jax.device_count() + 1) if size % n == 0)
+  spec = [None] * x.ndim
+  spec[axis] = 'data'
+  mesh = Mesh(np.array(jax.devices()[:count]), ('data',))
+  return jax.device_put(x, NamedSharding(mesh, P(*spec)))
 
 
 @dataclasses.dataclass
@@ -70,12 +83,12 @@ class Subject:
       model = self.model
       self._compiled[key] = jax.jit(lambda p, x: models.apply_with_intermediates(
           model, {'params': p}, x, names=key)[1])
-    return self._compiled[key](self.params, images)
+    return self._compiled[key](self.params, shard_examples(images))
 
   def logits(self, images: np.ndarray) -> jax.Array:
     if ('logits',) not in self._compiled:
       self._compiled[('logits',)] = jax.jit(self.model.apply)
-    return self._compiled[('logits',)]({'params': self.params}, images)
+    return self._compiled[('logits',)]({'params': self.params}, shard_examples(images))
 
 
 def block_names(subject: Subject) -> List[str]:
@@ -161,6 +174,7 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
   """(images, label distributions) as the recipe trains on them: its training
   pipeline with its augmentation (crop or shifts, flips, RandAugment, mixup),
   seeded by the recipe, for one process on one device."""
+  from vit_jax import input_pipeline  # TensorFlow, only where data is read
   source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir,
                                      shuffle_files=True, seed=recipe.seed)
   batches = input_pipeline.train_dataset(
@@ -177,6 +191,7 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   """(images, integer labels) in full batches, the first `num_images` of a split in
   order, preprocessed as for evaluation, for one process on one device. A last
   partial batch is dropped so every batch has one shape."""
+  from vit_jax import input_pipeline  # TensorFlow, only where data is read
   source = input_pipeline.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
     raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '

@@ -2,9 +2,11 @@
 operator on flat parameter vectors for `analysis.lanczos`.
 
 The loss is evaluated in inference mode (no dropout, no stochastic depth) on a
-fixed list of batches (drawn once, with whatever augmentation they were drawn
+fixed set of batches (drawn once, with whatever augmentation they were drawn
 with), averaged over the batches, plus an optional explicit L2 term, so every
-product uses the same matrix.
+product uses the same matrix. Batches are stacked, (K, B, ...) images and
+(K, B, C) labels (`stack_batches`), and the loss scans over them, so the
+program holds one forward, backward and jvp however many batches there are.
 """
 from typing import Any, Callable, Optional, Sequence, Tuple
 
@@ -15,53 +17,81 @@ from jax.flatten_util import ravel_pytree
 
 from vit_jax import steps
 
-Loss = Callable[[Any, Sequence], jax.Array]
+Batches = Tuple[jax.Array, jax.Array]  # stacked images (K, B, H, W, 3), labels (K, B, C)
+Loss = Callable[[Any, Batches], jax.Array]
+
+
+def stack_batches(batches: Sequence[Tuple[Any, Any]]) -> Batches:
+  """[(images, labels), ...] of one batch size -> (images (K, B, ...), labels (K, B, C))."""
+  return jnp.stack([b[0] for b in batches]), jnp.stack([b[1] for b in batches])
 
 
 def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing: float = 0.,
-                  l2_mask: Optional[Callable[[Any], Any]] = None) -> Loss:
-  """(params, batches) -> mean over the batches, each (images, label distributions),
-  of the loss (`steps.loss_fn`), + l2/2 ||params||^2 over the parameters that
-  `l2_mask(params)` marks True (all of them without a mask)."""
+                  l2_mask: Optional[Callable[[Any], Any]] = None, unroll: bool = False) -> Loss:
+  """(params, stacked batches) -> mean over the K batches of the loss
+  (`steps.loss_fn`) against their label distributions, + l2/2 ||params||^2 over
+  the parameters that `l2_mask(params)` marks True (all of them without a mask).
+
+  The batches are a `lax.scan`: compile time does not grow with K. `unroll`
+  unrolls it, for XLA:CPU, which runs convolutions inside loop bodies several
+  times slower (ResNets on CPU).
+  """
   def loss(params, batches):
-    total = 0.
-    for images, labels in batches:
+    def batch_loss(_, batch):
+      images, labels = batch
       logits = model.apply({'params': params}, images, train=False)
-      total += steps.loss_fn(logits, labels, kind, label_smoothing).mean()
+      return None, steps.loss_fn(logits, labels, kind, label_smoothing).mean()
+    count = batches[0].shape[0]
+    _, losses = jax.lax.scan(batch_loss, None, batches, unroll=count if unroll else 1)
+    total = jnp.sum(losses)
     mask = l2_mask(params) if l2_mask else jax.tree_util.tree_map(lambda _: True, params)
     penalty = sum(jnp.sum(p**2) for p, decayed in zip(jax.tree_util.tree_leaves(params),
                                                       jax.tree_util.tree_leaves(mask)) if decayed)
-    return total / len(batches) + 0.5 * l2 * penalty
+    return total / count + 0.5 * l2 * penalty
   return loss
 
 
-def recipe_objective(model, recipe: ml_collections.ConfigDict) -> Tuple[Loss, dict]:
+def recipe_objective(model, recipe: ml_collections.ConfigDict, unroll: bool = False
+                     ) -> Tuple[Loss, dict]:
   """The loss a recipe trains with, as Park & Kim measure the Hessian (NLL plus L2):
   its loss kind and label smoothing, plus L2 on the kernels that its weight decay
   touches, with the coupled coefficient l2 = weight_decay / lr. That is the L2 term
   whose gradient, scaled by the learning rate, is the decay `steps.make_optimizer`
   applies (exact for SGD; for Adam the decay is decoupled from the moments).
-  Returns the loss and a description of it for the JSON."""
+  Returns the loss and a description of it for the JSON; `unroll` as in
+  `training_loss`."""
   l2 = recipe.weight_decay / recipe.lr if recipe.weight_decay else 0.
-  loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing, steps.kernel_mask)
+  loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing, steps.kernel_mask, unroll)
   return loss, {'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing, 'l2': l2,
                 'l2_on': 'kernels'}
 
 
-def hvp(loss: Loss, params, batches, vector):
-  """H v at `params` by forward-over-reverse differentiation: jvp of the gradient."""
-  return jax.jvp(lambda p: jax.grad(loss)(p, batches), (params,), (vector,))[1]
+def hvp(loss: Loss, params, batches: Batches, vector, unroll: bool = False):
+  """H v at `params` by forward-over-reverse differentiation (jvp of the gradient),
+  one batch at a time in a `lax.scan`, averaged: the loss is a mean over batches
+  plus a penalty, so this is the whole Hessian's product, at the memory of one
+  batch. `unroll` as in `training_loss`."""
+  def add_batch(total, batch):
+    single = jax.tree_util.tree_map(lambda x: x[None], batch)
+    product = jax.jvp(lambda p: jax.grad(loss)(p, single), (params,), (vector,))[1]
+    return jax.tree_util.tree_map(jnp.add, total, product), None
+  count = batches[0].shape[0]
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, vector)
+  total, _ = jax.lax.scan(add_batch, zeros, batches, unroll=count if unroll else 1)
+  return jax.tree_util.tree_map(lambda x: x / count, total)
 
 
-def flat_hvp(loss: Loss, params) -> Tuple[Callable[..., jax.Array], int]:
+def flat_hvp(loss: Loss, params, unroll: bool = False) -> Tuple[Callable[..., jax.Array], int]:
   """(matvec, dimension): matvec(v, params, batches) = H v on flat vectors.
 
   Parameters and batches are arguments, not closed over, so that under `jit`
   they are inputs rather than constants XLA would try to fold; pass them to the
-  `analysis.lanczos` functions as `operands=(params, batches)`.
+  `analysis.lanczos` functions as `operands=(params, batches)`. Batches split
+  over devices (`analysis.features.shard_examples` on axis 1) make it
+  data-parallel. `unroll` as in `training_loss`.
   """
   _, unravel = ravel_pytree(params)
 
   def matvec(v, params, batches):
-    return ravel_pytree(hvp(loss, params, batches, unravel(v)))[0]
+    return ravel_pytree(hvp(loss, params, batches, unravel(v), unroll))[0]
   return matvec, ravel_pytree(params)[0].shape[0]

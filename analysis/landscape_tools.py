@@ -16,26 +16,28 @@ TRAIN_AUGMENTED = features.TRAIN_AUGMENTED
 
 
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
-  """`count` (images, label distributions) batches drawn once, so the loss is one
-  function; integer labels become one-hot."""
+  """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
+  images and (K, B, C) label distributions (integer labels become one-hot), each
+  batch split over the devices."""
   fixed = []
   for images, labels in batches(split):
     if labels.ndim == 1:
       labels = jax.nn.one_hot(labels, num_classes)
-    fixed.append((jnp.asarray(images), jnp.asarray(labels)))
+    fixed.append((images, labels))
     if len(fixed) == count:
-      return fixed
+      return tuple(features.shard_examples(x, axis=1) for x in hessian.stack_batches(fixed))
   raise ValueError(f'The {split} split gave {len(fixed)} batches, fewer than the {count} '
                    'needed; use more images.')
 
 
-def hessian_objective(subject: Subject, objective: str):
+def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
   """(loss, split of its batches, description) for `objective`:
   'training', the recipe's own loss plus L2 on training batches with its
   augmentation (Park & Kim's protocol, `hessian.recipe_objective`), or 'clean',
-  plain cross-entropy without L2 on evaluation-preprocessed training images."""
+  plain cross-entropy without L2 on evaluation-preprocessed training images.
+  `unroll` as in `hessian.training_loss`."""
   if objective == 'clean':
-    return (hessian.training_loss(subject.model), 'train',
+    return (hessian.training_loss(subject.model, unroll=unroll), 'train',
             {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
              'data': 'training split, evaluation preprocessing'})
   if objective != 'training':
@@ -43,7 +45,7 @@ def hessian_objective(subject: Subject, objective: str):
   if subject.recipe is None:
     raise ValueError(f'The training objective of {subject.label} needs the recipe that '
                      'trained it (load_subject(..., recipe=)); or measure objective="clean".')
-  loss, description = hessian.recipe_objective(subject.model, subject.recipe)
+  loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
   return loss, TRAIN_AUGMENTED, {**description,
                                  'data': 'training split through the training pipeline, '
                                          'augmentation drawn once'}
@@ -56,15 +58,15 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   and an SLQ density with its negative fraction on all of them together, of the
   objective `hessian_objective` names (recorded in the JSON)."""
   num_classes = subject.config.num_classes
-  loss, split, description = hessian_objective(subject, objective)
-  fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
-  matvec, dim = hessian.flat_hvp(loss, subject.params)
   # Convolutions run slowly inside XLA:CPU loop bodies: drive ResNets from Python there.
   host_loop = subject.family == 'bit' and jax.default_backend() == 'cpu'
+  loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
+  fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
+  matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
-                                      operands=(subject.params, [batch]),
+                                      operands=(subject.params, tuple(x[i:i + 1] for x in fixed)),
                                       host_loop=host_loop)['top'].tolist()
-          for i, batch in enumerate(fixed)]
+          for i in range(num_minibatches)]
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop)
   span = max(np.abs(nodes).max(), 1e-12)

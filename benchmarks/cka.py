@@ -1,13 +1,16 @@
 """Cost of all-pairs minibatch CKA next to the forward passes that feed it.
 
     python benchmarks/cka.py [--num_images 10000] [--batch 250] [--image_size 112]
+        [--models ViT-Ti_16,ViT-Ti_16]
 
-Two 12-block ViT-Ti/16 models (token and GAP heads, different seeds; 25
-residual-stream layers each, 50 in all) stream `num_images` random images.
-Per batch it times the two forward passes and the CKA update (Gram matrices of
-all 50 layers, one product, float64 sums) separately. Targets: CKA time at most
-half the forward time; resident memory flat from the first tenth of the images
-to the end.
+Two zoo models (by default two 12-block ViT-Ti/16, token and GAP heads,
+different seeds; 25 residual-stream layers each, 50 in all; `--models
+ViT-B_16,BiT-M-R50x1` for the papers' pair, randomly initialised) stream
+`num_images` random images, each batch split over every device. Per batch it
+times the two forward passes and the CKA update (Gram matrices of all layers,
+one product, float64 sums) separately, and prints images/s of the whole
+pipeline. Targets: CKA time at most half the forward time; resident memory flat
+from the first tenth of the images to the end.
 """
 import argparse
 import time
@@ -25,8 +28,8 @@ def resident_mib() -> float:
   return int(line.split()[1]) / 1024
 
 
-def subject(label: str, seed: int, image_size: int, **overrides) -> features.Subject:
-  config = models.get_config('ViT-Ti_16', num_classes=10, **overrides)
+def subject(name: str, label: str, seed: int, image_size: int, **overrides) -> features.Subject:
+  config = models.get_config(name, num_classes=10, **overrides)
   params = jax.jit(models.build_model(config).init)(
       jax.random.PRNGKey(seed), np.zeros((1, image_size, image_size, 3), np.float32))['params']
   return features.Subject(label, config, params, image_size)
@@ -37,12 +40,17 @@ def main():
   parser.add_argument('--num_images', type=int, default=10_000)
   parser.add_argument('--batch', type=int, default=250)
   parser.add_argument('--image_size', type=int, default=112)
+  parser.add_argument('--models', default='ViT-Ti_16,ViT-Ti_16')
   args = parser.parse_args()
-  subjects = [subject('token', 0, args.image_size), subject('gap', 1, args.image_size,
-                                                             classifier='gap')]
+  first, second = args.models.split(',')
+  # The default pair differs in its head: a token and a GAP ViT.
+  second_overrides = {'classifier': 'gap'} if first == second == 'ViT-Ti_16' else {}
+  subjects = [subject(first, f'{first} (1)', 0, args.image_size),
+              subject(second, f'{second} (2)', 1, args.image_size, **second_overrides)]
   names = [features.block_names(s) for s in subjects]
-  print(f'{sum(map(len, names))} layers, {args.num_images} images of {args.image_size} px, '
-        f'batch {args.batch}')
+  print(f'{args.models}: {sum(map(len, names))} layers, {args.num_images} images of '
+        f'{args.image_size} px, batch {args.batch}, {jax.device_count()} x '
+        f'{jax.devices()[0].device_kind}')
   stream = cka.MinibatchCKA()
   rng = np.random.RandomState(0)
   forward_s = cka_s = 0.
@@ -63,7 +71,8 @@ def main():
       memory.append(resident_mib())
   stream.result()
   print(f'forward passes: {forward_s:.1f} s; CKA updates: {cka_s:.1f} s; '
-        f'ratio CKA/forward {cka_s / forward_s:.3f} (target <= 0.5)')
+        f'ratio CKA/forward {cka_s / forward_s:.3f} (target <= 0.5); '
+        f'{num_batches * args.batch / (forward_s + cka_s):.0f} images/s in all')
   print(f'resident memory after {max(num_batches // 10, 1) * args.batch} images: '
         f'{memory[0]:.0f} MiB; after {num_batches * args.batch}: {memory[1]:.0f} MiB '
         f'(growth {memory[1] - memory[0]:+.0f} MiB)')

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from analysis import hessian, lanczos
+from analysis import features, hessian, lanczos
+from vit_jax import steps
 
 
 class TinyNet(nn.Module):
@@ -17,14 +18,59 @@ class TinyNet(nn.Module):
     return nn.Dense(3)(jnp.tanh(nn.Dense(5)(x)))
 
 
-def tiny_problem(dtype):
+def tiny_problem(dtype, num_batches=2, batch=6, **loss_options):
   rng = np.random.RandomState(0)
   model = TinyNet()
-  batches = [(jnp.asarray(rng.randn(6, 2, 2, 1), dtype),
-              jnp.asarray(np.eye(3)[rng.randint(0, 3, 6)], dtype)) for _ in range(2)]
+  batches = hessian.stack_batches(
+      [(jnp.asarray(rng.randn(batch, 2, 2, 1), dtype),
+        jnp.asarray(np.eye(3)[rng.randint(0, 3, batch)], dtype)) for _ in range(num_batches)])
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
   params = jax.tree_util.tree_map(lambda p: p.astype(dtype) + 0.3, params)
-  return hessian.training_loss(model, l2=0.01), params, batches
+  return hessian.training_loss(model, **{'l2': 0.01, **loss_options}), params, batches
+
+
+def test_scanned_loss_equals_the_loss_written_out():
+  with jax.enable_x64(True):
+    model = TinyNet()
+    loss, params, (images, labels) = tiny_problem(jnp.float64, num_batches=3, l2=0.5,
+                                                  label_smoothing=0.1)
+    smoothed = labels * 0.9 + 0.1 / 3
+    per_batch = []
+    for x, y in zip(images, smoothed):
+      logits = model.apply({'params': params}, x)
+      log_p = logits - jax.scipy.special.logsumexp(logits, axis=-1, keepdims=True)
+      per_batch.append(-jnp.mean(jnp.sum(y * log_p, axis=-1)))
+    penalty = sum(jnp.sum(p ** 2) for p in jax.tree_util.tree_leaves(params))
+    expected = np.mean(per_batch) + 0.25 * penalty
+    np.testing.assert_allclose(loss(params, (images, labels)), expected, rtol=1e-12)
+    unrolled = hessian.training_loss(model, l2=0.5, label_smoothing=0.1, unroll=True)
+    np.testing.assert_allclose(unrolled(params, (images, labels)), expected, rtol=1e-12)
+
+
+def test_l2_mask_penalises_only_the_marked_parameters():
+  with jax.enable_x64(True):
+    model = TinyNet()
+    loss, params, batches = tiny_problem(jnp.float64, l2=0.)
+    masked = hessian.training_loss(model, l2=2., l2_mask=steps.kernel_mask)
+    kernels = sum(jnp.sum(p['kernel'] ** 2) for p in params.values())
+    np.testing.assert_allclose(masked(params, batches) - loss(params, batches), kernels,
+                               rtol=1e-12)
+
+
+def test_hvp_sharded_over_eight_devices_equals_one_device():
+  assert jax.device_count() == 8
+  loss, params, batches = tiny_problem(jnp.float32, num_batches=3, batch=16)
+  matvec, dim = hessian.flat_hvp(loss, params)
+  sharded = tuple(features.shard_examples(x, axis=1) for x in batches)
+  assert len(sharded[0].sharding.device_set) == 8
+  one = jax.device_put(batches, jax.devices()[0])
+  v = jnp.asarray(np.random.RandomState(3).randn(dim), jnp.float32)
+  run = jax.jit(matvec)
+  # float32; only the order of the cross-device sums differs.
+  np.testing.assert_allclose(run(v, params, sharded), run(v, params, one), rtol=1e-5, atol=1e-6)
+  top = [lanczos.extreme_eigenvalues(matvec, dim, 12, k=3, operands=(params, b))['top']
+         for b in (sharded, one)]
+  np.testing.assert_allclose(top[0], top[1], rtol=1e-4)
 
 
 @pytest.mark.parametrize('dtype,rtol', [(jnp.float32, 2e-4), (jnp.float64, 1e-10)])
