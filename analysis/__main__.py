@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import sys
+import time
 from typing import Dict
 
 from absl import app, flags
@@ -78,8 +79,9 @@ def run(tool: str) -> Dict:
                                    FLAGS.dataset)
 
   os.makedirs(FLAGS.out, exist_ok=True)
-  results = {}
+  results, seconds = {}, {}
   for name in (TOOLS if tool == 'all' else [tool]):
+    start = time.perf_counter()
     fn, needs = TOOLS[name]
     if name == 'hessian':
       fn = functools.partial(fn, num_minibatches=FLAGS.hessian_batches,
@@ -92,7 +94,11 @@ def run(tool: str) -> Dict:
                        if needs == 'any' or s.family == 'vit'}
     with open(os.path.join(FLAGS.out, f'{name}.json'), 'w') as f:
       json.dump(results[name], f)
-    print(f'{name}: wrote {os.path.join(FLAGS.out, name + ".json")}', flush=True)
+    seconds[name] = round(time.perf_counter() - start, 1)
+    print(f'{name}: wrote {os.path.join(FLAGS.out, name + ".json")} in {seconds[name]} s',
+          flush=True)
+  with open(os.path.join(FLAGS.out, 'timings.json'), 'w') as f:
+    json.dump(seconds, f)  # wall seconds per tool, compilation and data included
   return results
 
 

@@ -4,14 +4,15 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
-from analysis import features
+from analysis import cka, features
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 from configs import common
-from helpers import TINY_VIT, init, perturbed
+from helpers import TINY_VIT, init, make_folder, perturbed
 from vit_jax import checkpoint, models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,3 +155,43 @@ def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
     lt.run_hessian(no_recipe, batches, str(tmp_path), **kwargs)
+
+
+def test_cka_features_sharded_over_devices_equal_one_device(subjects):
+  s = subjects[0]
+  names = features.block_names(s)
+  images = np.random.RandomState(4).uniform(-1, 1, (16, 32, 32, 3)).astype(np.float32)
+  sharded = features.layer_representations([s], [names], images)
+  assert len(sharded[0].sharding.device_set) == 8
+  single = jax.jit(lambda p, x: models.apply_with_intermediates(
+      s.model, {'params': p}, x, names=names)[1])(s.params, jax.device_put(images,
+                                                                          jax.devices()[0]))
+  one = [single[n] for n in names]
+  streams = []
+  for reps in (sharded, one):
+    stream = cka.MinibatchCKA()
+    stream.update(reps)
+    streams.append(stream.result())
+  # float32 Grams; the sharded program sums across devices in another order.
+  np.testing.assert_allclose(streams[0], streams[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
+  """The README's Park & Kim command (a published-layout ViT-Ti/16 with the ImageNet
+  fine-tuning recipe), on a generated checkpoint and image folder at 32 px."""
+  folder = make_folder(str(tmp_path / 'images'), {'train': [6, 6], 'test': [6, 6]}, (40, 40))
+  model = models.get_model('ViT-Ti_16', 2)
+  path = str(tmp_path / 'ViT-Ti_16.npz')
+  checkpoint.save(path, perturbed(init(model, 32), scale=0.02)['params'])
+  out = tmp_path / 'out'
+  subprocess.run(
+      [sys.executable, '-m', 'analysis', 'hessian', '--config', 'configs/vit_b16.py:imagenet2012',
+       '--config.model_name=ViT-Ti_16', '--config.image_size=32', '--config.model.dtype=float32',
+       '--config.train_split=train', '--config.eval_split=test', '--checkpoint', path,
+       '--dataset', folder, '--num_images', '8', '--batch_size', '4', '--hessian_batches', '2',
+       '--lanczos_steps', '3', '--out', str(out)], check=True, cwd=ROOT)
+  result = json.loads((out / 'hessian.json').read_text())['vit_b16']
+  assert np.array(result['top_per_minibatch']).shape == (2, 3)  # 3 steps: 3 Ritz values
+  assert result['objective']['name'] == 'training'
+  assert json.loads((out / 'timings.json').read_text())['hessian'] > 0
