@@ -13,7 +13,8 @@ import argparse
 import jax
 import numpy as np
 
-from timing import architecture, forward_flops, matmul_rate, peak_memory, seconds_per_call
+from timing import (architecture, backend_defaults, forward_flops, matmul_rates, peak_memory,
+                    seconds_per_call)
 from vit_jax import models
 
 
@@ -29,16 +30,11 @@ def main():
                       help='default 8192 on accelerators, 4096 on CPU')
   parser.add_argument('--repeats', type=int, default=5)
   args = parser.parse_args()
-  on_cpu = jax.default_backend() == 'cpu'
-  batch = args.batch or (32 if on_cpu else 256)
+  batch, matmul = backend_defaults(args.batch, args.matmul_size)
   dtypes = args.dtypes.split(',')
-  matmul = args.matmul_size or (4096 if on_cpu else 8192)
-
-  rates = {dt: matmul_rate(dt, matmul, args.repeats) for dt in dtypes}
   print(f'{jax.devices()[0].device_kind}, batch {batch}, {args.image_size} px, '
         f'attention {args.attention}')
-  for dt, rate in rates.items():
-    print(f'matmul {matmul}^2 {dt:>8}: {rate / 1e12:8.2f} TFLOP/s')
+  rates = matmul_rates(dtypes, matmul, args.repeats)
   print(f'{"model":<14}{"dtype":>10}{"img/s":>10}{"TFLOP/s":>9}{"/ mm":>7}{"vs first":>9}'
         f'{"peak GiB":>9}')
   images = jax.device_put(np.random.RandomState(0).uniform(

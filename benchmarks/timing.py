@@ -75,6 +75,20 @@ def matmul_rate(dtype, n: int, repeats: int) -> float:
   return 2 * n**3 / seconds_per_call(matmul, a, a, repeats=repeats)
 
 
+def backend_defaults(batch: int, matmul_size: int):
+  """(batch, matmul size) where not given: 32 and 4096 on CPU, 256 and 8192 on accelerators."""
+  on_cpu = jax.default_backend() == 'cpu'
+  return batch or (32 if on_cpu else 256), matmul_size or (4096 if on_cpu else 8192)
+
+
+def matmul_rates(dtypes, size: int, repeats: int) -> dict:
+  """FLOP/s of a size x size matmul in each dtype, printed as measured."""
+  rates = {dt: matmul_rate(dt, size, repeats) for dt in dtypes}
+  for dt, rate in rates.items():
+    print(f'matmul {size}^2 {dt:>8}: {rate / 1e12:8.2f} TFLOP/s')
+  return rates
+
+
 def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
                            num_batches: int = 1):
   """The train command's compiled step over all devices, its state and random batches.

@@ -18,8 +18,8 @@ import jax
 import ml_collections
 
 from configs import common
-from timing import (architecture, forward_flops, matmul_rate, peak_memory, program_bytes,
-                    seconds_per_call, train_step_and_batches)
+from timing import (architecture, backend_defaults, forward_flops, matmul_rates, peak_memory,
+                    program_bytes, seconds_per_call, train_step_and_batches)
 from vit_jax import steps
 
 
@@ -42,15 +42,11 @@ def main():
   split_for = args.batch or 32
   steps.split_cpu_into_devices(ml_collections.ConfigDict(
       dict(batch_size=split_for, accum_steps=1, eval_batch_size=split_for)), args.cpu_devices)
-  on_cpu = jax.default_backend() == 'cpu'
-  batch = args.batch or (32 if on_cpu else 256)
+  batch, matmul = backend_defaults(args.batch, args.matmul_size)
   dtypes = args.dtypes.split(',')
-  matmul = args.matmul_size or (4096 if on_cpu else 8192)
-  rates = {dt: matmul_rate(dt, matmul, args.repeats) for dt in dtypes}
   print(f'{jax.device_count()} x {jax.devices()[0].device_kind}, batch {batch}, '
         f'{args.image_size} px, remat {args.remat}, attention {args.attention}')
-  for dt, rate in rates.items():
-    print(f'matmul {matmul}^2 {dt:>8}: {rate / 1e12:8.2f} TFLOP/s')
+  rates = matmul_rates(dtypes, matmul, args.repeats)
   print(f'{"model":<14}{"dtype":>10}{"img/s":>10}{"TFLOP/s":>9}{"/ mm":>7}{"vs first":>9}'
         f'{"plan GiB":>9}{"peak GiB":>9}')
   for name in args.models.split(','):

@@ -39,7 +39,7 @@ def test_uniform_attention_gives_mean_pairwise_distance():
   chex.assert_trees_all_close(distances, jnp.full(2, 16. * (2 + np.sqrt(2)) / 4), rtol=1e-6)
 
 
-def test_class_token_weight_is_renormalised_away():
+def test_class_token_weight_is_renormalised_away_or_kept_at_distance_zero():
   # Half of every query's weight on the class token, half on the patch to its right.
   n = 1 + 9
   weights = np.zeros((1, 1, n, n))
@@ -48,6 +48,10 @@ def test_class_token_weight_is_renormalised_away():
     weights[0, 0, q, 1 + (q - 1) // 3 * 3 + ((q - 1) % 3 + 1) % 3] = 0.5
   distances = attention.mean_attention_distance(jnp.asarray(weights), (3, 3), 1., has_cls=True)
   chex.assert_trees_all_close(distances, jnp.array([(2 * 1 + 1 * 2) / 3]), rtol=1e-6)
+  kept = attention.mean_attention_distance(jnp.asarray(weights), (3, 3), 1., has_cls=True,
+                                           keep_class_key=True)
+  # Half the weight at the neighbour's distance (1 or 2 px), half at 0.
+  chex.assert_trees_all_close(kept, jnp.array([0.5 * (2 * 1 + 1 * 2) / 3]), rtol=1e-6)
 
 
 def test_rollout_of_identity_is_identity_and_rows_sum_to_one():
@@ -112,18 +116,6 @@ def test_erf_after_patch_embedding_is_exactly_one_patch():
   # Centre token of the 4x4 grid is (2, 2): pixels 16..23 in each direction.
   assert len(support) == 64
   assert np.all(support.min(0) == 16) and np.all(support.max(0) == 23)
-
-
-def test_class_key_kept_counts_its_weight_at_distance_zero():
-  n = 1 + 9
-  weights = np.zeros((1, 1, n, n))
-  for q in range(1, n):
-    weights[0, 0, q, 0] = 0.5
-    weights[0, 0, q, 1 + (q - 1) // 3 * 3 + ((q - 1) % 3 + 1) % 3] = 0.5
-  kept = attention.mean_attention_distance(jnp.asarray(weights), (3, 3), 1., has_cls=True,
-                                           keep_class_key=True)
-  # Half the weight at the neighbour's distance (1 or 2 px), half at 0.
-  chex.assert_trees_all_close(kept, jnp.array([0.5 * (2 * 1 + 1 * 2) / 3]), rtol=1e-6)
 
 
 def test_norm_ratio_is_the_mean_of_per_token_ratios():
