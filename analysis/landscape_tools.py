@@ -12,9 +12,6 @@ from analysis import features, fourier, hessian, lanczos, plots
 from analysis.representation_tools import Batches, Subject, _figure, _short
 
 
-TRAIN_AUGMENTED = features.TRAIN_AUGMENTED
-
-
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
   """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
   images and (K, B, C) label distributions (integer labels become one-hot), each
@@ -46,7 +43,7 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
     raise ValueError(f'The training objective of {subject.label} needs the recipe that '
                      'trained it (load_subject(..., recipe=)); or measure objective="clean".')
   loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
-  return loss, TRAIN_AUGMENTED, {**description,
+  return loss, features.TRAIN_AUGMENTED, {**description,
                                  'data': 'training split through the training pipeline, '
                                          'augmentation drawn once'}
 

@@ -27,10 +27,10 @@ def subject(name, label, **overrides):
 
 
 def batches(split):
-  rng = np.random.RandomState({'train': 0, 'eval': 1, lt.TRAIN_AUGMENTED: 2}[split])
+  rng = np.random.RandomState({'train': 0, 'eval': 1, features.TRAIN_AUGMENTED: 2}[split])
   for _ in range(3):
     labels = np.arange(12) % 3
-    if split == lt.TRAIN_AUGMENTED:  # label distributions, as mixup gives
+    if split == features.TRAIN_AUGMENTED:  # label distributions, as mixup gives
       labels = 0.8 * np.eye(3)[labels] + 0.2 * np.eye(3)[(labels + 1) % 3]
     yield rng.uniform(-1, 1, (12, 32, 32, 3)).astype(np.float32), labels
 
