@@ -10,7 +10,7 @@ setuptools.setup(
     python_requires='>=3.10',
     install_requires=[
         'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
-        'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
+        'einops', 'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
         'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
     ],
     extras_require={

@@ -22,15 +22,16 @@ from analysis import features
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 
-# tool: (function, what it needs). 'pair' tools take every model at once.
+# tool: (function, what it needs). 'pair' tools take every model at once; 'attention'
+# tools run on the models that sow global attention weights (ViTs); 'any' on all.
 TOOLS = {
     'cka': (rt.run_cka, 'pair'),
-    'attention_distance': (rt.run_attention_distance, 'vit'),
+    'attention_distance': (rt.run_attention_distance, 'attention'),
     'norm_ratio': (rt.run_norm_ratio, 'any'),
     'erf': (rt.run_erf, 'any'),
     'probes': (rt.run_probes, 'any'),
-    'localisation': (rt.run_localisation, 'vit'),
-    'vit_figures': (rt.run_vit_figures, 'vit'),
+    'localisation': (rt.run_localisation, 'attention'),
+    'vit_figures': (rt.run_vit_figures, 'attention'),
     'hessian': (lt.run_hessian, 'any'),
     'fourier': (lt.run_fourier, 'any'),
     'robustness': (lt.run_robustness, 'any'),
@@ -91,7 +92,7 @@ def run(tool: str) -> Dict:
       results[name] = fn(subjects, batches_for(subjects[0]), FLAGS.out)
     else:
       results[name] = {s.label: fn(s, batches_for(s), FLAGS.out) for s in subjects
-                       if needs == 'any' or s.family == 'vit'}
+                       if needs == 'any' or s.layers.attention_weights}
     with open(os.path.join(FLAGS.out, f'{name}.json'), 'w') as f:
       json.dump(results[name], f)
     seconds[name] = round(time.perf_counter() - start, 1)

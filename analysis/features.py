@@ -15,7 +15,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import checkpoint, models
 
-ATTENTION = 'MultiHeadDotProductAttention_1/attention_weights'
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
 
 
@@ -46,33 +45,30 @@ class Subject:
     return models.build_model(self.config)
 
   @property
-  def family(self) -> str:
-    return self.config.family
+  def family(self) -> models.Family:
+    return models.family_of(self.config)
+
+  @property
+  def layers(self) -> models.Layers:
+    """The sown layers the tools read: residual stream, branches, attention."""
+    return self.family.layers(self.config)
 
   @property
   def has_cls(self) -> bool:
     """Whether the token sequence starts with a class token."""
-    return self.family == 'vit' and self.config.classifier in ('token', 'token_unpooled')
-
-  @property
-  def num_layers(self) -> int:
-    return self.config.num_layers if self.family == 'vit' else sum(self.config.num_layers)
-
-  def sown_names(self) -> List[str]:
-    """Every intermediate the model sows, in its order of computation."""
-    shapes = jax.eval_shape(
-        lambda p, x: models.apply_with_intermediates(self.model, {'params': p}, x)[1],
-        self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
-    return list(shapes)
+    return self.layers.class_token
 
   def token_grid(self) -> Tuple[Tuple[int, int], float]:
-    """A ViT's (h, w) grid of spatial tokens and the pixels each token spans."""
-    _require_vit(self, 'token grids')
+    """A token model's (h, w) grid of spatial tokens and the pixels each token spans."""
+    first = self.layers.stream[0]
     shapes = jax.eval_shape(
         lambda p, x: models.apply_with_intermediates(
-            self.model, {'params': p}, x, names=['Transformer/encoderblock_0/input'])[1],
+            self.model, {'params': p}, x, names=[first])[1],
         self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
-    tokens = next(iter(shapes.values())).shape[1] - int(self.has_cls)
+    if shapes[first].ndim != 3:
+      raise ValueError(f'{self.label} ({self.config.name}) has feature maps, not a token '
+                       'sequence: token grids need a ViT or a Mixer.')
+    tokens = shapes[first].shape[1] - int(self.has_cls)
     side = int(round(np.sqrt(tokens)))
     return (side, side), self.image_size / side
 
@@ -91,27 +87,13 @@ class Subject:
     return self._compiled[('logits',)]({'params': self.params}, shard_examples(images))
 
 
-def block_names(subject: Subject) -> List[str]:
-  """The residual stream at every depth: for a ViT the embedded tokens, then after
-  each attention and each MLP branch; for a ResNet the stem, then each unit output.
-  """
-  if subject.family == 'vit':
-    names = ['Transformer/encoderblock_0/input']
-    for i in range(subject.config.num_layers):
-      names += [f'Transformer/encoderblock_{i}/+sa', f'Transformer/encoderblock_{i}/+mlp']
-    return names
-  return ['resnet/root'] + [n for n in subject.sown_names() if n.endswith('/output')
-                            and n.count('/') == 3]
-
-
-def attention_names(subject: Subject) -> List[str]:
-  _require_vit(subject, 'attention weights')
-  return [f'Transformer/encoderblock_{i}/{ATTENTION}' for i in range(subject.config.num_layers)]
-
-
-def _require_vit(subject: Subject, what: str) -> None:
-  if subject.family != 'vit':
-    raise ValueError(f'{what} need a ViT; {subject.label} is a {subject.config.name}.')
+def attention_names(subject: Subject) -> Tuple[str, ...]:
+  """The sown global attention maps of `subject`, one per layer."""
+  names = subject.layers.attention_weights
+  if not names:
+    raise ValueError(f'{subject.label} ({subject.config.name}) sows no global attention '
+                     'weights over a token sequence; attention tools need a ViT.')
+  return names
 
 
 def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[str]],
@@ -155,15 +137,14 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
           'the path of a .npz.')
     path = npz
   params = checkpoint.load(path)
-  head = params.get('head', {}).get('kernel')
-  if head is None and 'resnet' in params:
-    head = params['resnet'].get('head', {}).get('conv2d', {}).get('kernel')
-  num_classes = 0 if head is None else int(head.shape[-1])
+  flat = flax.traverse_util.flatten_dict(params, sep='/')
+  family = models.family_of(models.get_config(model_name, **(overrides or {})))
+  head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
+  num_classes = int(head[0].shape[-1]) if head else 0
   config = models.get_config(model_name, num_classes=num_classes, **(overrides or {}))
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']
-  checkpoint.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
-                           flax.traverse_util.flatten_dict(expected, sep='/'), path)
+  checkpoint.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
   return Subject(label or config.name, config, jax.tree_util.tree_map(jnp.asarray, params),
                  image_size, recipe)
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis import features, fourier, hessian, lanczos, plots
-from analysis.representation_tools import Batches, Subject, _figure, _short
+from analysis.representation_tools import Batches, Subject, figure_path
 
 
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
@@ -55,8 +55,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   and an SLQ density with its negative fraction on all of them together, of the
   objective `hessian_objective` names (recorded in the JSON)."""
   num_classes = subject.config.num_classes
-  # Convolutions run slowly inside XLA:CPU loop bodies: drive ResNets from Python there.
-  host_loop = subject.family == 'bit' and jax.default_backend() == 'cpu'
+  # Convolutions run slowly inside XLA:CPU loop bodies: drive those models from Python there.
+  host_loop = subject.family.convolutional and jax.default_backend() == 'cpu'
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
   fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
@@ -71,10 +71,10 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   sigma = span / 100
   spectrum = lanczos.density(nodes, weights, grid, sigma)
   figures = [
-      plots.histogram(np.ravel(tops), _figure(out, 'hessian_top', subject),
+      plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
                       f'Top-{top_k} Hessian eigenvalues on {num_minibatches} minibatches: '
                       f'{subject.label}', 'eigenvalue'),
-      plots.curves({'density': spectrum}, _figure(out, 'hessian_density', subject),
+      plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
                    'eigenvalue', 'density', x=grid, logy=True)]
   return {'objective': {'name': objective, **description},
@@ -86,23 +86,12 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
           'figures': figures}
 
 
-def _fourier_layers(subject: Subject) -> List[Tuple[str, str, bool]]:
-  """(label, sown name, is attention-like) for each sub-block output in order."""
-  if subject.family == 'vit':
-    rows = [('embedding', 'Transformer/encoderblock_0/input', False)]
-    for i in range(subject.config.num_layers):
-      block = f'Transformer/encoderblock_{i}/'
-      rows += [(f'block{i}/+sa', block + '+sa', True), (f'block{i}/+mlp', block + '+mlp', False)]
-    return rows
-  return [(_short(n), n, False) for n in features.block_names(subject)]
-
-
 def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   """Relative log amplitude curves per layer (each drawn at the authors' positions,
   `fourier.curve_positions`), the last entry of each, their "high frequency", vs
   depth (attention outputs shaded), and the unbiased feature-map variance vs depth."""
-  rows = _fourier_layers(subject)
-  names = [name for _, name, _ in rows]
+  layers = subject.layers
+  names = list(layers.stream)
 
   def per_batch(images):
     inter = subject.intermediates(images, names)
@@ -112,20 +101,19 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
 
   results = [per_batch(images) for images, _ in batches('eval')]
   # Maps differ in size between ResNet stages, so curves differ in length.
-  curves = [np.mean([c[i] for c, _ in results], axis=0) for i in range(len(rows))]
+  curves = [np.mean([c[i] for c, _ in results], axis=0) for i in range(len(names))]
   variance = np.mean([v for _, v in results], axis=0)
   high = np.array([curve[-1] for curve in curves])
-  labels = [label for label, _, _ in rows]
-  shade = [i for i, (_, _, attention) in enumerate(rows) if attention]
+  labels, shade = list(layers.labels), list(layers.attention)
   positions = {label: fourier.curve_positions(len(c)) for label, c in zip(labels, curves)}
   figures = [
-      plots.curves(dict(zip(labels, curves)), _figure(out, 'fourier_curves', subject),
+      plots.curves(dict(zip(labels, curves)), figure_path(out, 'fourier_curves', subject),
                    f'Relative log amplitude: {subject.label}', 'frequency (x pi)',
                    'delta log amplitude', x=positions, legend=False),
-      plots.curves({'high frequency': high}, _figure(out, 'fourier_depth', subject),
+      plots.curves({'high frequency': high}, figure_path(out, 'fourier_depth', subject),
                    f'High-frequency amplitude vs depth: {subject.label}', 'layer',
                    'delta log amplitude', shade=shade),
-      plots.curves({'variance': variance}, _figure(out, 'variance', subject),
+      plots.curves({'variance': variance}, figure_path(out, 'variance', subject),
                    f'Feature-map variance: {subject.label}', 'layer', 'variance',
                    shade=shade, logy=True)]
   return {'layers': labels, 'attention_layers': shade,
@@ -158,7 +146,7 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   accuracy = correct / count
   x = np.asarray(frequencies) / np.pi
   figure = plots.curves({f'eps {eps:g}': acc for eps, acc in zip(epsilons, accuracy)},
-                        _figure(out, 'robustness', subject),
+                        figure_path(out, 'robustness', subject),
                         f'Frequency-band noise (band half-width {width}): {subject.label}',
                         'noise frequency f (x pi)', 'accuracy', x=x)
   return {'clean_accuracy': clean / count, 'epsilons': list(epsilons),

@@ -17,11 +17,8 @@ Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
 Subject = features.Subject
 
 
-def _short(name: str) -> str:
-  return name.replace('Transformer/encoderblock_', 'block').replace('resnet/', '')
-
-
-def _figure(out: str, tool: str, subject: Subject) -> str:
+def figure_path(out: str, tool: str, subject: Subject) -> str:
+  """Where a tool writes its figure of one subject."""
   return os.path.join(out, f'{tool}_{subject.label}.png')
 
 
@@ -39,13 +36,12 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
             unbiased: bool = True) -> Dict:
   """All-pairs minibatch linear CKA of every subject's residual stream, within and
   across models, in one pass over the evaluation split."""
-  names = [features.block_names(s) for s in subjects]
+  names = [s.layers.stream for s in subjects]
   stream = cka.MinibatchCKA('linear', unbiased=unbiased)
   for images, _ in batches('eval'):
     stream.update(features.layer_representations(subjects, names, images))
   matrix = stream.result()
-  result = {'layers': {s.label: [_short(n) for n in layer_names]
-                       for s, layer_names in zip(subjects, names)},
+  result = {'layers': {s.label: list(s.layers.labels) for s in subjects},
             'num_examples': stream.num_examples, 'unbiased': unbiased, 'cka': {},
             'figures': []}
   bounds = np.cumsum([0] + [len(n) for n in names])
@@ -74,7 +70,7 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
         inter[n], grid, pixels, subject.has_cls, keep) for n in names]) for keep in variants])
 
   distances = _batch_mean(batches('eval'), per_layer)
-  figure = plots.scatter_by_layer(distances[0], _figure(out, 'attention_distance', subject),
+  figure = plots.scatter_by_layer(distances[0], figure_path(out, 'attention_distance', subject),
                                   f'Mean attention distance: {subject.label}', 'pixels')
   result = {'distance_per_layer_head': distances[0].tolist(), 'pixels_per_token': pixels,
             'figures': [figure]}
@@ -83,48 +79,37 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
   return result
 
 
-def _branches(subject: Subject) -> List[Tuple[str, str, str]]:
-  """(label, skip input z, branch output f(z)) for every residual branch."""
-  if subject.family == 'vit':
-    rows = []
-    for i in range(subject.config.num_layers):
-      block = f'Transformer/encoderblock_{i}/'
-      rows += [(f'block{i}/attention', block + 'input', block + 'sa'),
-               (f'block{i}/mlp', block + '+sa', block + 'mlp')]
-    return rows
-  units = [n[:-len('/residual')] for n in subject.sown_names() if n.endswith('/residual')]
-  return [(_short(u), u + '/shortcut', u + '/residual') for u in units]
-
-
 def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
   """||z|| / ||f(z)|| for every residual branch, class token apart from the rest."""
-  rows = _branches(subject)
-  names = sorted({n for _, z, fz in rows for n in (z, fz)})
+  rows = subject.layers.branches
+  names = sorted({n for row in rows for n in (row.skip, row.output)})
   kinds = ('cls', 'spatial') if subject.has_cls else ('spatial',)
 
   def ratios(images, _):
     inter = subject.intermediates(images, names)
-    values = [skip.token_norm_ratios(inter[z], inter[fz], subject.has_cls) for _, z, fz in rows]
+    values = [skip.token_norm_ratios(inter[row.skip], inter[row.output], subject.has_cls)
+              for row in rows]
     return jnp.array([[v[k] for k in kinds] for v in values])
 
   table = _batch_mean(batches('eval'), ratios)
-  result = {label: dict(zip(kinds, map(float, row))) for (label, _, _), row in zip(rows, table)}
-  if subject.family == 'vit':
-    series = {f'{branch} ({kind})': table[offset::2, k]
-              for offset, branch in enumerate(('attention', 'mlp')) for k, kind in enumerate(kinds)}
-    xlabel = 'block'
-  else:
-    series = {'unit (spatial)': table[:, 0]}
-    xlabel = 'unit'
-  figure = plots.curves(series, _figure(out, 'norm_ratio', subject),
-                        f'||z|| / ||f(z)||: {subject.label}', xlabel, 'ratio', logy=True)
+  result = {row.label: dict(zip(kinds, map(float, values))) for row, values in zip(rows, table)}
+  # One curve per kind of branch and token, each over the branches of that kind in depth
+  # order, at their positions among all branches.
+  series, x = {}, {}
+  for branch in dict.fromkeys(row.kind for row in rows):
+    where = [i for i, row in enumerate(rows) if row.kind == branch]
+    for k, kind in enumerate(kinds):
+      series[f'{branch} ({kind})'], x[f'{branch} ({kind})'] = table[where, k], where
+  figure = plots.curves(series, figure_path(out, 'norm_ratio', subject),
+                        f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
+                        x=x, logy=True)
   return {'ratios': result, 'figures': [figure]}
 
 
 def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = 32) -> Dict:
   """Effective receptive field of the centre location of every block output."""
   images = np.concatenate([b for b, _ in _take(batches('eval'), num_images)])[:num_images]
-  names = features.block_names(subject)
+  names = subject.layers.stream
   fields = []
   for name in names:
     feature_fn = lambda x, name=name: features.spatial_map(
@@ -133,10 +118,10 @@ def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = 32) 
   # Area (in pixels) holding half of the total gradient mass: one number per layer.
   half_mass = [int(np.searchsorted(np.cumsum(np.sort(f.ravel())[::-1]), 0.5 * f.sum()) + 1)
                for f in fields]
-  figure = plots.image_grid(np.stack(fields), _figure(out, 'erf', subject),
+  figure = plots.image_grid(np.stack(fields), figure_path(out, 'erf', subject),
                             f'Effective receptive fields: {subject.label}',
-                            titles=[_short(n) for n in names], cmap='viridis')
-  return {'layers': [_short(n) for n in names], 'half_mass_pixels': half_mass,
+                            titles=list(subject.layers.labels), cmap='viridis')
+  return {'layers': list(subject.layers.labels), 'half_mass_pixels': half_mass,
           'fields': [f.tolist() for f in fields], 'figures': [figure]}
 
 
@@ -177,8 +162,7 @@ def _collect(subject: Subject, iterator: Iterator, names: Sequence[str]):
 def run_probes(subject: Subject, batches: Batches, out: str,
                shots: Sequence[int] = (1, 5, 10, 25)) -> Dict:
   """Ridge probes per layer and token kind, and few-shot accuracy on pre-logits."""
-  names = features.block_names(subject)
-  pre_logits = 'pre_logits' if subject.family == 'vit' else 'resnet/pre_logits'
+  names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
   train_x, train_y = _collect(subject, batches('train'), names + [pre_logits])
   test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits])
   num_classes = int(max(train_y.max(), test_y.max())) + 1
@@ -190,9 +174,9 @@ def run_probes(subject: Subject, batches: Batches, out: str,
                                           test_x[pre_logits, 'features'], test_y, num_classes, k)
               for k in shots if k <= smallest_class}
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
-                        _figure(out, 'probes', subject), f'Linear probes: {subject.label}',
+                        figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
                         'layer', 'test accuracy')
-  return {'layers': [_short(n) for n in names], 'probes': layers,
+  return {'layers': list(subject.layers.labels), 'probes': layers,
           'few_shot_pre_logits': few_shot,
           'shots_left_out': [k for k in shots if k > smallest_class], 'num_train': len(train_y), 'num_test': len(test_y),
           'figures': [figure]}
@@ -201,8 +185,7 @@ def run_probes(subject: Subject, batches: Batches, out: str,
 def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
   """Cosine similarity of final-layer tokens at a few query positions to every input
   patch token, averaged over images: does each token still know where it is?"""
-  last = f'Transformer/encoderblock_{subject.config.num_layers - 1}/+mlp'
-  first = 'Transformer/encoderblock_0/input'
+  first, last = subject.layers.stream[0], subject.layers.stream[-1]
   (h, w), _ = subject.token_grid()
   queries = [(0, 0), (0, w - 1), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
 
@@ -216,7 +199,7 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
   mean_maps = _batch_mean(batches('eval'), lambda x, y: jnp.mean(maps(x, y), axis=0))
   # How often the most similar input patch is the query's own position.
   on_target = [float(np.argmax(m) == i * w + j) for m, (i, j) in zip(mean_maps, queries)]
-  figure = plots.image_grid(mean_maps, _figure(out, 'localisation', subject),
+  figure = plots.image_grid(mean_maps, figure_path(out, 'localisation', subject),
                             f'Final token vs input patches: {subject.label}', cols=5,
                             titles=[f'query {q}' for q in queries], cmap='viridis')
   return {'queries': queries, 'maps': mean_maps.tolist(), 'peak_at_query': on_target,
@@ -232,13 +215,13 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: in
   components = embeddings.patch_embedding_components(kernel, k=min(28, kernel.shape[-1]))
   result['figures'].append(plots.image_grid(
       components if kernel.shape[2] == 3 else components.mean(-1),
-      _figure(out, 'embedding_filters', subject),
+      figure_path(out, 'embedding_filters', subject),
       f'Patch-embedding filter components: {subject.label}', cmap='gray'))
   posemb = subject.params['Transformer'].get('posembed_input', {}).get('pos_embedding')
   if posemb is not None:
     similarity = embeddings.position_embedding_similarity(posemb, grid, subject.has_cls)
     result['figures'].append(plots.image_grid(
-        similarity.reshape(-1, *grid), _figure(out, 'position_similarity', subject),
+        similarity.reshape(-1, *grid), figure_path(out, 'position_similarity', subject),
         f'Position-embedding similarity: {subject.label}', cols=grid[1], cmap='viridis'))
     result['position_similarity'] = similarity.tolist()
   images, labels = next(iter(batches('eval')))
@@ -250,7 +233,7 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: in
                                      subject.image_size // grid[1])))
   panels = np.concatenate([(images + 1) / 2, upsampled[..., None] * (images + 1) / 2])
   result['figures'].append(plots.image_grid(
-      panels, _figure(out, 'rollout', subject), f'Attention rollout: {subject.label}',
+      panels, figure_path(out, 'rollout', subject), f'Attention rollout: {subject.label}',
       cols=num_images, titles=[f'label {l}' for l in labels[:num_images]] * 2))
   result['rollout_maps'] = maps.tolist()
   return result

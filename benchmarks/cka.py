@@ -47,7 +47,7 @@ def main():
   second_overrides = {'classifier': 'gap'} if first == second == 'ViT-Ti_16' else {}
   subjects = [subject(first, f'{first} (1)', 0, args.image_size),
               subject(second, f'{second} (2)', 1, args.image_size, **second_overrides)]
-  names = [features.block_names(s) for s in subjects]
+  names = [s.layers.stream for s in subjects]
   print(f'{args.models}: {sum(map(len, names))} layers, {args.num_images} images of '
         f'{args.image_size} px, batch {args.batch}, {jax.device_count()} x '
         f'{jax.devices()[0].device_kind}')

@@ -9,6 +9,12 @@ import tensorflow as tf
 from vit_jax import models
 
 TINY_VIT = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2, patch_size=8)
+TINY_MIXER = dict(patch_size=8, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
+                  channels_mlp_dim=64)
+# Basic blocks, stages of 1 and 2 blocks, the second ending in an MSA block; no
+# max-pool, so 32 px images give 16x16 and 8x8 maps (the 7x7 windows pad the 8x8).
+TINY_ALTERNET = dict(block='basic', num_layers=(1, 2), num_msa=(0, 1), num_heads=(1, 2),
+                     width=32, head_dim=16, stem_pool=False)
 
 
 def tiny_vit(num_classes=10, **overrides):
@@ -17,6 +23,14 @@ def tiny_vit(num_classes=10, **overrides):
 
 def tiny_bit(num_classes=10, **overrides):
   return models.get_model('BiT-M-R50x1', num_classes, **{'num_layers': (1, 1), **overrides})
+
+
+def tiny_mixer(num_classes=10, **overrides):
+  return models.get_model('Mixer-B_16', num_classes, **{**TINY_MIXER, **overrides})
+
+
+def tiny_alternet(num_classes=10, **overrides):
+  return models.get_model('AlterNet-18', num_classes, **{**TINY_ALTERNET, **overrides})
 
 
 def init(model, image_size=32, seed=0):

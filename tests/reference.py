@@ -1,5 +1,6 @@
-"""Plain-numpy float64 references for one ViT block and one BiT unit."""
+"""Plain-numpy float64 references for blocks of each family."""
 import numpy as np
+from scipy.special import erf
 
 
 def layer_norm(x, scale, bias, eps=1e-6):
@@ -71,3 +72,52 @@ def bit_unit(x, p, stride):
   y = conv2d(pre('b', y), standardize(p['b/standardized_conv2d/kernel']), stride, pad=1)
   y = conv2d(pre('c', y), standardize(p['c/standardized_conv2d/kernel']))
   return y + shortcut
+
+
+def mixer_block(x, p):
+  """One Mixer block on (B, N, C) tokens; `p` is its published-layout dict."""
+  p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+
+  def mlp(y, name):
+    y = gelu_tanh(y @ p[f'{name}/Dense_0/kernel'] + p[f'{name}/Dense_0/bias'])
+    return y @ p[f'{name}/Dense_1/kernel'] + p[f'{name}/Dense_1/bias']
+
+  y = layer_norm(x, p['LayerNorm_0/scale'], p['LayerNorm_0/bias'])
+  x = x + mlp(y.transpose(0, 2, 1), 'token_mixing').transpose(0, 2, 1)
+  y = layer_norm(x, p['LayerNorm_1/scale'], p['LayerNorm_1/bias'])
+  return x + mlp(y, 'channel_mixing')
+
+
+def window_attention(x, p, window):
+  """AlterNet's window attention on a (B, H, W, C) map as one masked global
+  attention: position (i, j) attends to the positions of its own window (grid
+  cell (i // s, j // s), s = min(window, H, W)), with the bias-table entry of
+  their (row, column) offset; partial windows at the edges are just smaller."""
+  p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+  b, h, w, _ = x.shape
+  size = min(window, h, w)
+  cells = [(i, j) for i in range(h) for j in range(w)]
+  tokens = x.reshape(b, h * w, -1)
+  q, k, v = (np.einsum('bnc,chd->bnhd', tokens, p[f'{n}/kernel'])
+             for n in ('query', 'key', 'value'))
+  table, centre = p['relative_position_bias'], window - 1
+  same = np.array([[(qi // size, qj // size) == (ki // size, kj // size) for ki, kj in cells]
+                   for qi, qj in cells])
+  bias = np.array([[table[centre + ki - qi, centre + kj - qj] if ok else 0.
+                    for (ki, kj), ok in zip(cells, row)] for (qi, qj), row in zip(cells, same)])
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(q.shape[-1]) + bias
+  mixed = np.einsum('bhqk,bkhd->bqhd', softmax(np.where(same, logits, -np.inf)), v)
+  out = np.einsum('bqhd,hdo->bqo', mixed, p['out/kernel']) + p['out/bias']
+  return out.reshape(b, h, w, -1)
+
+
+def alternet_msa_block(x, p, window):
+  """AlterNet's pre-activation MSA block with an identity shortcut: x +
+  attention(GN(conv1x1(GELU(GN(x)))))."""
+  q = {k: np.asarray(v, np.float64) for k, v in p.items()}
+  y = group_norm(x, q['norm1/scale'], q['norm1/bias'])
+  y = 0.5 * y * (1 + erf(y / np.sqrt(2)))  # exact GELU
+  y = np.einsum('bhwc,co->bhwo', y, q['conv1/kernel'][0, 0])
+  y = group_norm(y, q['norm2/scale'], q['norm2/bias'])
+  attention = {k[len('attention/'):]: v for k, v in p.items() if k.startswith('attention/')}
+  return x + window_attention(y, attention, window)

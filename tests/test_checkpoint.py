@@ -9,6 +9,7 @@ import pytest
 
 from helpers import apply, images, init, perturbed, tiny_bit, tiny_vit
 from vit_jax import checkpoint, models
+from vit_jax.models import vit
 
 PUBLISHED_TO_CURRENT = {'LayerNorm_2': 'LayerNorm_1',
                         'MultiHeadDotProductAttention_1': 'MultiHeadDotProductAttention_0',
@@ -87,7 +88,7 @@ def bilinear_align_corners(grid, new_shape):
 @pytest.mark.parametrize('old,new', [((4, 4), (7, 7)), ((6, 6), (3, 5)), ((2, 3), (2, 3))])
 def test_interpolate_posembed_is_bilinear(old, new):
   grid = np.random.RandomState(0).randn(*old, 5)
-  out = checkpoint.interpolate_posembed(grid.reshape(1, -1, 5), old, new)
+  out = vit.interpolate_posembed(grid.reshape(1, -1, 5), old, new)
   chex.assert_shape(out, (1, new[0] * new[1], 5))
   np.testing.assert_allclose(out.reshape(new + (5,)), bilinear_align_corners(grid, new),
                              rtol=1e-12, atol=1e-12)
@@ -96,7 +97,7 @@ def test_interpolate_posembed_is_bilinear(old, new):
   plane = (2 * r - 3 * c + 1)[..., None]
   nr, nc = np.meshgrid(np.linspace(0, 1, new[0]), np.linspace(0, 1, new[1]), indexing='ij')
   np.testing.assert_allclose(
-      checkpoint.interpolate_posembed(plane.reshape(1, -1, 1), old, new).reshape(new),
+      vit.interpolate_posembed(plane.reshape(1, -1, 1), old, new).reshape(new),
       2 * nr - 3 * nc + 1, atol=1e-12)
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT
 from vit_jax import models
 
 # At 224 px with 1000 classes; independently published figures: ViT-B/16
@@ -20,7 +21,11 @@ PARAM_COUNTS = {
     'ViT-B_16': 86_567_656, 'ViT-B_32': 88_224_232, 'ViT-B_8': 86_576_872,
     'ViT-H_14': 632_045_800, 'ViT-L_16': 304_326_632, 'ViT-L_32': 306_535_400,
     'ViT-S_16': 22_050_664, 'ViT-S_32': 22_878_952, 'ViT-Ti_16': 5_717_416,
+    'Mixer-B_16': 59_880_472, 'Mixer-L_16': 208_196_168,
 }
+# Counted against closed forms in test_mixer_alternet.py.
+OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',
+                'AlterNet-34', 'AlterNet-50', 'AlterNet-101', 'AlterNet-152']
 
 
 def param_shapes(name, image_size=224, **overrides):
@@ -32,7 +37,32 @@ def param_shapes(name, image_size=224, **overrides):
 
 
 def test_every_published_model_is_listed():
-  assert models.list_models() == sorted(PARAM_COUNTS)
+  assert models.list_models() == sorted(list(PARAM_COUNTS) + OTHER_MODELS)
+
+
+@pytest.mark.parametrize('name,overrides', [
+    ('ViT-Ti_16', TINY_VIT), ('ViT-Ti_16', {**TINY_VIT, 'classifier': 'gap'}),
+    ('R+ViT-Ti_16', {'num_layers': 1}), ('BiT-M-R50x1', {'num_layers': (1, 2)}),
+    ('Mixer-B_16', TINY_MIXER), ('AlterNet-18', TINY_ALTERNET)])
+def test_family_layers_are_what_the_model_sows(name, overrides):
+  config = models.get_config(name, num_classes=3, **overrides)
+  model = models.build_model(config)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)))
+  _, inter = jax.eval_shape(lambda v, x: models.apply_with_intermediates(model, v, x),
+                            variables, jnp.zeros((2, 32, 32, 3)))
+  layers = models.family_of(config).layers(config)
+  named = (list(layers.stream) + list(layers.attention_weights) + [layers.pre_logits]
+           + [n for b in layers.branches for n in (b.skip, b.output)])
+  assert set(named) <= set(inter)
+  assert len(layers.labels) == len(layers.stream) and len(set(layers.labels)) == len(layers.labels)
+  # The stream is in depth order: each branch's output is added into the next entry.
+  for branch in layers.branches:
+    assert inter[branch.skip].shape[0] == inter[branch.output].shape[0] == 2
+  assert all(0 < i < len(layers.stream) for i in layers.attention)
+  assert layers.class_token == (config.get('classifier') == 'token')
+  head = models.family_of(config).head
+  assert any(k.startswith(head) for k in flax.traverse_util.flatten_dict(
+      variables['params'], sep='/'))
 
 
 @pytest.mark.parametrize('name', [

@@ -6,21 +6,20 @@ A file maps '/'-joined parameter paths to arrays, as the public ViT
 `etils.epath` knows (gs:// through TensorFlow's gfile).
 """
 import io
-import logging
-import math
 import os
 import re
 import zipfile
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import flax
 import jax.numpy as jnp
 import numpy as np
-import scipy.ndimage
 from etils import epath
 
+from vit_jax import models
+from vit_jax.models.family import CheckpointError
+
 Params = Dict[str, Any]
-POSEMBED = 'Transformer/posembed_input/pos_embedding'
 # Current Flax auto-names the parts of an encoder block per type; the published
 # files were written when the counter ran over all children of the block.
 _CURRENT_TO_PUBLISHED = {
@@ -29,10 +28,6 @@ _CURRENT_TO_PUBLISHED = {
     'MlpBlock_0': 'MlpBlock_3',
 }
 _BLOCK = re.compile(r'encoderblock_\d+$')
-
-
-class CheckpointError(ValueError):
-  """A checkpoint file that cannot be read or does not fit the model."""
 
 
 def published_names(flat: Mapping[str, Any]) -> Dict[str, Any]:
@@ -118,85 +113,24 @@ def save(path: str, params: Mapping[str, Any]) -> None:
       os.remove(tmp)
 
 
-def _square_side(n: int) -> Optional[int]:
-  side = math.isqrt(n)
-  return side if side * side == n else None
-
-
-def interpolate_posembed(posemb: np.ndarray, old_grid: Tuple[int, int],
-                         new_grid: Tuple[int, int]) -> np.ndarray:
-  """Resizes grid position embeddings (1, gh*gw, D) to (1, nh*nw, D).
-
-  Bilinear interpolation with corners kept on corners, as
-  `scipy.ndimage.zoom(order=1)`; class-token rows are the caller's to keep apart.
-  """
-  grid = np.asarray(posemb)[0].reshape(tuple(old_grid) + (-1,))
-  zoom = (new_grid[0] / old_grid[0], new_grid[1] / old_grid[1], 1)
-  return scipy.ndimage.zoom(grid, zoom, order=1).reshape(1, new_grid[0] * new_grid[1], -1)
-
-
-def _split_posembed(n: int, what: str) -> Tuple[int, Tuple[int, int]]:
-  """(extra rows, square grid) of a posembed with n rows: n = g*g or 1 + g*g."""
-  for extra in (0, 1):
-    side = _square_side(n - extra)
-    if side:
-      return extra, (side, side)
-  raise CheckpointError(f'The {what} position embeddings have {n} rows, which is neither a '
-                        'square grid nor a class token plus a square grid; pass grid_shape.')
-
-
-def _fit_posembed(posemb: np.ndarray, target: np.ndarray, has_token: bool,
-                  grid_shape: Optional[Tuple[int, int]]) -> np.ndarray:
-  old_extra, old_grid = _split_posembed(posemb.shape[1], 'checkpoint')
-  new_extra = int(has_token)
-  if grid_shape is None:
-    side = _square_side(target.shape[1] - new_extra)
-    if side is None:
-      raise CheckpointError(
-          f'The model has {target.shape[1] - new_extra} patches, not a square grid: pass '
-          'grid_shape=(rows, cols) to load_pretrained.')
-    grid_shape = (side, side)
-  grid = posemb[:, old_extra:]
-  if old_grid != tuple(grid_shape):
-    grid = interpolate_posembed(grid, old_grid, tuple(grid_shape))
-    logging.info('Resized position embeddings from grid %s to %s.', old_grid, grid_shape)
-  # A class-token row comes from the checkpoint when it has one, else from init.
-  token = posemb[:, :1] if old_extra else np.asarray(target[:, :1])
-  return np.concatenate([token, grid], axis=1) if new_extra else grid
-
-
 def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any,
                     grid_shape: Optional[Sequence[int]] = None) -> Params:
   """Parameters for fine-tuning: the checkpoint at `path` fitted to a new model.
 
   `init_params` are the new model's freshly initialised parameters and
   `model_config` its config (`vit_jax.models.get_config`). The head is taken
-  from `init_params`; `pre_logits` is dropped when the config has no
-  representation size; ViT position embeddings are resized to the new grid
-  (`grid_shape`, inferred when square). Anything else that differs raises a
-  CheckpointError listing missing, unexpected and wrongly shaped keys.
+  from `init_params`; the family fits the rest (`Family.fit_checkpoint`: for a
+  ViT, `pre_logits` dropped without a representation size and position
+  embeddings resized to the new grid, `grid_shape` inferred when square).
+  Anything else that differs raises a CheckpointError listing missing,
+  unexpected and wrongly shaped keys.
   """
   restored = _flatten(load(path))
   init = _flatten(init_params)
-  head = 'resnet/head/' if model_config.family == 'bit' else 'head/'
-  restored = {k: v for k, v in restored.items() if not k.startswith(head)}
-  restored.update({k: v for k, v in init.items() if k.startswith(head)})
-
-  if model_config.family == 'vit':
-    has_token = model_config.classifier in ('token', 'token_unpooled')
-    if model_config.representation_size is None:
-      restored = {k: v for k, v in restored.items() if not k.startswith('pre_logits/')}
-    elif not any(k.startswith('pre_logits/') for k in restored):
-      logging.info('%s has no pre_logits; they start from initialisation.', path)
-      restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
-    if not has_token:
-      restored.pop('cls', None)
-    elif 'cls' not in restored and 'cls' in init:
-      restored['cls'] = init['cls']
-    if POSEMBED in restored and POSEMBED in init:
-      restored[POSEMBED] = _fit_posembed(restored[POSEMBED], init[POSEMBED], has_token,
-                                         grid_shape)
-
+  family = models.family_of(model_config)
+  restored = {k: v for k, v in restored.items() if not k.startswith(family.head)}
+  restored.update({k: v for k, v in init.items() if k.startswith(family.head)})
+  restored = family.fit_checkpoint(restored, init, model_config, grid_shape, str(path))
   check_matches(restored, init, str(path))
   return _unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})
 

@@ -1,4 +1,4 @@
-"""The model zoo: published ViT, hybrid and BiT variants by name.
+"""The model zoo: published ViT, hybrid, BiT, MLP-Mixer and AlterNet variants by name.
 
     model = get_model('ViT-B_16', num_classes=10)
     variables = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 224, 224, 3)))
@@ -11,54 +11,21 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax.models import alternet, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
-from vit_jax.models.resnet import ResNetV2
-from vit_jax.models.vit import VisionTransformer
+from vit_jax.models.family import Family, Layers
 
-# hidden size, MLP size, heads, layers
-VIT_SIZES = {
-    'Ti': (192, 768, 3, 12),
-    'S': (384, 1536, 6, 12),
-    'B': (768, 3072, 12, 12),
-    'L': (1024, 4096, 16, 24),
-    'H': (1280, 5120, 16, 32),
-}
-VIT_PUBLISHED = ('Ti/16', 'S/16', 'S/32', 'B/8', 'B/16', 'B/32', 'L/16', 'L/32', 'H/14')
-# name: (ViT size, patch size on the ResNet features, ResNet stage depths)
-HYBRID_PUBLISHED = {
-    'R50+ViT-B_16': ('B', 1, (3, 4, 9)),
-    'R26+ViT-S_32': ('S', 1, (2, 2, 2, 2)),
-    'R26+ViT-B_32': ('B', 1, (2, 2, 2, 2)),
-    'R50+ViT-L_32': ('L', 1, (3, 4, 6, 3)),
-    'R+ViT-Ti_16': ('Ti', 8, ()),
-}
-BIT_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
-BIT_PUBLISHED = ((50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4))
+# Every family of the zoo; a new one is a model module exporting FAMILY, listed here.
+FAMILIES: Dict[str, Family] = {f.name: f for f in (vit.FAMILY, resnet.FAMILY, mixer.FAMILY,
+                                                   alternet.FAMILY)}
+MODELS: Dict[str, Dict[str, Any]] = {name: dict(fields, family=family.name)
+                                     for family in FAMILIES.values()
+                                     for name, fields in family.variants.items()}
 
 
-def _vit_config(size: str, patch: int, resnet_layers=None) -> Dict[str, Any]:
-  hidden, mlp, heads, layers = VIT_SIZES[size]
-  return dict(family='vit', patch_size=patch, hidden_size=hidden, mlp_dim=mlp, num_heads=heads,
-              num_layers=layers, classifier='token', representation_size=None, posemb='learn',
-              dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
-              resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none')
-
-
-def _registry() -> Dict[str, Dict[str, Any]]:
-  table = {}
-  for variant in VIT_PUBLISHED:
-    size, patch = variant.split('/')
-    table[f'ViT-{size}_{patch}'] = _vit_config(size, int(patch))
-  for name, (size, patch, stages) in HYBRID_PUBLISHED.items():
-    table[name] = _vit_config(size, patch, stages)
-  for depth, width in BIT_PUBLISHED:
-    for upstream in ('S', 'M'):
-      table[f'BiT-{upstream}-R{depth}x{width}'] = dict(
-          family='bit', num_layers=BIT_DEPTHS[depth], width_factor=width, root_pool=True)
-  return table
-
-
-MODELS = _registry()
+def family_of(config: ml_collections.ConfigDict) -> Family:
+  """The family description of a model config from `get_config`."""
+  return FAMILIES[config.family]
 
 
 def list_models() -> List[str]:
@@ -89,14 +56,9 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
   """The Flax module of a model config from `get_config`."""
-  kwargs = {k: v for k, v in config.items() if k not in ('family', 'name')}
-  kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
-  if config.family == 'vit':
-    if kwargs['resnet_layers'] is not None:
-      kwargs['resnet_layers'] = tuple(kwargs['resnet_layers'])
-    return VisionTransformer(**kwargs)
-  kwargs['num_layers'] = tuple(kwargs['num_layers'])
-  return ResNetV2(**kwargs)
+  fields = {k: v for k, v in config.items() if k not in ('family', 'name')}
+  fields['dtype'] = jnp.dtype(fields['dtype'])
+  return family_of(config).build(fields)
 
 
 def get_model(name: str, num_classes: Optional[int] = 1000, **overrides) -> nn.Module:

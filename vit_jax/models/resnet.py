@@ -9,9 +9,11 @@ from typing import Any, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
+import ml_collections
 from jax import lax
 
 from vit_jax.models import conv
+from vit_jax.models.family import Branch, Family, Layers
 
 Dtype = Any
 
@@ -296,3 +298,36 @@ class ResNetV2(nn.Module):
     body = ResNetV2Body(self.num_layers, self.width_factor, self.num_classes, self.dtype,
                         self.root_pool, name='resnet')
     return body(images).astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------
+# The BiT family: published variants and sown layers.
+
+DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+PUBLISHED = ((50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4))
+
+
+def unit_names(stage_depths: Sequence[int], prefix: str = '') -> list:
+  """'{prefix}block{s}/unit{u:02d}' of every BiT unit, in depth order."""
+  return [f'{prefix}block{s + 1}/unit{u + 1:02d}'
+          for s, depth in enumerate(stage_depths) for u in range(depth)]
+
+
+def layers(config: ml_collections.ConfigDict) -> Layers:
+  """The stem output, then each unit's output; every unit is one residual branch."""
+  units = unit_names(config.num_layers)
+  return Layers(
+      stream=('resnet/root',) + tuple(f'resnet/{u}/output' for u in units),
+      labels=('root',) + tuple(units), attention=(),
+      branches=tuple(Branch(u, 'conv', f'resnet/{u}/shortcut', f'resnet/{u}/residual')
+                     for u in units),
+      attention_weights=(), pre_logits='resnet/pre_logits', class_token=False)
+
+
+FAMILY = Family(
+    name='bit',
+    variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
+                                                      width_factor=width, root_pool=True)
+              for depth, width in PUBLISHED for upstream in ('S', 'M')},
+    module=ResNetV2, layers=layers, head='resnet/head/', sequence_fields=('num_layers',),
+    convolutional=True)

@@ -5,15 +5,20 @@ residual after it (`+sa`), the MLP branch output (`mlp`) and the residual after
 it (`+mlp`); the attention module sows its weights (B, heads, N, N). Nothing is
 kept unless `intermediates` is mutable in `apply`.
 """
+import logging
+import math
 from typing import Any, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import scipy.ndimage
 
 from vit_jax.models import conv
-from vit_jax.models.attention import ATTENTION_IMPLS, MultiHeadAttention
+from vit_jax.models.attention import ATTENTION_IMPLS, ATTENTION_WEIGHTS, MultiHeadAttention
+from vit_jax.models.family import Branch, CheckpointError, Family, Flat, Layers
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
@@ -216,3 +221,135 @@ class VisionTransformer(nn.Module):
       x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
                    name='head')(x)
     return x.astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------
+# The family: published variants, sown layers, fine-tuning from a checkpoint.
+
+# hidden size, MLP size, heads, layers
+SIZES = {
+    'Ti': (192, 768, 3, 12),
+    'S': (384, 1536, 6, 12),
+    'B': (768, 3072, 12, 12),
+    'L': (1024, 4096, 16, 24),
+    'H': (1280, 5120, 16, 32),
+}
+PUBLISHED = ('Ti/16', 'S/16', 'S/32', 'B/8', 'B/16', 'B/32', 'L/16', 'L/32', 'H/14')
+# name: (ViT size, patch size on the ResNet features, ResNet stage depths)
+HYBRID_PUBLISHED = {
+    'R50+ViT-B_16': ('B', 1, (3, 4, 9)),
+    'R26+ViT-S_32': ('S', 1, (2, 2, 2, 2)),
+    'R26+ViT-B_32': ('B', 1, (2, 2, 2, 2)),
+    'R50+ViT-L_32': ('L', 1, (3, 4, 6, 3)),
+    'R+ViT-Ti_16': ('Ti', 8, ()),
+}
+POSEMBED = 'Transformer/posembed_input/pos_embedding'
+
+
+def _fields(size: str, patch: int, resnet_layers=None) -> dict:
+  hidden, mlp, heads, layers = SIZES[size]
+  return dict(patch_size=patch, hidden_size=hidden, mlp_dim=mlp, num_heads=heads,
+              num_layers=layers, classifier='token', representation_size=None, posemb='learn',
+              dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
+              resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none')
+
+
+def _variants() -> dict:
+  table = {}
+  for variant in PUBLISHED:
+    size, patch = variant.split('/')
+    table[f'ViT-{size}_{patch}'] = _fields(size, int(patch))
+  for name, (size, patch, stages) in HYBRID_PUBLISHED.items():
+    table[name] = _fields(size, patch, stages)
+  return table
+
+
+def layers(config: ml_collections.ConfigDict) -> Layers:
+  """Embedded tokens, then the stream after each attention and each MLP branch."""
+  stream, labels, branches = ['Transformer/encoderblock_0/input'], ['embedding'], []
+  for i in range(config.num_layers):
+    block = f'Transformer/encoderblock_{i}/'
+    stream += [block + '+sa', block + '+mlp']
+    labels += [f'block{i}/+sa', f'block{i}/+mlp']
+    branches += [Branch(f'block{i}/attention', 'attention', block + 'input', block + 'sa'),
+                 Branch(f'block{i}/mlp', 'mlp', block + '+sa', block + 'mlp')]
+  return Layers(
+      stream=tuple(stream), labels=tuple(labels),
+      attention=tuple(range(1, len(stream), 2)), branches=tuple(branches),
+      attention_weights=tuple(
+          f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{ATTENTION_WEIGHTS}'
+          for i in range(config.num_layers)),
+      pre_logits='pre_logits',
+      class_token=config.classifier in ('token', 'token_unpooled'))
+
+
+def interpolate_posembed(posemb: np.ndarray, old_grid: Tuple[int, int],
+                         new_grid: Tuple[int, int]) -> np.ndarray:
+  """Resizes grid position embeddings (1, gh*gw, D) to (1, nh*nw, D).
+
+  Bilinear interpolation with corners kept on corners, as
+  `scipy.ndimage.zoom(order=1)`; class-token rows are the caller's to keep apart.
+  """
+  grid = np.asarray(posemb)[0].reshape(tuple(old_grid) + (-1,))
+  zoom = (new_grid[0] / old_grid[0], new_grid[1] / old_grid[1], 1)
+  return scipy.ndimage.zoom(grid, zoom, order=1).reshape(1, new_grid[0] * new_grid[1], -1)
+
+
+def _square_side(n: int) -> Optional[int]:
+  side = math.isqrt(n)
+  return side if side * side == n else None
+
+
+def _split_posembed(n: int) -> Tuple[int, Tuple[int, int]]:
+  """(extra rows, square grid) of a checkpoint posembed with n = g*g or 1 + g*g rows."""
+  for extra in (0, 1):
+    side = _square_side(n - extra)
+    if side:
+      return extra, (side, side)
+  raise CheckpointError(f'The checkpoint position embeddings have {n} rows, which is neither '
+                        'a square grid nor a class token plus a square grid; pass grid_shape.')
+
+
+def _fit_posembed(posemb: np.ndarray, target: np.ndarray, has_token: bool,
+                  grid_shape: Optional[Sequence[int]]) -> np.ndarray:
+  old_extra, old_grid = _split_posembed(posemb.shape[1])
+  new_extra = int(has_token)
+  if grid_shape is None:
+    side = _square_side(target.shape[1] - new_extra)
+    if side is None:
+      raise CheckpointError(
+          f'The model has {target.shape[1] - new_extra} patches, not a square grid: pass '
+          'grid_shape=(rows, cols) to load_pretrained.')
+    grid_shape = (side, side)
+  grid = posemb[:, old_extra:]
+  if old_grid != tuple(grid_shape):
+    grid = interpolate_posembed(grid, old_grid, tuple(grid_shape))
+    logging.info('Resized position embeddings from grid %s to %s.', old_grid, grid_shape)
+  # A class-token row comes from the checkpoint when it has one, else from init.
+  token = posemb[:, :1] if old_extra else np.asarray(target[:, :1])
+  return np.concatenate([token, grid], axis=1) if new_extra else grid
+
+
+def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
+                   grid_shape: Optional[Sequence[int]], source: str) -> Flat:
+  """`pre_logits` dropped without a representation size (or initialised when the
+  checkpoint has none), the class token kept only for token heads, position
+  embeddings resized to the new grid (`grid_shape`, inferred when square)."""
+  restored = dict(restored)
+  has_token = config.classifier in ('token', 'token_unpooled')
+  if config.representation_size is None:
+    restored = {k: v for k, v in restored.items() if not k.startswith('pre_logits/')}
+  elif not any(k.startswith('pre_logits/') for k in restored):
+    logging.info('%s has no pre_logits; they start from initialisation.', source)
+    restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
+  if not has_token:
+    restored.pop('cls', None)
+  elif 'cls' not in restored and 'cls' in init:
+    restored['cls'] = init['cls']
+  if POSEMBED in restored and POSEMBED in init:
+    restored[POSEMBED] = _fit_posembed(restored[POSEMBED], init[POSEMBED], has_token, grid_shape)
+  return restored
+
+
+FAMILY = Family(name='vit', variants=_variants(), module=VisionTransformer, layers=layers,
+                head='head/', fit_checkpoint=fit_checkpoint, sequence_fields=('resnet_layers',))

@@ -1,0 +1,70 @@
+"""What the rest of the project knows about a model family, said by the family.
+
+Each family module (`vit`, `resnet`, `mixer`, `alternet`) exports one `Family`:
+its published variants, how to build it, the sown layers the analysis tools
+read, its classifier head and how a published checkpoint is fitted to a new
+task. Training, checkpoints and analysis read these and never test a family name.
+"""
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import ml_collections
+
+Flat = Dict[str, Any]  # '/'-joined parameter paths -> arrays
+
+
+class CheckpointError(ValueError):
+  """A checkpoint file that cannot be read or does not fit the model."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+  """One residual branch: the stream `skip` enters it, `output` is what it adds."""
+  label: str  # e.g. 'block3/attention'
+  kind: str  # what the branch computes: 'attention', 'mlp', 'conv', 'token mixing', ...
+  skip: str  # sown name of the branch input z
+  output: str  # sown name of the branch output f(z)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layers:
+  """The sown names of one configured model that the analysis tools read."""
+  stream: Tuple[str, ...]  # the residual stream, input to output
+  labels: Tuple[str, ...]  # a short label per stream entry
+  attention: Tuple[int, ...]  # stream indices right after an attention branch (shaded in plots)
+  branches: Tuple[Branch, ...]  # every residual branch, in depth order
+  attention_weights: Tuple[str, ...]  # global (B, heads, T, T) attention maps over the tokens
+  pre_logits: str  # the features the head reads
+  class_token: bool  # token sequences start with a class token
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """A model family: published variants, module, sown layers, head, fine-tuning.
+
+  `fit_checkpoint(restored, init, config, grid_shape, source)` fits a published
+  checkpoint's flat parameters (head already taken from `init`) to the freshly
+  initialised model `init` of `config`: what is fitted (position embeddings,
+  class token, pre-logits) or refused (with a CheckpointError) depends on the
+  family. `convolutional` families run the Hessian's loop from Python on CPU,
+  where XLA:CPU runs convolutions slowly inside loop bodies.
+  """
+  name: str
+  variants: Mapping[str, Mapping[str, Any]]  # published name -> architecture fields
+  module: Callable[..., nn.Module]  # architecture fields, num_classes, dtype -> module
+  layers: Callable[[ml_collections.ConfigDict], Layers]
+  head: str  # parameter-path prefix of the classifier, re-initialised for a new task
+  fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
+                            Optional[Sequence[int]], str], Flat] = (
+                                lambda restored, init, config, grid_shape, source: restored)
+  sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
+  convolutional: bool = False
+
+  def build(self, fields: Mapping[str, Any]) -> nn.Module:
+    """The module of a model config's fields (without `family` and `name`)."""
+    kwargs = dict(fields)
+    for field in self.sequence_fields:
+      if kwargs.get(field) is not None:
+        kwargs[field] = tuple(kwargs[field])
+    return self.module(**kwargs)
