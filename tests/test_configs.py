@@ -8,7 +8,8 @@ import pytest
 from configs import common
 from vit_jax import models, steps
 
-RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('vit_s16_i1k', None),
+RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('quickstart_alternet', None),
+           ('vit_s16_i1k', None), ('mixer_b16', 'cifar10'), ('mixer_b16', 'imagenet2012'),
            ('vit_b16', 'cifar10'), ('vit_b16', 'cifar100'), ('vit_b16', 'imagenet2012'),
            ('vit_b16', 'pretrain'), ('bit_r50x1', 'cifar10'), ('bit_r50x1', 'oxford_iiit_pet'),
            ('bit_r50x1', 'imagenet2012')]

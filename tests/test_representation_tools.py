@@ -12,7 +12,7 @@ from analysis import cka, features
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 from configs import common
-from helpers import TINY_VIT, init, make_folder, perturbed
+from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT, init, make_folder, perturbed
 from vit_jax import checkpoint, models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,13 @@ def batches(split):
 def subjects():
   return [subject('ViT-Ti_16', 'vit', **TINY_VIT),
           subject('ViT-Ti_16', 'vit_gap', **{**TINY_VIT, 'classifier': 'gap'}),
-          subject('BiT-M-R50x1', 'bit', num_layers=(1, 1))]
+          subject('BiT-M-R50x1', 'bit', num_layers=(1, 1)),
+          subject('Mixer-B_16', 'mixer', **TINY_MIXER),
+          subject('AlterNet-18', 'alternet', **TINY_ALTERNET)]
+
+
+# One subject per family (the GAP ViT is the class-token ViT's twin).
+FAMILIES = [0, 2, 3, 4]
 
 
 def test_cka_within_and_across_models(subjects, tmp_path):
@@ -50,6 +56,22 @@ def test_cka_within_and_across_models(subjects, tmp_path):
   np.testing.assert_allclose(np.diag(vit), 1., rtol=1e-6)
   assert result['num_examples'] == 36
   assert all(os.path.exists(f) for f in result['figures'])
+
+
+def test_cka_across_every_family(subjects, tmp_path):
+  chosen = [subjects[i] for i in FAMILIES]
+  result = rt.run_cka(chosen, batches, str(tmp_path))
+  for s in chosen:
+    block = np.array(result['cka'][s.label])
+    assert block.shape == (len(s.layers.stream),) * 2
+    np.testing.assert_allclose(np.diag(block), 1., rtol=1e-6)
+  assert np.array(result['cka']['mixer vs alternet']).shape == (5, 4)
+
+
+@pytest.mark.parametrize('index', [3, 4])
+def test_attention_tools_refuse_models_without_global_attention(subjects, index, tmp_path):
+  with pytest.raises(ValueError, match='sows no global attention'):
+    rt.run_attention_distance(subjects[index], batches, str(tmp_path))
 
 
 @pytest.mark.parametrize('tool', ['attention_distance', 'localisation', 'vit_figures'])
@@ -70,18 +92,18 @@ def test_vit_tools(subjects, tool, index, tmp_path):
       assert 'distance_with_class_key_per_layer_head' not in result
 
 
-@pytest.mark.parametrize('index', [0, 2])
+@pytest.mark.parametrize('index', FAMILIES)
 def test_norm_ratio_erf_probes(subjects, index, tmp_path):
   s = subjects[index]
   ratios = rt.run_norm_ratio(s, batches, str(tmp_path))['ratios']
-  assert len(ratios) == (4 if s.family == 'vit' else 2)
+  assert list(ratios) == [b.label for b in s.layers.branches]
+  assert len(ratios) == {'vit': 4, 'mixer': 4, 'bit': 2, 'alternet': 3}[s.label]
   assert all(v > 0 for row in ratios.values() for v in row.values())
-  first = 'block0/attention' if s.family == 'vit' else 'block1/unit01'
-  assert ('cls' in ratios[first]) == (s.family == 'vit')
+  assert all(('cls' in row) == s.has_cls for row in ratios.values())
   fields = rt.run_erf(s, batches, str(tmp_path), num_images=4)
-  assert len(fields['fields']) == len(features.block_names(s))
-  # The embedding sees one 8x8 patch; later layers see at least as much.
-  if s.family == 'vit':
+  assert len(fields['fields']) == len(s.layers.stream)
+  # A patch model's embedding sees one 8x8 patch; later layers see at least as much.
+  if s.label in ('vit', 'mixer'):
     assert fields['half_mass_pixels'][0] <= 64 <= fields['half_mass_pixels'][-1]
   result = rt.run_probes(s, batches, str(tmp_path), shots=(1, 5, 20))
   json.dumps(result)
@@ -114,7 +136,7 @@ def test_command_line_on_the_quick_start_vit(tmp_path):
                                                            else 'cka']
   assert len(list(out.glob('*.png'))) >= 15
 
-@pytest.mark.parametrize('index', [0, 2])
+@pytest.mark.parametrize('index', FAMILIES)
 def test_landscape_tools(subjects, index, tmp_path):
   s = subjects[index]
   result = lt.run_hessian(s, batches, str(tmp_path), num_minibatches=2, top_k=3, steps_top=8,
@@ -129,12 +151,14 @@ def test_landscape_tools(subjects, index, tmp_path):
   json.dumps(result)
   curves = result['curves']
   assert len(curves) == len(result['layers'])
-  # 4x4 tokens for the ViT; 8 px root and 8, 4 px stages for the ResNet.
-  lengths = [2] * 5 if s.family == 'vit' else [4, 4, 2]
+  # 4x4 tokens for the ViT and the Mixer; 8 px root and 8, 4 px stages for the ResNet;
+  # AlterNet's 16 px stem and first stage, then 8 px.
+  lengths = {'vit': [2] * 5, 'mixer': [2] * 5, 'bit': [4, 4, 2],
+             'alternet': [8, 8, 4, 4]}[s.label]
   assert [len(c) for c in curves] == lengths
   assert all(c[0] == 0. and c[-1] == h for c, h in zip(curves, result['high_frequency']))
   assert np.all(np.array(result['variance']) > 0)
-  assert len(result['attention_layers']) == (2 if s.family == 'vit' else 0)
+  assert result['attention_layers'] == {'vit': [1, 3], 'alternet': [3]}.get(s.label, [])
   result = lt.run_robustness(s, batches, str(tmp_path), epsilons=(0.1, 1.), frequencies=(0., 1.5),
                              width=0.1)
   json.dumps(result)
@@ -159,7 +183,7 @@ def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
 
 def test_cka_features_sharded_over_devices_equal_one_device(subjects):
   s = subjects[0]
-  names = features.block_names(s)
+  names = list(s.layers.stream)
   images = np.random.RandomState(4).uniform(-1, 1, (16, 32, 32, 3)).astype(np.float32)
   sharded = features.layer_representations([s], [names], images)
   assert len(sharded[0].sharding.device_set) == 8
