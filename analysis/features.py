@@ -14,6 +14,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import checkpoint, models
+from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
 
@@ -45,11 +46,11 @@ class Subject:
     return models.build_model(self.config)
 
   @property
-  def family(self) -> models.Family:
+  def family(self) -> Family:
     return models.family_of(self.config)
 
   @property
-  def layers(self) -> models.Layers:
+  def layers(self) -> Layers:
     """The sown layers the tools read: residual stream, branches, attention."""
     return self.family.layers(self.config)
 

@@ -2,7 +2,7 @@
 feature-map Fourier curves, feature-map variance and robustness to band-limited
 noise. Same conventions as `representation_tools`: numbers returned, figures written.
 """
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence
 
 import jax
 import jax.numpy as jnp

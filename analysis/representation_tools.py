@@ -5,7 +5,7 @@ A `Batches` callable gives a fresh iterator of (images, labels) for 'train' or
 'eval', so a tool streams a dataset without holding it in memory.
 """
 import os
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp

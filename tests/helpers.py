@@ -1,6 +1,7 @@
 """Small models, parameters and image folders shared by the tests."""
 import os
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +32,15 @@ def tiny_mixer(num_classes=10, **overrides):
 
 def tiny_alternet(num_classes=10, **overrides):
   return models.get_model('AlterNet-18', num_classes, **{**TINY_ALTERNET, **overrides})
+
+
+def param_shapes(name, image_size=224, **overrides):
+  """Parameter shapes of a zoo model with 1000 classes, without allocating it."""
+  model = models.get_model(name, 1000, **overrides)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                             jnp.zeros((1, image_size, image_size, 3)))
+  return {k: v.shape for k, v in flax.traverse_util.flatten_dict(variables['params'],
+                                                                   sep='/').items()}
 
 
 def init(model, image_size=32, seed=0):

@@ -8,18 +8,10 @@ import numpy as np
 import pytest
 
 import reference
-from helpers import (TINY_ALTERNET, apply, apply_with_intermediates, images, init, perturbed,
-                     tiny_alternet, tiny_mixer)
+from helpers import (TINY_ALTERNET, apply, apply_with_intermediates, images, init, param_shapes,
+                     perturbed, tiny_alternet, tiny_mixer)
 from vit_jax import checkpoint, models
 from vit_jax.models import alternet, mixer
-
-
-def shapes_of(name, image_size=224, **overrides):
-  model = models.get_model(name, 1000, **overrides)
-  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0),
-                             jnp.zeros((1, image_size, image_size, 3)))
-  return {k: v.shape for k, v in flax.traverse_util.flatten_dict(variables['params'],
-                                                                   sep='/').items()}
 
 
 def mixer_count(patch, hidden, blocks, tokens_mlp, channels_mlp, image_size=224, classes=1000):
@@ -57,7 +49,7 @@ def alternet_count(block, stages, msa, heads=(3, 6, 12, 24), classes=1000, head_
 @pytest.mark.parametrize('name', sorted(mixer.FAMILY.variants))
 def test_mixer_parameter_count(name):
   fields = mixer.FAMILY.variants[name]
-  count = sum(np.prod(s) for s in shapes_of(name).values())
+  count = sum(np.prod(s) for s in param_shapes(name).values())
   assert count == mixer_count(fields['patch_size'], fields['hidden_dim'], fields['num_blocks'],
                               fields['tokens_mlp_dim'], fields['channels_mlp_dim'])
 
@@ -65,12 +57,12 @@ def test_mixer_parameter_count(name):
 @pytest.mark.parametrize('depth', sorted(alternet.VARIANTS))
 def test_alternet_parameter_count(depth):
   block, stages, msa = alternet.VARIANTS[depth]
-  count = sum(np.prod(s) for s in shapes_of(f'AlterNet-{depth}').values())
+  count = sum(np.prod(s) for s in param_shapes(f'AlterNet-{depth}').values())
   assert count == alternet_count(block, stages, msa)
 
 
 def test_mixer_tree_is_the_published_one():
-  shapes = shapes_of('Mixer-B_16')
+  shapes = param_shapes('Mixer-B_16')
   block = {k.split('/', 1)[1]: v for k, v in shapes.items() if k.startswith('MixerBlock_0/')}
   assert block == {
       'LayerNorm_0/scale': (768,), 'LayerNorm_0/bias': (768,),
@@ -94,7 +86,7 @@ def test_alternet_50_layout():
   # Stages of 3, 4, 6, 4 blocks; MSAs alternate at the ends of stages 2, 3, 4.
   assert ''.join('M' if k == 'attention' else 'C' for k in kinds) == (
       'CCC' 'CCCM' 'CMCMCM' 'CMCM')
-  shapes = shapes_of('AlterNet-50')
+  shapes = param_shapes('AlterNet-50')
   # The MSA block narrows the stage width 4x (a 1x1 conv), as the authors' blocks do.
   assert shapes['stage2_unit4/conv1/kernel'] == (1, 1, 512, 128)
   assert shapes['stage2_unit4/attention/query/kernel'] == (128, 6, 64)

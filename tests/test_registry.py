@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT
+from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT, param_shapes
 from vit_jax import models
 
 # At 224 px with 1000 classes; independently published figures: ViT-B/16
@@ -26,14 +26,6 @@ PARAM_COUNTS = {
 # Counted against closed forms in test_mixer_alternet.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',
                 'AlterNet-34', 'AlterNet-50', 'AlterNet-101', 'AlterNet-152']
-
-
-def param_shapes(name, image_size=224, **overrides):
-  model = models.get_model(name, 1000, **overrides)
-  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0),
-                             jnp.zeros((1, image_size, image_size, 3)))
-  return {k: v.shape for k, v in flax.traverse_util.flatten_dict(variables['params'],
-                                                                   sep='/').items()}
 
 
 def test_every_published_model_is_listed():

@@ -201,13 +201,19 @@ def test_cka_features_sharded_over_devices_equal_one_device(subjects):
 
 
 @pytest.mark.slow
+def published_layout(tmp_path, name, num_classes=2):
+  """A generated checkpoint of a published model, in the published layout."""
+  path = str(tmp_path / f'{name}.npz')
+  params = perturbed(init(models.get_model(name, num_classes), 32), scale=0.02)['params']
+  checkpoint.save(path, params)
+  return path
+
+
 def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
   """The README's Park & Kim command (a published-layout ViT-Ti/16 with the ImageNet
   fine-tuning recipe), on a generated checkpoint and image folder at 32 px."""
   folder = make_folder(str(tmp_path / 'images'), {'train': [6, 6], 'test': [6, 6]}, (40, 40))
-  model = models.get_model('ViT-Ti_16', 2)
-  path = str(tmp_path / 'ViT-Ti_16.npz')
-  checkpoint.save(path, perturbed(init(model, 32), scale=0.02)['params'])
+  path = published_layout(tmp_path, 'ViT-Ti_16')
   out = tmp_path / 'out'
   subprocess.run(
       [sys.executable, '-m', 'analysis', 'hessian', '--config', 'configs/vit_b16.py:imagenet2012',
@@ -219,3 +225,36 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
   assert np.array(result['top_per_minibatch']).shape == (2, 3)  # 3 steps: 3 Ritz values
   assert result['objective']['name'] == 'training'
   assert json.loads((out / 'timings.json').read_text())['hessian'] > 0
+
+
+@pytest.mark.slow
+def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path):
+  """The README's CKA, attention-distance and Fourier commands (published ViT,
+  hybrid and BiT layouts with their ImageNet recipes) on generated checkpoints,
+  with the smallest published model of each kind, at 32 px."""
+  folder = make_folder(str(tmp_path / 'images'), {'train': [4, 4], 'test': [4, 4]}, (40, 40))
+  vit = ['--config', 'configs/vit_b16.py:imagenet2012', '--config.model_name=ViT-Ti_16',
+         '--config.image_size=32', '--config.model.dtype=float32',
+         '--config.train_split=train', '--config.eval_split=test',
+         '--checkpoint', published_layout(tmp_path, 'ViT-Ti_16')]
+  bit = ['--config2', 'configs/bit_r50x1.py:imagenet2012', '--config2.image_size=32',
+         '--config2.model.dtype=float32', '--config2.train_split=train',
+         '--config2.eval_split=test', '--checkpoint2', published_layout(tmp_path, 'BiT-M-R50x1')]
+  hybrid = ['--config2', 'configs/vit_b16.py:imagenet2012', '--config2.model_name=R+ViT-Ti_16',
+            '--config2.image_size=32', '--config2.model.dtype=float32',
+            '--config2.train_split=train', '--config2.eval_split=test',
+            '--checkpoint2', published_layout(tmp_path, 'R+ViT-Ti_16')]
+  data = ['--dataset', folder, '--num_images', '8', '--batch_size', '4']
+  for tool, second in (('cka', bit), ('attention_distance', hybrid), ('fourier', bit)):
+    out = tmp_path / tool
+    subprocess.run([sys.executable, '-m', 'analysis', tool] + vit + second + data +
+                   ['--out', str(out)], check=True, cwd=ROOT)
+    result = json.loads((out / f'{tool}.json').read_text())
+    assert json.loads((out / 'timings.json').read_text())[tool] > 0
+    if tool == 'cka':
+      assert np.array(result['cka']['vit_b16 vs bit_r50x1']).shape == (25, 17)
+    elif tool == 'attention_distance':
+      assert {k: np.array(v['distance_per_layer_head']).shape for k, v in result.items()} == {
+          'vit_b16': (12, 3), 'vit_b16_2': (12, 3)}
+    else:
+      assert len(result['bit_r50x1']['curves']) == 17 and len(result['vit_b16']['curves']) == 25

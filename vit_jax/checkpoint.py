@@ -1,8 +1,8 @@
 """`.npz` parameter files in the published layouts, and fine-tuning from them.
 
 A file maps '/'-joined parameter paths to arrays, as the public ViT
-(gs://vit_models/imagenet21k/, gs://vit_models/augreg/) and BiT
-(gs://bit_models/) checkpoints do. Paths may be local or any filesystem
+(gs://vit_models/imagenet21k/, gs://vit_models/augreg/), BiT
+(gs://bit_models/) and Mixer (gs://mixer_models/) checkpoints do. Paths may be local or any filesystem
 `etils.epath` knows (gs:// through TensorFlow's gfile).
 """
 import io
@@ -66,8 +66,9 @@ def load(path: str) -> Params:
   path = epath.Path(path)
   if not path.exists():
     raise CheckpointError(f'Checkpoint {path} does not exist. Public ones live under '
-                          'gs://vit_models/imagenet21k/, gs://vit_models/augreg/ and '
-                          'gs://bit_models/; download one or point to your own .npz.')
+                          'gs://vit_models/imagenet21k/, gs://vit_models/augreg/, '
+                          'gs://bit_models/ and gs://mixer_models/; download one or point '
+                          'to your own .npz.')
   source = os.fspath(path) if '://' not in os.fspath(path) else io.BytesIO(path.read_bytes())
   try:
     with np.load(source, allow_pickle=False) as data:

@@ -13,7 +13,7 @@ import ml_collections
 
 from vit_jax.models import alternet, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
-from vit_jax.models.family import Family, Layers
+from vit_jax.models.family import Family
 
 # Every family of the zoo; a new one is a model module exporting FAMILY, listed here.
 FAMILIES: Dict[str, Family] = {f.name: f for f in (vit.FAMILY, resnet.FAMILY, mixer.FAMILY,
