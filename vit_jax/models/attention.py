@@ -5,11 +5,12 @@ them for the analysis tools; the fused path calls `jax.nn.dot_product_attention`
 and never forms them outside the kernel. Both compute the same function.
 """
 import functools
-from typing import Any
+from typing import Any, Optional, Tuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Dtype = Any
 ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'explicit')
@@ -55,6 +56,36 @@ def padded_attention(query: jax.Array, key: jax.Array, value: jax.Array, multipl
   return out[:, :n]
 
 
+def window_mask(grid: Tuple[int, int], window: int, extra: int) -> np.ndarray:
+  """(T, T) boolean mask, T = extra + gh * gw: a patch query at (r, c) sees the
+  window x window patches at rows r - window // 2 ... r + (window - 1) // 2 (and
+  the same columns), cut at the grid's edges; the `extra` leading tokens (the
+  class token) see and are seen by every token."""
+  rows, cols = np.divmod(np.arange(grid[0] * grid[1]), grid[1])
+  near = lambda p: ((p[None, :] - p[:, None] >= -(window // 2))
+                    & (p[None, :] - p[:, None] <= (window - 1) // 2))
+  mask = np.ones((extra + rows.size,) * 2, bool)
+  mask[extra:, extra:] = near(rows) & near(cols)
+  return mask
+
+
+def relative_logits(query: jax.Array, table: jax.Array, extra: int) -> jax.Array:
+  """1-D relative attention logits (B, heads, T, T) / sqrt(d): each patch query
+  (B, T, heads, d) dotted with the table's embedding (2n - 1, heads, d) of the
+  offset p_q - p_k between its position and the key's in the flattened patch
+  sequence. The `extra` leading tokens (the class token) get 0."""
+  n = query.shape[1] - extra
+  if table.shape[0] != 2 * n - 1:
+    raise ValueError(f'A relative table of {table.shape[0]} offsets does not fit {n} patches '
+                     f'({2 * n - 1} offsets).')
+  per_offset = jnp.einsum('bqhd,rhd->bhqr', query[:, extra:], table.astype(query.dtype),
+                          preferred_element_type=jnp.float32)
+  offsets = np.arange(n)[:, None] - np.arange(n)[None, :] + n - 1
+  logits = jnp.take_along_axis(per_offset, offsets[None, None], axis=-1)
+  logits = jnp.pad(logits, ((0, 0), (0, 0), (extra, 0), (extra, 0)))
+  return logits / np.sqrt(query.shape[-1]).astype(np.float32)
+
+
 class MultiHeadAttention(nn.Module):
   """Self-attention over (B, N, D) tokens: `query`, `key`, `value` (D, heads, D/heads)
   and `out` (heads, D/heads, D), as in the published checkpoints.
@@ -62,15 +93,20 @@ class MultiHeadAttention(nn.Module):
   `impl` picks the computation (`ATTENTION_IMPLS`, 'auto' by `resolve_impl`):
   'explicit' forms the weights and sows them as `attention_weights`; the others
   are fused. Attention dropout needs the weights, so a training call with
-  `dropout_rate` > 0 is explicit.
+  `dropout_rate` > 0 is explicit. With `window` > 0 patch tokens attend only to
+  their neighbours on `grid` (`window_mask`); a `relative_table` adds
+  `relative_logits` before the softmax. Both run fused through XLA where the
+  padded cuDNN path would be picked.
   """
   num_heads: int
   dropout_rate: float = 0.
   impl: str = 'auto'
   dtype: Dtype = jnp.float32
+  grid: Optional[Tuple[int, int]] = None  # the patch grid, for `window` and relative tables
+  window: int = 0
 
   @nn.compact
-  def __call__(self, x, *, train: bool):
+  def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
     if self.impl not in ATTENTION_IMPLS:
       raise ValueError(f'Unknown attention implementation {self.impl!r}; '
                        f'use one of {ATTENTION_IMPLS}.')
@@ -81,16 +117,28 @@ class MultiHeadAttention(nn.Module):
                               kernel_init=nn.initializers.xavier_uniform())
     heads = (self.num_heads, width // self.num_heads)
     q, k, v = (dense(heads, name=name)(x) for name in ('query', 'key', 'value'))
+    extra = x.shape[1] - (self.grid[0] * self.grid[1] if self.grid else 0)
+    bias = None if relative_table is None else relative_logits(q, relative_table, extra)
+    mask = window_mask(self.grid, self.window, extra) if self.window else None
     impl = resolve_impl(self.impl, self.dtype)
     if impl == 'explicit' or (train and self.dropout_rate > 0):
-      y = self.explicit(q, k, v, train=train)
+      y = self.explicit(q, k, v, bias, mask, train=train)
+    elif bias is not None or mask is not None:
+      y = jax.nn.dot_product_attention(q, k, v, bias=bias,
+                                       mask=None if mask is None else mask[None, None],
+                                       implementation='xla')
     else:
       y = fused_attention(q, k, v, impl)
     return dense(width, axis=(-2, -1), name='out')(y)
 
-  def explicit(self, q, k, v, *, train: bool):
+  def explicit(self, q, k, v, bias, mask, *, train: bool):
     logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-    weights = jax.nn.softmax(logits / jnp.sqrt(q.shape[-1]).astype(jnp.float32))
+    logits = logits / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
+    if bias is not None:
+      logits = logits + bias
+    if mask is not None:
+      logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(logits)
     self.sow('intermediates', ATTENTION_WEIGHTS, weights)
     weights = nn.Dropout(self.dropout_rate, broadcast_dims=())(weights, deterministic=not train)
     return jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)

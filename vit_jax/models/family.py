@@ -66,5 +66,10 @@ class Family:
     kwargs = dict(fields)
     for field in self.sequence_fields:
       if kwargs.get(field) is not None:
-        kwargs[field] = tuple(kwargs[field])
+        kwargs[field] = _tuples(kwargs[field])
     return self.module(**kwargs)
+
+
+def _tuples(value):
+  """Lists (as configs hold them) as tuples, nested ones too: module fields are hashed."""
+  return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

@@ -23,7 +23,11 @@ from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
-POSEMBS = ('learn', 'sincos2d', 'none')
+POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
+# Where position information enters: before the first block, before every block
+# from its own embedding, or before every block from one shared embedding.
+POSEMB_WHERE = ('input', 'every_layer', 'every_layer_shared')
+SKIPS = ('sa', 'mlp')
 # What a rematerialised encoder block keeps from its forward pass for the
 # backward one: 'full' keeps only its input, 'dots' also the outputs of its
 # weight matmuls (not the attention products, which are recomputed).
@@ -44,23 +48,50 @@ def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10
 
 
 class AddPositionEmbs(nn.Module):
-  """Adds learned (N(0, 0.02)) or fixed sin-cos position embeddings.
+  """Adds position embeddings of `kind` to (B, T, D) tokens, T = extra + gh * gw.
 
-  Inputs are (B, T, D) with T = extra + gh * gw: the `extra` leading tokens
-  (the class token) get a learned row, or zeros for sin-cos.
+  'learn': one learned (N(0, 0.02)) row per token, the `extra` leading tokens
+  (the class token) included. 'learn2d': two learned tables, `pos_embedding_row`
+  (gh, D/2) and `pos_embedding_col` (gw, D/2); the patch at (r, c) gets row r's
+  embedding concatenated with column c's, the extra tokens a learned
+  `pos_embedding_extra` row each. 'sincos2d': fixed, zeros for the extra tokens.
   """
   grid: Tuple[int, int]
   kind: str = 'learn'
 
   @nn.compact
   def __call__(self, x):
-    extra = x.shape[1] - self.grid[0] * self.grid[1]
+    extra, width = x.shape[1] - self.grid[0] * self.grid[1], x.shape[-1]
+    init = nn.initializers.normal(stddev=0.02)
     if self.kind == 'learn':
-      pe = self.param('pos_embedding', nn.initializers.normal(stddev=0.02), (1,) + x.shape[1:])
+      pe = self.param('pos_embedding', init, (1,) + x.shape[1:])
+    elif self.kind == 'learn2d':
+      if width % 2:
+        raise ValueError(f'learn2d position embeddings need an even width, got {width}.')
+      rows = self.param('pos_embedding_row', init, (self.grid[0], width // 2))
+      cols = self.param('pos_embedding_col', init, (self.grid[1], width // 2))
+      pe = jnp.concatenate([jnp.repeat(rows, self.grid[1], axis=0),
+                            jnp.tile(cols, (self.grid[0], 1))], axis=1)
+      if extra:
+        pe = jnp.concatenate([self.param('pos_embedding_extra', init, (extra, width)), pe])
+      pe = pe[None]
     else:
-      grid_pe = sincos2d_posembed(self.grid, x.shape[-1])
-      pe = np.concatenate([np.zeros((extra, x.shape[-1]), np.float32), grid_pe])[None]
+      grid_pe = sincos2d_posembed(self.grid, width)
+      pe = np.concatenate([np.zeros((extra, width), np.float32), grid_pe])[None]
     return x + jnp.asarray(pe, x.dtype)
+
+
+class RelativeEmbedding(nn.Module):
+  """The learned table (2n - 1, heads, head_dim) of 1-D relative attention over
+  n patches: one embedding per offset p_q - p_k (`attention.relative_logits`)."""
+  num_patches: int
+  num_heads: int
+  head_dim: int
+
+  @nn.compact
+  def __call__(self):
+    return self.param('relative_embedding', nn.initializers.normal(stddev=0.02),
+                      (2 * self.num_patches - 1, self.num_heads, self.head_dim))
 
 
 class MlpBlock(nn.Module):
@@ -84,7 +115,11 @@ class Encoder1DBlock(nn.Module):
   """Pre-LN transformer block: x + attn(LN(x)), then x + mlp(LN(x)).
 
   `drop_path` is the stochastic-depth rate: each branch is dropped for whole
-  examples (the mask broadcasts over tokens and channels) and rescaled.
+  examples (the mask broadcasts over tokens and channels) and rescaled. Without
+  `attention_skip` (or `mlp_skip`) the branch output replaces the stream instead
+  of adding to it (Raghu et al.'s skip removal). `grid` and `attention_window`
+  restrict attention to neighbouring patches; a `relative_table` adds relative
+  attention logits.
   """
   mlp_dim: int
   num_heads: int
@@ -93,24 +128,32 @@ class Encoder1DBlock(nn.Module):
   drop_path: float = 0.
   attention_impl: str = 'auto'
   dtype: Dtype = jnp.float32
+  grid: Optional[Tuple[int, int]] = None
+  attention_window: int = 0
+  attention_skip: bool = True
+  mlp_skip: bool = True
 
   @nn.compact
-  def __call__(self, x, train: bool = False):
+  def __call__(self, x, train: bool = False, relative_table=None):
     drop_path = nn.Dropout(self.drop_path, broadcast_dims=(1, 2))
     self.sow('intermediates', 'input', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
-                           self.dtype, name='MultiHeadDotProductAttention_1')(y, train=train)
+                           self.dtype, self.grid, self.attention_window,
+                           name='MultiHeadDotProductAttention_1')(
+                               y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     self.sow('intermediates', 'sa', y)
-    x = x + drop_path(y, deterministic=not train)
+    y = drop_path(y, deterministic=not train)
+    x = x + y if self.attention_skip else y
     self.sow('intermediates', '+sa', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
     self.sow('intermediates', 'mlp', y)
-    x = x + drop_path(y, deterministic=not train)
+    y = drop_path(y, deterministic=not train)
+    x = x + y if self.mlp_skip else y
     self.sow('intermediates', '+mlp', x)
     return x
 
@@ -118,10 +161,14 @@ class Encoder1DBlock(nn.Module):
 class Encoder(nn.Module):
   """Position embeddings, dropout, `num_layers` blocks and the final LayerNorm.
 
-  Stochastic depth grows linearly from 0 at the first block to `stochastic_depth`
-  at the last. `remat` (a `REMAT_POLICIES` key) recomputes each block's
-  activations in the backward pass instead of storing them; parameter names
-  are unchanged.
+  Position information (`posemb`) enters where `posemb_where` says: at the input
+  (`posembed_input`, the published layout), before every block from its own
+  parameters (`posembed_{i}`), or before every block from the one
+  `posembed_input`; for 'relative' it enters the attention logits of those
+  blocks instead. Stochastic depth grows linearly from 0 at the first block to
+  `stochastic_depth` at the last. `remat` (a `REMAT_POLICIES` key) recomputes
+  each block's activations in the backward pass instead of storing them;
+  parameter names are unchanged.
   """
   grid: Tuple[int, int]
   num_layers: int
@@ -134,22 +181,58 @@ class Encoder(nn.Module):
   attention_impl: str = 'auto'
   remat: str = 'none'
   dtype: Dtype = jnp.float32
+  posemb_where: str = 'input'
+  attention_window: int = 0
+  skip_removed: Sequence[Tuple[int, str]] = ()
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    if self.posemb != 'none':
-      x = AddPositionEmbs(self.grid, self.posemb, name='posembed_input')(x)
+    for block_index, kind in self.skip_removed:
+      if kind not in SKIPS or not 0 <= block_index < self.num_layers:
+        raise ValueError(f'skip_removed entry {(block_index, kind)} names no skip connection: '
+                         f'use (block, branch) with block in 0..{self.num_layers - 1} and '
+                         f'branch in {SKIPS}.')
+    # The position module entering before each block that gets one.
+    if self.posemb == 'none':
+      entries = {}
+    elif self.posemb_where == 'input':
+      entries = {0: 'posembed_input'}
+    elif self.posemb_where == 'every_layer':
+      entries = {i: f'posembed_{i}' for i in range(self.num_layers)}
+    else:
+      entries = dict.fromkeys(range(self.num_layers), 'posembed_input')
+    relative = self.posemb == 'relative'
+    modules = {}
+
+    def position(name: str) -> nn.Module:
+      """The position module `name`, made once: a shared one is called again."""
+      if name not in modules:
+        modules[name] = (RelativeEmbedding(self.grid[0] * self.grid[1], self.num_heads,
+                                           x.shape[-1] // self.num_heads, name=name)
+                         if relative else AddPositionEmbs(self.grid, self.posemb, name=name))
+      return modules[name]
+
+    if not relative and 0 in entries:
+      x = position(entries.pop(0))(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     block = Encoder1DBlock
     if self.remat != 'none':
       # static_argnums counts `self`: `train` (index 2) selects the program.
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat], static_argnums=(2,))
+    removed = {(int(b), str(k)) for b, k in self.skip_removed}
     for i in range(self.num_layers):
+      table = None
+      if i in entries:
+        if relative:
+          table = position(entries[i])()
+        else:
+          x = position(entries[i])(x)
       x = block(
           self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
           drop_path=self.stochastic_depth * i / max(self.num_layers - 1, 1),
-          attention_impl=self.attention_impl, dtype=self.dtype,
-          name=f'encoderblock_{i}')(x, train)
+          attention_impl=self.attention_impl, dtype=self.dtype, grid=self.grid,
+          attention_window=self.attention_window, attention_skip=(i, 'sa') not in removed,
+          mlp_skip=(i, 'mlp') not in removed, name=f'encoderblock_{i}')(x, train, table)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
 
 
@@ -160,7 +243,11 @@ class VisionTransformer(nn.Module):
   heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
   `attention_impl` (`ATTENTION_IMPLS`) and `remat` (`REMAT_POLICIES`) change how,
-  not what, it computes.
+  not what, it computes. The papers' ablations: `posemb` (`POSEMBS`) entering
+  where `posemb_where` (`POSEMB_WHERE`) says, `skip_removed` ((block, 'sa' or
+  'mlp') pairs whose residual connection is dropped) and `attention_window`
+  (k > 0: each patch attends to the k x k patches around it; the class token
+  stays global).
   """
   num_classes: Optional[int]
   patch_size: int
@@ -179,10 +266,14 @@ class VisionTransformer(nn.Module):
   attention_impl: str = 'auto'
   remat: str = 'none'
   dtype: Dtype = jnp.float32
+  posemb_where: str = 'input'
+  attention_window: int = 0
+  skip_removed: Sequence[Tuple[int, str]] = ()
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
+                         ('posemb_where', POSEMB_WHERE),
                          ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES)):
       if getattr(self, field) not in valid:
         raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
@@ -208,7 +299,8 @@ class VisionTransformer(nn.Module):
 
     x = Encoder((gh, gw), self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
                 self.attention_dropout_rate, self.stochastic_depth, self.posemb,
-                self.attention_impl, self.remat, self.dtype, name='Transformer')(x, train=train)
+                self.attention_impl, self.remat, self.dtype, self.posemb_where,
+                self.attention_window, self.skip_removed, name='Transformer')(x, train=train)
 
     if self.classifier == 'token':
       x = x[:, 0]
@@ -243,7 +335,6 @@ HYBRID_PUBLISHED = {
     'R50+ViT-L_32': ('L', 1, (3, 4, 6, 3)),
     'R+ViT-Ti_16': ('Ti', 8, ()),
 }
-POSEMBED = 'Transformer/posembed_input/pos_embedding'
 
 
 def _fields(size: str, patch: int, resnet_layers=None) -> dict:
@@ -251,7 +342,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
   return dict(patch_size=patch, hidden_size=hidden, mlp_dim=mlp, num_heads=heads,
               num_layers=layers, classifier='token', representation_size=None, posemb='learn',
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
-              resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none')
+              resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
+              posemb_where='input', attention_window=0, skip_removed=())
 
 
 def _variants() -> dict:
@@ -330,11 +422,23 @@ def _fit_posembed(posemb: np.ndarray, target: np.ndarray, has_token: bool,
   return np.concatenate([token, grid], axis=1) if new_extra else grid
 
 
+def _resize_axis0(table: np.ndarray, length: int) -> np.ndarray:
+  """Linear interpolation of `table` along its first axis to `length` entries,
+  first and last kept (`scipy.ndimage.zoom(order=1)`)."""
+  table = np.asarray(table)
+  if table.shape[0] == length:
+    return table
+  zoom = (length / table.shape[0],) + (1,) * (table.ndim - 1)
+  return scipy.ndimage.zoom(table, zoom, order=1)
+
+
 def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
                    grid_shape: Optional[Sequence[int]], source: str) -> Flat:
   """`pre_logits` dropped without a representation size (or initialised when the
-  checkpoint has none), the class token kept only for token heads, position
-  embeddings resized to the new grid (`grid_shape`, inferred when square)."""
+  checkpoint has none), the class token kept only for token heads, and every
+  learned position embedding resized to the new grid (`grid_shape`, inferred
+  when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
+  tables along their axis, `relative` offset tables along the offsets."""
   restored = dict(restored)
   has_token = config.classifier in ('token', 'token_unpooled')
   if config.representation_size is None:
@@ -342,14 +446,23 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   elif not any(k.startswith('pre_logits/') for k in restored):
     logging.info('%s has no pre_logits; they start from initialisation.', source)
     restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
-  if not has_token:
-    restored.pop('cls', None)
-  elif 'cls' not in restored and 'cls' in init:
-    restored['cls'] = init['cls']
-  if POSEMBED in restored and POSEMBED in init:
-    restored[POSEMBED] = _fit_posembed(restored[POSEMBED], init[POSEMBED], has_token, grid_shape)
+  # The class token and its learn2d position row exist only with a token head.
+  for key in [k for k in set(restored) | set(init)
+              if k == 'cls' or k.endswith('/pos_embedding_extra')]:
+    if not has_token:
+      restored.pop(key, None)
+    elif key not in restored and key in init:
+      restored[key] = init[key]
+  for key in set(restored) & set(init):
+    if not key.startswith('Transformer/posembed_'):
+      continue
+    if key.endswith('/pos_embedding'):
+      restored[key] = _fit_posembed(restored[key], init[key], has_token, grid_shape)
+    elif key.endswith(('/pos_embedding_row', '/pos_embedding_col', '/relative_embedding')):
+      restored[key] = _resize_axis0(restored[key], init[key].shape[0])
   return restored
 
 
 FAMILY = Family(name='vit', variants=_variants(), module=VisionTransformer, layers=layers,
-                head='head/', fit_checkpoint=fit_checkpoint, sequence_fields=('resnet_layers',))
+                head='head/', fit_checkpoint=fit_checkpoint,
+                sequence_fields=('resnet_layers', 'skip_removed'))

@@ -1,0 +1,75 @@
+"""The papers' ablations as sweeps over the quick-start recipes on Fashion-MNIST.
+
+    python -m vit_jax.sweep --config configs/ablations.py:window --workdir workdirs/ablations
+
+Args (one sweep each; `vit_jax.sweep` trains every row, resuming finished ones):
+  posemb  position embeddings {none, learn, learn2d, sincos2d, relative} x where
+          they enter {input, every_layer, every_layer_shared} (the ViT paper's
+          Table 8; sincos2d is fixed, so shared and per-layer are one function);
+  pool    class token vs global average pooling, each at lr 1e-3, 2e-3, 4e-3
+          (the ViT paper found GAP needs its own learning rate);
+  skip    the attention or the MLP skip connection of each block removed in
+          turn (Raghu et al.);
+  window  local attention over k x k patches, k = 3, 5, 8, against global
+          (Park & Kim);
+  data    the quick-start ViT and ResNet on 6%, 25% and 100% of the training
+          split, with the same number of steps (Park & Kim's data scale).
+Rows train the quick-start ViT for 4 epochs (1,872 steps of 128) so that one
+takes at most about 5 minutes on 2 CPU cores; `--config.dataset=cifar10`
+(with `--config.image_size=32`) and `--config.num_epochs` run them at scale.
+"""
+import ml_collections
+
+from configs import quickstart_resnet, quickstart_vit
+
+SWEEPS = ('posemb', 'pool', 'skip', 'window', 'data')
+EPOCHS = 4
+STEPS = 1_872  # 4 epochs of 60,000 images in batches of 128: the data sweep's fixed budget
+
+
+def _posemb_rows() -> dict:
+  rows = {'none': dict(model=dict(posemb='none'))}
+  for kind in ('learn', 'learn2d', 'sincos2d', 'relative'):
+    wheres = ('input', 'every_layer') if kind == 'sincos2d' else (
+        'input', 'every_layer', 'every_layer_shared')
+    for where in wheres:
+      rows[f'{kind}-{where}'] = dict(model=dict(posemb=kind, posemb_where=where))
+  return rows
+
+
+def _data_rows(vit: ml_collections.ConfigDict) -> dict:
+  resnet = quickstart_resnet.get_config()
+  # The ResNet rows take every field in which its recipe differs from the ViT's; with
+  # its model name, its model fields replace the ViT's.
+  as_resnet = {k: resnet[k] for k in resnet if resnet[k] != vit[k]}
+  rows = {}
+  for name, fields in (('vit', {}), ('resnet', as_resnet)):
+    for percent in (6, 25, 100):
+      rows[f'{name}-{percent}%'] = dict(fields, train_split=f'train[:{percent}%]',
+                                        total_steps=STEPS)
+  return rows
+
+
+def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
+  if arg not in SWEEPS:
+    raise ValueError(f'Unknown sweep {arg!r} for ablations.py; use one of {SWEEPS}.')
+  config = quickstart_vit.get_config()
+  config.num_epochs = EPOCHS
+  if arg == 'posemb':
+    rows = _posemb_rows()
+  elif arg == 'pool':
+    rows = {f'{pool}-lr{lr:g}': dict(model=dict(classifier=pool), lr=lr)
+            for pool in ('token', 'gap') for lr in (1e-3, 2e-3, 4e-3)}
+  elif arg == 'skip':
+    rows = {'baseline': {}}
+    rows.update({f'block{i}-{branch}': dict(model=dict(skip_removed=((i, branch),)))
+                 for i in range(config.model.num_layers) for branch in ('sa', 'mlp')})
+  elif arg == 'window':
+    rows = {'global': {}}
+    rows.update({f'k{k}': dict(model=dict(attention_window=k)) for k in (3, 5, 8)})
+  else:
+    rows = _data_rows(config)
+  # (label, fields) pairs in table order; a row's fields override the recipe's (see
+  # vit_jax.sweep.row_config).
+  config.sweep = ml_collections.ConfigDict(dict(name=arg, rows=tuple(rows.items())))
+  return config

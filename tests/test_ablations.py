@@ -1,0 +1,203 @@
+"""The papers' ablation switches (position embeddings, skip removal, local
+attention) against independent references, and the sweep command end to end."""
+import os
+
+import chex
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import ablations, common
+from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, make_folder, \
+    perturbed, tiny_vit
+from vit_jax import checkpoint, models, sweep
+from vit_jax.models import attention, vit
+
+GRID = (4, 4)  # 32 px images in 8 px patches
+
+
+def flat(params):
+  return flax.traverse_util.flatten_dict(flax.core.unfreeze(params), sep='/')
+
+
+@pytest.mark.parametrize('overrides,expected', [
+    (dict(posemb='learn2d'), {'posembed_input/pos_embedding_row': (4, 16),
+                              'posembed_input/pos_embedding_col': (4, 16),
+                              'posembed_input/pos_embedding_extra': (1, 32)}),
+    (dict(posemb='learn2d', classifier='gap'), {'posembed_input/pos_embedding_row': (4, 16),
+                                                'posembed_input/pos_embedding_col': (4, 16)}),
+    (dict(posemb='relative'), {'posembed_input/relative_embedding': (31, 4, 8)}),
+    (dict(posemb='relative', posemb_where='every_layer'),
+     {'posembed_0/relative_embedding': (31, 4, 8), 'posembed_1/relative_embedding': (31, 4, 8)}),
+    (dict(posemb='relative', posemb_where='every_layer_shared'),
+     {'posembed_input/relative_embedding': (31, 4, 8)}),
+    (dict(posemb='learn', posemb_where='every_layer'),
+     {'posembed_0/pos_embedding': (1, 17, 32), 'posembed_1/pos_embedding': (1, 17, 32)}),
+    (dict(posemb='learn', posemb_where='every_layer_shared'),
+     {'posembed_input/pos_embedding': (1, 17, 32)}),
+    (dict(posemb='sincos2d', posemb_where='every_layer'), {}),
+    (dict(attention_window=3), {'posembed_input/pos_embedding': (1, 17, 32)}),
+    (dict(skip_removed=((0, 'sa'),)), {'posembed_input/pos_embedding': (1, 17, 32)}),
+])
+def test_trees_and_shapes(overrides, expected):
+  model = tiny_vit(5, **overrides)
+  variables = init(model, 32)
+  position = {k[len('Transformer/'):]: v.shape for k, v in flat(variables['params']).items()
+              if k.startswith('Transformer/posembed')}
+  assert position == expected
+  classifier = overrides.get('classifier', 'token')
+  baseline = {k for k in flat(init(tiny_vit(5, classifier=classifier), 32)['params'])
+              if not k.startswith('Transformer/posembed')}
+  assert baseline == {k for k in flat(variables['params'])
+                      if not k.startswith('Transformer/posembed')}
+  chex.assert_shape(apply(model, variables, images(2, 32)), (2, 5))
+
+
+def test_learn2d_is_row_and_column_tables_concatenated():
+  layer = vit.AddPositionEmbs((2, 3), 'learn2d')
+  x = np.zeros((1, 7, 6), np.float32)  # a class token and a 2x3 grid, width 6
+  variables = jax.jit(layer.init)(jax.random.PRNGKey(0), x)
+  p = variables['params']
+  out = np.asarray(layer.apply(variables, x))[0]
+  np.testing.assert_array_equal(out[0], p['pos_embedding_extra'][0])
+  for r in range(2):
+    for c in range(3):
+      np.testing.assert_array_equal(
+          out[1 + 3 * r + c], np.concatenate([p['pos_embedding_row'][r],
+                                              p['pos_embedding_col'][c]]))
+
+
+def test_relative_logits_match_numpy():
+  rng = np.random.RandomState(0)
+  q = rng.randn(2, 1 + 6, 3, 4).astype(np.float32)  # class token + 6 patches, 3 heads of 4
+  table = rng.randn(11, 3, 4).astype(np.float32)
+  logits = np.asarray(attention.relative_logits(jnp.asarray(q), jnp.asarray(table), extra=1))
+  expected = np.zeros((2, 3, 7, 7))
+  for b in range(2):
+    for h in range(3):
+      for i in range(6):
+        for j in range(6):
+          # Offset p_q - p_k, shifted to index the table from its most negative offset.
+          expected[b, h, 1 + i, 1 + j] = q[b, 1 + i, h] @ table[i - j + 5, h] / 2.
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('grid,window', [((4, 4), 3), ((4, 4), 2), ((5, 3), 4), ((3, 5), 5)])
+def test_window_mask_is_the_brute_force_neighbourhood(grid, window):
+  mask = attention.window_mask(grid, window, extra=1)
+  cells = [(r, c) for r in range(grid[0]) for c in range(grid[1])]
+  for i, (qr, qc) in enumerate(cells):
+    for j, (kr, kc) in enumerate(cells):
+      inside = all(-(window // 2) <= k - q <= (window - 1) // 2 for q, k in ((qr, kr), (qc, kc)))
+      assert mask[1 + i, 1 + j] == inside
+  assert mask[0].all() and mask[:, 0].all()  # the class token stays global
+  assert mask[1:, 1:].sum(1).max() == min(window, grid[0]) * min(window, grid[1])
+
+
+@pytest.mark.parametrize('overrides', [dict(posemb='relative', attention_window=3),
+                                       dict(attention_window=2, classifier='gap')])
+def test_fused_equals_explicit_with_bias_and_mask(overrides):
+  model = tiny_vit(5, attention_impl='explicit', **overrides)
+  variables = perturbed(init(model, 32))
+  x = images(2, 32)
+  explicit = apply(model, variables, x)
+  fused = apply(model.clone(attention_impl='xla'), variables, x)
+  np.testing.assert_allclose(fused, explicit, rtol=1e-4, atol=1e-5)
+  # A window as wide as the grid attends everywhere: the global model.
+  model = tiny_vit(5, attention_impl='explicit', **{**overrides, 'attention_window': 7})
+  np.testing.assert_allclose(
+      apply(model, variables, x),
+      apply(model.clone(attention_window=0), variables, x), rtol=1e-5, atol=1e-6)
+
+
+def test_skip_removal_changes_only_the_named_branch():
+  variables = perturbed(init(tiny_vit(5), 32))
+  x = images(2, 32)
+  _, base = apply_with_intermediates(tiny_vit(5), variables, x)
+  _, cut = apply_with_intermediates(tiny_vit(5, skip_removed=((1, 'mlp'),)), variables, x)
+  for name in ('encoderblock_0/+sa', 'encoderblock_0/+mlp', 'encoderblock_1/+sa',
+               'encoderblock_1/mlp'):
+    np.testing.assert_array_equal(cut[f'Transformer/{name}'], base[f'Transformer/{name}'])
+  # The branch output replaces the stream instead of adding to it.
+  np.testing.assert_array_equal(cut['Transformer/encoderblock_1/+mlp'],
+                                cut['Transformer/encoderblock_1/mlp'])
+  assert not np.allclose(cut['Transformer/encoderblock_1/+mlp'],
+                         base['Transformer/encoderblock_1/+mlp'])
+  with pytest.raises(ValueError, match='names no skip connection'):
+    init(tiny_vit(5, skip_removed=((2, 'sa'),)), 32)
+
+
+@pytest.mark.parametrize('posemb', ['learn2d', 'relative'])
+def test_fine_tuning_resizes_every_learned_kind(posemb, tmp_path):
+  config = models.get_config('ViT-Ti_16', num_classes=3, posemb=posemb, posemb_where='every_layer',
+                             **TINY_VIT)
+  upstream = {k: np.asarray(v) for k, v in
+              flat(perturbed(init(models.build_model(config), 32))['params']).items()}
+  path = str(tmp_path / 'upstream.npz')
+  checkpoint.save(path, flax.traverse_util.unflatten_dict(upstream, sep='/'))
+  fresh = init(models.build_model(config), 48)['params']  # a 6x6 grid
+  fitted = flat(checkpoint.load_pretrained(path, fresh, config))
+  for key, value in fitted.items():
+    assert value.shape == flat(fresh)[key].shape, key
+  if posemb == 'learn2d':
+    rows = upstream['Transformer/posembed_0/pos_embedding_row']  # (4, 16) -> (6, 16)
+    new = fitted['Transformer/posembed_0/pos_embedding_row']
+    np.testing.assert_allclose(new[[0, -1]], rows[[0, -1]], rtol=1e-6)
+    # Linear with corners kept: row 3 of 6 sits at 3 * 3/5 = 1.8 of the old rows.
+    np.testing.assert_allclose(new[3], 0.2 * rows[1] + 0.8 * rows[2], rtol=1e-5, atol=1e-6)
+  else:
+    table = upstream['Transformer/posembed_1/relative_embedding']  # 31 -> 71 offsets
+    new = fitted['Transformer/posembed_1/relative_embedding']
+    np.testing.assert_allclose(new[[0, 35, -1]], table[[0, 15, -1]], rtol=1e-5, atol=1e-6)
+
+
+def tiny_sweep(folder):
+  fields = common.base_config().to_dict()
+  fields.update(model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), dataset=folder,
+                image_size=8, batch_size=16, eval_batch_size=16, total_steps=2,
+                optimizer='adam', lr=1e-2, warmup_steps=1, log_every=1, eval_every=2,
+                checkpoint_every=2)
+  config = ml_collections.ConfigDict(fields)
+  config.sweep = ml_collections.ConfigDict(dict(name='tiny', rows=(
+      ('global', {}), ('k3', dict(model=dict(attention_window=3))))))
+  return config
+
+
+def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatch):
+  folder = make_folder(str(tmp_path / 'images'), {'train': [8, 8], 'test': [4, 4]},
+                       size=(10, 10))
+  workdir = str(tmp_path / 'sweep')
+  results = sweep.run_sweep(tiny_sweep(folder), workdir)
+  assert [r['label'] for r in results] == ['global', 'k3']
+  assert results[1]['fields'] == {'model': {'attention_window': 3}}
+  assert all(0 <= r['eval_accuracy'] <= 1 for r in results)
+  table = open(os.path.join(workdir, 'tiny.md')).read()
+  assert '| k3 | model={\'attention_window\': 3} |' in table
+  assert os.path.getsize(os.path.join(workdir, 'tiny.png')) > 0
+  assert len(open(os.path.join(workdir, 'tiny.csv')).read().splitlines()) == 3
+
+  def no_training(*args, **kwargs):
+    raise AssertionError('a finished row was trained again')
+  monkeypatch.setattr(sweep.train, 'train_and_evaluate', no_training)
+  assert sweep.run_sweep(tiny_sweep(folder), workdir) == results
+
+
+def test_sweep_rows_build_and_bad_rows_are_named():
+  for name in ablations.SWEEPS:
+    config = ablations.get_config(name)
+    for label, _ in config.sweep.rows:
+      row = sweep.row_config(config, label)
+      assert 'sweep' not in row
+      models.get_config(row.model_name, **row.model)
+  data = sweep.row_config(ablations.get_config('data'), 'resnet-6%')
+  assert data.model_name == 'BiT-M-R50x1' and 'hidden_size' not in data.model
+  assert (data.train_split, data.total_steps) == ('train[:6%]', ablations.STEPS)
+  config = ablations.get_config('window')
+  config.sweep.rows = (('bad', dict(lr_typo=1.)),)
+  with pytest.raises(ValueError, match=r"sets \['lr_typo'\]"):
+    sweep.row_config(config, 'bad')
+  with pytest.raises(ValueError, match='Unknown sweep'):
+    ablations.get_config('posembs')

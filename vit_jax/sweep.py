@@ -1,0 +1,131 @@
+"""One-command ablation sweeps: train every row of a sweep recipe, then tabulate.
+
+    python -m vit_jax.sweep --config configs/ablations.py:posemb --workdir DIR \
+        [--config.dataset=cifar10 --config.image_size=32 ...]
+
+The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
+fields) pairs in table order whose fields override the recipe's (`row_config`). Each row trains into
+DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json;
+a row with a result is not trained again, and an interrupted one resumes from
+its checkpoint. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
+"""
+import csv
+import json
+import os
+import time
+from typing import Dict, List
+
+import ml_collections
+from absl import app, flags
+from ml_collections import config_flags
+
+from vit_jax import train
+from vit_jax.steps import split_cpu_into_devices
+
+RESULT = 'result.json'
+
+
+def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.ConfigDict:
+  """The training recipe of one row: the sweep's recipe with the row's fields.
+
+  A row's dict field (`model`) updates the recipe's field by field, unless the
+  row also names another `model_name`, whose architecture fields then replace
+  the recipe's whole. Unknown fields are an error naming them.
+  """
+  fields = dict(config.sweep.rows)[label]
+  row = ml_collections.ConfigDict(
+      {k: v for k, v in config.copy_and_resolve_references().to_dict().items() if k != 'sweep'})
+  unknown = sorted(set(fields) - set(row))
+  if unknown:
+    raise ValueError(f'Sweep row {label!r} sets {unknown}, which the recipe does not have.')
+  for key, value in fields.items():
+    if key == 'model' and fields.get('model_name', row.model_name) == row.model_name:
+      row.model.update(value)
+    else:
+      row[key] = value
+  return row
+
+
+def _write_json(path: str, value) -> None:
+  """Written beside and renamed over `path`, so a kill never leaves half a file."""
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=1)
+  os.replace(tmp, path)
+
+
+def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
+  """Trains one row (unless it has a result) and returns its result."""
+  path = os.path.join(workdir, label, RESULT)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  start = time.perf_counter()
+  summary = train.train_and_evaluate(row_config(config, label), os.path.join(workdir, label))
+  result = {'label': label, 'fields': dict(config.sweep.rows)[label],
+            'eval_accuracy': summary['eval_accuracy'], 'eval_loss': summary['eval_loss'],
+            'wall_seconds': round(time.perf_counter() - start, 1)}
+  _write_json(path, result)
+  return result
+
+
+def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
+  """The sweep's Markdown and CSV tables and its bar chart; returns their paths."""
+  paths = [os.path.join(workdir, f'{name}.{ext}') for ext in ('md', 'csv', 'png')]
+  lines = [f'| {name} | fields | test accuracy | wall time |', '| --- | --- | --- | --- |']
+  for r in results:
+    fields = ', '.join(f'{k}={v}' for k, v in r['fields'].items()) or '(recipe)'
+    lines.append(f"| {r['label']} | {fields} | {100 * r['eval_accuracy']:.1f}% | "
+                 f"{r['wall_seconds'] / 60:.1f} min |")
+  with open(paths[0], 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  with open(paths[1], 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['label', 'fields', 'eval_accuracy', 'eval_loss', 'wall_seconds'])
+    for r in results:
+      writer.writerow([r['label'], json.dumps(r['fields']), r['eval_accuracy'], r['eval_loss'],
+                       r['wall_seconds']])
+  import matplotlib  # only where a figure is drawn
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt
+  fig, ax = plt.subplots(figsize=(max(4, 0.7 * len(results)), 3.5))
+  accuracy = [100 * r['eval_accuracy'] for r in results]
+  ax.bar(range(len(results)), accuracy)
+  ax.set_xticks(range(len(results)), [r['label'] for r in results], rotation=60, ha='right')
+  ax.set_ylim(min(accuracy) - 2, max(accuracy) + 1)
+  ax.set_ylabel('test accuracy (%)')
+  ax.set_title(f'Sweep: {name}')
+  fig.tight_layout()
+  fig.savefig(paths[2], dpi=100)
+  plt.close(fig)
+  return paths
+
+
+def run_sweep(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
+  """Every row of `config.sweep` in order, then the tables."""
+  if 'sweep' not in config:
+    raise ValueError('The recipe has no `sweep` field: give a sweep recipe such as '
+                     'configs/ablations.py:posemb.')
+  os.makedirs(workdir, exist_ok=True)
+  results = [run_row(config, label, workdir) for label, _ in config.sweep.rows]
+  for path in write_table(config.sweep.name, results, workdir):
+    print(f'wrote {path}', flush=True)
+  return results
+
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, 1)
+  run_sweep(FLAGS.config, FLAGS.workdir)
+
+
+if __name__ == '__main__':
+  config_flags.DEFINE_config_file('config', None, 'Sweep recipe, e.g. configs/ablations.py:posemb.',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where each row trains (DIR/<row>) and the tables go.')
+  flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
+  flags.mark_flags_as_required(['config', 'workdir'])
+  app.run(main)
