@@ -21,6 +21,7 @@ from ml_collections import config_flags
 from analysis import features
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
+from vit_jax import sweep
 
 # tool: (function, what it needs). 'pair' tools take every model at once; 'attention'
 # tools run on the models that sow global attention weights (ViTs); 'any' on all.
@@ -44,6 +45,9 @@ flags.DEFINE_string('workdir', None, 'Training workdir of the first model (its p
 flags.DEFINE_string('workdir2', None, 'Training workdir of the second model.')
 flags.DEFINE_string('checkpoint', None, '.npz of the first model; overrides --workdir.')
 flags.DEFINE_string('checkpoint2', None, '.npz of the second model; overrides --workdir2.')
+flags.DEFINE_string('row', None, 'With a sweep recipe as --config (configs/ablations.py:...), '
+                    'the row whose model --workdir holds.')
+flags.DEFINE_string('row2', None, 'The same for --config2.')
 flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
@@ -62,6 +66,15 @@ def _subject(config, workdir, path, which: str) -> features.Subject:
     raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
   label = os.path.splitext(os.path.basename(config_flags.get_config_filename(
       FLAGS['config' + which])))[0]
+  row = FLAGS['row' + which].value
+  if 'sweep' in config:
+    rows = [name for name, _ in config.sweep.rows]
+    if row not in rows:
+      raise app.UsageError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
+                           f'with --row{which}, one of {rows}.')
+    config, label = sweep.row_config(config, row), f'{config.sweep.name}_{row}'
+  elif row is not None:
+    raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
   return features.load_subject(config.model_name, path, config.image_size, dict(config.model),
                                label=label, recipe=config)
 

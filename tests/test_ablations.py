@@ -1,6 +1,9 @@
 """The papers' ablation switches (position embeddings, skip removal, local
 attention) against independent references, and the sweep command end to end."""
+import json
 import os
+import subprocess
+import sys
 
 import chex
 import flax
@@ -16,7 +19,7 @@ from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, mak
 from vit_jax import checkpoint, models, sweep
 from vit_jax.models import attention, vit
 
-GRID = (4, 4)  # 32 px images in 8 px patches
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def flat(params):
@@ -183,6 +186,16 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
     raise AssertionError('a finished row was trained again')
   monkeypatch.setattr(sweep.train, 'train_and_evaluate', no_training)
   assert sweep.run_sweep(tiny_sweep(folder), workdir) == results
+
+  # The analysis command reads a row's model from the sweep recipe and its workdir.
+  recipe = tmp_path / 'tiny_sweep.py'
+  recipe.write_text('import ml_collections\n\n\ndef get_config():\n  return '
+                    f'ml_collections.ConfigDict({tiny_sweep(folder).to_dict()!r})\n')
+  out = tmp_path / 'analysis'
+  subprocess.run([sys.executable, '-m', 'analysis', 'norm_ratio', '--config', str(recipe),
+                  '--row', 'k3', '--workdir', os.path.join(workdir, 'k3'), '--num_images', '8',
+                  '--batch_size', '8', '--out', str(out)], check=True, cwd=ROOT)
+  assert list(json.loads((out / 'norm_ratio.json').read_text())) == ['tiny_k3']
 
 
 def test_sweep_rows_build_and_bad_rows_are_named():
