@@ -199,6 +199,37 @@ def test_wrong_config_key_is_named(tmp_path):
   assert 'learning_rat' in result.stderr
 
 
+def test_a_run_without_its_inputs_names_all_of_them_before_any_work(tmp_path, monkeypatch):
+  monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
+
+  def no_work(*args, **kwargs):
+    raise AssertionError('data was read or a download started before the inputs were checked')
+  monkeypatch.setattr(input_pipeline, 'get_source', no_work)
+  monkeypatch.setattr(steps, 'build', no_work)
+  config = tiny_config('cifar10', pretrained=str(tmp_path / 'ViT-B_16.npz'),
+                       data_dir=str(tmp_path / 'tfds'))
+  with pytest.raises(steps.TrainingError) as error:
+    train.train_and_evaluate(config, str(tmp_path / 'work'))
+  message = str(error.value)
+  assert 'ViT-B_16.npz does not exist' in message and 'gs://vit_models/imagenet21k/' in message
+  assert "TFDS dataset 'cifar10' is not prepared" in message and 'storage.googleapis.com' in message
+  assert 'scripts/get_data.sh' in message and '--config.dataset=fashion_mnist' in message
+  # A shipped offline copy makes Fashion-MNIST available without network.
+  assert input_pipeline.unavailable('fashion_mnist') is None
+  assert 'does not exist' in input_pipeline.unavailable('folder:' + str(tmp_path / 'none'))
+
+
+def test_the_headline_command_offline_fails_at_once_naming_the_checkpoint(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/vit_b16.py',
+       '--workdir', str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=300)
+  assert result.returncode != 0
+  assert 'This run cannot start' in result.stderr
+  assert 'ViT-B_16.npz does not exist' in result.stderr
+  if not input_pipeline.can_download():
+    assert "TFDS dataset 'cifar10' is not prepared" in result.stderr
+
+
 @pytest.mark.parametrize('cores, batch, accum, processes, expected', [
     (2, 128, 1, 1, 2),   # one device per core
     (6, 128, 1, 1, 4),   # 6 does not divide 128: the largest count that does

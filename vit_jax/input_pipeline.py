@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import math
 import os
+import socket
 from typing import Iterator, Optional, Tuple
 
 import jax
@@ -45,6 +46,47 @@ class Source:
 
 # ---------------------------------------------------------------------------
 # Sources
+
+# TFDS fetches most datasets from its Google Cloud Storage mirror first.
+DOWNLOAD_HOST = ('storage.googleapis.com', 443)
+
+
+def can_download(timeout: float = 3.) -> bool:
+  """Whether TFDS's download host answers within `timeout` seconds."""
+  try:
+    socket.create_connection(DOWNLOAD_HOST, timeout=timeout).close()
+    return True
+  except OSError:
+    return False
+
+
+def unavailable(dataset: str, data_dir: Optional[str] = None) -> Optional[str]:
+  """Why `dataset` cannot be read now, or None when it can: a folder that is
+  not there, an unknown TFDS name, or TFDS data that is neither prepared in
+  `data_dir` nor shipped offline nor downloadable (no network). Decided in
+  seconds, before anything is downloaded."""
+  if dataset.startswith(FOLDER_PREFIX):
+    root = dataset[len(FOLDER_PREFIX):]
+    if not os.path.isdir(root):
+      return f'the image folder {root} does not exist (expected {root}/train/<class>/*.jpg).'
+    return None
+  try:
+    builder = tfds.builder(dataset, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    return (f'{dataset!r} is not a TFDS dataset name: use a name from tfds.list_builders() or '
+            f'"{FOLDER_PREFIX}/path/to/images".')
+  offline = datasets.OFFLINE.get(dataset)
+  if builder.is_prepared() or (offline is not None and offline.local_files() is not None):
+    return None
+  if can_download():
+    return None
+  hint = (' Run scripts/get_data.sh to install its offline copy.' if offline else
+          f' Prepare it on a machine with network (tfds.builder({dataset!r}).'
+          'download_and_prepare(), or for manual datasets such as imagenet2012 TFDS\'s '
+          'manual directory) and copy the data directory here, or set --config.data_dir to '
+          'where it is.')
+  return (f'TFDS dataset {dataset!r} is not prepared in {builder.data_dir} and '
+          f'{DOWNLOAD_HOST[0]} cannot be reached to download it.{hint}')
 
 
 def _prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBuilder:

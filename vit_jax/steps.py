@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import flax
 import flax.linen as nn
@@ -22,7 +22,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import checkpoint, models
 
-PUBLIC_CHECKPOINTS = 'gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/'
+PUBLIC_CHECKPOINTS = ('gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/, '
+                      'gs://mixer_models/')
 
 
 class TrainingError(RuntimeError):
@@ -143,15 +144,25 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_coll
   return models.get_config(config.model_name, num_classes=num_classes, **config.model)
 
 
+def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
+  """What is wrong with `config.pretrained` when it names a local file that is not there."""
+  path = config.pretrained
+  if not path or '://' in path or os.path.exists(path):
+    return None
+  return (f'the pretrained checkpoint {path} does not exist. Public ones live under '
+          f'{PUBLIC_CHECKPOINTS} (e.g. gs://vit_models/imagenet21k/ViT-B_16.npz); download '
+          'one and set --config.pretrained=<path>, or --config.pretrained=None to train from '
+          'scratch.')
+
+
 def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> TrainState:
   """Fresh parameters, or those of `config.pretrained` fitted to the model."""
   init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
   if config.pretrained:
-    if not os.path.exists(config.pretrained) and '://' not in config.pretrained:
-      raise TrainingError(
-          f'Pretrained checkpoint {config.pretrained} does not exist. Public ones live under '
-          f'{PUBLIC_CHECKPOINTS}; download one and set --config.pretrained=<path>.')
+    problem = missing_pretrained(config)
+    if problem:
+      raise TrainingError(problem)
     params = checkpoint.load_pretrained(config.pretrained, params, model_cfg)
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 

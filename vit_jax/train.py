@@ -11,6 +11,7 @@ final parameters are also written as DIR/params.npz in the published layout.
 """
 import logging
 import os
+import tempfile
 import time
 from typing import Any, Dict, Iterator
 
@@ -56,9 +57,30 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
                      f'over the {jax.device_count()} devices; change batch_size.')
 
 
+def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Every input of a run, checked in seconds before any download or compilation:
+  the pretrained file, the dataset and a writable workdir. One error names all
+  that is missing and what to do."""
+  problems = [steps.missing_pretrained(config),
+              input_pipeline.unavailable(config.dataset, config.data_dir)]
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    problems.append(f'the workdir {workdir} is not writable ({e}).')
+  problems = [p for p in problems if p]
+  if problems:
+    raise TrainingError(
+        'This run cannot start:\n' + '\n'.join(f'- {p}' for p in problems) +
+        '\nWithout network, train on the offline Fashion-MNIST instead: scripts/get_data.sh, '
+        'then --config.dataset=fashion_mnist, or the quick start (configs/quickstart_vit.py).')
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """Trains, evaluates every `eval_every` steps and at the end; returns final metrics."""
   _check_config(config)
+  check_inputs(config, workdir)
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
                                            shuffle_files=True, seed=config.seed)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
