@@ -139,10 +139,10 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
     path = npz
   params = checkpoint.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')
-  family = models.family_of(models.get_config(model_name, **(overrides or {})))
-  head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
-  num_classes = int(head[0].shape[-1]) if head else 0
-  config = models.get_config(model_name, num_classes=num_classes, **(overrides or {}))
+  config = models.get_config(model_name, **(overrides or {}))
+  head = [v for k, v in flat.items()
+          if k.startswith(models.family_of(config).head) and k.endswith('kernel')]
+  config.num_classes = int(head[0].shape[-1]) if head else 0
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']
   checkpoint.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
