@@ -6,19 +6,22 @@
 A model is the recipe that trained it (`--config`: model name, architecture,
 image size, dataset) and its parameters (`--workdir` with params.npz, or
 `--checkpoint` with any .npz, published or ours). Tools: see TOOLS; `all` runs
-every one on every model it applies to.
+every one on every model it applies to, then writes report.html and report.md
+(every figure with its caption) and the numbers and figures as TensorBoard
+events in each model's workdir (`<workdir>/analysis`). `report` rebuilds the
+page and the joint figures from the JSON already in --out.
 """
 import functools
 import json
 import os
 import sys
 import time
-from typing import Dict
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from analysis import features
+from analysis import events, features, report
 from analysis import landscape_tools as lt
 from analysis import representation_tools as rt
 from vit_jax import sweep
@@ -55,12 +58,15 @@ flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
 flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
 flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
                      'for the density.')
+flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard events in '
+                  '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
                   'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
                   'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
 
 
-def _subject(config, workdir, path, which: str) -> features.Subject:
+def _subject(config, workdir, path, which: str):
+  """The model, the file or workdir it came from, and its workdir if from one."""
   path = path or workdir
   if path is None:
     raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
@@ -75,52 +81,87 @@ def _subject(config, workdir, path, which: str) -> features.Subject:
     config, label = sweep.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
-  return features.load_subject(config.model_name, path, config.image_size, dict(config.model),
-                               label=label, recipe=config)
+  subject = features.load_subject(config.model_name, path, config.image_size,
+                                  dict(config.model), label=label, recipe=config)
+  return subject, path, workdir if path == workdir else None
+
+
+def run_tools(tools: Sequence[str], subjects: Sequence[features.Subject],
+              batches_for: Callable[[features.Subject], rt.Batches], out: str,
+              hessian_options: Optional[Dict] = None) -> Tuple[Dict, Dict]:
+  """Runs `tools` on every subject they apply to, writing `<tool>.json` and the
+  figures into `out`; returns the results and the wall seconds of each tool."""
+  os.makedirs(out, exist_ok=True)
+  results, seconds = {}, {}
+  for name in tools:
+    start = time.perf_counter()
+    fn, needs = TOOLS[name]
+    if name == 'hessian':
+      fn = functools.partial(fn, **(hessian_options or {}))
+    if needs == 'pair':
+      results[name] = fn(subjects, batches_for(subjects[0]), out)
+    else:
+      results[name] = {s.label: fn(s, batches_for(s), out) for s in subjects
+                       if needs == 'any' or s.layers.attention_weights}
+    with open(os.path.join(out, f'{name}.json'), 'w') as f:
+      json.dump(results[name], f)
+    seconds[name] = round(time.perf_counter() - start, 1)
+    print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
+  return results, seconds
 
 
 def run(tool: str) -> Dict:
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
-  subjects = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
+  loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
   if FLAGS.config2 is not None:
-    subjects.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
+    loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
+  subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
     subjects[1].label += '_2'
+  # What the report and the events need to know of each model; the events go beside
+  # the training events when the model comes from a workdir.
+  about = {s.label: {'family': s.family.name, 'model_name': s.config.name, 'source': source,
+                     'tensorboard': os.path.join(workdir, 'analysis') if workdir else
+                     os.path.join(FLAGS.out, 'tensorboard', s.label)}
+           for s, source, workdir in loaded}
 
   def batches_for(subject):
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
-  os.makedirs(FLAGS.out, exist_ok=True)
-  results, seconds = {}, {}
-  for name in (TOOLS if tool == 'all' else [tool]):
-    start = time.perf_counter()
-    fn, needs = TOOLS[name]
-    if name == 'hessian':
-      fn = functools.partial(fn, num_minibatches=FLAGS.hessian_batches,
-                             steps_top=FLAGS.lanczos_steps, steps_density=2 * FLAGS.lanczos_steps,
-                             objective=FLAGS.hessian_objective)
-    if needs == 'pair':
-      results[name] = fn(subjects, batches_for(subjects[0]), FLAGS.out)
-    else:
-      results[name] = {s.label: fn(s, batches_for(s), FLAGS.out) for s in subjects
-                       if needs == 'any' or s.layers.attention_weights}
-    with open(os.path.join(FLAGS.out, f'{name}.json'), 'w') as f:
-      json.dump(results[name], f)
-    seconds[name] = round(time.perf_counter() - start, 1)
-    print(f'{name}: wrote {os.path.join(FLAGS.out, name + ".json")} in {seconds[name]} s',
-          flush=True)
+  hessian_options = dict(num_minibatches=FLAGS.hessian_batches, steps_top=FLAGS.lanczos_steps,
+                         steps_density=2 * FLAGS.lanczos_steps, objective=FLAGS.hessian_objective)
+  results, seconds = run_tools(list(TOOLS) if tool == 'all' else [tool], subjects, batches_for,
+                               FLAGS.out, hessian_options)
   with open(os.path.join(FLAGS.out, 'timings.json'), 'w') as f:
     json.dump(seconds, f)  # wall seconds per tool, compilation and data included
+  with open(os.path.join(FLAGS.out, report.SUBJECTS_FILE), 'w') as f:
+    json.dump(about, f, indent=1)
+  finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
   return results
 
 
+def finish(out: str, tensorboard: bool) -> str:
+  """The report (and, if asked, the TensorBoard events) of the results in `out`."""
+  page = report.write_report(out)['html']
+  subjects = report.load_subjects(out)
+  if tensorboard and subjects:
+    events.write_events(report.load_results(out),
+                        {label: s['tensorboard'] for label, s in subjects.items()}, out)
+    print('TensorBoard: ' + ', '.join(s['tensorboard'] for s in subjects.values()))
+  print(f'Report: {os.path.abspath(page)}', flush=True)
+  return page
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in list(TOOLS) + ['all']:
+  if len(argv) != 2 or argv[1] not in list(TOOLS) + ['all', 'report']:
     raise app.UsageError(f'Usage: python -m analysis <tool> --config ... ; tools: '
-                         f'{", ".join(TOOLS)}, all.')
-  run(argv[1])
+                         f'{", ".join(TOOLS)}, all; or `report --out DIR`.')
+  if argv[1] == 'report':
+    finish(FLAGS.out, tensorboard=False)
+  else:
+    run(argv[1])
 
 
 if __name__ == '__main__':

@@ -11,6 +11,8 @@ import numpy as np
 from analysis import features, fourier, hessian, lanczos, plots
 from analysis.representation_tools import Batches, Subject, figure_path
 
+DENSITY_DECADES = 4  # an SLQ density is drawn down to 1e-4 of its peak
+
 
 def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
   """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
@@ -76,7 +78,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
                       f'{subject.label}', 'eigenvalue'),
       plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
-                   'eigenvalue', 'density', x=grid, logy=True)]
+                   'eigenvalue', 'density', x=grid, logy=True, decades=DENSITY_DECADES)]
   return {'objective': {'name': objective, **description},
           'top_per_minibatch': tops, 'num_parameters': dim,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
@@ -112,10 +114,10 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
                    'delta log amplitude', x=positions, legend=False),
       plots.curves({'high frequency': high}, figure_path(out, 'fourier_depth', subject),
                    f'High-frequency amplitude vs depth: {subject.label}', 'layer',
-                   'delta log amplitude', shade=shade),
+                   'delta log amplitude', shade=shade, xlabels=labels),
       plots.curves({'variance': variance}, figure_path(out, 'variance', subject),
                    f'Feature-map variance: {subject.label}', 'layer', 'variance',
-                   shade=shade, logy=True)]
+                   shade=shade, logy=True, decades=3, xlabels=labels)]
   return {'layers': labels, 'attention_layers': shade,
           'curves': [c.tolist() for c in curves],
           'frequency_positions': [positions[label].tolist() for label in labels],

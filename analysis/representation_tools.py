@@ -52,7 +52,8 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
       result['cka'][key] = block.tolist()
       result['figures'].append(plots.heatmap(
           block.T, os.path.join(out, f'cka_{a.label}_{b.label}.png'), f'CKA: {key}',
-          f'{a.label} layer', f'{b.label} layer'))
+          f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
+          ylabels=b.layers.labels))
   return result
 
 
@@ -102,7 +103,7 @@ def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
       series[f'{branch} ({kind})'], x[f'{branch} ({kind})'] = table[where, k], where
   figure = plots.curves(series, figure_path(out, 'norm_ratio', subject),
                         f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
-                        x=x, logy=True)
+                        x=x, logy=True, decades=3, xlabels=[row.label for row in rows])
   return {'ratios': result, 'figures': [figure]}
 
 
@@ -175,7 +176,7 @@ def run_probes(subject: Subject, batches: Batches, out: str,
               for k in shots if k <= smallest_class}
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
                         figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
-                        'layer', 'test accuracy')
+                        'layer', 'test accuracy', xlabels=subject.layers.labels)
   return {'layers': list(subject.layers.labels), 'probes': layers,
           'few_shot_pre_logits': few_shot,
           'shots_left_out': [k for k in shots if k > smallest_class], 'num_train': len(train_y), 'num_test': len(test_y),

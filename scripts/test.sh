@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/get_data.sh
+scripts/get_browser.sh
 exec .venv/bin/python -m pytest "$@"

@@ -135,6 +135,8 @@ def test_command_line_on_the_quick_start_vit(tmp_path):
     assert json.loads((out / f'{tool}.json').read_text())['quickstart_vit' if tool != 'cka'
                                                            else 'cka']
   assert len(list(out.glob('*.png'))) >= 15
+  assert (out / 'report.html').is_file() and (out / 'report.md').is_file()
+  assert list((out / 'tensorboard' / 'quickstart_vit').glob('events.out.tfevents.*'))
 
 @pytest.mark.parametrize('index', FAMILIES)
 def test_landscape_tools(subjects, index, tmp_path):

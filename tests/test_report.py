@@ -1,0 +1,232 @@
+"""The analysis report, its joint figures, the figure helpers and the TensorBoard
+events, on every tool run over a tiny ViT and a tiny BiT."""
+import glob
+import html.parser
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from analysis import events, plots, report
+from analysis.__main__ import TOOLS, run_tools
+from helpers import TINY_VIT
+from test_representation_tools import batches, subject
+
+
+class _Page(html.parser.HTMLParser):
+  """Sections, image sources and quoted numbers of a report page."""
+
+  def __init__(self):
+    super().__init__()
+    self.sections, self.images, self.numbers, self._number = [], [], [], None
+
+  def handle_starttag(self, tag, attrs):
+    attrs = dict(attrs)
+    if tag == 'section':
+      self.sections.append(attrs['id'])
+    elif tag == 'img':
+      self.images.append(attrs['src'])
+    elif tag == 'span' and attrs.get('class') == 'num':
+      self._number = attrs
+
+  def handle_data(self, data):
+    if self._number is not None:
+      self.numbers.append((self.sections[-1], self._number, data))
+      self._number = None
+
+
+def _leaves(node):
+  if isinstance(node, dict):
+    return [x for v in node.values() for x in _leaves(v)]
+  if isinstance(node, list):
+    return [x for v in node for x in _leaves(v)]
+  return [node]
+
+
+def _reduce(node, how):
+  """The reductions a caption may name, written out independently of the report."""
+  if how == 'value':
+    return node
+  if how == 'offdiag_mean':
+    m = np.array(node)
+    return (m.sum() - np.trace(m)) / (m.size - len(m))
+  return {'mean': np.mean, 'min': np.min, 'max': np.max}[how](_leaves(node))
+
+
+@pytest.fixture(scope='module')
+def analysed(tmp_path_factory):
+  out = tmp_path_factory.mktemp('analysis')
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
+              subject('BiT-M-R50x1', 'bit', num_layers=(1, 1))]
+  run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
+            dict(num_minibatches=2, steps_top=4, steps_density=8))
+  about = {s.label: {'family': s.family.name, 'model_name': s.config.name,
+                     'source': 'generated', 'tensorboard': str(out / 'tb' / s.label)}
+           for s in subjects}
+  (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
+  return out, report.write_report(str(out))
+
+
+@pytest.mark.slow
+def test_report_has_a_section_per_tool_and_every_image_exists(analysed):
+  out, paths = analysed
+  page = _Page()
+  page.feed(open(paths['html']).read())
+  assert page.sections == list(TOOLS)
+  assert page.images and all((out / src).is_file() for src in page.images)
+  # Joint figures for the tools that ran on both models; per-model figures kept.
+  for name in ('cka', 'fourier', 'variance', 'hessian', 'robustness', 'norm_ratio', 'erf',
+               'probes'):
+    assert f'joint_{name}.png' in page.images
+  assert 'fourier_depth_vit.png' in page.images and 'fourier_depth_bit.png' in page.images
+  markdown = open(paths['md']).read()
+  linked = [line[line.index('(') + 1:-1] for line in markdown.splitlines()
+            if line.startswith('![')]
+  assert sorted(linked) == sorted(page.images)
+  assert all(f'[{tool}.json]({tool}.json)' in markdown for tool in TOOLS)
+
+
+@pytest.mark.slow
+def test_caption_numbers_equal_the_json(analysed):
+  out, paths = analysed
+  page = _Page()
+  page.feed(open(paths['html']).read())
+  assert {section for section, _, _ in page.numbers} == set(TOOLS) - {'vit_figures'}
+  for section, attrs, text in page.numbers:
+    assert attrs['data-file'] == f'{section}.json'
+    node = json.loads((out / attrs['data-file']).read_text())
+    for key in json.loads(attrs['data-path']):
+      node = node[key]
+    expected = float(_reduce(node, attrs['data-reduce']))
+    # Captions print three significant digits.
+    np.testing.assert_allclose(float(text), expected, rtol=5e-3, atol=1e-12,
+                               err_msg=f'{section} {attrs}')
+
+
+@pytest.mark.slow
+def test_report_rebuilds_from_the_json_alone(analysed, tmp_path):
+  out, _ = analysed
+  for path in glob.glob(str(out / '*.json')) + glob.glob(str(out / '*.png')):
+    shutil.copy(path, tmp_path)
+  paths = report.write_report(str(tmp_path))
+  assert open(paths['html']).read() == open(out / 'report.html').read()
+  with pytest.raises(FileNotFoundError, match='No analysis results'):
+    report.write_report(str(tmp_path / 'empty'))
+
+
+def _events(logdir):
+  scalars, images = {}, set()
+  for path in glob.glob(os.path.join(logdir, 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == 'images':
+          images.add(value.tag)
+        else:
+          scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  return scalars, images
+
+
+@pytest.mark.slow
+def test_tensorboard_events_hold_the_numbers_and_figures(analysed):
+  out, _ = analysed
+  logdirs = {label: s['tensorboard'] for label, s in report.load_subjects(str(out)).items()}
+  events.write_events(report.load_results(str(out)), logdirs, str(out))
+  fourier = json.loads((out / 'fourier.json').read_text())
+  hessian = json.loads((out / 'hessian.json').read_text())
+  for label, logdir in logdirs.items():
+    scalars, images = _events(logdir)
+    high = scalars['analysis/fourier/high_frequency']
+    np.testing.assert_allclose([high[i] for i in range(len(high))],
+                               fourier[label]['high_frequency'], rtol=1e-6)
+    np.testing.assert_allclose(scalars['analysis/hessian/top_eigenvalue'][0],
+                               max(hessian[label]['top_per_minibatch'][0]), rtol=1e-6)
+    assert f'analysis/fourier/fourier_depth_{label}' in images
+    assert f'analysis/cka/cka_vit_bit' in images
+  assert 'analysis/attention_distance/mean_over_heads_px' in _events(logdirs['vit'])[0]
+  assert 'analysis/attention_distance/mean_over_heads_px' not in _events(logdirs['bit'])[0]
+
+
+def test_heatmap_ticks_are_layer_names_with_stage_boundaries():
+  labels = ['root', 'block1/unit01', 'block1/unit02', 'block2/unit01']
+  assert plots.stage_starts(labels) == [1, 3]  # the stem is a stage of its own
+  assert plots.stage_starts(['embedding', 'block0/+sa', 'block0/+mlp']) == []
+  assert plots.stage_starts(['stem', 'stage1_unit1', 'stage1_unit2', 'stage2_unit1']) == [1, 3]
+  fig = plots.heatmap(np.eye(4), None, 'CKA', 'a', 'b', xlabels=labels, ylabels=labels)
+  ax = fig.axes[0]
+  assert [t.get_text() for t in ax.get_xticklabels()] == labels
+  assert [t.get_text() for t in ax.get_yticklabels()] == labels
+  dashed = [line for line in ax.get_lines() if line.get_linestyle() == '--']
+  assert [l.get_xdata()[0] for l in dashed if l.get_xdata()[0] == l.get_xdata()[1]] == [.5, 2.5]
+  assert [l.get_ydata()[0] for l in dashed if l.get_ydata()[0] == l.get_ydata()[1]] == [.5, 2.5]
+  many = [f'block{i}/+sa' for i in range(60)]
+  fig = plots.heatmap(np.eye(60), None, 'CKA', 'a', 'b', xlabels=many, ylabels=many)
+  ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+  assert len(ticks) <= plots.MAX_TICKS and ticks[0] == 'block0/+sa' and set(ticks) <= set(many)
+
+
+def test_log_density_limits_lie_within_a_few_decades_of_the_peak():
+  grid = np.linspace(-10, 10, 400)
+  density = np.exp(-grid**2 / 0.02) * 8. + 1e-300  # Gaussian tails underflow
+  fig = plots.curves({'density': density}, None, 'd', 'x', 'y', x=grid, logy=True, decades=4)
+  bottom, top = fig.axes[0].get_ylim()
+  assert density.max() < top <= 2 * density.max()
+  np.testing.assert_allclose(bottom, density.max() * 1e-4)
+  # Positive data above the floor set the bottom themselves.
+  fig = plots.curves({'ratio': [2., 5., 40.]}, None, 'r', 'x', 'y', logy=True, decades=3)
+  assert 1. < fig.axes[0].get_ylim()[0] < 2.
+
+
+def _chromium():
+  for name in ('chromium', 'chromium-browser', 'google-chrome'):
+    if shutil.which(name):
+      return shutil.which(name)
+  return None
+
+
+CHECK = """<script>
+var problems = [];
+window.addEventListener('error', function (e) {
+  problems.push('error: ' + (e.message || (e.target && (e.target.src || e.target.href))));
+}, true);
+var consoleError = console.error;
+console.error = function () { problems.push('console: ' + Array.from(arguments).join(' '));
+                              consoleError.apply(console, arguments); };
+window.addEventListener('load', function () {
+  var images = Array.from(document.images).map(function (img) {
+    return {src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth};
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'browser-check';
+  pre.textContent = JSON.stringify({images: images, problems: problems});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None, reason='No Chromium here: scripts/test.sh installs '
+                    'the Debian package chromium where apt-get runs as root.')
+def test_report_opens_in_a_real_browser(analysed, tmp_path):
+  """Headless Chromium opens the page from disk: every image decodes, nothing errs."""
+  out, paths = analysed
+  page = open(paths['html']).read()
+  checked = out / 'report_checked.html'
+  checked.write_text(page.replace('<head>', '<head>' + CHECK, 1))
+  run = subprocess.run(
+      [_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+       f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=20000',
+       '--dump-dom', checked.as_uri()], capture_output=True, text=True, timeout=120)
+  dom = run.stdout
+  assert 'id="browser-check"' in dom, run.stderr[-2000:]
+  start = dom.index('id="browser-check">') + len('id="browser-check">')
+  check = json.loads(html.unescape(dom[start:dom.index('</pre>', start)]))
+  expected = _Page()
+  expected.feed(page)
+  assert [image['src'] for image in check['images']] == expected.images
+  assert all(image['complete'] and image['width'] > 0 for image in check['images']), check
+  assert check['problems'] == []
+  assert 'ERR_FILE_NOT_FOUND' not in run.stderr
