@@ -2,7 +2,8 @@
 # The quick start: installs the project and the offline Fashion-MNIST, trains the
 # small ViT and the small ResNet of configs/quickstart_{vit,resnet}.py into
 # workdirs/quickstart_{vit,resnet}, then runs every analysis tool on the two
-# into workdirs/analysis. Extra arguments go to both trainers, e.g.
+# into workdirs/analysis, ending with the path of its report.html (every figure
+# with what it shows). Extra arguments go to both trainers, e.g.
 # --config.num_epochs=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
