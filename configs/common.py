@@ -7,7 +7,8 @@ def base_config() -> ml_collections.ConfigDict:
   # Model: a zoo name plus architecture overrides (see vit_jax.models.get_config).
   config.model_name = 'ViT-B_16'
   config.model = ml_collections.ConfigDict()
-  config.pretrained = None  # a published or our .npz to fine-tune from
+  config.pretrained = None  # a published or our .npz to fine-tune from, or 'augreg:B/16'
+  config.augreg_dir = None  # where the AugReg index.csv and files are; None: gs://vit_models/augreg
 
   # Data.
   config.dataset = 'fashion_mnist'  # a TFDS name or folder:/path

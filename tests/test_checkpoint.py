@@ -182,3 +182,51 @@ def test_unreadable_files_are_reported(tmp_path):
   np.savez(pickled, a=np.array([{'x': 1}], dtype=object))
   with pytest.raises(checkpoint.CheckpointError, match='not a readable'):
     checkpoint.load(str(pickled))
+
+
+AUGREG_HEADER = ('name,ds,lr,aug,wd,do,sd,best_val,final_val,final_test,adapt_ds,adapt_lr,'
+                 'adapt_steps,adapt_resolution,adapt_final_val,adapt_final_test,params,'
+                 'infer_samples_per_sec,filename,adapt_filename')
+
+
+def write_augreg_index(directory, rows):
+  """An index.csv in the published columns; rows are (name, ds, final_val, filename)."""
+  lines = [AUGREG_HEADER] + [
+      f'{name},{ds},0.001,light1,0.1,0.0,0.0,{val + 0.01},{val},{val - 0.01},cifar100,0.01,'
+      f'2500,224,0.9,0.9,5700000,3000.0,{filename},{filename}--cifar100-steps_2k'
+      for name, ds, val, filename in rows]
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'index.csv'), 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+
+
+AUGREG_ROWS = [('Ti/16', 'i21k', 0.50, 'Ti_16-i21k-low'), ('Ti/16', 'i21k', 0.70, 'Ti_16-i21k-best'),
+               ('Ti/16', 'i1k', 0.90, 'Ti_16-i1k'), ('R26+S/32', 'i21k', 0.80, 'R26_S_32-i21k')]
+
+
+def test_augreg_index_selects_the_recommended_checkpoint(tmp_path):
+  write_augreg_index(tmp_path, AUGREG_ROWS)
+  index = checkpoint.augreg_index(str(tmp_path))
+  assert len(index) == 4 and index[0]['final_val'] == 0.5 and index[0]['adapt_steps'] == 2500
+  assert checkpoint.augreg_index(str(tmp_path / 'index.csv')) == index
+  assert checkpoint.augreg_select(index, 'Ti/16')['filename'] == 'Ti_16-i21k-best'
+  assert checkpoint.augreg_select(index, 'Ti/16@i1k')['filename'] == 'Ti_16-i1k'
+  assert checkpoint.augreg_select(index, 'Ti_16-i21k-low')['final_val'] == 0.5
+  with pytest.raises(checkpoint.CheckpointError, match=r"'B/16'.*R26\+S/32@i21k, Ti/16@i1k"):
+    checkpoint.augreg_select(index, 'B/16')
+  assert checkpoint.resolve('augreg:Ti/16', str(tmp_path)) == f'{tmp_path}/Ti_16-i21k-best.npz'
+  assert checkpoint.resolve('augreg:Ti_16-i1k--cifar100-steps_2k', str(tmp_path)) == (
+      f'{tmp_path}/Ti_16-i1k--cifar100-steps_2k.npz')
+  assert checkpoint.resolve('/some/file.npz', str(tmp_path)) == '/some/file.npz'
+  assert checkpoint.augreg_model_name('B/16') == 'ViT-B_16'
+  assert checkpoint.augreg_model_name('R26+S/32') == 'R26+ViT-S_32'
+  assert {checkpoint.augreg_model_name(n) for n in ('Ti/16', 'S/32', 'L/16', 'R26+S/32',
+                                                     'R50+L/32')} <= set(models.MODELS)
+
+
+def test_augreg_index_errors_say_what_to_do(tmp_path):
+  with pytest.raises(checkpoint.CheckpointError, match='augreg_dir'):
+    checkpoint.augreg_index(str(tmp_path))
+  (tmp_path / 'index.csv').write_text('name,filename\nB/16,x\n')
+  with pytest.raises(checkpoint.CheckpointError, match="lacks the columns.*'ds'"):
+    checkpoint.augreg_index(str(tmp_path))

@@ -190,6 +190,24 @@ def test_fine_tune_from_npz_at_another_resolution(folder, tmp_path):
                              str(tmp_path / 'missing'))
 
 
+def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
+  from test_checkpoint import AUGREG_ROWS, write_augreg_index
+  augreg = tmp_path / 'augreg'
+  write_augreg_index(augreg, AUGREG_ROWS)
+  train.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
+  shutil.copy(tmp_path / 'up' / 'params.npz', augreg / 'Ti_16-i21k-best.npz')
+  config = lambda name, **kw: tiny_config(folder, **{
+      'pretrained': f'augreg:{name}', 'augreg_dir': str(augreg), 'total_steps': 3, **kw})
+  assert steps.missing_pretrained(config('Ti/16')) is None
+  assert 'Ti_16-i1k.npz does not exist' in steps.missing_pretrained(config('Ti/16@i1k'))
+  assert 'set --config.model_name=R26+ViT-S_32' in steps.missing_pretrained(config('R26+S/32'))
+  assert 'No AugReg checkpoint' in steps.missing_pretrained(config('B/16'))
+  monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
+  assert 'cannot be reached' in steps.missing_pretrained(config('Ti/16', augreg_dir=None))
+  summary = train.train_and_evaluate(config('Ti/16'), str(tmp_path / 'down'))
+  assert summary['eval_examples'] == 13
+
+
 def test_wrong_config_key_is_named(tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/quickstart_vit.py',

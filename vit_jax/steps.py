@@ -20,7 +20,7 @@ import optax
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import checkpoint, models
+from vit_jax import checkpoint, input_pipeline, models
 
 PUBLIC_CHECKPOINTS = ('gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/, '
                       'gs://mixer_models/')
@@ -145,9 +145,28 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_coll
 
 
 def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
-  """What is wrong with `config.pretrained` when it names a local file that is not there."""
+  """What is wrong with `config.pretrained`: an AugReg name that the index does not
+  resolve or that is another model than the config's, or a local file that is not
+  there."""
   path = config.pretrained
-  if not path or '://' in path or os.path.exists(path):
+  if not path:
+    return None
+  if path.startswith(checkpoint.AUGREG_PREFIX):
+    directory = config.augreg_dir or checkpoint.AUGREG_DIR
+    if '://' in directory and not input_pipeline.can_download():
+      return (f'{path} needs the AugReg index in {directory}, which cannot be reached. '
+              f'Copy {checkpoint.AUGREG_DIR}/index.csv and the files you need to a directory '
+              'and set --config.augreg_dir=<directory>.')
+    try:
+      path, row = checkpoint.augreg_lookup(path[len(checkpoint.AUGREG_PREFIX):],
+                                           config.augreg_dir)
+    except checkpoint.CheckpointError as e:
+      return str(e)
+    if checkpoint.augreg_model_name(row['name']) != config.model_name:
+      return (f'{config.pretrained} is a {checkpoint.augreg_model_name(row["name"])} '
+              f'checkpoint but the recipe builds {config.model_name}; set '
+              f'--config.model_name={checkpoint.augreg_model_name(row["name"])}.')
+  if '://' in path or os.path.exists(path):
     return None
   return (f'the pretrained checkpoint {path} does not exist. Public ones live under '
           f'{PUBLIC_CHECKPOINTS} (e.g. gs://vit_models/imagenet21k/ViT-B_16.npz); download '
@@ -163,7 +182,8 @@ def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> 
     problem = missing_pretrained(config)
     if problem:
       raise TrainingError(problem)
-    params = checkpoint.load_pretrained(config.pretrained, params, model_cfg)
+    params = checkpoint.load_pretrained(
+        checkpoint.resolve(config.pretrained, config.augreg_dir), params, model_cfg)
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
 
