@@ -8,6 +8,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.model_name = 'ViT-B_16'
   config.model = ml_collections.ConfigDict()
   config.pretrained = None  # a published or our .npz to fine-tune from, or 'augreg:B/16'
+  config.keep_head = False  # keep the pretrained head (same classes) instead of a new one
   config.augreg_dir = None  # where the AugReg index.csv and files are; None: gs://vit_models/augreg
 
   # Data.
@@ -36,6 +37,9 @@ def base_config() -> ml_collections.ConfigDict:
   config.grad_clip = 1.0
   config.loss = 'softmax'  # or 'sigmoid'
   config.label_smoothing = 0.
+  # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds
+  # in trains at factor x lr; 0 freezes it. E.g. (('^(?!head/)', 0.1),): body at lr/10.
+  config.lr_mults = ()
 
   # Bookkeeping.
   config.seed = 0

@@ -119,7 +119,8 @@ def save(path: str, params: Mapping[str, Any]) -> None:
 
 
 def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any,
-                    grid_shape: Optional[Sequence[int]] = None) -> Params:
+                    grid_shape: Optional[Sequence[int]] = None, keep_head: bool = False
+                    ) -> Params:
   """Parameters for fine-tuning: the checkpoint at `path` fitted to a new model.
 
   `init_params` are the new model's freshly initialised parameters and
@@ -128,13 +129,15 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   ViT, `pre_logits` dropped without a representation size and position
   embeddings resized to the new grid, `grid_shape` inferred when square).
   Anything else that differs raises a CheckpointError listing missing,
-  unexpected and wrongly shaped keys.
+  unexpected and wrongly shaped keys. `keep_head` keeps the checkpoint's head
+  instead (a second stage of fine-tuning on the same classes).
   """
   restored = _flatten(load(path))
   init = _flatten(init_params)
   family = models.family_of(model_config)
-  restored = {k: v for k, v in restored.items() if not k.startswith(family.head)}
-  restored.update({k: v for k, v in init.items() if k.startswith(family.head)})
+  if not keep_head:
+    restored = {k: v for k, v in restored.items() if not k.startswith(family.head)}
+    restored.update({k: v for k, v in init.items() if k.startswith(family.head)})
   restored = family.fit_checkpoint(restored, init, model_config, grid_shape, str(path))
   check_matches(restored, init, str(path))
   return _unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import flax
@@ -55,9 +56,35 @@ def kernel_mask(params) -> Any:
   return flax.traverse_util.path_aware_map(lambda path, _: path[-1] == 'kernel', params)
 
 
+def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
+  """Per parameter, the label of its learning-rate factor: that of the first
+  (regex, factor) pair whose regex `re.search` finds in its '/'-joined path, 1
+  if none; 'frozen' for factor 0. A regex that matches no parameter is an error."""
+  patterns = [(re.compile(pattern), float(factor)) for pattern, factor in lr_mults]
+  used = set()
+
+  def label(path, _):
+    name = '/'.join(path)
+    for i, (pattern, factor) in enumerate(patterns):
+      if pattern.search(name):
+        used.add(i)
+        return 'frozen' if factor == 0 else f'lr_x{factor:g}'
+    return 'lr_x1'
+
+  labels = flax.traverse_util.path_aware_map(label, params)
+  unused = [lr_mults[i][0] for i in range(len(patterns)) if i not in used]
+  if unused:
+    example = '/'.join(next(iter(flax.traverse_util.flatten_dict(params))))
+    raise ValueError(f'lr_mults patterns {unused} match no parameter path (paths look like '
+                     f'{example!r}).')
+  return labels
+
+
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
                    ) -> optax.GradientTransformation:
-  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr.
+  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr,
+  times the parameter's `config.lr_mults` factor (factor 0: frozen, no update and
+  no optimizer state, its gradient left out of the clipping norm).
 
   `config.weight_decay` is the decoupled decay per step at the peak learning
   rate (params shrink by weight_decay * lr / config.lr each step).
@@ -66,12 +93,24 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
   directions = {'adam': optax.scale_by_adam(), 'sgd': optax.trace(decay=config.momentum)}
   if config.optimizer not in directions:
     raise ValueError(f'Unknown optimizer {config.optimizer!r}; use one of {sorted(directions)}.')
-  parts = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
-  parts.append(directions[config.optimizer])
+  update = [directions[config.optimizer]]
   if config.weight_decay:
-    parts.append(optax.add_decayed_weights(config.weight_decay / config.lr, mask=kernel_mask))
-  parts.append(optax.scale_by_learning_rate(schedule))
-  return optax.chain(*parts)
+    update.append(optax.add_decayed_weights(config.weight_decay / config.lr, mask=kernel_mask))
+  update.append(optax.scale_by_learning_rate(schedule))
+  clip = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
+  if not config.lr_mults:
+    return optax.chain(*clip, *update)
+  factors = {float(factor) for _, factor in config.lr_mults} | {1.}
+  if min(factors) < 0:
+    raise ValueError(f'lr_mults factors must be >= 0 (0 freezes); got {config.lr_mults}.')
+  labels = functools.partial(lr_labels, lr_mults=config.lr_mults)
+  scaled = {'frozen' if f == 0 else f'lr_x{f:g}':
+            optax.set_to_zero() if f == 0 else optax.chain(*update, optax.scale(f))
+            for f in factors}
+  trainable = {label: optax.set_to_zero() if label == 'frozen' else optax.identity()
+               for label in scaled}
+  return optax.chain(optax.multi_transform(trainable, labels), *clip,
+                     optax.multi_transform(scaled, labels))
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +222,8 @@ def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> 
     if problem:
       raise TrainingError(problem)
     params = checkpoint.load_pretrained(
-        checkpoint.resolve(config.pretrained, config.augreg_dir), params, model_cfg)
+        checkpoint.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
+        keep_head=config.keep_head)
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
 

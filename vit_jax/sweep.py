@@ -23,6 +23,7 @@ from vit_jax import train
 from vit_jax.steps import split_cpu_into_devices
 
 RESULT = 'result.json'
+ROW_PREFIX = 'row:'  # `pretrained='row:<label>'`: start from another row's trained parameters
 
 
 def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.ConfigDict:
@@ -55,13 +56,22 @@ def _write_json(path: str, value) -> None:
 
 
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
-  """Trains one row (unless it has a result) and returns its result."""
+  """Trains one row (unless it has a result) and returns its result. A row whose
+  `pretrained` is 'row:<label>' starts from that row's parameters, trained first."""
   path = os.path.join(workdir, label, RESULT)
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
+  row = row_config(config, label)
+  if isinstance(row.pretrained, str) and row.pretrained.startswith(ROW_PREFIX):
+    source = row.pretrained[len(ROW_PREFIX):]
+    if source not in dict(config.sweep.rows) or source == label:
+      raise ValueError(f'Sweep row {label!r} starts from {row.pretrained!r}, which is not '
+                       'another row of the sweep.')
+    run_row(config, source, workdir)
+    row.pretrained = os.path.join(workdir, source, 'params.npz')
   start = time.perf_counter()
-  summary = train.train_and_evaluate(row_config(config, label), os.path.join(workdir, label))
+  summary = train.train_and_evaluate(row, os.path.join(workdir, label))
   result = {'label': label, 'fields': dict(config.sweep.rows)[label],
             'eval_accuracy': summary['eval_accuracy'], 'eval_loss': summary['eval_loss'],
             'wall_seconds': round(time.perf_counter() - start, 1)}
