@@ -28,6 +28,9 @@ def base_config() -> ml_collections.ConfigDict:
   config.accum_steps = 1
   config.num_epochs = 1.
   config.total_steps = 0  # 0: derived from num_epochs
+  # e.g. '15m': as many of those steps as fit in 15 minutes, evaluations and saving
+  # included (timed on a few steps before the schedule is built); '' for no budget.
+  config.time_budget = ''
   config.optimizer = 'sgd'  # or 'adam'
   config.momentum = 0.9
   config.lr = 0.03

@@ -3,7 +3,8 @@
 # small ViT and the small ResNet of configs/quickstart_{vit,resnet}.py into
 # workdirs/quickstart_{vit,resnet}, then runs every analysis tool on the two
 # into workdirs/analysis, ending with the path of its report.html (every figure
-# with what it shows). Extra arguments go to both trainers, e.g.
+# with what it shows). Each trainer keeps to 15 minutes (--config.time_budget=15m:
+# fewer steps on slower CPUs). Extra arguments go to both trainers, e.g.
 # --config.num_epochs=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ scripts/setup.sh
 scripts/get_data.sh
 for model in vit resnet; do
   .venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py" \
-    --workdir "workdirs/quickstart_${model}" "$@"
+    --workdir "workdirs/quickstart_${model}" --config.time_budget=15m "$@"
 done
 exec .venv/bin/python -m analysis all \
   --config configs/quickstart_vit.py --workdir workdirs/quickstart_vit \

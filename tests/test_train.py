@@ -1,4 +1,5 @@
 """The training loop: updates, parallelism, accumulation, checkpoints and resume."""
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import tensorflow as tf
 
 from configs import common
 from helpers import TINY_VIT, images, make_folder
-from vit_jax import checkpoint, input_pipeline, models, steps, train
+from vit_jax import budget, checkpoint, input_pipeline, models, steps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -206,6 +207,63 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   assert 'cannot be reached' in steps.missing_pretrained(config('Ti/16', augreg_dir=None))
   summary = train.train_and_evaluate(config('Ti/16'), str(tmp_path / 'down'))
   assert summary['eval_examples'] == 13
+
+
+@pytest.mark.parametrize('text, seconds', [('15m', 900.), ('90s', 90.), ('1h30m', 5400.),
+                                           ('2.5m', 150.), ('120', 120.)])
+def test_durations_parse(text, seconds):
+  assert budget.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize('text', ['abc', '15 minutes', '15mm', 'm'])
+def test_bad_durations_are_named(text):
+  with pytest.raises(ValueError, match='not a duration'):
+    budget.parse_duration(text)
+
+
+def test_fit_steps_is_the_closed_form():
+  timing = budget.Timing(compile_seconds=10., step_seconds=0.1, eval_seconds=5.)
+  # 0.1 s a step, 5 s every 100 steps, 1 s every 1000: 0.151 s a step; 10 s compiling,
+  # a final evaluation (5 s) and save (1 s), 4 s margin: 80 s for steps.
+  assert budget.fit_steps(timing, 100., 100, 1000, save_seconds=1., margin_seconds=4.) == int(
+      80 / 0.151)
+  assert budget.fit_steps(timing, 10., 100, 1000, save_seconds=1., margin_seconds=4.) == 0
+
+
+def test_a_time_budget_sets_the_steps_once_per_workdir(folder, tmp_path, monkeypatch):
+  # A slow machine as the probe would see it: 1 s a step, 1 s an evaluation.
+  slow = budget.Timing(compile_seconds=0., step_seconds=1., eval_seconds=1.)
+  monkeypatch.setattr(budget, 'time_steps', lambda *args: slow)
+  config = tiny_config(folder, total_steps=50, time_budget='30s')
+  summary = train.train_and_evaluate(config, str(tmp_path))
+  record = json.loads((tmp_path / train.BUDGET_FILE).read_text())
+  assert record['recipe_steps'] == 50 and 1 <= record['total_steps'] == record['fitted_steps'] < 12
+  steps_done = max(int(d) for d in os.listdir(tmp_path / 'checkpoints'))
+  assert steps_done == record['total_steps']
+  # Resumed or rerun, the workdir keeps its schedule without timing again.
+  monkeypatch.setattr(budget, 'time_steps', lambda *args: pytest.fail('timed again'))
+  assert train.train_and_evaluate(config, str(tmp_path)) == summary
+  # A fast machine trains the recipe's steps, no more.
+  monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1e-3, 1e-3))
+  train.train_and_evaluate(tiny_config(folder, time_budget='1h'), str(tmp_path / 'fast'))
+  assert json.loads((tmp_path / 'fast' / train.BUDGET_FILE).read_text())['total_steps'] == 6
+  with pytest.raises(train.TrainingError, match='leaves no time to train'):
+    train.train_and_evaluate(tiny_config(folder, time_budget='2s'), str(tmp_path / 'short'))
+
+
+def test_the_budget_probe_times_real_steps(folder):
+  config = tiny_config(folder)
+  setup = steps.build(config, 3, 6)
+  source = input_pipeline.get_source(folder, 'train')
+  batches = input_pipeline.prefetch_to_devices(input_pipeline.train_dataset(
+      source, batch_size=16, image_size=8).as_numpy_iterator(),
+      jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec('data')))
+  before = jax.tree_util.tree_map(np.asarray, setup.state.params)
+  calls = []
+  timing = budget.time_steps(setup.train_step, setup.state, batches,
+                             lambda: calls.append(1), eval_batches=4)
+  assert timing.step_seconds > 0 and timing.compile_seconds >= 0 and len(calls) == 2
+  chex.assert_trees_all_equal(jax.tree_util.tree_map(np.asarray, setup.state.params), before)
 
 
 def test_wrong_config_key_is_named(tmp_path):

@@ -9,6 +9,8 @@ Checkpoints (orbax, atomic)
 go to DIR/checkpoints and a run resumes from the newest complete one; the
 final parameters are also written as DIR/params.npz in the published layout.
 """
+import dataclasses
+import json
 import logging
 import os
 import tempfile
@@ -25,7 +27,7 @@ from clu import metric_writers, periodic_actions
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import checkpoint, input_pipeline, steps
+from vit_jax import budget, checkpoint, input_pipeline, steps
 from vit_jax.steps import TrainingError, split_cpu_into_devices
 
 
@@ -77,8 +79,62 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
         'then --config.dataset=fashion_mnist, or the quick start (configs/quickstart_vit.py).')
 
 
+BUDGET_FILE = 'budget.json'
+
+
+def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
+                   train_source, eval_source, recipe_steps: int, started: float) -> int:
+  """The steps of a run with `config.time_budget`: at most the recipe's, as many as
+  fit in the budget counted from `started`. Decided once per workdir (kept in
+  budget.json), so a resumed run keeps its schedule."""
+  path = os.path.join(workdir, BUDGET_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)['total_steps']
+  seconds = budget.parse_duration(config.time_budget)
+  data_sharded = NamedSharding(setup.mesh, P('data'))
+  probe = input_pipeline.prefetch_to_devices(input_pipeline.train_dataset(
+      train_source, batch_size=config.batch_size, image_size=config.image_size,
+      seed=config.seed + 1, mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
+      crop=config.inception_crop, crop_padding=config.crop_padding).as_numpy_iterator(),
+      data_sharded)
+  eval_batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
+                                             image_size=config.image_size)
+  eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
+                                                       data_sharded))
+  timing = budget.time_steps(
+      setup.train_step, setup.state, probe,
+      lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
+      -(-eval_source.num_examples // config.eval_batch_size))
+  left = seconds - (time.perf_counter() - started)
+  # Saves: a checkpoint every checkpoint_every steps and params.npz at the end, each
+  # taken as long as a step plus a second; the margin absorbs the machine's noise.
+  fitted = budget.fit_steps(timing, left, config.eval_every, config.checkpoint_every,
+                            save_seconds=1. + timing.step_seconds,
+                            margin_seconds=0.03 * seconds + 5.)
+  if fitted < 1:
+    raise TrainingError(
+        f'time_budget {config.time_budget} leaves no time to train: set-up took '
+        f'{seconds - left:.0f} s, a step takes {timing.step_seconds:.3f} s and an evaluation '
+        f'{timing.eval_seconds:.1f} s. Give a longer budget.')
+  total = min(fitted, recipe_steps)
+  logging.info('Time budget %s: %.0f s left after set-up; a step takes %.3f s, an evaluation '
+               '%.1f s, compiling %.1f s; %d steps fit, the recipe has %d: training %d.',
+               config.time_budget, left, timing.step_seconds, timing.eval_seconds,
+               timing.compile_seconds, fitted, recipe_steps, total)
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+      json.dump({'time_budget': config.time_budget, 'total_steps': total,
+                 'recipe_steps': recipe_steps, 'fitted_steps': fitted,
+                 **dataclasses.asdict(timing)}, f, indent=1)
+    os.replace(path + '.tmp', path)
+  return total
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
   """Trains, evaluates every `eval_every` steps and at the end; returns final metrics."""
+  started = time.perf_counter()
   _check_config(config)
   check_inputs(config, workdir)
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
@@ -88,6 +144,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
 
   setup = steps.build(config, train_source.num_classes, total_steps)
+  if config.time_budget:
+    budgeted = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
+                              started)
+    if budgeted != total_steps:  # the schedule is part of the compiled step: build it again
+      total_steps = budgeted
+      setup = steps.build(config, train_source.num_classes, total_steps)
   state, step_fn, eval_fn = setup.state, setup.train_step, setup.eval_step
   replicated = NamedSharding(setup.mesh, P())
   data_sharded = NamedSharding(setup.mesh, P('data'))
