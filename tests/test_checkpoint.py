@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import apply, images, init, perturbed, tiny_bit, tiny_vit
+from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
 from vit_jax import checkpoint, models
 from vit_jax.models import vit
 
@@ -230,3 +230,72 @@ def test_augreg_index_errors_say_what_to_do(tmp_path):
   (tmp_path / 'index.csv').write_text('name,filename\nB/16,x\n')
   with pytest.raises(checkpoint.CheckpointError, match="lacks the columns.*'ds'"):
     checkpoint.augreg_index(str(tmp_path))
+
+
+BV_BLOCK_NAMES = {'LayerNorm_0': 'LayerNorm_0', 'MultiHeadDotProductAttention_1':
+                  'MultiHeadDotProductAttention_0', 'LayerNorm_2': 'LayerNorm_1',
+                  'MlpBlock_3': 'MlpBlock_0'}
+
+
+def big_vision_layout(params, scanned=False, prefix='params/'):
+  """Our parameters as big_vision writes a ViT: current Flax block names, the
+  position embedding at the root without the class-token row, blocks optionally
+  scanned into one with the layer axis first, everything under `prefix`."""
+  out = {}
+  blocks = {}
+  for key, value in flat(params).items():
+    parts = key.split('/')
+    if parts[0] == 'Transformer' and parts[1].startswith('encoderblock_'):
+      rest = '/'.join([BV_BLOCK_NAMES[parts[2]]] + parts[3:])
+      blocks.setdefault(rest, {})[int(parts[1].split('_')[1])] = np.asarray(value)
+      if not scanned:
+        out[f'Transformer/encoderblock_{parts[1].split("_")[1]}/{rest}'] = np.asarray(value)
+    elif key == 'Transformer/posembed_input/pos_embedding':
+      out['pos_embedding'] = np.asarray(value)[:, 1:] if 'cls' in params else np.asarray(value)
+    else:
+      out[key] = np.asarray(value)
+  if scanned:
+    out.update({f'Transformer/encoderblock/{rest}': np.stack([v[i] for i in sorted(v)])
+                for rest, v in blocks.items()})
+  return {prefix + k: v for k, v in out.items()}
+
+
+@pytest.mark.parametrize('scanned', [False, True])
+@pytest.mark.parametrize('classifier, posemb', [('token', 'learn'), ('map', 'learn'),
+                                                ('map', 'sincos2d'), ('gap', 'learn')])
+def test_big_vision_files_load_in_our_layout(tmp_path, scanned, classifier, posemb):
+  model = tiny_vit(num_classes=3, classifier=classifier, posemb=posemb)
+  params = flax.core.unfreeze(perturbed(init(model, 32))['params'])
+  if classifier == 'token':  # big_vision adds no position embedding to the class token
+    pe = params['Transformer']['posembed_input']['pos_embedding']
+    params['Transformer']['posembed_input']['pos_embedding'] = pe.at[:, 0].set(0.)
+  path = str(tmp_path / 'big_vision.npz')
+  np.savez(path, **big_vision_layout(params, scanned))
+  loaded = checkpoint.load(path)
+  chex.assert_trees_all_close(loaded, jax.tree_util.tree_map(np.asarray, params), rtol=0,
+                              atol=0)
+  np.testing.assert_allclose(apply(model, {'params': loaded}, images(2, 32)),
+                             apply(model, {'params': params}, images(2, 32)), rtol=1e-6)
+  # Written back, a file in our (published) layout.
+  checkpoint.save(str(tmp_path / 'ours.npz'), loaded)
+  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'ours.npz')), loaded)
+
+
+def test_a_siglip_image_tower_loads_and_fine_tunes_with_another_head(tmp_path):
+  model = tiny_vit(num_classes=0, classifier='map')
+  params = perturbed(init(model, 32))['params']
+  tower = big_vision_layout(params, scanned=True, prefix='params/img/')
+  tower.update({'params/txt/Embed_0/embedding': np.ones((5, 4)), 'params/t': np.ones(1)})
+  path = str(tmp_path / 'siglip.npz')
+  np.savez(path, **tower)
+  chex.assert_trees_all_close(checkpoint.load(path), jax.tree_util.tree_map(np.asarray, params),
+                              rtol=0, atol=0)
+  # A token-head model takes the body and drops the MAP head; a MAP model keeps it.
+  config = models.get_config('ViT-Ti_16', num_classes=4, **{**TINY_VIT, 'classifier': 'token'})
+  fresh = init(models.build_model(config), 32)['params']
+  token = checkpoint.load_pretrained(path, fresh, config)
+  assert 'MAPHead_0' not in token and 'cls' in token
+  config.classifier = 'map'
+  kept = checkpoint.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
+  chex.assert_trees_all_close(kept['MAPHead_0'], jax.tree_util.tree_map(
+      np.asarray, params['MAPHead_0']), rtol=0, atol=0)

@@ -50,6 +50,34 @@ def published_names(flat: Mapping[str, Any]) -> Dict[str, Any]:
   return renamed
 
 
+def from_big_vision(flat: Mapping[str, Any]) -> Dict[str, Any]:
+  """A big_vision ViT checkpoint (its `vit_i1k` baselines, SigLIP image towers,
+  FlexiViT) in our layout; other files are returned as they are.
+
+  big_vision writes whole checkpoints under 'params/' (the image tower of a
+  two-tower model under 'params/img/'), keeps the learned position embedding at
+  the root without a class-token row (it prepends the class token after adding
+  it), may scan the blocks into one 'Transformer/encoderblock' with the layer
+  axis first, and names block children as current Flax does."""
+  flat = dict(flat)
+  for prefix in ('params/', 'img/'):
+    inner = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+    if inner and (prefix == 'params/' or any(k.startswith('img/embedding/') for k in flat)):
+      flat = inner
+  scanned = {k: v for k, v in flat.items() if k.startswith('Transformer/encoderblock/')}
+  for key, value in scanned.items():
+    del flat[key]
+    rest = key[len('Transformer/encoderblock/'):]
+    for i, layer in enumerate(value):
+      flat[f'Transformer/encoderblock_{i}/{rest}'] = layer
+  if 'pos_embedding' in flat:
+    posemb = flat.pop('pos_embedding')
+    if 'cls' in flat:  # the class token enters after the embedding: its row is zero
+      posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+    flat['Transformer/posembed_input/pos_embedding'] = posemb
+  return flat
+
+
 def _flatten(params: Mapping[str, Any]) -> Dict[str, Any]:
   params = flax.core.unfreeze(params)
   if set(params) == {'params'}:
@@ -64,8 +92,8 @@ def _unflatten(flat: Mapping[str, Any]) -> Params:
 def load(path: str) -> Params:
   """Reads a published (or our) `.npz` as a nested parameter dict of numpy arrays.
 
-  Files with current-Flax block names load under the published names. Pickled
-  objects are refused.
+  Files with current-Flax block names and big_vision ViT files
+  (`from_big_vision`) load under the published names. Pickled objects are refused.
   """
   path = epath.Path(path)
   if not path.exists():
@@ -83,7 +111,7 @@ def load(path: str) -> Params:
         'truncated or corrupt: download it again or use an earlier copy.') from e
   if not flat:
     raise CheckpointError(f'{path} holds no arrays.')
-  return _unflatten(published_names(flat))
+  return _unflatten(published_names(from_big_vision(flat)))
 
 
 def save(path: str, params: Mapping[str, Any]) -> None:

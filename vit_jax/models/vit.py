@@ -22,7 +22,7 @@ from vit_jax.models.family import Branch, CheckpointError, Family, Flat, Layers
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
-CLASSIFIERS = ('token', 'gap', 'unpooled', 'token_unpooled')
+CLASSIFIERS = ('token', 'gap', 'map', 'unpooled', 'token_unpooled')
 POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
 # Where position information enters: before the first block, before every block
 # from its own embedding, or before every block from one shared embedding.
@@ -109,6 +109,23 @@ class MlpBlock(nn.Module):
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = dense(x.shape[-1], 'Dense_1')(y)
     return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+
+
+class MAPHead(nn.Module):
+  """Multi-head attention pooling (big_vision's `MAPHead`): a learned probe token
+  attends over all tokens, then gets a residual MLP on its layer norm."""
+  mlp_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]))
+    probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
+    x = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, dtype=self.dtype,
+                                        kernel_init=nn.initializers.xavier_uniform())(probe, x)
+    y = nn.LayerNorm(dtype=self.dtype)(x)
+    return (x + MlpBlock(self.mlp_dim, dtype=self.dtype)(y, train=train))[:, 0]
 
 
 class Encoder1DBlock(nn.Module):
@@ -306,6 +323,8 @@ class VisionTransformer(nn.Module):
       x = x[:, 0]
     elif self.classifier == 'gap':
       x = jnp.mean(x, axis=1)
+    elif self.classifier == 'map':
+      x = MAPHead(self.mlp_dim, self.num_heads, self.dtype)(x, train=train)
     if self.representation_size is not None:
       x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     self.sow('intermediates', 'pre_logits', x)
@@ -438,9 +457,15 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   checkpoint has none), the class token kept only for token heads, and every
   learned position embedding resized to the new grid (`grid_shape`, inferred
   when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
-  tables along their axis, `relative` offset tables along the offsets."""
+  tables along their axis, `relative` offset tables along the offsets. A MAP
+  head that the checkpoint lacks starts from initialisation."""
   restored = dict(restored)
   has_token = config.classifier in ('token', 'token_unpooled')
+  if config.classifier == 'map':
+    restored.update({k: v for k, v in init.items()
+                     if k.startswith('MAPHead_0/') and k not in restored})
+  else:
+    restored = {k: v for k, v in restored.items() if not k.startswith('MAPHead_0/')}
   if config.representation_size is None:
     restored = {k: v for k, v in restored.items() if not k.startswith('pre_logits/')}
   elif not any(k.startswith('pre_logits/') for k in restored):
