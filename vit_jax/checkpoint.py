@@ -259,3 +259,128 @@ def resolve(pretrained: str, augreg_dir: Optional[str] = None) -> str:
   if not pretrained.startswith(AUGREG_PREFIX):
     return pretrained
   return augreg_lookup(pretrained[len(AUGREG_PREFIX):], augreg_dir)[0]
+
+
+def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
+  """The timm `state_dict` (name -> float32 array in PyTorch's layout) of a ViT,
+  hybrid or BiT parameter tree: what timm's own `.npz` loader would produce
+  from our saved file. Wrap the arrays with `torch.from_numpy` to load them."""
+  flat = {k: np.asarray(v, np.float32) for k, v in published_names(_flatten(params)).items()}
+  family = models.family_of(models.get_config(model_name)).name
+  if family == 'bit':
+    return _bit_to_timm(flat)
+  if family != 'vit':
+    raise ValueError(f'timm export covers the ViT, hybrid and BiT families, not {model_name}.')
+  if any(k.startswith('pre_logits/') for k in flat):
+    raise ValueError('timm ViTs have no pre_logits (representation) layer; export a model '
+                     'without representation_size.')
+  if any(k.startswith('Transformer/posembed_input/') and not k.endswith('/pos_embedding')
+         for k in flat):
+    raise ValueError('timm ViTs take a learned 1-D position embedding (posemb="learn") only.')
+  out = {}
+  conv = lambda w: w.transpose(3, 2, 0, 1)  # HWIO -> OIHW
+  if 'conv_root/kernel' in flat:
+    out.update(_hybrid_backbone_to_timm(flat))
+  out['patch_embed.proj.weight'] = conv(flat['embedding/kernel'])
+  out['patch_embed.proj.bias'] = flat['embedding/bias']
+  if 'cls' in flat:
+    out['cls_token'] = flat['cls']
+  if 'Transformer/posembed_input/pos_embedding' in flat:
+    out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
+  blocks = sorted({int(k.split('/')[1].split('_')[1]) for k in flat
+                   if k.startswith('Transformer/encoderblock_')})
+  for i in blocks:
+    p, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
+    out.update(_attention_to_timm(flat, p + 'MultiHeadDotProductAttention_1/', t + 'attn.'))
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
+    out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.'))
+  out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
+  if 'MAPHead_0/probe' in flat:
+    p, t = 'MAPHead_0/', 'attn_pool.'
+    attention = p + 'MultiHeadDotProductAttention_0/'
+    out[t + 'latent'] = flat[p + 'probe']
+    heads = lambda name: flat[f'{attention}{name}/kernel'].reshape(
+        flat[f'{attention}{name}/kernel'].shape[0], -1).T
+    out[t + 'q.weight'] = heads('query')
+    out[t + 'q.bias'] = flat[attention + 'query/bias'].reshape(-1)
+    out[t + 'kv.weight'] = np.concatenate([heads('key'), heads('value')])
+    out[t + 'kv.bias'] = np.concatenate([flat[attention + f'{n}/bias'].reshape(-1)
+                                         for n in ('key', 'value')])
+    out[t + 'proj.weight'] = _out_projection(flat[attention + 'out/kernel'])
+    out[t + 'proj.bias'] = flat[attention + 'out/bias']
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm.'))
+    out.update(_mlp_to_timm(flat, p + 'MlpBlock_0/', t + 'mlp.'))
+  if 'head/kernel' in flat:
+    out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
+  return out
+
+
+def _out_projection(kernel: np.ndarray) -> np.ndarray:
+  """(heads, head_dim, D) attention output kernel -> (D, heads * head_dim) Linear weight."""
+  return kernel.reshape(-1, kernel.shape[-1]).T
+
+
+def _attention_to_timm(flat, p, t):
+  kernels = [flat[f'{p}{n}/kernel'] for n in ('query', 'key', 'value')]
+  return {t + 'qkv.weight': np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels]),
+          t + 'qkv.bias': np.concatenate([flat[f'{p}{n}/bias'].reshape(-1)
+                                          for n in ('query', 'key', 'value')]),
+          t + 'proj.weight': _out_projection(flat[p + 'out/kernel']),
+          t + 'proj.bias': flat[p + 'out/bias']}
+
+
+def _layernorm_to_timm(flat, p, t):
+  return {t + 'weight': flat[p + 'scale'], t + 'bias': flat[p + 'bias']}
+
+
+def _mlp_to_timm(flat, p, t):
+  return {f'{t}fc{r + 1}.{kind}': flat[f'{p}Dense_{r}/{name}'].T if kind == 'weight'
+          else flat[f'{p}Dense_{r}/{name}']
+          for r in range(2) for kind, name in (('weight', 'kernel'), ('bias', 'bias'))}
+
+
+def _hybrid_backbone_to_timm(flat):
+  """The hybrid's ResNet under timm's `patch_embed.backbone`."""
+  conv = lambda w: w.transpose(3, 2, 0, 1)
+  stages = sorted({k.split('/')[0] for k in flat if re.match(r'block\d+/', k)})
+  stem = 'patch_embed.backbone.' + ('stem.' if stages else '')
+  out = {stem + 'conv.weight': conv(flat['conv_root/kernel']),
+         stem + 'norm.weight': flat['gn_root/scale'], stem + 'norm.bias': flat['gn_root/bias']}
+  for key, value in flat.items():
+    m = re.match(r'block(\d+)/unit(\d+)/(conv|gn)(\d|_proj)/(kernel|scale|bias)$', key)
+    if not m:
+      continue
+    stage, unit, kind, index, name = m.groups()
+    t = f'patch_embed.backbone.stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
+    module = ('downsample.' + ('conv' if kind == 'conv' else 'norm') if index == '_proj'
+              else ('conv' if kind == 'conv' else 'norm') + index)
+    out[f'{t}{module}.{"weight" if name != "bias" else "bias"}'] = (
+        conv(value) if name == 'kernel' else value)
+  return out
+
+
+def _bit_to_timm(flat):
+  """BiT (`resnet/...`) in timm's ResNetV2 names."""
+  conv = lambda w: w.transpose(3, 2, 0, 1)
+  out = {'stem.conv.weight': conv(flat['resnet/root_block/standardized_conv2d/kernel']),
+         'norm.weight': flat['resnet/group_norm/gamma'],
+         'norm.bias': flat['resnet/group_norm/beta']}
+  if 'resnet/head/conv2d/kernel' in flat:
+    out['head.fc.weight'] = conv(flat['resnet/head/conv2d/kernel'])
+    out['head.fc.bias'] = flat['resnet/head/conv2d/bias']
+  names = {'a': '1', 'b': '2', 'c': '3'}
+  for key, value in flat.items():
+    m = re.match(r'resnet/block(\d+)/unit(\d+)/(a|b|c)/(proj/)?(standardized_conv2d/kernel|'
+                 r'group_norm/gamma|group_norm/beta)$', key)
+    if not m:
+      continue
+    stage, unit, part, proj, leaf = m.groups()
+    t = f'stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
+    if proj:
+      out[t + 'downsample.conv.weight'] = conv(value)
+    elif leaf.endswith('kernel'):
+      out[f'{t}conv{names[part]}.weight'] = conv(value)
+    else:
+      out[f'{t}norm{names[part]}.{"weight" if leaf.endswith("gamma") else "bias"}'] = value
+  return out
