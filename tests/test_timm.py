@@ -119,5 +119,9 @@ def test_what_timm_cannot_hold_is_refused():
   params = init(tiny_vit(num_classes=3, representation_size=16), 32)['params']
   with pytest.raises(ValueError, match='no pre_logits'):
     checkpoint.to_timm(params, 'ViT-Ti_16')
+  for posemb in ('sincos2d', 'learn2d', 'none'):
+    params = init(tiny_vit(num_classes=3, posemb=posemb), 32)['params']
+    with pytest.raises(ValueError, match='one learned 1-D position embedding'):
+      checkpoint.to_timm(params, 'ViT-Ti_16')
   with pytest.raises(ValueError, match='ViT, hybrid and BiT'):
     checkpoint.to_timm(params, 'Mixer-B_16')

@@ -274,9 +274,10 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
   if any(k.startswith('pre_logits/') for k in flat):
     raise ValueError('timm ViTs have no pre_logits (representation) layer; export a model '
                      'without representation_size.')
-  if any(k.startswith('Transformer/posembed_input/') and not k.endswith('/pos_embedding')
-         for k in flat):
-    raise ValueError('timm ViTs take a learned 1-D position embedding (posemb="learn") only.')
+  posembs = {k for k in flat if k.startswith('Transformer/posembed')}
+  if posembs != {'Transformer/posembed_input/pos_embedding'}:
+    raise ValueError('timm ViTs take one learned 1-D position embedding at the input '
+                     '(posemb="learn", posemb_where="input") only.')
   out = {}
   conv = lambda w: w.transpose(3, 2, 0, 1)  # HWIO -> OIHW
   if 'conv_root/kernel' in flat:
@@ -285,8 +286,7 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
   out['patch_embed.proj.bias'] = flat['embedding/bias']
   if 'cls' in flat:
     out['cls_token'] = flat['cls']
-  if 'Transformer/posembed_input/pos_embedding' in flat:
-    out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
+  out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
   blocks = sorted({int(k.split('/')[1].split('_')[1]) for k in flat
                    if k.startswith('Transformer/encoderblock_')})
   for i in blocks:
