@@ -1,5 +1,6 @@
 """The analysis report, its joint figures, the figure helpers and the TensorBoard
-events, on every tool run over a tiny ViT and a tiny BiT."""
+events, on every tool run over a tiny ViT and a tiny Mixer (no convolutions, so
+the Hessian is quick; the tools' own tests cover every family)."""
 import glob
 import html.parser
 import json
@@ -13,7 +14,7 @@ import tensorflow as tf
 
 from analysis import events, plots, report
 from analysis.__main__ import TOOLS, run_tools
-from helpers import TINY_VIT
+from helpers import TINY_MIXER, TINY_VIT
 from test_representation_tools import batches, subject
 
 
@@ -61,7 +62,7 @@ def _reduce(node, how):
 def analysed(tmp_path_factory):
   out = tmp_path_factory.mktemp('analysis')
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
-              subject('BiT-M-R50x1', 'bit', num_layers=(1, 1))]
+              subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
             dict(num_minibatches=2, steps_top=4, steps_density=8))
   about = {s.label: {'family': s.family.name, 'model_name': s.config.name,
@@ -82,7 +83,7 @@ def test_report_has_a_section_per_tool_and_every_image_exists(analysed):
   for name in ('cka', 'fourier', 'variance', 'hessian', 'robustness', 'norm_ratio', 'erf',
                'probes'):
     assert f'joint_{name}.png' in page.images
-  assert 'fourier_depth_vit.png' in page.images and 'fourier_depth_bit.png' in page.images
+  assert 'fourier_depth_vit.png' in page.images and 'fourier_depth_mixer.png' in page.images
   markdown = open(paths['md']).read()
   linked = [line[line.index('(') + 1:-1] for line in markdown.splitlines()
             if line.startswith('![')]
@@ -145,9 +146,9 @@ def test_tensorboard_events_hold_the_numbers_and_figures(analysed):
     np.testing.assert_allclose(scalars['analysis/hessian/top_eigenvalue'][0],
                                max(hessian[label]['top_per_minibatch'][0]), rtol=1e-6)
     assert f'analysis/fourier/fourier_depth_{label}' in images
-    assert f'analysis/cka/cka_vit_bit' in images
+    assert 'analysis/cka/cka_vit_mixer' in images
   assert 'analysis/attention_distance/mean_over_heads_px' in _events(logdirs['vit'])[0]
-  assert 'analysis/attention_distance/mean_over_heads_px' not in _events(logdirs['bit'])[0]
+  assert 'analysis/attention_distance/mean_over_heads_px' not in _events(logdirs['mixer'])[0]
 
 
 def test_heatmap_ticks_are_layer_names_with_stage_boundaries():

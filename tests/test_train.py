@@ -204,7 +204,9 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   assert 'set --config.model_name=R26+ViT-S_32' in steps.missing_pretrained(config('R26+S/32'))
   assert 'No AugReg checkpoint' in steps.missing_pretrained(config('B/16'))
   monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
-  assert 'cannot be reached' in steps.missing_pretrained(config('Ti/16', augreg_dir=None))
+  with pytest.raises(train.TrainingError, match='index in gs://vit_models/augreg, which '
+                     'cannot be reached'):
+    train.check_inputs(config('Ti/16', augreg_dir=None), str(tmp_path / 'offline'))
   summary = train.train_and_evaluate(config('Ti/16'), str(tmp_path / 'down'))
   assert summary['eval_examples'] == 13
 

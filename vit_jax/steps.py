@@ -21,7 +21,7 @@ import optax
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import checkpoint, input_pipeline, models
+from vit_jax import checkpoint, models
 
 PUBLIC_CHECKPOINTS = ('gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/, '
                       'gs://mixer_models/')
@@ -191,11 +191,6 @@ def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
   if not path:
     return None
   if path.startswith(checkpoint.AUGREG_PREFIX):
-    directory = config.augreg_dir or checkpoint.AUGREG_DIR
-    if '://' in directory and not input_pipeline.can_download():
-      return (f'{path} needs the AugReg index in {directory}, which cannot be reached. '
-              f'Copy {checkpoint.AUGREG_DIR}/index.csv and the files you need to a directory '
-              'and set --config.augreg_dir=<directory>.')
     try:
       path, row = checkpoint.augreg_lookup(path[len(checkpoint.AUGREG_PREFIX):],
                                            config.augreg_dir)

@@ -63,8 +63,15 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Every input of a run, checked in seconds before any download or compilation:
   the pretrained file, the dataset and a writable workdir. One error names all
   that is missing and what to do."""
-  problems = [steps.missing_pretrained(config),
-              input_pipeline.unavailable(config.dataset, config.data_dir)]
+  augreg_dir = config.augreg_dir or checkpoint.AUGREG_DIR
+  if (str(config.pretrained).startswith(checkpoint.AUGREG_PREFIX) and '://' in augreg_dir
+      and not input_pipeline.can_download()):
+    missing = (f'{config.pretrained} needs the AugReg index in {augreg_dir}, which cannot be '
+               f'reached. Copy {checkpoint.AUGREG_DIR}/index.csv and the files you need to a '
+               'directory and set --config.augreg_dir=<directory>.')
+  else:
+    missing = steps.missing_pretrained(config)
+  problems = [missing, input_pipeline.unavailable(config.dataset, config.data_dir)]
   try:
     os.makedirs(workdir, exist_ok=True)
     with tempfile.TemporaryFile(dir=workdir):
