@@ -69,20 +69,29 @@ def run_timm(tmp_path, params, ours, **spec):
   return dict(np.load(files['state'])), np.load(files['logits'])
 
 
+def timm_size(patch_size):
+  """The tiny ViT's size in timm's arguments."""
+  return dict(patch_size=patch_size, embed_dim=TINY_VIT['hidden_size'],
+              depth=TINY_VIT['num_layers'], num_heads=TINY_VIT['num_heads'],
+              mlp_ratio=TINY_VIT['mlp_dim'] / TINY_VIT['hidden_size'])
+
+
+def assert_same_state(ours, expected):
+  """Every tensor of timm's state_dict equal to ours (its num_batches_tracked counters aside)."""
+  assert set(ours) == {k for k in expected if not k.endswith('num_batches_tracked')}
+  for key in ours:
+    np.testing.assert_array_equal(ours[key], expected[key], err_msg=key)
+
+
 @needs_timm
 @pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
 def test_vit_exports_as_timm_loads_it(tmp_path, classifier):
   model = tiny_vit(num_classes=3, classifier=classifier)
   params = perturbed(init(model, 32))['params']
   ours = checkpoint.to_timm(params, 'ViT-Ti_16')
-  size = dict(patch_size=TINY_VIT['patch_size'], embed_dim=TINY_VIT['hidden_size'],
-              depth=TINY_VIT['num_layers'], num_heads=TINY_VIT['num_heads'],
-              mlp_ratio=TINY_VIT['mlp_dim'] / TINY_VIT['hidden_size'])
   expected, logits = run_timm(tmp_path, params, ours, family='vit', classifier=classifier,
-                              size=size)
-  assert set(ours) == set(expected)
-  for key in expected:
-    np.testing.assert_array_equal(ours[key], expected[key], err_msg=key)
+                              size=timm_size(TINY_VIT['patch_size']))
+  assert_same_state(ours, expected)
   # The same function (tanh GELU on both sides) up to float32 summation order.
   np.testing.assert_allclose(logits, apply(model, {'params': params}, images(2, 32)),
                              rtol=1e-4, atol=1e-5)
@@ -93,13 +102,9 @@ def test_hybrid_exports_as_timm_loads_it(tmp_path):
   model = tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1)
   params = perturbed(init(model, 32))['params']
   ours = checkpoint.to_timm(params, 'R50+ViT-B_16')
-  size = dict(patch_size=1, embed_dim=TINY_VIT['hidden_size'], depth=TINY_VIT['num_layers'],
-              num_heads=TINY_VIT['num_heads'],
-              mlp_ratio=TINY_VIT['mlp_dim'] / TINY_VIT['hidden_size'])
-  expected, logits = run_timm(tmp_path, params, ours, family='hybrid', layers=[1], size=size)
-  assert set(ours) == {k for k in expected if not k.endswith('num_batches_tracked')}
-  for key in ours:
-    np.testing.assert_array_equal(ours[key], expected[key], err_msg=key)
+  expected, logits = run_timm(tmp_path, params, ours, family='hybrid', layers=[1],
+                              size=timm_size(1))
+  assert_same_state(ours, expected)
   # timm pads its 'same' convolutions as TensorFlow does, as our ResNet does.
   np.testing.assert_allclose(logits, apply(model, {'params': params}, images(2, 32)),
                              rtol=1e-3, atol=1e-4)
@@ -110,9 +115,7 @@ def test_bit_exports_as_timm_loads_it(tmp_path):
   params = perturbed(init(tiny_bit(num_classes=3), 32))['params']
   ours = checkpoint.to_timm(params, 'BiT-M-R50x1')
   expected, _ = run_timm(tmp_path, params, ours, family='bit')
-  assert set(ours) == {k for k in expected if not k.endswith('num_batches_tracked')}
-  for key in ours:
-    np.testing.assert_array_equal(ours[key], expected[key], err_msg=key)
+  assert_same_state(ours, expected)
 
 
 def test_what_timm_cannot_hold_is_refused():
