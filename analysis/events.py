@@ -59,7 +59,7 @@ def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],
   """Writes every model's scalars and figures to its logdir (label -> directory);
   figures are read from `out`, where the tools wrote them."""
   for label, logdir in logdirs.items():
-    writer = metric_writers.create_default_writer(logdir, asynchronous=False)
+    writer = metric_writers.SummaryWriter(logdir)  # TensorBoard only, not the log
     for tool, result in results.items():
       if tool != 'cka' and label not in result:
         continue
