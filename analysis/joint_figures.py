@@ -18,7 +18,8 @@ def _depth(n: int) -> np.ndarray:
   return np.linspace(0., 1., n) if n > 1 else np.zeros(1)
 
 
-def _per_model(result: Mapping) -> Dict[str, Mapping]:
+def per_model(result: Mapping) -> Dict[str, Mapping]:
+  """The per-model entries of a tool's JSON (label -> that model's numbers)."""
   return {label: value for label, value in result.items() if isinstance(value, Mapping)}
 
 
@@ -33,13 +34,13 @@ def _cka(result: Mapping, out: str) -> List[str]:
                          f'Linear CKA on {result["num_examples"]} images (one colour scale)')]
 
 
-def _depth_curves(per_model: Dict[str, Mapping], values, colour_of: Dict[str, str],
+def _depth_curves(by_model: Dict[str, Mapping], values, colour_of: Dict[str, str],
                   path: str, title: str, ylabel: str, shade_key=None, **kwargs) -> str:
-  series = {label: np.asarray(values(r), np.float64) for label, r in per_model.items()}
+  series = {label: np.asarray(values(r), np.float64) for label, r in by_model.items()}
   x = {label: _depth(len(v)) for label, v in series.items()}
   shade = {}
   if shade_key is not None:
-    for label, r in per_model.items():
+    for label, r in by_model.items():
       positions = x[label]
       shade[label] = [positions[i] for i in r.get(shade_key, [])]
   width = min((1. / max(len(v) - 1, 1) for v in series.values()), default=1.)
@@ -54,9 +55,9 @@ def joint_figures(results: Results, families: Mapping[str, str], out: str
   figures = {}
   if 'cka' in results and len(results['cka']['layers']) > 1:
     figures['cka'] = _cka(results['cka'], out)
-  models = {tool: _per_model(result) for tool, result in results.items() if tool != 'cka'}
-  models = {tool: per_model for tool, per_model in models.items() if len(per_model) > 1}
-  labels = sorted({label for per_model in models.values() for label in per_model})
+  models = {tool: per_model(result) for tool, result in results.items() if tool != 'cka'}
+  models = {tool: by_model for tool, by_model in models.items() if len(by_model) > 1}
+  labels = sorted({label for by_model in models.values() for label in by_model})
   colour_of = dict(zip(labels, plots.colours([families.get(label, '') for label in labels])))
   path = lambda name: os.path.join(out, f'joint_{name}.png')
   if 'fourier' in models:

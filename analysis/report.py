@@ -7,7 +7,7 @@ it (in the HTML, tagged with its file, path and reduction).
 import html
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -117,10 +117,6 @@ def reduce_value(node, reduce: str) -> float:
 Fragment = Union[str, Quote]
 
 
-def _per_model(result: Mapping) -> Dict[str, Mapping]:
-  return {k: v for k, v in result.items() if isinstance(v, Mapping)}
-
-
 def findings(tool: str, results: Mapping) -> Dict[str, List[Fragment]]:
   """What the models show, per model label (or model pair for CKA), as text and quotes."""
   q = lambda *path, reduce='value': Quote(results, tool, path, reduce)
@@ -136,7 +132,7 @@ def findings(tool: str, results: Mapping) -> Dict[str, List[Fragment]]:
                     ', mean over distinct layer pairs ', q('cka', key, reduce='offdiag_mean')]
     return out
   out = {}
-  for label, r in _per_model(result).items():
+  for label, r in joint_figures.per_model(result).items():
     if tool == 'attention_distance':
       out[label] = [f'{label}: block 0 heads from ', q(label, 'distance_per_layer_head', 0,
                                                         reduce='min'),
@@ -168,11 +164,10 @@ def findings(tool: str, results: Mapping) -> Dict[str, List[Fragment]]:
       out[label] = [f'{label}: {len(r["figures"])} panels (filters, '
                     f'{"position similarity, " if "position_similarity" in r else ""}rollout)']
     elif tool == 'hessian':
-      out[label] = [f'{label} ({r["objective"]["name"]} objective, ', q(label, 'num_parameters',
-                                                                           ),
-                    ' parameters): top eigenvalues from ', q(label, 'top_per_minibatch',
-                                                               reduce='min'),
-                    ' to ', q(label, 'top_per_minibatch', reduce='max'),
+      out[label] = [f'{label} ({r["objective"]["name"]} objective, ',
+                    q(label, 'num_parameters'), ' parameters): top eigenvalues from ',
+                    q(label, 'top_per_minibatch', reduce='min'), ' to ',
+                    q(label, 'top_per_minibatch', reduce='max'),
                     '; negative spectral mass ', q(label, 'negative_fraction'),
                     ', beyond 1% of the largest ', q(label, 'negative_fraction_beyond_1pct')]
     elif tool == 'fourier':
@@ -228,19 +223,17 @@ figure img{max-width:100%}figcaption{font-size:0.9em;max-width:640px}
 p.quantity{color:#444}p.paper{font-style:italic}.num{font-weight:bold}"""
 
 
-def write_report(out: str, results: Optional[Mapping] = None,
-                 subjects: Optional[Mapping] = None) -> Dict[str, str]:
+def write_report(out: str) -> Dict[str, str]:
   """Writes the joint figures, report.html and report.md for the JSON in `out`;
   returns the two pages' paths."""
-  results = load_results(out) if results is None else results
-  subjects = load_subjects(out) if subjects is None else subjects
+  results, subjects = load_results(out), load_subjects(out)
   if not results:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
                             '`python -m analysis all --out DIR ...` first.')
   families = {label: s.get('family', '') for label, s in subjects.items()}
   joint = joint_figures.joint_figures(results, families, out)
   title = 'Analysis of ' + ', '.join(subjects or sorted(
-      {label for r in results.values() for label in _per_model(r)}))
+      {label for r in results.values() for label in joint_figures.per_model(r)}))
   page = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
           f'</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>']
   markdown = [f'# {title}', '']
@@ -264,7 +257,7 @@ def write_report(out: str, results: Optional[Mapping] = None,
     if tool == 'cka':  # run_cka draws one figure per key, in the keys' order
       figures += [(path, [key]) for key, path in zip(result['cka'], result['figures'])]
     else:
-      figures += [(path, [label]) for label, r in _per_model(result).items()
+      figures += [(path, [label]) for label, r in joint_figures.per_model(result).items()
                   for path in r.get('figures', [])]
     for path, keys in figures:
       name = os.path.basename(path)
