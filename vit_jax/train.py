@@ -47,6 +47,8 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
 
 
 def _check_config(config: ml_collections.ConfigDict) -> None:
+  if config.time_budget:
+    budget.parse_duration(config.time_budget)  # a malformed budget fails before any work
   if config.batch_size < 1 or config.accum_steps < 1:
     raise ValueError(f'batch_size ({config.batch_size}) and accum_steps ({config.accum_steps}) '
                      'must be positive.')
@@ -89,6 +91,17 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
 BUDGET_FILE = 'budget.json'
 
 
+def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: int,
+                   start_step: int = 0) -> Iterator:
+  """The recipe's training batches on the devices, in the order of `seed` from
+  `start_step` on."""
+  batches = input_pipeline.train_dataset(
+      source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
+      mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
+      crop=config.inception_crop, crop_padding=config.crop_padding, start_step=start_step)
+  return input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), sharding)
+
+
 def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
                    train_source, eval_source, recipe_steps: int, started: float) -> int:
   """The steps of a run with `config.time_budget`: at most the recipe's, as many as
@@ -100,11 +113,7 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
       return json.load(f)['total_steps']
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
-  probe = input_pipeline.prefetch_to_devices(input_pipeline.train_dataset(
-      train_source, batch_size=config.batch_size, image_size=config.image_size,
-      seed=config.seed + 1, mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
-      crop=config.inception_crop, crop_padding=config.crop_padding).as_numpy_iterator(),
-      data_sharded)
+  probe = device_batches(config, train_source, data_sharded, config.seed + 1)
   eval_batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
                                              image_size=config.image_size)
   eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
@@ -184,12 +193,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
             'eval_loss': float(sums['loss'] / sums['count']),
             'eval_examples': int(sums['count'])}
 
-  train_batches = input_pipeline.train_dataset(
-      train_source, batch_size=config.batch_size, image_size=config.image_size,
-      seed=config.seed, mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
-      crop=config.inception_crop, crop_padding=config.crop_padding, start_step=start_step)
-  batches: Iterator = input_pipeline.prefetch_to_devices(train_batches.as_numpy_iterator(),
-                                                        data_sharded)
+  batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
                                              every_secs=30)
