@@ -253,6 +253,20 @@ def test_a_time_budget_sets_the_steps_once_per_workdir(folder, tmp_path, monkeyp
     train.train_and_evaluate(tiny_config(folder, time_budget='2s'), str(tmp_path / 'short'))
 
 
+def test_a_run_that_slows_after_the_probe_stops_at_the_budget(folder, tmp_path, monkeypatch,
+                                                             caplog):
+  # The probe sees a machine far faster than the real one: every step fits on paper.
+  monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1e-6, 1e-6))
+  caplog.set_level('WARNING')
+  config = tiny_config(folder, total_steps=100_000, time_budget='12s', log_every=100_000,
+                       eval_every=100_000, checkpoint_every=100_000)
+  summary = train.train_and_evaluate(config, str(tmp_path))
+  assert json.loads((tmp_path / train.BUDGET_FILE).read_text())['total_steps'] == 100_000
+  stopped = max(int(d) for d in os.listdir(tmp_path / 'checkpoints'))
+  assert 1 <= stopped < 100_000 and f'reached at step {stopped} of 100000' in caplog.text
+  assert summary['eval_examples'] == 13 and (tmp_path / 'params.npz').exists()
+
+
 def test_the_budget_probe_times_real_steps(folder):
   config = tiny_config(folder)
   setup = steps.build(config, 3, 6)

@@ -103,14 +103,15 @@ def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: in
 
 
 def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
-                   train_source, eval_source, recipe_steps: int, started: float) -> int:
-  """The steps of a run with `config.time_budget`: at most the recipe's, as many as
-  fit in the budget counted from `started`. Decided once per workdir (kept in
-  budget.json), so a resumed run keeps its schedule."""
+                   train_source, eval_source, recipe_steps: int, started: float) -> Dict:
+  """The steps of a run with `config.time_budget` (`total_steps`: at most the
+  recipe's, as many as fit in the budget counted from `started`) and the timing
+  they were fitted to. Decided once per workdir (kept in budget.json), so a
+  resumed run keeps its schedule."""
   path = os.path.join(workdir, BUDGET_FILE)
   if os.path.exists(path):
     with open(path) as f:
-      return json.load(f)['total_steps']
+      return json.load(f)
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
@@ -138,14 +139,14 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
                '%.1f s, compiling %.1f s; %d steps fit, the recipe has %d: training %d.',
                config.time_budget, left, timing.step_seconds, timing.eval_seconds,
                timing.compile_seconds, fitted, recipe_steps, total)
+  record = {'time_budget': config.time_budget, 'total_steps': total,
+            'recipe_steps': recipe_steps, 'fitted_steps': fitted, **dataclasses.asdict(timing)}
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     with open(path + '.tmp', 'w') as f:
-      json.dump({'time_budget': config.time_budget, 'total_steps': total,
-                 'recipe_steps': recipe_steps, 'fitted_steps': fitted,
-                 **dataclasses.asdict(timing)}, f, indent=1)
+      json.dump(record, f, indent=1)
     os.replace(path + '.tmp', path)
-  return total
+  return record
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
@@ -160,12 +161,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
 
   setup = steps.build(config, train_source.num_classes, total_steps)
+  deadline = None  # with a budget: past it, the run evaluates, saves and stops
   if config.time_budget:
-    budgeted = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
-                              started)
-    if budgeted != total_steps:  # the schedule is part of the compiled step: build it again
-      total_steps = budgeted
+    record = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
+                            started)
+    if record['total_steps'] != total_steps:  # the schedule is compiled in: build it again
+      total_steps = record['total_steps']
       setup = steps.build(config, train_source.num_classes, total_steps)
+    # A machine that slows down after the probe still ends in time, with the
+    # schedule cut short: the final evaluation and save are left room.
+    deadline = (started + budget.parse_duration(config.time_budget) - record['eval_seconds']
+                - record['step_seconds'] - 1.)
   state, step_fn, eval_fn = setup.state, setup.train_step, setup.eval_step
   replicated = NamedSharding(setup.mesh, P())
   data_sharded = NamedSharding(setup.mesh, P('data'))
@@ -206,7 +212,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       jax.block_until_ready(metrics)
       timed_from = (step, time.perf_counter())
     progress(step)
-    last = step == total_steps
+    late = deadline is not None and step < total_steps and time.perf_counter() > deadline
+    if late:
+      logging.warning('Time budget %s reached at step %d of %d: evaluating, saving and '
+                      'stopping.', config.time_budget, step, total_steps)
+    last = step == total_steps or late
     saving = step % config.checkpoint_every == 0 or last
     # Checked before every save too, so no checkpoint ever holds a diverged state.
     if step % config.log_every == 0 or saving:
@@ -231,6 +241,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       manager.save(step, args=ocp.args.StandardSave(state))
     if step % config.eval_every == 0 or saving:
       timed_from = (step, time.perf_counter())
+    if last:
+      break
   manager.wait_until_finished()
   if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
     summary = evaluate(state.params)
