@@ -198,6 +198,17 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
   assert list(json.loads((out / 'norm_ratio.json').read_text())) == ['tiny_k3']
 
 
+def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch):
+  # The data sweep's ResNet rows carry the ResNet recipe's `model`, a ConfigDict.
+  config = ablations.get_config('data')
+  monkeypatch.setattr(sweep.train, 'train_and_evaluate',
+                      lambda row, workdir: {'eval_accuracy': 0.5, 'eval_loss': 1.})
+  result = sweep.run_row(config, 'resnet-6%', str(tmp_path))
+  stored = json.loads((tmp_path / 'resnet-6%' / sweep.RESULT).read_text())
+  assert stored == result and stored['fields']['model']['num_layers'] == [1, 1, 1]
+  sweep.write_table('data', [result], str(tmp_path))
+
+
 def test_sweep_rows_build_and_bad_rows_are_named():
   for name in ablations.SWEEPS:
     config = ablations.get_config(name)

@@ -49,6 +49,7 @@ def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.
 
 def _write_json(path: str, value) -> None:
   """Written beside and renamed over `path`, so a kill never leaves half a file."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = f'{path}.tmp-{os.getpid()}'
   with open(tmp, 'w') as f:
     json.dump(value, f, indent=1)
@@ -72,7 +73,9 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
     row.pretrained = os.path.join(workdir, source, 'params.npz')
   start = time.perf_counter()
   summary = train.train_and_evaluate(row, os.path.join(workdir, label))
-  result = {'label': label, 'fields': dict(config.sweep.rows)[label],
+  # A row's fields may hold ConfigDicts (a recipe's `model`): stored as plain JSON.
+  fields = json.loads(json.dumps(dict(config.sweep.rows)[label], default=lambda o: o.to_dict()))
+  result = {'label': label, 'fields': fields,
             'eval_accuracy': summary['eval_accuracy'], 'eval_loss': summary['eval_loss'],
             'wall_seconds': round(time.perf_counter() - start, 1)}
   _write_json(path, result)
