@@ -56,6 +56,10 @@ def kernel_mask(params) -> Any:
   return flax.traverse_util.path_aware_map(lambda path, _: path[-1] == 'kernel', params)
 
 
+def _lr_label(factor: float) -> str:
+  return 'frozen' if factor == 0 else f'lr_x{factor:g}'
+
+
 def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
   """Per parameter, the label of its learning-rate factor: that of the first
   (regex, factor) pair whose regex `re.search` finds in its '/'-joined path, 1
@@ -68,8 +72,8 @@ def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
     for i, (pattern, factor) in enumerate(patterns):
       if pattern.search(name):
         used.add(i)
-        return 'frozen' if factor == 0 else f'lr_x{factor:g}'
-    return 'lr_x1'
+        return _lr_label(factor)
+    return _lr_label(1.)
 
   labels = flax.traverse_util.path_aware_map(label, params)
   unused = [lr_mults[i][0] for i in range(len(patterns)) if i not in used]
@@ -104,10 +108,9 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
   if min(factors) < 0:
     raise ValueError(f'lr_mults factors must be >= 0 (0 freezes); got {config.lr_mults}.')
   labels = functools.partial(lr_labels, lr_mults=config.lr_mults)
-  scaled = {'frozen' if f == 0 else f'lr_x{f:g}':
-            optax.set_to_zero() if f == 0 else optax.chain(*update, optax.scale(f))
+  scaled = {_lr_label(f): optax.set_to_zero() if f == 0 else optax.chain(*update, optax.scale(f))
             for f in factors}
-  trainable = {label: optax.set_to_zero() if label == 'frozen' else optax.identity()
+  trainable = {label: optax.set_to_zero() if label == _lr_label(0.) else optax.identity()
                for label in scaled}
   return optax.chain(optax.multi_transform(trainable, labels), *clip,
                      optax.multi_transform(scaled, labels))
@@ -196,10 +199,10 @@ def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
                                            config.augreg_dir)
     except checkpoint.CheckpointError as e:
       return str(e)
-    if checkpoint.augreg_model_name(row['name']) != config.model_name:
-      return (f'{config.pretrained} is a {checkpoint.augreg_model_name(row["name"])} '
-              f'checkpoint but the recipe builds {config.model_name}; set '
-              f'--config.model_name={checkpoint.augreg_model_name(row["name"])}.')
+    expected = checkpoint.augreg_model_name(row['name'])
+    if expected != config.model_name:
+      return (f'{config.pretrained} is a {expected} checkpoint but the recipe builds '
+              f'{config.model_name}; set --config.model_name={expected}.')
   if '://' in path or os.path.exists(path):
     return None
   return (f'the pretrained checkpoint {path} does not exist. Public ones live under '
