@@ -258,7 +258,8 @@ def test_a_run_that_slows_after_the_probe_stops_at_the_budget(folder, tmp_path, 
   # The probe sees a machine far faster than the real one: every step fits on paper.
   monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1e-6, 1e-6))
   caplog.set_level('WARNING')
-  config = tiny_config(folder, total_steps=100_000, time_budget='12s', log_every=100_000,
+  # Metrics are fetched every 20 steps, which bounds how far dispatch runs ahead.
+  config = tiny_config(folder, total_steps=100_000, time_budget='30s', log_every=20,
                        eval_every=100_000, checkpoint_every=100_000)
   summary = train.train_and_evaluate(config, str(tmp_path))
   assert json.loads((tmp_path / train.BUDGET_FILE).read_text())['total_steps'] == 100_000
