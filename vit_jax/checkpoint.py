@@ -279,10 +279,9 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
     raise ValueError('timm ViTs take one learned 1-D position embedding at the input '
                      '(posemb="learn", posemb_where="input") only.')
   out = {}
-  conv = lambda w: w.transpose(3, 2, 0, 1)  # HWIO -> OIHW
   if 'conv_root/kernel' in flat:
     out.update(_hybrid_backbone_to_timm(flat))
-  out['patch_embed.proj.weight'] = conv(flat['embedding/kernel'])
+  out['patch_embed.proj.weight'] = _oihw(flat['embedding/kernel'])
   out['patch_embed.proj.bias'] = flat['embedding/bias']
   if 'cls' in flat:
     out['cls_token'] = flat['cls']
@@ -316,6 +315,11 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
   return out
 
 
+def _oihw(kernel: np.ndarray) -> np.ndarray:
+  """A Flax conv kernel (HWIO) in PyTorch's layout (OIHW)."""
+  return kernel.transpose(3, 2, 0, 1)
+
+
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
   """(heads, head_dim, D) attention output kernel -> (D, heads * head_dim) Linear weight."""
   return kernel.reshape(-1, kernel.shape[-1]).T
@@ -342,10 +346,9 @@ def _mlp_to_timm(flat, p, t):
 
 def _hybrid_backbone_to_timm(flat):
   """The hybrid's ResNet under timm's `patch_embed.backbone`."""
-  conv = lambda w: w.transpose(3, 2, 0, 1)
   stages = sorted({k.split('/')[0] for k in flat if re.match(r'block\d+/', k)})
   stem = 'patch_embed.backbone.' + ('stem.' if stages else '')
-  out = {stem + 'conv.weight': conv(flat['conv_root/kernel']),
+  out = {stem + 'conv.weight': _oihw(flat['conv_root/kernel']),
          stem + 'norm.weight': flat['gn_root/scale'], stem + 'norm.bias': flat['gn_root/bias']}
   for key, value in flat.items():
     m = re.match(r'block(\d+)/unit(\d+)/(conv|gn)(\d|_proj)/(kernel|scale|bias)$', key)
@@ -356,18 +359,17 @@ def _hybrid_backbone_to_timm(flat):
     module = ('downsample.' + ('conv' if kind == 'conv' else 'norm') if index == '_proj'
               else ('conv' if kind == 'conv' else 'norm') + index)
     out[f'{t}{module}.{"weight" if name != "bias" else "bias"}'] = (
-        conv(value) if name == 'kernel' else value)
+        _oihw(value) if name == 'kernel' else value)
   return out
 
 
 def _bit_to_timm(flat):
   """BiT (`resnet/...`) in timm's ResNetV2 names."""
-  conv = lambda w: w.transpose(3, 2, 0, 1)
-  out = {'stem.conv.weight': conv(flat['resnet/root_block/standardized_conv2d/kernel']),
+  out = {'stem.conv.weight': _oihw(flat['resnet/root_block/standardized_conv2d/kernel']),
          'norm.weight': flat['resnet/group_norm/gamma'],
          'norm.bias': flat['resnet/group_norm/beta']}
   if 'resnet/head/conv2d/kernel' in flat:
-    out['head.fc.weight'] = conv(flat['resnet/head/conv2d/kernel'])
+    out['head.fc.weight'] = _oihw(flat['resnet/head/conv2d/kernel'])
     out['head.fc.bias'] = flat['resnet/head/conv2d/bias']
   names = {'a': '1', 'b': '2', 'c': '3'}
   for key, value in flat.items():
@@ -378,9 +380,9 @@ def _bit_to_timm(flat):
     stage, unit, part, proj, leaf = m.groups()
     t = f'stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
     if proj:
-      out[t + 'downsample.conv.weight'] = conv(value)
+      out[t + 'downsample.conv.weight'] = _oihw(value)
     elif leaf.endswith('kernel'):
-      out[f'{t}conv{names[part]}.weight'] = conv(value)
+      out[f'{t}conv{names[part]}.weight'] = _oihw(value)
     else:
       out[f'{t}norm{names[part]}.{"weight" if leaf.endswith("gamma") else "bias"}'] = value
   return out
