@@ -5,41 +5,30 @@
 
 A model is the recipe that trained it (`--config`: model name, architecture,
 image size, dataset) and its parameters (`--workdir` with params.npz, or
-`--checkpoint` with any .npz, published or ours). Tools: see TOOLS; `all` runs
-every one on every model it applies to, then writes report.html and report.md
-(every figure with its caption) and the numbers and figures as TensorBoard
-events in each model's workdir (`<workdir>/analysis`). `report` rebuilds the
-page and the joint figures from the JSON already in --out.
+`--checkpoint` with any .npz, published or ours). Tools: the registry
+(`analysis.tool.TOOLS`: the built-in ones of `analysis/tools/`, and those that
+modules named by `--tool_modules` register); `all` runs every one on every
+model it applies to, then writes report.html and report.md (every figure with
+its caption) and the numbers and figures as TensorBoard events in each model's
+workdir (`<workdir>/analysis`). `report` rebuilds the page and the joint
+figures from the JSON already in --out.
 """
-import functools
+import importlib
 import json
 import os
 import sys
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from analysis import events, features, report
-from analysis import landscape_tools as lt
-from analysis import representation_tools as rt
-from vit_jax import sweep
+from analysis import events, features, report, tool
+from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
+from vit_jax import sweep_rows
+from vit_jax.atomic import atomic_write
 
-# tool: (function, what it needs). 'pair' tools take every model at once; 'attention'
-# tools run on the models that sow global attention weights (ViTs); 'any' on all.
-TOOLS = {
-    'cka': (rt.run_cka, 'pair'),
-    'attention_distance': (rt.run_attention_distance, 'attention'),
-    'norm_ratio': (rt.run_norm_ratio, 'any'),
-    'erf': (rt.run_erf, 'any'),
-    'probes': (rt.run_probes, 'any'),
-    'localisation': (rt.run_localisation, 'attention'),
-    'vit_figures': (rt.run_vit_figures, 'attention'),
-    'hessian': (lt.run_hessian, 'any'),
-    'fourier': (lt.run_fourier, 'any'),
-    'robustness': (lt.run_robustness, 'any'),
-}
+TOOL_MODULES_FLAG = '--tool_modules='
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file('config', None, 'Recipe of the (first) model.')
@@ -55,14 +44,11 @@ flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
 flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
-flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
-flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
-                     'for the density.')
+flags.DEFINE_list('tool_modules', [], 'Importable modules that register more analysis tools '
+                  '(`analysis.tool.register`); imported before the flags are read, so their '
+                  'tools may define flags too.')
 flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard events in '
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
-flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
-                  'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
-                  'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
 
 
 def _subject(config, workdir, path, which: str):
@@ -78,7 +64,7 @@ def _subject(config, workdir, path, which: str):
     if row not in rows:
       raise app.UsageError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
                            f'with --row{which}, one of {rows}.')
-    config, label = sweep.row_config(config, row), f'{config.sweep.name}_{row}'
+    config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
   subject = features.load_subject(config.model_name, path, config.image_size,
@@ -86,31 +72,26 @@ def _subject(config, workdir, path, which: str):
   return subject, path, workdir if path == workdir else None
 
 
-def run_tools(tools: Sequence[str], subjects: Sequence[features.Subject],
-              batches_for: Callable[[features.Subject], rt.Batches], out: str,
-              hessian_options: Optional[Dict] = None) -> Tuple[Dict, Dict]:
-  """Runs `tools` on every subject they apply to, writing `<tool>.json` and the
+def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
+              batches_for: Callable[[features.Subject], tool.Batches], out: str,
+              options: Optional[Mapping[str, Mapping]] = None) -> Tuple[Dict, Dict]:
+  """Runs the registered tools `names` on every subject they apply to, with their
+  `options` (tool name -> keyword arguments), writing `<tool>.json` and the
   figures into `out`; returns the results and the wall seconds of each tool."""
   os.makedirs(out, exist_ok=True)
   results, seconds = {}, {}
-  for name in tools:
+  for name in names:
     start = time.perf_counter()
-    fn, needs = TOOLS[name]
-    if name == 'hessian':
-      fn = functools.partial(fn, **(hessian_options or {}))
-    if needs == 'pair':
-      results[name] = fn(subjects, batches_for(subjects[0]), out)
-    else:
-      results[name] = {s.label: fn(s, batches_for(s), out) for s in subjects
-                       if needs == 'any' or s.layers.attention_weights}
-    with open(os.path.join(out, f'{name}.json'), 'w') as f:
+    results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
+                                (options or {}).get(name))
+    with atomic_write(os.path.join(out, f'{name}.json')) as f:
       json.dump(results[name], f)
     seconds[name] = round(time.perf_counter() - start, 1)
     print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
   return results, seconds
 
 
-def run(tool: str) -> Dict:
+def run(name: str) -> Dict:
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
   loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
@@ -130,13 +111,12 @@ def run(tool: str) -> Dict:
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
-  hessian_options = dict(num_minibatches=FLAGS.hessian_batches, steps_top=FLAGS.lanczos_steps,
-                         steps_density=2 * FLAGS.lanczos_steps, objective=FLAGS.hessian_objective)
-  results, seconds = run_tools(list(TOOLS) if tool == 'all' else [tool], subjects, batches_for,
-                               FLAGS.out, hessian_options)
-  with open(os.path.join(FLAGS.out, 'timings.json'), 'w') as f:
+  names = list(tool.TOOLS) if name == 'all' else [name]
+  results, seconds = run_tools(names, subjects, batches_for, FLAGS.out,
+                               {n: tool.TOOLS[n].options() for n in names})
+  with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
     json.dump(seconds, f)  # wall seconds per tool, compilation and data included
-  with open(os.path.join(FLAGS.out, report.SUBJECTS_FILE), 'w') as f:
+  with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
     json.dump(about, f, indent=1)
   finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
   return results
@@ -154,10 +134,18 @@ def finish(out: str, tensorboard: bool) -> str:
   return page
 
 
+def import_tool_modules(argv: Sequence[str]) -> None:
+  """Imports the modules `--tool_modules=a,b` names, before absl parses the flags."""
+  for arg in argv:
+    if arg.startswith(TOOL_MODULES_FLAG):
+      for module in filter(None, arg[len(TOOL_MODULES_FLAG):].split(',')):
+        importlib.import_module(module)
+
+
 def main(argv):
-  if len(argv) != 2 or argv[1] not in list(TOOLS) + ['all', 'report']:
+  if len(argv) != 2 or argv[1] not in list(tool.TOOLS) + ['all', 'report']:
     raise app.UsageError(f'Usage: python -m analysis <tool> --config ... ; tools: '
-                         f'{", ".join(TOOLS)}, all; or `report --out DIR`.')
+                         f'{", ".join(tool.TOOLS)}, all; or `report --out DIR`.')
   if argv[1] == 'report':
     finish(FLAGS.out, tensorboard=False)
   else:
@@ -165,4 +153,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  import_tool_modules(sys.argv)
   app.run(main, argv=sys.argv)

@@ -59,6 +59,13 @@ class Subject:
     """Whether the token sequence starts with a class token."""
     return self.layers.class_token
 
+  def parameter(self, path: str) -> jax.Array:
+    """The parameter at a '/'-joined path, as `Layers` names them."""
+    node = self.params
+    for key in path.split('/'):
+      node = node[key]
+    return node
+
   def token_grid(self) -> Tuple[Tuple[int, int], float]:
     """A token model's (h, w) grid of spatial tokens and the pixels each token spans."""
     first = self.layers.stream[0]

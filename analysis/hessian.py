@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 import jax
 import jax.numpy as jnp
 import ml_collections
+import optax.tree_utils as otu
 from jax.flatten_util import ravel_pytree
 
 from vit_jax import steps
@@ -45,9 +46,8 @@ def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing:
     _, losses = jax.lax.scan(batch_loss, None, batches, unroll=count if unroll else 1)
     total = jnp.sum(losses)
     mask = l2_mask(params) if l2_mask else jax.tree_util.tree_map(lambda _: True, params)
-    penalty = sum(jnp.sum(p**2) for p, decayed in zip(jax.tree_util.tree_leaves(params),
-                                                      jax.tree_util.tree_leaves(mask)) if decayed)
-    return total / count + 0.5 * l2 * penalty
+    decayed = jax.tree_util.tree_map(lambda p, on: p if on else jnp.zeros_like(p), params, mask)
+    return total / count + 0.5 * l2 * otu.tree_norm(decayed, squared=True)
   return loss
 
 
@@ -74,10 +74,10 @@ def hvp(loss: Loss, params, batches: Batches, vector, unroll: bool = False):
   def add_batch(total, batch):
     single = jax.tree_util.tree_map(lambda x: x[None], batch)
     product = jax.jvp(lambda p: jax.grad(loss)(p, single), (params,), (vector,))[1]
-    return jax.tree_util.tree_map(jnp.add, total, product), None
+    return otu.tree_add(total, product), None
   count = batches[0].shape[0]
-  zeros = jax.tree_util.tree_map(jnp.zeros_like, vector)
-  total, _ = jax.lax.scan(add_batch, zeros, batches, unroll=count if unroll else 1)
+  total, _ = jax.lax.scan(add_batch, otu.tree_zeros_like(vector), batches,
+                          unroll=count if unroll else 1)
   return jax.tree_util.tree_map(lambda x: x / count, total)
 
 

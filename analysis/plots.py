@@ -3,8 +3,7 @@
 Every helper takes the file to write; with `path=None` it returns the open figure
 instead (for notebooks and tests).
 """
-import re
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 import matplotlib
 
@@ -12,10 +11,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
 
-# Okabe-Ito colours (safe for colour-blind readers); ViT red and ResNet blue as
-# Park & Kim draw them.
-FAMILY_COLOURS = {'vit': '#D55E00', 'bit': '#0072B2', 'alternet': '#009E73',
-                  'mixer': '#CC79A7'}
+# Okabe-Ito colours (safe for colour-blind readers) that no family claims
+# (`Family.colour`), for a second model of one family.
 OTHER_COLOURS = ('#E69F00', '#56B4E9', '#000000', '#F0E442')
 HEATMAP_CMAP = 'magma'  # perceptually uniform, readable in grey and by colour-blind readers
 MAX_TICKS = 24
@@ -30,25 +27,16 @@ def _save(fig, path: Optional[str]):
   return path
 
 
-def colours(families: Sequence[str]) -> list:
-  """A colour per model: its family's, or another Okabe-Ito colour for repeats."""
+def colours(preferred: Sequence[Optional[str]]) -> list:
+  """A colour per model: the one it prefers (its family's), or a spare Okabe-Ito
+  colour where none is given or an earlier model took it."""
   spare, used, out = list(OTHER_COLOURS), set(), []
-  for family in families:
-    colour = FAMILY_COLOURS.get(family)
+  for colour in preferred:
     if colour is None or colour in used:
       colour = spare.pop(0) if spare else None
     used.add(colour)
     out.append(colour)
   return out
-
-
-def stage_starts(labels: Sequence[str]) -> list:
-  """Indices where a new stage begins in layer labels such as 'block2/unit01' or
-  'stage3_unit1' (ResNet and AlterNet stages); none for ViT and Mixer blocks."""
-  stages = [re.match(r'(?:block|stage)(\d+)[/_]unit', label) for label in labels]
-  numbers = [m.group(1) if m else None for m in stages]
-  return [i for i in range(1, len(labels))
-          if numbers[i] is not None and numbers[i] != numbers[i - 1]]
 
 
 def _layer_ticks(ax, which: str, labels: Sequence[str]) -> None:
@@ -63,40 +51,55 @@ def _layer_ticks(ax, which: str, labels: Sequence[str]) -> None:
     ax.set_yticks(positions, names, fontsize=6)
 
 
-def _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax):
+class Panel(NamedTuple):
+  """One heatmap of `heatmaps`: columns and rows named by layer labels, with the
+  indices where a new stage begins (`Layers.stages`) dashed."""
+  matrix: np.ndarray
+  title: str
+  xlabels: Sequence[str]
+  ylabels: Sequence[str]
+  xstages: Sequence[int] = ()
+  ystages: Sequence[int] = ()
+
+
+def _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages=(), ystages=()):
   image = ax.imshow(matrix, origin='lower', cmap=HEATMAP_CMAP, vmin=vmin, vmax=vmax,
                     aspect='auto')
   if xlabels is not None:
     _layer_ticks(ax, 'x', xlabels)
-    for start in stage_starts(xlabels):
-      ax.axvline(start - 0.5, color='white', lw=0.6, ls='--')
   if ylabels is not None:
     _layer_ticks(ax, 'y', ylabels)
-    for start in stage_starts(ylabels):
-      ax.axhline(start - 0.5, color='white', lw=0.6, ls='--')
+  for start in xstages:
+    ax.axvline(start - 0.5, color='white', lw=0.6, ls='--')
+  for start in ystages:
+    ax.axhline(start - 0.5, color='white', lw=0.6, ls='--')
   return image
 
 
 def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, ylabel: str,
             vmin: Optional[float] = 0., vmax: Optional[float] = 1.,
-            xlabels: Optional[Sequence[str]] = None, ylabels: Optional[Sequence[str]] = None):
+            xlabels: Optional[Sequence[str]] = None, ylabels: Optional[Sequence[str]] = None,
+            xstages: Sequence[int] = (), ystages: Sequence[int] = ()):
   """A matrix with row 0 at the bottom, as CKA figures are drawn; `xlabels` and
-  `ylabels` name the columns and rows (layer names), stage boundaries dashed."""
+  `ylabels` name the columns and rows (layer names), and the column and row
+  indices in `xstages` and `ystages` begin a new stage (dashed)."""
   fig, ax = plt.subplots(figsize=(5.2, 4.6))
-  fig.colorbar(_draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax), ax=ax)
+  fig.colorbar(_draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages, ystages),
+               ax=ax)
   ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
   return _save(fig, path)
 
 
-def heatmaps(panels: Sequence[Tuple[np.ndarray, str, Sequence[str], Sequence[str]]],
-             path: Optional[str], title: str, vmin: float = 0., vmax: float = 1.):
-  """Heatmaps side by side on one colour scale: (matrix, title, column labels, row
-  labels) per panel, as Raghu et al. juxtapose ViT and ResNet CKA."""
+def heatmaps(panels: Sequence[Panel], path: Optional[str], title: str, vmin: float = 0.,
+             vmax: float = 1.):
+  """Heatmaps side by side on one colour scale, as Raghu et al. juxtapose ViT and
+  ResNet CKA."""
   fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels) + 0.8, 5.),
                            squeeze=False, layout='constrained')
-  for ax, (matrix, panel_title, xlabels, ylabels) in zip(axes[0], panels):
-    image = _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax)
-    ax.set_title(panel_title, fontsize=9)
+  for ax, panel in zip(axes[0], panels):
+    image = _draw_heatmap(ax, panel.matrix, panel.xlabels, panel.ylabels, vmin, vmax,
+                          panel.xstages, panel.ystages)
+    ax.set_title(panel.title, fontsize=9)
   fig.colorbar(image, ax=list(axes[0]), fraction=0.03)
   fig.suptitle(title)
   if path is None:
@@ -120,11 +123,13 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            shade: Union[Sequence[float], Dict[str, Sequence[float]]] = (),
            logy: bool = False, legend: bool = True, decades: float = 6.,
            xlabels: Optional[Sequence[str]] = None,
-           colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.):
+           colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
+           stages: Sequence[int] = ()):
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
   shade in that series' colour); `xlabels` names the positions 0, 1, ... (layer
-  names, stage boundaries dashed); a log axis spans at most `decades` below the peak."""
+  names), and a new stage begins at each position in `stages` (dashed); a log
+  axis spans at most `decades` below the peak."""
   fig, ax = plt.subplots(figsize=(5.8, 4.))
   for name, values in series.items():
     values = np.asarray(values)
@@ -139,8 +144,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
                  alpha=0.15, lw=0, zorder=0)
   if xlabels is not None:
     _layer_ticks(ax, 'x', xlabels)
-    for start in stage_starts(xlabels):
-      ax.axvline(start - 0.5, color='0.6', lw=0.6, ls='--', zorder=0)
+  for start in stages:
+    ax.axvline(start - 0.5, color='0.6', lw=0.6, ls='--', zorder=0)
   if logy:
     ax.set_yscale('log')
     ax.set_ylim(*log_limits(list(series.values()), decades))

@@ -13,9 +13,11 @@ import pytest
 import tensorflow as tf
 
 from analysis import events, plots, report
-from analysis.__main__ import TOOLS, run_tools
-from helpers import TINY_MIXER, TINY_VIT
+from analysis.__main__ import run_tools
+from analysis.tools import TOOLS
+from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT
 from test_representation_tools import batches, subject
+from vit_jax import models
 
 
 class _Page(html.parser.HTMLParser):
@@ -64,7 +66,7 @@ def analysed(tmp_path_factory):
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
-            dict(num_minibatches=2, steps_top=4, steps_density=8))
+            {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8)})
   about = {s.label: {'family': s.family.name, 'model_name': s.config.name,
                      'source': 'generated', 'tensorboard': str(out / 'tb' / s.label)}
            for s in subjects}
@@ -151,12 +153,23 @@ def test_tensorboard_events_hold_the_numbers_and_figures(analysed):
   assert 'analysis/attention_distance/mean_over_heads_px' not in _events(logdirs['mixer'])[0]
 
 
+def _layers(name, **overrides):
+  config = models.get_config(name, **overrides)
+  return models.family_of(config).layers(config)
+
+
 def test_heatmap_ticks_are_layer_names_with_stage_boundaries():
-  labels = ['root', 'block1/unit01', 'block1/unit02', 'block2/unit01']
-  assert plots.stage_starts(labels) == [1, 3]  # the stem is a stage of its own
-  assert plots.stage_starts(['embedding', 'block0/+sa', 'block0/+mlp']) == []
-  assert plots.stage_starts(['stem', 'stage1_unit1', 'stage1_unit2', 'stage2_unit1']) == [1, 3]
-  fig = plots.heatmap(np.eye(4), None, 'CKA', 'a', 'b', xlabels=labels, ylabels=labels)
+  bit = _layers('BiT-M-R50x1', num_layers=(2, 1))
+  labels = list(bit.labels)
+  assert labels == ['root', 'block1/unit01', 'block1/unit02', 'block2/unit01']
+  assert bit.stages == (1, 3)  # the stem is a stage of its own
+  assert bit.branch_stages == (2,)
+  assert _layers('ViT-Ti_16', **TINY_VIT).stages == ()
+  alternet = _layers('AlterNet-18', **TINY_ALTERNET)
+  assert list(alternet.labels) == ['stem', 'stage1_unit1', 'stage2_unit1', 'stage2_unit2']
+  assert alternet.stages == (1, 2) and alternet.branch_stages == (1,)
+  fig = plots.heatmap(np.eye(4), None, 'CKA', 'a', 'b', xlabels=labels, ylabels=labels,
+                      xstages=bit.stages, ystages=bit.stages)
   ax = fig.axes[0]
   assert [t.get_text() for t in ax.get_xticklabels()] == labels
   assert [t.get_text() for t in ax.get_yticklabels()] == labels

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import cka, features
-from analysis import landscape_tools as lt
-from analysis import representation_tools as rt
+from analysis.tools import TOOLS
 from configs import common
 from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT, init, make_folder, perturbed
 from vit_jax import checkpoint, models
@@ -49,7 +48,7 @@ FAMILIES = [0, 2, 3, 4]
 
 
 def test_cka_within_and_across_models(subjects, tmp_path):
-  result = rt.run_cka(subjects[::2], batches, str(tmp_path))
+  result = TOOLS['cka'].run(subjects[::2], batches, str(tmp_path))
   json.dumps(result)
   vit, across = np.array(result['cka']['vit']), np.array(result['cka']['vit vs bit'])
   assert vit.shape == (5, 5) and across.shape == (5, 3)  # embedding + 2 x 2 branches; root + 2
@@ -60,7 +59,7 @@ def test_cka_within_and_across_models(subjects, tmp_path):
 
 def test_cka_across_every_family(subjects, tmp_path):
   chosen = [subjects[i] for i in FAMILIES]
-  result = rt.run_cka(chosen, batches, str(tmp_path))
+  result = TOOLS['cka'].run(chosen, batches, str(tmp_path))
   for s in chosen:
     block = np.array(result['cka'][s.label])
     assert block.shape == (len(s.layers.stream),) * 2
@@ -71,13 +70,13 @@ def test_cka_across_every_family(subjects, tmp_path):
 @pytest.mark.parametrize('index', [3, 4])
 def test_attention_tools_refuse_models_without_global_attention(subjects, index, tmp_path):
   with pytest.raises(ValueError, match='sows no global attention'):
-    rt.run_attention_distance(subjects[index], batches, str(tmp_path))
+    TOOLS['attention_distance'].run(subjects[index], batches, str(tmp_path))
 
 
 @pytest.mark.parametrize('tool', ['attention_distance', 'localisation', 'vit_figures'])
 @pytest.mark.parametrize('index', [0, 1])
 def test_vit_tools(subjects, tool, index, tmp_path):
-  result = getattr(rt, f'run_{tool}')(subjects[index], batches, str(tmp_path))
+  result = TOOLS[tool].run(subjects[index], batches, str(tmp_path))
   json.dumps(result)
   assert result['figures'] and all(os.path.exists(f) for f in result['figures'])
   if tool == 'attention_distance':
@@ -95,17 +94,17 @@ def test_vit_tools(subjects, tool, index, tmp_path):
 @pytest.mark.parametrize('index', FAMILIES)
 def test_norm_ratio_erf_probes(subjects, index, tmp_path):
   s = subjects[index]
-  ratios = rt.run_norm_ratio(s, batches, str(tmp_path))['ratios']
+  ratios = TOOLS['norm_ratio'].run(s, batches, str(tmp_path))['ratios']
   assert list(ratios) == [b.label for b in s.layers.branches]
   assert len(ratios) == {'vit': 4, 'mixer': 4, 'bit': 2, 'alternet': 3}[s.label]
   assert all(v > 0 for row in ratios.values() for v in row.values())
   assert all(('cls' in row) == s.has_cls for row in ratios.values())
-  fields = rt.run_erf(s, batches, str(tmp_path), num_images=4)
+  fields = TOOLS['erf'].run(s, batches, str(tmp_path), num_images=4)
   assert len(fields['fields']) == len(s.layers.stream)
   # A patch model's embedding sees one 8x8 patch; later layers see at least as much.
   if s.label in ('vit', 'mixer'):
     assert fields['half_mass_pixels'][0] <= 64 <= fields['half_mass_pixels'][-1]
-  result = rt.run_probes(s, batches, str(tmp_path), shots=(1, 5, 20))
+  result = TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5, 20))
   json.dumps(result)
   assert set(result['few_shot_pre_logits']) == {1, 5} and result['shots_left_out'] == [20]
   for rows in result['probes'].values():
@@ -130,7 +129,6 @@ def test_command_line_on_the_quick_start_vit(tmp_path):
        '--checkpoint', path, '--num_images', '60', '--batch_size', '30',
        '--hessian_batches', '2', '--lanczos_steps', '4', '--out', str(out)],
       check=True, cwd=ROOT)
-  from analysis.__main__ import TOOLS
   for tool in TOOLS:
     assert json.loads((out / f'{tool}.json').read_text())['quickstart_vit' if tool != 'cka'
                                                            else 'cka']
@@ -144,7 +142,7 @@ def test_landscape_tools(subjects, index, tmp_path):
   # Few Lanczos steps (their accuracy is tested in test_hessian_lanczos.py) and one
   # minibatch, so that the top-k and the density share one compiled product (several
   # minibatches: test_paper_scale_command_on_a_generated_checkpoint).
-  result = lt.run_hessian(s, batches, str(tmp_path), num_minibatches=1, top_k=3, steps_top=4,
+  result = TOOLS['hessian'].run(s, batches, str(tmp_path), num_minibatches=1, top_k=3, steps_top=4,
                           steps_density=5, num_probes=1)
   json.dumps(result)
   assert np.array(result['top_per_minibatch']).shape == (1, 3)
@@ -152,7 +150,7 @@ def test_landscape_tools(subjects, index, tmp_path):
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr
   assert result['objective']['label_smoothing'] == 0.1
-  result = lt.run_fourier(s, batches, str(tmp_path))
+  result = TOOLS['fourier'].run(s, batches, str(tmp_path))
   json.dumps(result)
   curves = result['curves']
   assert len(curves) == len(result['layers'])
@@ -164,7 +162,7 @@ def test_landscape_tools(subjects, index, tmp_path):
   assert all(c[0] == 0. and c[-1] == h for c, h in zip(curves, result['high_frequency']))
   assert np.all(np.array(result['variance']) > 0)
   assert result['attention_layers'] == {'vit': [1, 3], 'alternet': [3]}.get(s.label, [])
-  result = lt.run_robustness(s, batches, str(tmp_path), epsilons=(0.1, 1.), frequencies=(0., 1.5),
+  result = TOOLS['robustness'].run(s, batches, str(tmp_path), epsilons=(0.1, 1.), frequencies=(0., 1.5),
                              width=0.1)
   json.dumps(result)
   assert np.array(result['accuracy']).shape == (2, 2)
@@ -176,14 +174,14 @@ def test_landscape_tools(subjects, index, tmp_path):
 def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   s = subjects[0]
   kwargs = dict(num_minibatches=1, top_k=2, steps_top=6, steps_density=6, num_probes=1)
-  training = lt.run_hessian(s, batches, str(tmp_path), **kwargs)
-  clean = lt.run_hessian(s, batches, str(tmp_path), objective='clean', **kwargs)
+  training = TOOLS['hessian'].run(s, batches, str(tmp_path), **kwargs)
+  clean = TOOLS['hessian'].run(s, batches, str(tmp_path), objective='clean', **kwargs)
   assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
   assert 'augmentation' in training['objective']['data']
   assert not np.allclose(training['top_per_minibatch'], clean['top_per_minibatch'])
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
-    lt.run_hessian(no_recipe, batches, str(tmp_path), **kwargs)
+    TOOLS['hessian'].run(no_recipe, batches, str(tmp_path), **kwargs)
 
 
 def test_cka_features_sharded_over_devices_equal_one_device(subjects):
@@ -205,7 +203,6 @@ def test_cka_features_sharded_over_devices_equal_one_device(subjects):
   np.testing.assert_allclose(streams[0], streams[1], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow
 def published_layout(tmp_path, name, num_classes=2):
   """A generated checkpoint of a published model, in the published layout."""
   path = str(tmp_path / f'{name}.npz')
@@ -214,6 +211,7 @@ def published_layout(tmp_path, name, num_classes=2):
   return path
 
 
+@pytest.mark.slow
 def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
   """The README's Park & Kim command (a published-layout ViT-Ti/16 with the ImageNet
   fine-tuning recipe), on a generated checkpoint and image folder at 32 px."""

@@ -1,0 +1,150 @@
+"""What an analysis tool is, and the registry of tools.
+
+A tool is one `Tool` record, defined in its own module under `analysis/tools/`
+beside the function that runs it: its name, what it runs on, how its JSON
+becomes report text, TensorBoard scalars and joint figures, and its command-line
+options. The command line, the report, the events and the joint figures iterate
+over `TOOLS` and name no tool. `register` adds one from anywhere (a module
+named with `python -m analysis --tool_modules=...`).
+
+A tool's JSON is either per model, {model label: that model's numbers (with
+'figures')}, or, for tools that take every model at once, one dict.
+"""
+import dataclasses
+import os
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from analysis import features
+
+Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
+Subject = features.Subject
+Result = Mapping[str, Any]  # a tool's JSON
+Series = Dict[str, List[float]]  # TensorBoard tag -> values at steps 0, 1, ...
+# Text of a caption: strings, and quotes of numbers in the tool's JSON made by a
+# `QuoteFn(*key_path, reduce='value' | 'mean' | 'min' | 'max' | 'offdiag_mean')`.
+Fragment = Any
+QuoteFn = Callable[..., Any]
+
+ANY = 'any'  # runs on each model
+ATTENTION = 'attention'  # runs on each model that sows global attention maps (ViTs)
+ALL_MODELS = 'all models'  # runs once on every model together
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+  """A figure file of a tool's JSON: its caption is the findings of `caption`
+  (a model label, or a key of the tool's own); `models` are the labels it shows."""
+  path: str
+  caption: str
+  models: Tuple[str, ...]
+
+
+def per_model(result: Result) -> Dict[str, Mapping]:
+  """The per-model entries of a tool's JSON (label -> that model's numbers)."""
+  return {label: value for label, value in result.items() if isinstance(value, Mapping)}
+
+
+def model_figures(result: Result) -> List[Figure]:
+  """The figures of a per-model JSON: each model's 'figures', captioned by its model."""
+  return [Figure(path, label, (label,)) for label, r in per_model(result).items()
+          for path in r.get('figures', [])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+  """One analysis tool: how it runs and how its JSON is reported.
+
+  `run(subject, batches, out, **options)` returns one model's JSON (for `runs_on`
+  ALL_MODELS, `run(subjects, batches, out, **options)` returns the whole JSON)
+  and writes its figures into `out`. `findings(result, quote)` is what the models
+  show, per caption key, as text fragments and quotes of the JSON; `scalars(result,
+  label)` a model's TensorBoard series; `joint(result, colour_of, out)` the figures
+  that put every model in one frame (none below two models); `options()` the keyword
+  arguments of `run` from the command-line flags the tool's module defines.
+  """
+  name: str
+  title: str
+  quantity: str  # what is measured and by which convention
+  paper: str  # the paper's finding, with figure numbers
+  run: Callable[..., Dict]
+  findings: Callable[[Result, QuoteFn], Dict[str, List[Fragment]]]
+  scalars: Callable[[Result, str], Series] = lambda result, label: {}
+  runs_on: str = ANY
+  figures: Callable[[Result], List[Figure]] = model_figures
+  joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
+  options: Callable[[], Mapping[str, Any]] = dict
+
+  def applies_to(self, subject: Subject) -> bool:
+    return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)
+
+
+TOOLS: Dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+  """Adds `tool` to TOOLS (after those registered before it); names are unique."""
+  if tool.runs_on not in (ANY, ATTENTION, ALL_MODELS):
+    raise ValueError(f'Tool {tool.name!r}: runs_on must be {ANY!r}, {ATTENTION!r} or '
+                     f'{ALL_MODELS!r}, not {tool.runs_on!r}.')
+  if tool.name in TOOLS and TOOLS[tool.name] is not tool:
+    raise ValueError(f'An analysis tool named {tool.name!r} is registered already.')
+  TOOLS[tool.name] = tool
+  return tool
+
+
+def each_model(findings_of: Callable[[str, Mapping, QuoteFn], List[Fragment]]
+               ) -> Callable[[Result, QuoteFn], Dict[str, List[Fragment]]]:
+  """Findings of a per-model JSON from those of one model: `findings_of(label, r,
+  quote)` quotes paths inside that model's entry `r`."""
+  def findings(result: Result, quote: QuoteFn) -> Dict[str, List[Fragment]]:
+    return {label: findings_of(label, r, lambda *path, **kw: quote(label, *path, **kw))
+            for label, r in per_model(result).items()}
+  return findings
+
+
+def model_scalars(series_of: Callable[[Mapping], Series]) -> Callable[[Result, str], Series]:
+  """Scalars of a per-model JSON from those of one model's entry (none for a
+  model the tool did not run on)."""
+  return lambda result, label: series_of(result[label]) if label in result else {}
+
+
+# Helpers the tools' runners share.
+
+
+def figure_path(out: str, tool: str, subject: Subject) -> str:
+  """Where a tool writes its figure of one subject."""
+  return os.path.join(out, f'{tool}_{subject.label}.png')
+
+
+def batch_mean(batches: Iterator, fn: Callable[[np.ndarray, np.ndarray], jax.Array]
+               ) -> np.ndarray:
+  """Mean of fn(images, labels) over batches, weighted by batch size."""
+  total, count = 0., 0
+  for images, labels in batches:
+    total = total + np.asarray(fn(images, labels), np.float64) * len(images)
+    count += len(images)
+  return total / count
+
+
+def take(iterator: Iterator, num_images: int) -> Iterator:
+  """The batches of `iterator` until `num_images` images have come."""
+  seen = 0
+  for batch in iterator:
+    if seen >= num_images:
+      return
+    seen += len(batch[0])
+    yield batch
+
+
+def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subject], Batches],
+           out: str, options: Optional[Mapping[str, Any]] = None) -> Dict:
+  """The JSON of `tool` on `subjects` (those it applies to), figures written to `out`."""
+  options = dict(options or {})
+  if tool.runs_on == ALL_MODELS:
+    return tool.run(list(subjects), batches_for(subjects[0]), out, **options)
+  return {s.label: tool.run(s, batches_for(s), out, **options) for s in subjects
+          if tool.applies_to(s)}
+

@@ -1,0 +1,91 @@
+"""Representation similarity: all-pairs minibatch linear CKA of every model's
+residual stream, within and across models (Raghu et al. Fig. 1-2)."""
+import os
+from typing import Dict, List, Mapping, Sequence
+
+import numpy as np
+
+from analysis import cka, features, plots
+from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
+
+
+def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
+            unbiased: bool = True) -> Dict:
+  """All-pairs minibatch linear CKA of every subject's residual stream, within and
+  across models, in one pass over the evaluation split."""
+  names = [s.layers.stream for s in subjects]
+  stream = cka.MinibatchCKA('linear', unbiased=unbiased)
+  for images, _ in batches('eval'):
+    stream.update(features.layer_representations(subjects, names, images))
+  matrix = stream.result()
+  result = {'layers': {s.label: list(s.layers.labels) for s in subjects},
+            'stages': {s.label: list(s.layers.stages) for s in subjects},
+            'num_examples': stream.num_examples, 'unbiased': unbiased, 'cka': {},
+            'figures': []}
+  bounds = np.cumsum([0] + [len(n) for n in names])
+  for i, a in enumerate(subjects):
+    for j, b in enumerate(subjects[i:], start=i):
+      block = matrix[bounds[i]:bounds[i + 1], bounds[j]:bounds[j + 1]]
+      key = a.label if i == j else f'{a.label} vs {b.label}'
+      result['cka'][key] = block.tolist()
+      result['figures'].append(plots.heatmap(
+          block.T, os.path.join(out, f'cka_{a.label}_{b.label}.png'), f'CKA: {key}',
+          f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
+          ylabels=b.layers.labels, xstages=a.layers.stages, ystages=b.layers.stages))
+  return result
+
+
+def _models(key: str) -> List[str]:
+  a, _, b = key.partition(' vs ')
+  return [a, b or a]
+
+
+def findings(result: Mapping, q) -> Dict[str, list]:
+  out = {}
+  for key in result['cka']:
+    if ' vs ' in key:
+      out[key] = [f'{key}: mean CKA ', q('cka', key, reduce='mean'), ', highest ',
+                  q('cka', key, reduce='max')]
+    else:
+      out[key] = [f'{key}: first vs last layer ', q('cka', key, 0, -1),
+                  ', mean over distinct layer pairs ', q('cka', key, reduce='offdiag_mean')]
+  return out
+
+
+def figures(result: Mapping) -> List[Figure]:
+  """One heatmap per key of 'cka', in the keys' order."""
+  return [Figure(path, key, tuple(dict.fromkeys(_models(key))))
+          for key, path in zip(result['cka'], result['figures'])]
+
+
+def scalars(result: Mapping, label: str) -> Dict[str, List[float]]:
+  if label not in result['cka']:
+    return {}
+  return {'cka/first_layer_vs_layer': list(result['cka'][label][0])}
+
+
+def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """Every heatmap side by side on one colour scale (Raghu et al. Fig. 1)."""
+  layers = result['layers']
+  if len(layers) < 2:
+    return []
+  stages = result.get('stages', {})
+  panels = []
+  for key, matrix in result['cka'].items():
+    a, b = _models(key)
+    panels.append(plots.Panel(np.asarray(matrix).T, key, layers[a], layers[b],
+                              stages.get(a, ()), stages.get(b, ())))
+  return [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
+                         f'Linear CKA on {result["num_examples"]} images (one colour scale)')]
+
+
+TOOL = register(Tool(
+    name='cka', title='Representation similarity (CKA)',
+    quantity='Linear CKA between every pair of residual-stream layers, minibatch HSIC '
+             '(Nguyen et al.; unbiased unless the JSON says otherwise) over the evaluation '
+             'images; layer 0 at the bottom left.',
+    paper='Raghu et al. (Fig. 1-2): ViT\'s representations are uniform across depth, while '
+          'ResNet\'s lower and higher layers differ (block structure); ViT\'s lower half '
+          'matches a larger share of ResNet\'s depth.',
+    run=run_cka, runs_on=ALL_MODELS, findings=findings, figures=figures, scalars=scalars,
+    joint=joint))

@@ -1,0 +1,138 @@
+"""Hessian spectra: top eigenvalues per minibatch by Lanczos and the SLQ spectral
+density (Park & Kim Fig. 1, 4)."""
+from typing import Dict, List, Mapping
+
+import jax
+import numpy as np
+from absl import flags
+
+from analysis import features, hessian, lanczos, plots
+from analysis import joint_figures
+from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
+                           per_model, register)
+
+DENSITY_DECADES = 4  # an SLQ density is drawn down to 1e-4 of its peak
+
+flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
+flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
+                     'for the density.')
+flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
+                  'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
+                  'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
+FLAGS = flags.FLAGS
+
+
+def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
+  """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
+  images and (K, B, C) label distributions (integer labels become one-hot), each
+  batch split over the devices."""
+  fixed = []
+  for images, labels in batches(split):
+    if labels.ndim == 1:
+      labels = jax.nn.one_hot(labels, num_classes)
+    fixed.append((images, labels))
+    if len(fixed) == count:
+      return tuple(features.shard_examples(x, axis=1) for x in hessian.stack_batches(fixed))
+  raise ValueError(f'The {split} split gave {len(fixed)} batches, fewer than the {count} '
+                   'needed; use more images.')
+
+
+def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
+  """(loss, split of its batches, description) for `objective`:
+  'training', the recipe's own loss plus L2 on training batches with its
+  augmentation (Park & Kim's protocol, `hessian.recipe_objective`), or 'clean',
+  plain cross-entropy without L2 on evaluation-preprocessed training images.
+  `unroll` as in `hessian.training_loss`."""
+  if objective == 'clean':
+    return (hessian.training_loss(subject.model, unroll=unroll), 'train',
+            {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
+             'data': 'training split, evaluation preprocessing'})
+  if objective != 'training':
+    raise ValueError(f'Unknown Hessian objective {objective!r}; use training or clean.')
+  if subject.recipe is None:
+    raise ValueError(f'The training objective of {subject.label} needs the recipe that '
+                     'trained it (load_subject(..., recipe=)); or measure objective="clean".')
+  loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
+  return loss, features.TRAIN_AUGMENTED, {**description,
+                                          'data': 'training split through the training '
+                                                  'pipeline, augmentation drawn once'}
+
+
+def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: int = 4,
+                top_k: int = 5, steps_top: int = 20, steps_density: int = 40,
+                num_probes: int = 2, objective: str = 'training') -> Dict:
+  """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
+  and an SLQ density with its negative fraction on all of them together, of the
+  objective `hessian_objective` names (recorded in the JSON)."""
+  num_classes = subject.config.num_classes
+  # Convolutions run slowly inside XLA:CPU loop bodies: drive those models from Python there.
+  host_loop = subject.family.convolutional and jax.default_backend() == 'cpu'
+  loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
+  fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
+  matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
+  tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
+                                      operands=(subject.params, tuple(x[i:i + 1] for x in fixed)),
+                                      host_loop=host_loop)['top'].tolist()
+          for i in range(num_minibatches)]
+  nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
+                               operands=(subject.params, fixed), host_loop=host_loop)
+  span = max(np.abs(nodes).max(), 1e-12)
+  grid = np.linspace(-span * 1.05, span * 1.05, 400)
+  sigma = span / 100
+  spectrum = lanczos.density(nodes, weights, grid, sigma)
+  figures = [
+      plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
+                      f'Top-{top_k} Hessian eigenvalues on {num_minibatches} minibatches: '
+                      f'{subject.label}', 'eigenvalue'),
+      plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
+                   f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
+                   'eigenvalue', 'density', x=grid, logy=True, decades=DENSITY_DECADES)]
+  return {'objective': {'name': objective, **description},
+          'top_per_minibatch': tops, 'num_parameters': dim,
+          'negative_fraction': lanczos.negative_fraction(nodes, weights),
+          # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
+          'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, 0.01 * span),
+          'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
+          'figures': figures}
+
+
+def _findings(label, r, q):
+  return [f'{label} ({r["objective"]["name"]} objective, ', q('num_parameters'),
+          ' parameters): top eigenvalues from ', q('top_per_minibatch', reduce='min'), ' to ',
+          q('top_per_minibatch', reduce='max'), '; negative spectral mass ',
+          q('negative_fraction'), ', beyond 1% of the largest ',
+          q('negative_fraction_beyond_1pct')]
+
+
+def _scalars(r):
+  return {'hessian/top_eigenvalue': [max(top) for top in r['top_per_minibatch']],
+          'hessian/negative_fraction': [r['negative_fraction']],
+          'hessian/negative_fraction_beyond_1pct': [r['negative_fraction_beyond_1pct']]}
+
+
+def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """Every model's SLQ density on one eigenvalue axis, each from its own nodes."""
+  by_model = per_model(result)
+  if len(by_model) < 2:
+    return []
+  span = max(np.abs(np.asarray(r['slq_nodes'])).max() for r in by_model.values())
+  grid = np.linspace(-1.05 * span, 1.05 * span, 600)
+  series = {label: lanczos.density(np.asarray(r['slq_nodes']), np.asarray(r['slq_weights']),
+                                   grid, r['sigma']) for label, r in by_model.items()}
+  return [plots.curves(series, joint_figures.path(out, 'hessian'),
+                       'Hessian spectral densities (SLQ)', 'eigenvalue', 'density', x=grid,
+                       logy=True, decades=DENSITY_DECADES, colours_of=colour_of)]
+
+
+TOOL = register(Tool(
+    name='hessian', title='Hessian spectra',
+    quantity='Top-5 Hessian eigenvalues on each minibatch by Lanczos, and the SLQ spectral '
+             'density on all of them, of the objective the JSON names.',
+    paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
+          'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
+          'training suppress.',
+    run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    joint=joint,
+    options=lambda: dict(num_minibatches=FLAGS.hessian_batches, steps_top=FLAGS.lanczos_steps,
+                         steps_density=2 * FLAGS.lanczos_steps,
+                         objective=FLAGS.hessian_objective)))

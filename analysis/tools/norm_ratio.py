@@ -1,0 +1,70 @@
+"""Skip connections: the norm of the stream entering each residual branch over the
+norm of what the branch adds (Raghu et al. Fig. 5)."""
+from typing import Dict, List, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from analysis import joint_figures, plots, skip
+from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, figure_path,
+                           model_scalars, per_model, register)
+
+
+def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
+  """||z|| / ||f(z)|| for every residual branch, class token apart from the rest."""
+  rows = subject.layers.branches
+  names = sorted({n for row in rows for n in (row.skip, row.output)})
+  kinds = ('cls', 'spatial') if subject.has_cls else ('spatial',)
+
+  def ratios(images, _):
+    inter = subject.intermediates(images, names)
+    values = [skip.token_norm_ratios(inter[row.skip], inter[row.output], subject.has_cls)
+              for row in rows]
+    return jnp.array([[v[k] for k in kinds] for v in values])
+
+  table = batch_mean(batches('eval'), ratios)
+  result = {row.label: dict(zip(kinds, map(float, values))) for row, values in zip(rows, table)}
+  # One curve per kind of branch and token, each over the branches of that kind in depth
+  # order, at their positions among all branches.
+  series, x = {}, {}
+  for branch in dict.fromkeys(row.kind for row in rows):
+    where = [i for i, row in enumerate(rows) if row.kind == branch]
+    for k, kind in enumerate(kinds):
+      series[f'{branch} ({kind})'], x[f'{branch} ({kind})'] = table[where, k], where
+  figure = plots.curves(series, figure_path(out, 'norm_ratio', subject),
+                        f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
+                        x=x, logy=True, decades=3, xlabels=[row.label for row in rows],
+                        stages=subject.layers.branch_stages)
+  return {'ratios': result, 'figures': [figure]}
+
+
+def _findings(label, r, q):
+  kind = 'cls' if 'cls' in next(iter(r['ratios'].values())) else 'spatial'
+  branches = list(r['ratios'])
+  return [f'{label}: {kind} tokens {branches[0]} ', q('ratios', branches[0], kind),
+          f', {branches[-1]} ', q('ratios', branches[-1], kind),
+          '; all branches and tokens from ', q('ratios', reduce='min'), ' to ',
+          q('ratios', reduce='max')]
+
+
+def _scalars(r):
+  kinds = next(iter(r['ratios'].values()))
+  return {f'norm_ratio/{kind}': [row[kind] for row in r['ratios'].values()] for kind in kinds}
+
+
+def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  return joint_figures.depth_curves(
+      per_model(result), lambda r: [row.get('spatial', np.nan) for row in r['ratios'].values()],
+      colour_of, joint_figures.path(out, 'norm_ratio'),
+      '||z|| / ||f(z)|| of spatial tokens per branch', 'ratio', logy=True, decades=3)
+
+
+TOOL = register(Tool(
+    name='norm_ratio', title='Skip connections: norm ratios',
+    quantity='||z|| / ||f(z)||: norm of the stream entering a residual branch over the norm of '
+             'what the branch adds, per token, class token apart.',
+    paper='Raghu et al. (Fig. 5): in ViT the ratio is high for the class token in early blocks '
+          'and for spatial tokens later; skips carry representations more strongly in ViT '
+          'than in ResNet.',
+    run=run_norm_ratio, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    joint=joint))

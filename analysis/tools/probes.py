@@ -1,0 +1,93 @@
+"""Linear probes per layer and token kind, and few-shot accuracy on the pre-logits
+(Raghu et al. Fig. 12-13)."""
+from typing import Dict, Iterator, List, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis import features, joint_figures, plots, probes
+from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
+                           per_model, register)
+
+
+def _token_features(subject: Subject, x: jax.Array) -> Dict[str, jax.Array]:
+  """Per-example probe inputs from one representation: the class token, the centre
+  spatial token (position) and the mean over spatial tokens (positions)."""
+  grid = features.spatial_map(subject, x)
+  h, w = grid.shape[1:3]
+  out = {'centre token': grid[:, h // 2, w // 2], 'token mean': jnp.mean(grid, axis=(1, 2))}
+  if subject.has_cls:
+    out['class token'] = x[:, 0]
+  return out
+
+
+def _collect(subject: Subject, iterator: Iterator, names: Sequence[str]):
+  feats, labels = {}, []
+  for images, batch_labels in iterator:
+    inter = subject.intermediates(images, names)
+    for name in names:
+      per_token = inter[name] if inter[name].ndim == 2 else _token_features(subject, inter[name])
+      if inter[name].ndim == 2:
+        per_token = {'features': per_token}
+      for kind, value in per_token.items():
+        feats.setdefault((name, kind), []).append(np.asarray(value))
+    labels.append(batch_labels)
+  return {k: np.concatenate(v) for k, v in feats.items()}, np.concatenate(labels)
+
+
+def run_probes(subject: Subject, batches: Batches, out: str,
+               shots: Sequence[int] = (1, 5, 10, 25)) -> Dict:
+  """Ridge probes per layer and token kind, and few-shot accuracy on pre-logits."""
+  names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
+  train_x, train_y = _collect(subject, batches('train'), names + [pre_logits])
+  test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits])
+  num_classes = int(max(train_y.max(), test_y.max())) + 1
+  kinds = sorted({kind for name, kind in train_x if name != pre_logits})
+  layers = {kind: [probes.probe_accuracy(train_x[n, kind], train_y, test_x[n, kind], test_y,
+                                         num_classes) for n in names] for kind in kinds}
+  smallest_class = int(np.bincount(train_y, minlength=num_classes).min())
+  few_shot = {k: probes.few_shot_accuracy(train_x[pre_logits, 'features'], train_y,
+                                          test_x[pre_logits, 'features'], test_y, num_classes, k)
+              for k in shots if k <= smallest_class}
+  figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
+                        figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
+                        'layer', 'test accuracy', xlabels=subject.layers.labels,
+                        stages=subject.layers.stages)
+  return {'layers': list(subject.layers.labels), 'probes': layers,
+          'few_shot_pre_logits': few_shot,
+          'shots_left_out': [k for k in shots if k > smallest_class],
+          'num_train': len(train_y), 'num_test': len(test_y), 'figures': [figure]}
+
+
+def _findings(label, r, q):
+  parts = [f'{label}: last-layer probes ']
+  for i, kind in enumerate(r['probes']):
+    parts += [', ' if i else '', f'{kind} ', q('probes', kind, -1, 'accuracy')]
+  for shots in r['few_shot_pre_logits']:
+    parts += [f'; {shots}-shot on pre-logits ', q('few_shot_pre_logits', shots)]
+  return parts
+
+
+def _scalars(r):
+  series = {f'probes/{kind}': [row['accuracy'] for row in rows]
+            for kind, rows in r['probes'].items()}
+  series.update({f'probes/few_shot_{k}': [v] for k, v in r['few_shot_pre_logits'].items()})
+  return series
+
+
+def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  return joint_figures.depth_curves(
+      per_model(result), lambda r: [row['accuracy'] for row in r['probes']['token mean']],
+      colour_of, joint_figures.path(out, 'probes'), 'Linear probe on the token mean per layer',
+      'test accuracy')
+
+
+TOOL = register(Tool(
+    name='probes', title='Linear probes',
+    quantity='Ridge linear probes per layer on the class token, the centre token and the token '
+             'mean; few-shot linear accuracy on the pre-logits.',
+    paper='Raghu et al. (Fig. 12-13): a class-token ViT\'s class token becomes decodable only in '
+          'the last layers, while the spatial tokens\' mean is decodable earlier.',
+    run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    joint=joint))

@@ -1,0 +1,85 @@
+"""The analysis tool registry: a tool defined outside `analysis/`
+(tests/logit_margin_tool.py) runs through `python -m analysis`, gets its report
+section with its caption and its TensorBoard events, with no file of the package
+changed."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from analysis import tool
+from analysis.tool import Tool, register
+from helpers import init, perturbed
+from vit_jax import checkpoint, models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def registry(monkeypatch):
+  """The registry as it is, in a copy this test may extend; and the tool module,
+  imported afresh into it."""
+  monkeypatch.setattr(tool, 'TOOLS', dict(tool.TOOLS))
+  spec = importlib.util.spec_from_file_location('logit_margin_tool_copy',
+                                                os.path.join(TESTS, 'logit_margin_tool.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return tool.TOOLS, module
+
+
+def test_registered_tools_need_unique_names_and_a_known_kind(registry):
+  tools, module = registry
+  record = module.LOGIT_MARGIN
+  assert list(tools)[-1] == 'logit_margin' and tools['logit_margin'] is record
+  assert register(record) is record  # registering the same record again is a no-op
+  with pytest.raises(ValueError, match='registered already'):
+    register(Tool(name='logit_margin', title='', quantity='', paper='', run=record.run,
+                  findings=record.findings))
+  with pytest.raises(ValueError, match='runs_on'):
+    register(Tool(name='other', title='', quantity='', paper='', run=record.run,
+                  findings=record.findings, runs_on='pairs'))
+
+
+def _scalars(logdir):
+  values = {}
+  for name in os.listdir(logdir):
+    for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
+      for value in event.summary.value:
+        values.setdefault(value.tag, {})[event.step] = value
+  return values
+
+
+@pytest.mark.slow
+def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp_path):
+  config_path = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
+  sys.path.insert(0, ROOT)
+  from configs import quickstart_vit
+  config = quickstart_vit.get_config()
+  model = models.get_model(config.model_name, 10, **config.model)
+  npz = str(tmp_path / 'vit.npz')
+  checkpoint.save(npz, perturbed(init(model, 28), scale=0.02)['params'])
+  out = tmp_path / 'out'
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get('PYTHONPATH', '')]))
+  subprocess.run(
+      [sys.executable, '-m', 'analysis', 'logit_margin', '--tool_modules=logit_margin_tool',
+       '--config', config_path, '--checkpoint', npz, '--num_images', '20', '--batch_size', '10',
+       '--out', str(out)], check=True, cwd=ROOT, env=env)
+  result = json.loads((out / 'logit_margin.json').read_text())['quickstart_vit']
+  assert len(result['margins']) == 20 and min(result['margins']) >= 0
+  page = (out / 'report.html').read_text()
+  assert '<section id="logit_margin"><h2>Logit margins</h2>' in page
+  assert 'logit_margin_quickstart_vit.png' in page
+  mean = np.mean(result['margins'])
+  assert 'quickstart_vit: mean margin <span class="num" data-file="logit_margin.json"' in page
+  assert f'>{mean:.3g}</span>' in page
+  events = _scalars(out / 'tensorboard' / 'quickstart_vit')
+  margins = events['analysis/logit_margin/margin']
+  np.testing.assert_allclose([float(tf.make_ndarray(margins[i].tensor)) for i in range(3)],
+                             result['margins'][:3], rtol=1e-6)
+  assert 'analysis/logit_margin/logit_margin_quickstart_vit' in events
