@@ -70,6 +70,6 @@ def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
   else:
     rows = _data_rows(config)
   # (label, fields) pairs in table order; a row's fields override the recipe's (see
-  # vit_jax.sweep.row_config).
+  # vit_jax.sweep_rows.row_config).
   config.sweep = ml_collections.ConfigDict(dict(name=arg, rows=tuple(rows.items())))
   return config

@@ -41,7 +41,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.loss = 'softmax'  # or 'sigmoid'
   config.label_smoothing = 0.
   # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds
-  # in trains at factor x lr; 0 freezes it. E.g. (('^(?!head/)', 0.1),): body at lr/10.
+  # in trains at factor x lr; 0 freezes it. E.g. ((Family.body, 0.1),): body at lr/10.
   config.lr_mults = ()
 
   # Bookkeeping.

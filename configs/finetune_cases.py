@@ -17,8 +17,10 @@ on a smaller task; every row takes the same number of steps:
 import ml_collections
 
 from configs import quickstart_vit
+from vit_jax import models
 
-BODY = '^(?!head/)'  # every parameter path outside the classifier head
+# Every parameter path outside the classifier head.
+BODY = models.family_of(models.get_config(quickstart_vit.get_config().model_name)).body
 
 
 def get_config() -> ml_collections.ConfigDict:

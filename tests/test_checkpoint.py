@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, models
+from vit_jax import augreg, checkpoint, models
 from vit_jax.models import vit
 
 PUBLISHED_TO_CURRENT = {'LayerNorm_2': 'LayerNorm_1',
@@ -206,30 +206,30 @@ AUGREG_ROWS = [('Ti/16', 'i21k', 0.50, 'Ti_16-i21k-low'), ('Ti/16', 'i21k', 0.70
 
 def test_augreg_index_selects_the_recommended_checkpoint(tmp_path):
   write_augreg_index(tmp_path, AUGREG_ROWS)
-  index = checkpoint.augreg_index(str(tmp_path))
+  index = augreg.index(str(tmp_path))
   assert len(index) == 4 and index[0]['final_val'] == 0.5 and index[0]['adapt_steps'] == 2500
-  assert checkpoint.augreg_index(str(tmp_path / 'index.csv')) == index
-  assert checkpoint.augreg_select(index, 'Ti/16')['filename'] == 'Ti_16-i21k-best'
-  assert checkpoint.augreg_select(index, 'Ti/16@i1k')['filename'] == 'Ti_16-i1k'
-  assert checkpoint.augreg_select(index, 'Ti_16-i21k-low')['final_val'] == 0.5
+  assert augreg.index(str(tmp_path / 'index.csv')) == index
+  assert augreg.select(index, 'Ti/16')['filename'] == 'Ti_16-i21k-best'
+  assert augreg.select(index, 'Ti/16@i1k')['filename'] == 'Ti_16-i1k'
+  assert augreg.select(index, 'Ti_16-i21k-low')['final_val'] == 0.5
   with pytest.raises(checkpoint.CheckpointError, match=r"'B/16'.*R26\+S/32@i21k, Ti/16@i1k"):
-    checkpoint.augreg_select(index, 'B/16')
-  assert checkpoint.resolve('augreg:Ti/16', str(tmp_path)) == f'{tmp_path}/Ti_16-i21k-best.npz'
-  assert checkpoint.resolve('augreg:Ti_16-i1k--cifar100-steps_2k', str(tmp_path)) == (
+    augreg.select(index, 'B/16')
+  assert augreg.resolve('augreg:Ti/16', str(tmp_path)) == f'{tmp_path}/Ti_16-i21k-best.npz'
+  assert augreg.resolve('augreg:Ti_16-i1k--cifar100-steps_2k', str(tmp_path)) == (
       f'{tmp_path}/Ti_16-i1k--cifar100-steps_2k.npz')
-  assert checkpoint.resolve('/some/file.npz', str(tmp_path)) == '/some/file.npz'
-  assert checkpoint.augreg_model_name('B/16') == 'ViT-B_16'
-  assert checkpoint.augreg_model_name('R26+S/32') == 'R26+ViT-S_32'
-  assert {checkpoint.augreg_model_name(n) for n in ('Ti/16', 'S/32', 'L/16', 'R26+S/32',
+  assert augreg.resolve('/some/file.npz', str(tmp_path)) == '/some/file.npz'
+  assert augreg.model_name('B/16') == 'ViT-B_16'
+  assert augreg.model_name('R26+S/32') == 'R26+ViT-S_32'
+  assert {augreg.model_name(n) for n in ('Ti/16', 'S/32', 'L/16', 'R26+S/32',
                                                      'R50+L/32')} <= set(models.MODELS)
 
 
 def test_augreg_index_errors_say_what_to_do(tmp_path):
   with pytest.raises(checkpoint.CheckpointError, match='augreg_dir'):
-    checkpoint.augreg_index(str(tmp_path))
+    augreg.index(str(tmp_path))
   (tmp_path / 'index.csv').write_text('name,filename\nB/16,x\n')
   with pytest.raises(checkpoint.CheckpointError, match="lacks the columns.*'ds'"):
-    checkpoint.augreg_index(str(tmp_path))
+    augreg.index(str(tmp_path))
 
 
 BV_BLOCK_NAMES = {'LayerNorm_0': 'LayerNorm_0', 'MultiHeadDotProductAttention_1':

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax.models import conv
-from vit_jax.models.family import Branch, Family, Layers
+from vit_jax.models.family import Branch, Family, Layers, stage_starts
 from vit_jax.models.resnet import GroupNorm
 
 Dtype = Any
@@ -207,25 +207,27 @@ VARIANTS = {  # depth: (block, blocks per stage, MSA blocks per stage)
 
 def layers(config: ml_collections.ConfigDict) -> Layers:
   """The stem output, then each block's output; the MSA blocks are the attention."""
-  units, kinds = [], []
+  units, kinds, stage_of = [], [], []
   for s, (depth, msa) in enumerate(zip(config.num_layers, config.num_msa)):
     for u, kind in enumerate(block_kinds(depth, msa)):
       units.append(f'stage{s + 1}_unit{u + 1}')
       kinds.append('attention' if kind == 'msa' else 'conv')
+      stage_of.append(s + 1)
   return Layers(
       stream=('stem',) + tuple(f'{u}/output' for u in units),
       labels=('stem',) + tuple(units),
       attention=tuple(i + 1 for i, kind in enumerate(kinds) if kind == 'attention'),
       branches=tuple(Branch(u, kind, f'{u}/shortcut', f'{u}/residual')
                      for u, kind in zip(units, kinds)),
-      attention_weights=(), pre_logits='pre_logits', class_token=False)
+      attention_weights=(), pre_logits='pre_logits', class_token=False,
+      stages=stage_starts([0] + stage_of), branch_stages=stage_starts(stage_of))
 
 
 FAMILY = Family(
-    name='alternet',
+    name='alternet', title='AlterNet',
     variants={f'AlterNet-{depth}': dict(block=block, num_layers=stages, num_msa=msa,
                                         num_heads=HEADS, width=64, head_dim=64, window=7,
                                         stem_pool=True, stochastic_depth=0.)
               for depth, (block, stages, msa) in VARIANTS.items()},
-    module=AlterNet, layers=layers, head='head/',
+    module=AlterNet, layers=layers, colour='#009E73', head='head/',
     sequence_fields=('num_layers', 'num_msa', 'num_heads'), convolutional=True)

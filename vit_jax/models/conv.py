@@ -68,3 +68,8 @@ def conv_general_dilated(lhs: jnp.ndarray, rhs: jnp.ndarray, window_strides: Seq
   rows = patches.reshape(-1, math.prod(rhs.shape[:-1]))
   out = jnp.matmul(rows, rhs.reshape(rows.shape[1], rhs.shape[-1]), precision=precision)
   return out.reshape(lhs.shape[:1] + out_spatial + rhs.shape[-1:])
+
+
+def oihw(kernel: Any) -> Any:
+  """A Flax conv kernel (HWIO) in PyTorch's layout (OIHW), for exports to timm."""
+  return kernel.transpose(3, 2, 0, 1)

@@ -6,6 +6,7 @@ read, its classifier head and how a published checkpoint is fitted to a new
 task. Training, checkpoints and analysis read these and never test a family name.
 """
 import dataclasses
+import re
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -37,6 +38,15 @@ class Layers:
   attention_weights: Tuple[str, ...]  # global (B, heads, T, T) attention maps over the tokens
   pre_logits: str  # the features the head reads
   class_token: bool  # token sequences start with a class token
+  stages: Tuple[int, ...] = ()  # stream indices where a new stage begins
+  branch_stages: Tuple[int, ...] = ()  # branch indices where a new stage begins
+  embedding: Optional[str] = None  # parameter path of the patch-embedding kernel
+  position_embedding: Optional[str] = None  # parameter path of a learned 1-D position table
+
+
+def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:
+  """The indices where the stage (a value per entry) differs from the entry before."""
+  return tuple(i for i in range(1, len(stage_of)) if stage_of[i] != stage_of[i - 1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +61,25 @@ class Family:
   where XLA:CPU runs convolutions slowly inside loop bodies.
   """
   name: str
+  title: str  # how people call the family's models: 'ViT, hybrid', 'BiT', ...
   variants: Mapping[str, Mapping[str, Any]]  # published name -> architecture fields
   module: Callable[..., nn.Module]  # architecture fields, num_classes, dtype -> module
   layers: Callable[[ml_collections.ConfigDict], Layers]
   head: str  # parameter-path prefix of the classifier, re-initialised for a new task
+  colour: str  # the family's colour in figures (Okabe-Ito; ViT red, ResNet blue as Park & Kim)
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)
+  published: Callable[[Flat], Flat] = dict
+  to_timm: Optional[Callable[[Flat], Dict[str, Any]]] = None
   sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
   convolutional: bool = False
+
+  @property
+  def body(self) -> str:
+    """A regex that finds every parameter path outside the classifier head, as
+    `lr_mults` take them (the body frozen or at its own learning rate)."""
+    return f'^(?!{re.escape(self.head)})'
 
   def build(self, fields: Mapping[str, Any]) -> nn.Module:
     """The module of a model config's fields (without `family` and `name`)."""

@@ -108,7 +108,7 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
                         block + 'channel_mlp')]
   return Layers(stream=tuple(stream), labels=tuple(labels), attention=(),
                 branches=tuple(branches), attention_weights=(), pre_logits='pre_logits',
-                class_token=False)
+                class_token=False, embedding='stem/kernel')
 
 
 def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
@@ -128,9 +128,10 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
 
 
 FAMILY = Family(
-    name='mixer',
+    name='mixer', title='MLP-Mixer',
     variants={f'Mixer-{size}_{patch}': dict(zip(
         ('patch_size', 'hidden_dim', 'num_blocks', 'tokens_mlp_dim', 'channels_mlp_dim'),
         (int(patch),) + SIZES[size]))
               for size, patch in (v.split('/') for v in PUBLISHED)},
-    module=MlpMixer, layers=layers, head='head/', fit_checkpoint=fit_checkpoint)
+    module=MlpMixer, layers=layers, colour='#CC79A7', head='head/',
+    fit_checkpoint=fit_checkpoint)

@@ -5,15 +5,18 @@ loads into these trees unchanged. Both families sow the stem output (`root`) and
 each unit's `shortcut`, `residual` branch and `output` into the `intermediates`
 collection; without `mutable=['intermediates']` the sows are no-ops.
 """
-from typing import Any, Optional, Sequence
+import re
+from typing import Any, Dict, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from jax import lax
 
 from vit_jax.models import conv
-from vit_jax.models.family import Branch, Family, Layers
+from vit_jax.models.conv import oihw
+from vit_jax.models.family import Branch, Family, Flat, Layers, stage_starts
 
 Dtype = Any
 
@@ -316,18 +319,45 @@ def unit_names(stage_depths: Sequence[int], prefix: str = '') -> list:
 def layers(config: ml_collections.ConfigDict) -> Layers:
   """The stem output, then each unit's output; every unit is one residual branch."""
   units = unit_names(config.num_layers)
+  stage_of = [u.split('/')[0] for u in units]
   return Layers(
       stream=('resnet/root',) + tuple(f'resnet/{u}/output' for u in units),
       labels=('root',) + tuple(units), attention=(),
       branches=tuple(Branch(u, 'conv', f'resnet/{u}/shortcut', f'resnet/{u}/residual')
                      for u in units),
-      attention_weights=(), pre_logits='resnet/pre_logits', class_token=False)
+      attention_weights=(), pre_logits='resnet/pre_logits', class_token=False,
+      stages=stage_starts(['root'] + stage_of), branch_stages=stage_starts(stage_of))
+
+
+def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
+  """A BiT tree in the published layout as timm's ResNetV2 `state_dict`."""
+  out = {'stem.conv.weight': oihw(flat['resnet/root_block/standardized_conv2d/kernel']),
+         'norm.weight': flat['resnet/group_norm/gamma'],
+         'norm.bias': flat['resnet/group_norm/beta']}
+  if 'resnet/head/conv2d/kernel' in flat:
+    out['head.fc.weight'] = oihw(flat['resnet/head/conv2d/kernel'])
+    out['head.fc.bias'] = flat['resnet/head/conv2d/bias']
+  names = {'a': '1', 'b': '2', 'c': '3'}
+  for key, value in flat.items():
+    m = re.match(r'resnet/block(\d+)/unit(\d+)/(a|b|c)/(proj/)?(standardized_conv2d/kernel|'
+                 r'group_norm/gamma|group_norm/beta)$', key)
+    if not m:
+      continue
+    stage, unit, part, proj, leaf = m.groups()
+    t = f'stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
+    if proj:
+      out[t + 'downsample.conv.weight'] = oihw(value)
+    elif leaf.endswith('kernel'):
+      out[f'{t}conv{names[part]}.weight'] = oihw(value)
+    else:
+      out[f'{t}norm{names[part]}.{"weight" if leaf.endswith("gamma") else "bias"}'] = value
+  return out
 
 
 FAMILY = Family(
-    name='bit',
+    name='bit', title='BiT',
     variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
                                                       width_factor=width, root_pool=True)
               for depth, width in PUBLISHED for upstream in ('S', 'M')},
-    module=ResNetV2, layers=layers, head='resnet/head/', sequence_fields=('num_layers',),
-    convolutional=True)
+    module=ResNetV2, layers=layers, colour='#0072B2', head='resnet/head/', to_timm=to_timm,
+    sequence_fields=('num_layers',), convolutional=True)

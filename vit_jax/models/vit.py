@@ -5,6 +5,7 @@ residual after it (`+sa`), the MLP branch output (`mlp`) and the residual after
 it (`+mlp`); the attention module sows its weights (B, heads, N, N). Nothing is
 kept unless `intermediates` is mutable in `apply`.
 """
+import dataclasses
 import logging
 import math
 from typing import Any, Optional, Sequence, Tuple
@@ -16,7 +17,7 @@ import ml_collections
 import numpy as np
 import scipy.ndimage
 
-from vit_jax.models import conv
+from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import ATTENTION_IMPLS, ATTENTION_WEIGHTS, MultiHeadAttention
 from vit_jax.models.family import Branch, CheckpointError, Family, Flat, Layers
 from vit_jax.models.resnet import ResNetV1
@@ -191,16 +192,17 @@ class Encoder(nn.Module):
   num_layers: int
   mlp_dim: int
   num_heads: int
+  _: dataclasses.KW_ONLY  # the rest by keyword: too many to pass by position
   dropout_rate: float = 0.
   attention_dropout_rate: float = 0.
   stochastic_depth: float = 0.
   posemb: str = 'learn'
-  attention_impl: str = 'auto'
-  remat: str = 'none'
-  dtype: Dtype = jnp.float32
   posemb_where: str = 'input'
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
+  attention_impl: str = 'auto'
+  remat: str = 'none'
+  dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -314,10 +316,13 @@ class VisionTransformer(nn.Module):
       cls = self.param('cls', nn.initializers.zeros, (1, 1, d))
       x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
 
-    x = Encoder((gh, gw), self.num_layers, self.mlp_dim, self.num_heads, self.dropout_rate,
-                self.attention_dropout_rate, self.stochastic_depth, self.posemb,
-                self.attention_impl, self.remat, self.dtype, self.posemb_where,
-                self.attention_window, self.skip_removed, name='Transformer')(x, train=train)
+    x = Encoder(grid=(gh, gw), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
+                num_heads=self.num_heads, dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                stochastic_depth=self.stochastic_depth, posemb=self.posemb,
+                posemb_where=self.posemb_where, attention_window=self.attention_window,
+                skip_removed=self.skip_removed, attention_impl=self.attention_impl,
+                remat=self.remat, dtype=self.dtype, name='Transformer')(x, train=train)
 
     if self.classifier == 'token':
       x = x[:, 0]
@@ -391,7 +396,11 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
           f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{ATTENTION_WEIGHTS}'
           for i in range(config.num_layers)),
       pre_logits='pre_logits',
-      class_token=config.classifier in ('token', 'token_unpooled'))
+      class_token=config.classifier in ('token', 'token_unpooled'),
+      embedding='embedding/kernel',
+      position_embedding=('Transformer/posembed_input/pos_embedding'
+                          if config.posemb == 'learn' and config.posemb_where != 'every_layer'
+                          else None))
 
 
 def interpolate_posembed(posemb: np.ndarray, old_grid: Tuple[int, int],
@@ -488,6 +497,7 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   return restored
 
 
-FAMILY = Family(name='vit', variants=_variants(), module=VisionTransformer, layers=layers,
-                head='head/', fit_checkpoint=fit_checkpoint,
+FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
+                layers=layers, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
+                published=vit_layouts.published, to_timm=vit_layouts.to_timm,
                 sequence_fields=('resnet_layers', 'skip_removed'))

@@ -1,0 +1,159 @@
+"""ViT and hybrid parameter files in other layouts: current-Flax block names and
+big_vision checkpoints read into the published layout, and the export to timm's
+`state_dict` names. The `vit` family's `published` and `to_timm`."""
+import re
+from typing import Dict
+
+import numpy as np
+
+from vit_jax.models.conv import oihw
+from vit_jax.models.family import Flat
+
+# Current Flax auto-names the parts of an encoder block per type; the published
+# files were written when the counter ran over all children of the block.
+_CURRENT_TO_PUBLISHED = {
+    'LayerNorm_1': 'LayerNorm_2',
+    'MultiHeadDotProductAttention_0': 'MultiHeadDotProductAttention_1',
+    'MlpBlock_0': 'MlpBlock_3',
+}
+_BLOCK = re.compile(r'encoderblock_\d+$')
+
+
+def published(flat: Flat) -> Flat:
+  """A ViT file in any layout this module reads (big_vision, current-Flax names) in
+  the published layout; other files are returned as they are."""
+  return published_names(from_big_vision(flat))
+
+
+def published_names(flat: Flat) -> Flat:
+  """Renames encoder-block children written with current Flax auto-names
+  (`MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`) to the
+  published ones; trees already in the published form are returned as they are."""
+  if not any('/MultiHeadDotProductAttention_0/' in k for k in flat):
+    return dict(flat)
+  renamed = {}
+  for key, value in flat.items():
+    parts = key.split('/')
+    for i in range(1, len(parts)):
+      if _BLOCK.match(parts[i - 1]):
+        parts[i] = _CURRENT_TO_PUBLISHED.get(parts[i], parts[i])
+    renamed['/'.join(parts)] = value
+  return renamed
+
+
+def from_big_vision(flat: Flat) -> Flat:
+  """A big_vision ViT checkpoint (its `vit_i1k` baselines, SigLIP image towers,
+  FlexiViT) in our layout; other files are returned as they are.
+
+  big_vision writes whole checkpoints under 'params/' (the image tower of a
+  two-tower model under 'params/img/'), keeps the learned position embedding at
+  the root without a class-token row (it prepends the class token after adding
+  it), may scan the blocks into one 'Transformer/encoderblock' with the layer
+  axis first, and names block children as current Flax does."""
+  flat = dict(flat)
+  for prefix in ('params/', 'img/'):
+    inner = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+    if inner and (prefix == 'params/' or any(k.startswith('img/embedding/') for k in flat)):
+      flat = inner
+  scanned = {k: v for k, v in flat.items() if k.startswith('Transformer/encoderblock/')}
+  for key, value in scanned.items():
+    del flat[key]
+    rest = key[len('Transformer/encoderblock/'):]
+    for i, layer in enumerate(value):
+      flat[f'Transformer/encoderblock_{i}/{rest}'] = layer
+  if 'pos_embedding' in flat:
+    posemb = flat.pop('pos_embedding')
+    if 'cls' in flat:  # the class token enters after the embedding: its row is zero
+      posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
+    flat['Transformer/posembed_input/pos_embedding'] = posemb
+  return flat
+
+
+def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
+  """The timm `state_dict` (name -> float32 array, PyTorch layout) of a ViT or
+  hybrid in the published layout: what timm's own `.npz` loader makes of it."""
+  if any(k.startswith('pre_logits/') for k in flat):
+    raise ValueError('timm ViTs have no pre_logits (representation) layer; export a model '
+                     'without representation_size.')
+  posembs = {k for k in flat if k.startswith('Transformer/posembed')}
+  if posembs != {'Transformer/posembed_input/pos_embedding'}:
+    raise ValueError('timm ViTs take one learned 1-D position embedding at the input '
+                     '(posemb="learn", posemb_where="input") only.')
+  out = {}
+  if 'conv_root/kernel' in flat:
+    out.update(_hybrid_backbone_to_timm(flat))
+  out['patch_embed.proj.weight'] = oihw(flat['embedding/kernel'])
+  out['patch_embed.proj.bias'] = flat['embedding/bias']
+  if 'cls' in flat:
+    out['cls_token'] = flat['cls']
+  out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
+  blocks = sorted({int(k.split('/')[1].split('_')[1]) for k in flat
+                   if k.startswith('Transformer/encoderblock_')})
+  for i in blocks:
+    p, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
+    out.update(_attention_to_timm(flat, p + 'MultiHeadDotProductAttention_1/', t + 'attn.'))
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
+    out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.'))
+  out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
+  if 'MAPHead_0/probe' in flat:
+    p, t = 'MAPHead_0/', 'attn_pool.'
+    attention = p + 'MultiHeadDotProductAttention_0/'
+    out[t + 'latent'] = flat[p + 'probe']
+    heads = lambda name: flat[f'{attention}{name}/kernel'].reshape(
+        flat[f'{attention}{name}/kernel'].shape[0], -1).T
+    out[t + 'q.weight'] = heads('query')
+    out[t + 'q.bias'] = flat[attention + 'query/bias'].reshape(-1)
+    out[t + 'kv.weight'] = np.concatenate([heads('key'), heads('value')])
+    out[t + 'kv.bias'] = np.concatenate([flat[attention + f'{n}/bias'].reshape(-1)
+                                         for n in ('key', 'value')])
+    out[t + 'proj.weight'] = _out_projection(flat[attention + 'out/kernel'])
+    out[t + 'proj.bias'] = flat[attention + 'out/bias']
+    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm.'))
+    out.update(_mlp_to_timm(flat, p + 'MlpBlock_0/', t + 'mlp.'))
+  if 'head/kernel' in flat:
+    out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
+  return out
+
+
+def _out_projection(kernel: np.ndarray) -> np.ndarray:
+  """(heads, head_dim, D) attention output kernel -> (D, heads * head_dim) Linear weight."""
+  return kernel.reshape(-1, kernel.shape[-1]).T
+
+
+def _attention_to_timm(flat, p, t):
+  kernels = [flat[f'{p}{n}/kernel'] for n in ('query', 'key', 'value')]
+  return {t + 'qkv.weight': np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels]),
+          t + 'qkv.bias': np.concatenate([flat[f'{p}{n}/bias'].reshape(-1)
+                                          for n in ('query', 'key', 'value')]),
+          t + 'proj.weight': _out_projection(flat[p + 'out/kernel']),
+          t + 'proj.bias': flat[p + 'out/bias']}
+
+
+def _layernorm_to_timm(flat, p, t):
+  return {t + 'weight': flat[p + 'scale'], t + 'bias': flat[p + 'bias']}
+
+
+def _mlp_to_timm(flat, p, t):
+  return {f'{t}fc{r + 1}.{kind}': flat[f'{p}Dense_{r}/{name}'].T if kind == 'weight'
+          else flat[f'{p}Dense_{r}/{name}']
+          for r in range(2) for kind, name in (('weight', 'kernel'), ('bias', 'bias'))}
+
+
+def _hybrid_backbone_to_timm(flat):
+  """The hybrid's ResNet under timm's `patch_embed.backbone`."""
+  stages = sorted({k.split('/')[0] for k in flat if re.match(r'block\d+/', k)})
+  stem = 'patch_embed.backbone.' + ('stem.' if stages else '')
+  out = {stem + 'conv.weight': oihw(flat['conv_root/kernel']),
+         stem + 'norm.weight': flat['gn_root/scale'], stem + 'norm.bias': flat['gn_root/bias']}
+  for key, value in flat.items():
+    m = re.match(r'block(\d+)/unit(\d+)/(conv|gn)(\d|_proj)/(kernel|scale|bias)$', key)
+    if not m:
+      continue
+    stage, unit, kind, index, name = m.groups()
+    t = f'patch_embed.backbone.stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
+    module = ('downsample.' + ('conv' if kind == 'conv' else 'norm') if index == '_proj'
+              else ('conv' if kind == 'conv' else 'norm') + index)
+    out[f'{t}{module}.{"weight" if name != "bias" else "bias"}'] = (
+        oihw(value) if name == 'kernel' else value)
+  return out
