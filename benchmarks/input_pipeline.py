@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from timing import train_step_and_batches
-from vit_jax import input_pipeline, steps
+from vit_jax import cpu_devices, input_pipeline
 
 BATCH = 128
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,7 +72,7 @@ def main():
   parser.add_argument('--seconds', type=float, default=20)
   args = parser.parse_args()
   config = quickstart_recipe()
-  steps.split_cpu_into_devices(config, 0)  # as the train command does
+  cpu_devices.split_cpu_into_devices(config, 0)  # as the train command does
   consumed = train_step_rate(config, args.seconds)  # first: no pipeline threads running yet
 
   fashion = input_pipeline.get_source('fashion_mnist', 'train', shuffle_files=True)

@@ -20,7 +20,7 @@ import ml_collections
 from configs import common
 from timing import (architecture, backend_defaults, forward_flops, matmul_rates, peak_memory,
                     program_bytes, seconds_per_call, train_step_and_batches)
-from vit_jax import steps
+from vit_jax import cpu_devices
 
 
 def main():
@@ -40,7 +40,7 @@ def main():
   args = parser.parse_args()
   # Before the backend starts; it splits CPU hosts only, for the CPU default batch.
   split_for = args.batch or 32
-  steps.split_cpu_into_devices(ml_collections.ConfigDict(
+  cpu_devices.split_cpu_into_devices(ml_collections.ConfigDict(
       dict(batch_size=split_for, accum_steps=1, eval_batch_size=split_for)), args.cpu_devices)
   batch, matmul = backend_defaults(args.batch, args.matmul_size)
   dtypes = args.dtypes.split(',')

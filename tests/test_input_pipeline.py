@@ -161,6 +161,20 @@ def test_processes_read_disjoint_slices_that_cover_the_split(tmp_path):
   assert len(np.unique(all_images, axis=0)) == 11
 
 
+def test_tfds_image_folder_cannot_give_a_process_its_slice(tmp_path):
+  """Why the folder reader is ours: TFDS's ImageFolder refuses sub-splits, so it
+  cannot read the per-process slices that data-parallel runs over several hosts
+  take (`tfds.split_for_jax_process`), which `folder_source` reads."""
+  root = make_folder(str(tmp_path), {'test': [4, 3, 4]}, size=(8, 8))[len('folder:'):]
+  builder = tfds.folder_dataset.ImageFolder(root)
+  assert builder.info.splits['test'].num_examples == 11  # whole splits it reads
+  first_half = tfds.split_for_jax_process('test', process_index=0, process_count=2)
+  with pytest.raises(ValueError, match='Subsplit API not yet supported'):
+    builder.as_dataset(split=first_half)
+  ours = input_pipeline.get_source(f'folder:{root}', 'test', process_index=0, process_count=2)
+  assert ours.num_examples == 5
+
+
 def test_image_folder_errors(tmp_path):
   with pytest.raises(input_pipeline.DataError, match='does not exist'):
     input_pipeline.get_source(f'folder:{tmp_path}/none', 'train')

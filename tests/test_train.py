@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from configs import common
 from helpers import TINY_VIT, images, make_folder
-from vit_jax import budget, checkpoint, input_pipeline, models, steps, train
+from vit_jax import budget, checkpoint, cpu_devices, input_pipeline, models, steps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -199,10 +199,10 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   shutil.copy(tmp_path / 'up' / 'params.npz', augreg / 'Ti_16-i21k-best.npz')
   config = lambda name, **kw: tiny_config(folder, **{
       'pretrained': f'augreg:{name}', 'augreg_dir': str(augreg), 'total_steps': 3, **kw})
-  assert steps.missing_pretrained(config('Ti/16')) is None
-  assert 'Ti_16-i1k.npz does not exist' in steps.missing_pretrained(config('Ti/16@i1k'))
-  assert 'set --config.model_name=R26+ViT-S_32' in steps.missing_pretrained(config('R26+S/32'))
-  assert 'No AugReg checkpoint' in steps.missing_pretrained(config('B/16'))
+  assert checkpoint.missing_pretrained(config('Ti/16')) is None
+  assert 'Ti_16-i1k.npz does not exist' in checkpoint.missing_pretrained(config('Ti/16@i1k'))
+  assert 'set --config.model_name=R26+ViT-S_32' in checkpoint.missing_pretrained(config('R26+S/32'))
+  assert 'No AugReg checkpoint' in checkpoint.missing_pretrained(config('B/16'))
   monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
   with pytest.raises(train.TrainingError, match='index in gs://vit_models/augreg, which '
                      'cannot be reached'):
@@ -333,7 +333,7 @@ def test_the_headline_command_offline_fails_at_once_naming_the_checkpoint(tmp_pa
 ])
 def test_cpu_device_count_divides_every_batch(cores, batch, accum, processes, expected):
   config = tiny_config(batch_size=batch, accum_steps=accum, eval_batch_size=512)
-  assert steps.cpu_device_count(config, cores, processes) == expected
+  assert cpu_devices.cpu_device_count(config, cores, processes) == expected
 
 
 def test_non_positive_batch_or_accumulation_is_named(tmp_path):
@@ -344,15 +344,15 @@ def test_non_positive_batch_or_accumulation_is_named(tmp_path):
 
 def test_cpu_split_leaves_an_explicit_device_count_alone(monkeypatch):
   updates = []
-  monkeypatch.setattr(steps.jax.config, 'update', lambda *args: updates.append(args))
-  monkeypatch.setattr(steps.os, 'sched_getaffinity', lambda pid: {0, 1})
+  monkeypatch.setattr(cpu_devices.jax.config, 'update', lambda *args: updates.append(args))
+  monkeypatch.setattr(cpu_devices.os, 'sched_getaffinity', lambda pid: {0, 1})
   monkeypatch.delenv('JAX_NUM_CPU_DEVICES', raising=False)
   monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
-  steps.split_cpu_into_devices(tiny_config(), requested=0)
+  cpu_devices.split_cpu_into_devices(tiny_config(), requested=0)
   assert updates == []
-  steps.split_cpu_into_devices(tiny_config(), requested=4)
+  cpu_devices.split_cpu_into_devices(tiny_config(), requested=4)
   monkeypatch.setenv('XLA_FLAGS', '')
-  steps.split_cpu_into_devices(tiny_config(), requested=0)
+  cpu_devices.split_cpu_into_devices(tiny_config(), requested=0)
   assert updates == [('jax_num_cpu_devices', 4), ('jax_num_cpu_devices', 2)]
 
 

@@ -64,3 +64,10 @@ def time_steps(step_fn: Callable, state, batches: Iterator, eval_once: Callable[
   eval_one = time.perf_counter() - start
   return Timing(compile_seconds=max(first - step, 0.) + max(eval_first - eval_one, 0.),
                 step_seconds=step, eval_seconds=eval_one * eval_batches)
+
+
+def deadline(started: float, time_budget: str, timing: Timing) -> float:
+  """The clock time past which a budgeted run stops: the budget counted from
+  `started`, less room for the final evaluation, a step and the last save. A
+  machine that slows after the probe still ends in time, its schedule cut short."""
+  return started + parse_duration(time_budget) - timing.eval_seconds - timing.step_seconds - 1.

@@ -149,7 +149,12 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
 
 def folder_source(root: str, split: str, *, process_index: int, process_count: int,
                   shuffle_files: bool = False, seed: int = 0) -> Source:
-  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names."""
+  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names.
+
+  Read here rather than through `tfds.folder_dataset.ImageFolder`, which refuses
+  sub-splits and so cannot give each process of a multi-host run its slice
+  (`tfds.split_for_jax_process`); tested in test_input_pipeline.py.
+  """
   split_dir = os.path.join(root, split)
   if not os.path.isdir(split_dir):
     raise DataError(f'Image folder {split_dir} does not exist; expected '

@@ -6,10 +6,8 @@ the train command on machines that have JAX alone.
 """
 import dataclasses
 import functools
-import math
-import os
 import re
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import flax
 import flax.linen as nn
@@ -18,14 +16,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import checkpoint, models
-
-PUBLIC_CHECKPOINTS = ('gs://vit_models/imagenet21k/, gs://vit_models/augreg/, gs://bit_models/, '
-                      'gs://mixer_models/')
-
+from vit_jax import augreg, checkpoint, models
 
 class TrainingError(RuntimeError):
   """A run that cannot go on (a non-finite loss, a missing checkpoint, ...)."""
@@ -122,8 +117,7 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
 
 def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: float) -> jax.Array:
   """Per-example softmax or sigmoid cross-entropy against (smoothed) one-hot labels."""
-  num_classes = labels.shape[-1]
-  labels = labels * (1 - label_smoothing) + label_smoothing / num_classes
+  labels = optax.smooth_labels(labels, label_smoothing)
   if kind == 'softmax':
     return optax.softmax_cross_entropy(logits, labels)
   if kind == 'sigmoid':
@@ -153,13 +147,13 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model, config,
 
   def accumulate(carry, piece_and_index):
     loss, grads = piece_grad(state.params, piece_and_index)
-    return jax.tree_util.tree_map(jnp.add, carry, (loss, grads)), None
+    return otu.tree_add(carry, (loss, grads)), None
 
   if accum == 1:
     # XLA:CPU runs convolutions inside a loop body far slower than outside one.
     loss, grads = piece_grad(state.params, (batch, 0))
   else:
-    zeros = (jnp.zeros(()), jax.tree_util.tree_map(jnp.zeros_like, state.params))
+    zeros = (jnp.zeros(()), otu.tree_zeros_like(state.params))
     (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
     loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
   new_state = state.apply_gradients(grads=grads, rng=rng)
@@ -186,41 +180,16 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_coll
   return models.get_config(config.model_name, num_classes=num_classes, **config.model)
 
 
-def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
-  """What is wrong with `config.pretrained`: an AugReg name that the index does not
-  resolve or that is another model than the config's, or a local file that is not
-  there."""
-  path = config.pretrained
-  if not path:
-    return None
-  if path.startswith(checkpoint.AUGREG_PREFIX):
-    try:
-      path, row = checkpoint.augreg_lookup(path[len(checkpoint.AUGREG_PREFIX):],
-                                           config.augreg_dir)
-    except checkpoint.CheckpointError as e:
-      return str(e)
-    expected = checkpoint.augreg_model_name(row['name'])
-    if expected != config.model_name:
-      return (f'{config.pretrained} is a {expected} checkpoint but the recipe builds '
-              f'{config.model_name}; set --config.model_name={expected}.')
-  if '://' in path or os.path.exists(path):
-    return None
-  return (f'the pretrained checkpoint {path} does not exist. Public ones live under '
-          f'{PUBLIC_CHECKPOINTS} (e.g. gs://vit_models/imagenet21k/ViT-B_16.npz); download '
-          'one and set --config.pretrained=<path>, or --config.pretrained=None to train from '
-          'scratch.')
-
-
 def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> TrainState:
   """Fresh parameters, or those of `config.pretrained` fitted to the model."""
   init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
   if config.pretrained:
-    problem = missing_pretrained(config)
+    problem = checkpoint.missing_pretrained(config)
     if problem:
       raise TrainingError(problem)
     params = checkpoint.load_pretrained(
-        checkpoint.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
+        augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
         keep_head=config.keep_head)
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
@@ -264,29 +233,3 @@ def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
   step_fn, eval_fn = compile_steps(model, config, schedule, mesh)
   state = jax.device_put(state, NamedSharding(mesh, P()))
   return Setup(model, model_cfg, schedule, state, mesh, step_fn, eval_fn)
-
-
-def cpu_device_count(config: ml_collections.ConfigDict, cores: int, processes: int = 1) -> int:
-  """Devices to split a CPU host into: one per core, cut to a divisor of every batch.
-
-  XLA:CPU runs a train step faster as one program per core than as one
-  program threaded over the cores (ViT-S/16 at 224 px: 1.3-1.5x on 2 cores).
-  """
-  batch = math.gcd(config.batch_size // max(config.accum_steps, 1), config.eval_batch_size)
-  per_process = batch // processes if batch % processes == 0 else 1
-  return max(n for n in range(1, max(cores, 1) + 1) if per_process % n == 0)
-
-
-def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
-                           processes: int = 1) -> None:
-  """Sets JAX's CPU device count before the backend starts, unless the user has.
-
-  `requested` 0 picks `cpu_device_count` over the cores this process may use;
-  GPU and TPU runs are unaffected (their devices are not CPU devices).
-  """
-  forced = ('xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')
-            or 'JAX_NUM_CPU_DEVICES' in os.environ)
-  if forced and not requested:
-    return
-  count = requested or cpu_device_count(config, len(os.sched_getaffinity(0)), processes)
-  jax.config.update('jax_num_cpu_devices', count)

@@ -4,7 +4,8 @@
         [--config.dataset=cifar10 --config.image_size=32 ...]
 
 The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
-fields) pairs in table order whose fields override the recipe's (`row_config`). Each row trains into
+fields) pairs in table order whose fields override the recipe's
+(`sweep_rows.row_config`). Each row trains into
 DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json;
 a row with a result is not trained again, and an interrupted one resumes from
 its checkpoint. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
@@ -20,40 +21,12 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from vit_jax import train
-from vit_jax.steps import split_cpu_into_devices
+from vit_jax.atomic import atomic_write
+from vit_jax.cpu_devices import split_cpu_into_devices
+from vit_jax.sweep_rows import row_config
 
 RESULT = 'result.json'
 ROW_PREFIX = 'row:'  # `pretrained='row:<label>'`: start from another row's trained parameters
-
-
-def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.ConfigDict:
-  """The training recipe of one row: the sweep's recipe with the row's fields.
-
-  A row's dict field (`model`) updates the recipe's field by field, unless the
-  row also names another `model_name`, whose architecture fields then replace
-  the recipe's whole. Unknown fields are an error naming them.
-  """
-  fields = dict(config.sweep.rows)[label]
-  row = ml_collections.ConfigDict(
-      {k: v for k, v in config.copy_and_resolve_references().to_dict().items() if k != 'sweep'})
-  unknown = sorted(set(fields) - set(row))
-  if unknown:
-    raise ValueError(f'Sweep row {label!r} sets {unknown}, which the recipe does not have.')
-  for key, value in fields.items():
-    if key == 'model' and fields.get('model_name', row.model_name) == row.model_name:
-      row.model.update(value)
-    else:
-      row[key] = value
-  return row
-
-
-def _write_json(path: str, value) -> None:
-  """Written beside and renamed over `path`, so a kill never leaves half a file."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=1)
-  os.replace(tmp, path)
 
 
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
@@ -78,7 +51,8 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
   result = {'label': label, 'fields': fields,
             'eval_accuracy': summary['eval_accuracy'], 'eval_loss': summary['eval_loss'],
             'wall_seconds': round(time.perf_counter() - start, 1)}
-  _write_json(path, result)
+  with atomic_write(path) as f:
+    json.dump(result, f, indent=1)
   return result
 
 

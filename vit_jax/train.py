@@ -15,20 +15,22 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax.tree_utils as otu
 import orbax.checkpoint as ocp
 from absl import app, flags
 from clu import metric_writers, periodic_actions
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import budget, checkpoint, input_pipeline, steps
-from vit_jax.steps import TrainingError, split_cpu_into_devices
+from vit_jax import augreg, budget, checkpoint, input_pipeline, steps
+from vit_jax.atomic import atomic_write
+from vit_jax.cpu_devices import split_cpu_into_devices
+from vit_jax.steps import TrainingError
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
@@ -40,6 +42,17 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
       logging.warning('Checkpoint at step %d in %s cannot be restored (%s: %s); '
                       'trying an earlier one.', step, manager.directory, type(e).__name__, e)
   return None
+
+
+def resume(manager: ocp.CheckpointManager, setup: steps.Setup) -> steps.TrainState:
+  """The state of the newest checkpoint that restores, replicated over the mesh, or
+  the fresh one where none does."""
+  restored = restore_latest(manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct,
+                                                            setup.state))
+  if restored is None:
+    return setup.state
+  logging.info('Resumed from step %d.', int(restored.step))
+  return jax.device_put(restored, NamedSharding(setup.mesh, P()))
 
 
 # ---------------------------------------------------------------------------
@@ -65,14 +78,14 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Every input of a run, checked in seconds before any download or compilation:
   the pretrained file, the dataset and a writable workdir. One error names all
   that is missing and what to do."""
-  augreg_dir = config.augreg_dir or checkpoint.AUGREG_DIR
-  if (str(config.pretrained).startswith(checkpoint.AUGREG_PREFIX) and '://' in augreg_dir
+  augreg_dir = config.augreg_dir or augreg.AUGREG_DIR
+  if (str(config.pretrained).startswith(augreg.AUGREG_PREFIX) and '://' in augreg_dir
       and not input_pipeline.can_download()):
     missing = (f'{config.pretrained} needs the AugReg index in {augreg_dir}, which cannot be '
-               f'reached. Copy {checkpoint.AUGREG_DIR}/index.csv and the files you need to a '
+               f'reached. Copy {augreg.AUGREG_DIR}/index.csv and the files you need to a '
                'directory and set --config.augreg_dir=<directory>.')
   else:
-    missing = steps.missing_pretrained(config)
+    missing = checkpoint.missing_pretrained(config)
   problems = [missing, input_pipeline.unavailable(config.dataset, config.data_dir)]
   try:
     os.makedirs(workdir, exist_ok=True)
@@ -142,10 +155,8 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
   record = {'time_budget': config.time_budget, 'total_steps': total,
             'recipe_steps': recipe_steps, 'fitted_steps': fitted, **dataclasses.asdict(timing)}
   if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    with open(path + '.tmp', 'w') as f:
+    with atomic_write(path) as f:
       json.dump(record, f, indent=1)
-    os.replace(path + '.tmp', path)
   return record
 
 
@@ -168,23 +179,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     if record['total_steps'] != total_steps:  # the schedule is compiled in: build it again
       total_steps = record['total_steps']
       setup = steps.build(config, train_source.num_classes, total_steps)
-    # A machine that slows down after the probe still ends in time, with the
-    # schedule cut short: the final evaluation and save are left room.
-    deadline = (started + budget.parse_duration(config.time_budget) - record['eval_seconds']
-                - record['step_seconds'] - 1.)
-  state, step_fn, eval_fn = setup.state, setup.train_step, setup.eval_step
-  replicated = NamedSharding(setup.mesh, P())
+    deadline = budget.deadline(started, config.time_budget, budget.Timing(
+        **{f.name: record[f.name] for f in dataclasses.fields(budget.Timing)}))
   data_sharded = NamedSharding(setup.mesh, P('data'))
   manager = ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
-  restored = restore_latest(manager, jax.tree_util.tree_map(
-      ocp.utils.to_shape_dtype_struct, state))
-  if restored is not None:
-    state = restored
-    logging.info('Resumed from step %d.', int(state.step))
-  state = jax.device_put(state, replicated)
+  state = resume(manager, setup)
   start_step = int(state.step)
 
   def evaluate(params) -> Dict[str, float]:
@@ -192,8 +194,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
                                           image_size=config.image_size)
     sums = None
     for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), data_sharded):
-      out = eval_fn(params, batch)
-      sums = out if sums is None else jax.tree_util.tree_map(jnp.add, sums, out)
+      out = setup.eval_step(params, batch)
+      sums = out if sums is None else otu.tree_add(sums, out)
     sums = jax.device_get(sums)
     return {'eval_accuracy': float(sums['correct'] / sums['count']),
             'eval_loss': float(sums['loss'] / sums['count']),
@@ -203,44 +205,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
                                              every_secs=30)
+  throughput = Throughput(config.batch_size)
   summary: Dict[str, float] = {}
   for step in range(start_step + 1, total_steps + 1):
-    state, metrics = step_fn(state, next(batches))
-    if step == start_step + 1:
-      # Throughput is timed from here (compiled) between metrics fetches, leaving out
-      # evaluations and saves: `timed_from` is (step, time) of the last fetch.
-      jax.block_until_ready(metrics)
-      timed_from = (step, time.perf_counter())
+    state, metrics = setup.train_step(state, next(batches))
+    throughput.started(step, metrics)
     progress(step)
-    late = deadline is not None and step < total_steps and time.perf_counter() > deadline
-    if late:
-      logging.warning('Time budget %s reached at step %d of %d: evaluating, saving and '
-                      'stopping.', config.time_budget, step, total_steps)
-    last = step == total_steps or late
-    saving = step % config.checkpoint_every == 0 or last
-    # Checked before every save too, so no checkpoint ever holds a diverged state.
-    if step % config.log_every == 0 or saving:
-      metrics = jax.device_get(metrics)
-      if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
-        raise TrainingError(
-            f'Loss is {metrics["loss"]} (gradient norm {metrics["grad_norm"]}) at step {step}; '
-            f'stopped without saving, the last good checkpoint in {manager.directory} is '
-            'intact. Lower lr or check the data.')
-      scalars = {k: float(v) for k, v in metrics.items()}
-      if step > timed_from[0]:
-        seconds = time.perf_counter() - timed_from[1]
-        scalars['images_per_sec_per_core'] = (
-            (step - timed_from[0]) * config.batch_size / seconds / jax.device_count())
-      writer.write_scalars(step, scalars)
-      timed_from = (step, time.perf_counter())
-    if step % config.eval_every == 0 or last:
+    last = step == total_steps or late(deadline, step, total_steps, config.time_budget)
+    saving = itstime(step, config.checkpoint_every, last)
+    if itstime(step, config.log_every, saving):  # before every save: none holds a diverged state
+      writer.write_scalars(step, {**finite(jax.device_get(metrics), step, manager.directory),
+                                  **throughput.rate(step)})
+    if itstime(step, config.eval_every, last):
       summary = evaluate(state.params)
       writer.write_scalars(step, summary)
       logging.info('Step %d: %s', step, summary)
     if saving:
       manager.save(step, args=ocp.args.StandardSave(state))
-    if step % config.eval_every == 0 or saving:
-      timed_from = (step, time.perf_counter())
+    if itstime(step, config.eval_every, saving):
+      throughput.restart(step)  # evaluations and saves are not training time
     if last:
       break
   manager.wait_until_finished()
@@ -250,6 +233,55 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
   writer.flush()
   return summary
+
+
+def itstime(step: int, every: int, also: bool = False) -> bool:
+  """Whether periodic work falls on `step`: every `every` steps, or when `also`."""
+  return step % every == 0 or also
+
+
+def late(deadline: Optional[float], step: int, total_steps: int, time_budget: str) -> bool:
+  """Whether a budgeted run has passed its deadline before its last step (said once)."""
+  if deadline is None or step >= total_steps or time.perf_counter() <= deadline:
+    return False
+  logging.warning('Time budget %s reached at step %d of %d: evaluating, saving and stopping.',
+                  time_budget, step, total_steps)
+  return True
+
+
+def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, float]:
+  """The step's metrics as floats; a non-finite loss or gradient stops the run."""
+  if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
+    raise TrainingError(
+        f'Loss is {metrics["loss"]} (gradient norm {metrics["grad_norm"]}) at step {step}; '
+        f'stopped without saving, the last good checkpoint in {checkpoints} is intact. Lower '
+        'lr or check the data.')
+  return {k: float(v) for k, v in metrics.items()}
+
+
+class Throughput:
+  """Images per second per device over the training steps between two reports,
+  from the first compiled step on, evaluations and saves left out."""
+
+  def __init__(self, batch_size: int):
+    self.batch_size, self.since = batch_size, None  # since: (step, time) counted from
+
+  def started(self, step: int, metrics) -> None:
+    if self.since is None:  # the first step of the run compiles: time from its end
+      jax.block_until_ready(metrics)
+      self.restart(step)
+
+  def restart(self, step: int) -> None:
+    self.since = (step, time.perf_counter())
+
+  def rate(self, step: int) -> Dict[str, float]:
+    """The rate since the last report (none on the step it started), then restarts."""
+    (first, start), now = self.since, time.perf_counter()
+    self.restart(step)
+    if step <= first:
+      return {}
+    return {'images_per_sec_per_core':
+            (step - first) * self.batch_size / (now - start) / jax.device_count()}
 
 
 FLAGS = flags.FLAGS
