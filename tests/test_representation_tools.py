@@ -111,18 +111,23 @@ def test_norm_ratio_erf_probes(subjects, index, tmp_path):
     assert all(0 <= r['accuracy'] <= 1 for r in rows)
 
 
+def quickstart_vit_checkpoint(tmp_path) -> str:
+  """A .npz of the quick-start ViT recipe's model with fresh, perturbed parameters."""
+  from configs import quickstart_vit
+  config = quickstart_vit.get_config()
+  model = models.get_model(config.model_name, 10, **config.model)
+  path = str(tmp_path / 'vit.npz')
+  checkpoint.save(path, perturbed(init(model, 28), scale=0.02)['params'])
+  return path
+
+
 @pytest.mark.slow
 def test_command_line_on_the_quick_start_vit(tmp_path):
   """`python -m analysis all` on the quick-start ViT recipe with fresh parameters.
 
   The ResNet side of every runner is tested above on a tiny BiT; a second model
   on the command line would add minutes of ResNet Hessian compilation."""
-  sys.path.insert(0, ROOT)
-  from configs import quickstart_vit
-  config = quickstart_vit.get_config()
-  model = models.get_model(config.model_name, 10, **config.model)
-  path = str(tmp_path / 'vit.npz')
-  checkpoint.save(path, perturbed(init(model, 28), scale=0.02)['params'])
+  path = quickstart_vit_checkpoint(tmp_path)
   out = tmp_path / 'out'
   subprocess.run(
       [sys.executable, '-m', 'analysis', 'all', '--config', 'configs/quickstart_vit.py',

@@ -14,8 +14,7 @@ import tensorflow as tf
 
 from analysis import tool
 from analysis.tool import Tool, register
-from helpers import init, perturbed
-from vit_jax import checkpoint, models
+from test_representation_tools import quickstart_vit_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -58,12 +57,7 @@ def _scalars(logdir):
 @pytest.mark.slow
 def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp_path):
   config_path = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
-  sys.path.insert(0, ROOT)
-  from configs import quickstart_vit
-  config = quickstart_vit.get_config()
-  model = models.get_model(config.model_name, 10, **config.model)
-  npz = str(tmp_path / 'vit.npz')
-  checkpoint.save(npz, perturbed(init(model, 28), scale=0.02)['params'])
+  npz = quickstart_vit_checkpoint(tmp_path)
   out = tmp_path / 'out'
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get('PYTHONPATH', '')]))
   subprocess.run(
