@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from analysis import events, features, report, tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from vit_jax import sweep_rows
+from vit_jax import entry, sweep_rows
 from vit_jax.atomic import atomic_write
 
 TOOL_MODULES_FLAG = '--tool_modules='
@@ -154,4 +154,4 @@ def main(argv):
 
 if __name__ == '__main__':
   import_tool_modules(sys.argv)
-  app.run(main, argv=sys.argv)
+  entry.run(main, ('config', 'config2'))

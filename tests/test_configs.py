@@ -1,12 +1,19 @@
 """Every recipe in configs/ loads, names a zoo model that builds, and has every field."""
+import ast
 import importlib
+import os
+import re
 
 import jax
 import jax.numpy as jnp
 import pytest
+from absl import flags
+from ml_collections import config_flags
 
 from configs import common
-from vit_jax import models, steps
+from vit_jax import entry, errors, models, settings, steps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('quickstart_alternet', None),
            ('vit_s16_i1k', None), ('mixer_b16', 'cifar10'), ('mixer_b16', 'imagenet2012'),
@@ -49,3 +56,83 @@ def test_published_recipe_figures():
   assert load('bit_r50x1', 'imagenet2012').total_steps == 20_000
   with pytest.raises(ValueError, match="Unknown arg 'svhn'"):
     load('bit_r50x1', 'svhn')
+
+
+# A value other than every recipe's for each field, as typed on the command line.
+OVERRIDES = {
+    'model_name': None, 'pretrained': 'some/file.npz', 'keep_head': 'True',
+    'augreg_dir': '/data/augreg', 'dataset': 'cifar10', 'data_dir': '/data/tfds',
+    'train_split': 'train[:90%]', 'eval_split': 'train[90%:]', 'image_size': '96',
+    'inception_crop': 'False', 'crop_padding': '3', 'mixup_alpha': '0.4',
+    'randaugment': '(3, 11)', 'batch_size': '48', 'eval_batch_size': '40', 'accum_steps': '3',
+    'num_epochs': '7.5', 'total_steps': '321', 'time_budget': '17m', 'optimizer': 'adam',
+    'momentum': '0.8', 'lr': '0.0123', 'warmup_steps': '77', 'decay': 'linear',
+    'weight_decay': '0.05', 'grad_clip': '2.5', 'loss': 'sigmoid', 'label_smoothing': '0.2',
+    'lr_mults': "(('^head/', 0.5),)", 'seed': '7', 'log_every': '9', 'eval_every': '99',
+    'checkpoint_every': '98', 'keep_checkpoints': '4'}
+
+
+def _parse(path, arg, args):
+  """The recipe as `--config` and `args` make it, through the flag parser."""
+  argv = ['prog', '--config', path + (f':{arg}' if arg else '')] + list(args)
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, '', flag_values=values, lock_config=True,
+                                  sys_argv=argv)
+  values(argv)
+  return settings.check(values.config)
+
+
+def test_every_field_of_every_recipe_is_set_from_the_command_line():
+  assert set(OVERRIDES) == set(settings.FIELDS) - {'model'}
+  for name, arg in sorted(set(RECIPES)):
+    path = os.path.join(ROOT, 'configs', f'{name}.py')
+    own = load(name, arg).model_name  # another published model of its family
+    family = models.MODELS[own]['family']
+    overrides = dict(OVERRIDES, model_name=next(
+        n for n in models.list_models() if models.MODELS[n]['family'] == family and n != own))
+    config = _parse(path, arg, [f'--config.{k}={v}' for k, v in overrides.items()])
+    for key, value in overrides.items():
+      expected = value if key == 'time_budget' or value[0] not in '(0123456789TF' else (
+          ast.literal_eval(value))
+      assert config[key] == expected, (name, arg, key)
+    for key in config.model:  # every architecture field of the recipe's model too
+      value = config.model[key]
+      if isinstance(value, bool) or not isinstance(value, (int, str)):
+        continue
+      new = 'bfloat16' if key == 'dtype' else value + 1 if isinstance(value, int) else value
+      assert _parse(path, arg, [f'--config.model.{key}={new}']).model[key] == new
+    assert _parse(path, arg, ['--config.pretrained=None']).pretrained is None
+
+
+@pytest.mark.parametrize('override,says', [
+    ('lr=-0.1', "config.lr is -0.1; it must be a number > 0"),
+    ('total_steps=-5', 'config.total_steps is -5; it must be an integer >= 0'),
+    ('eval_every=0', 'config.eval_every is 0; it must be an integer >= 1'),
+    ('checkpoint_every=0', 'config.checkpoint_every is 0'),
+    ('log_every=0', 'config.log_every is 0'),
+    ('keep_checkpoints=0', 'config.keep_checkpoints is 0; it must be an integer >= 1'),
+    ('time_budget=10s', "config.time_budget is '10s'; it must be a duration of at least 60 s"),
+    ('time_budget=15min', "config.time_budget is '15min'"),
+    ('optimizer=adamw', "config.optimizer is 'adamw'; it must be one of 'sgd', 'adam'"),
+    ('label_smoothing=1.0', 'config.label_smoothing is 1.0'),
+    ('randaugment=(2,)', 'config.randaugment is \\(2,\\)'),
+    ('model_name=ViT-Q_16', "Unknown model 'ViT-Q_16'"),
+])
+def test_a_value_a_field_does_not_allow_is_named(override, says):
+  with pytest.raises(errors.ConfigError, match=says):
+    _parse(os.path.join(ROOT, 'configs', 'quickstart_vit.py'), None, [f'--config.{override}'])
+
+
+@pytest.mark.parametrize('arg,says', [
+    ('--config.learning_rate=0.1', 'config.learning_rate names no field of the recipe. Did you '
+                                   'mean lr?'),
+    ('--config.batchsize=64', 'Did you mean batch_size?'),
+    ('--config.warmup_step=3', 'Did you mean warmup_steps?'),
+    ('--config.model.hiden_size=3', 'config.model.hiden_size names no field of the recipe. '
+                                    'Did you mean hidden_size?'),
+    ('--config.lr.x=3', 'config.lr has no fields'),
+])
+def test_a_field_no_recipe_has_is_named_with_the_one_meant(arg, says):
+  recipe = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
+  with pytest.raises(errors.ConfigError, match=re.escape(says)):
+    settings.check_overrides(['prog', arg], recipe)

@@ -133,7 +133,7 @@ def test_missing_data_without_network_is_explained(tmp_path, monkeypatch):
 
 
 def test_image_folder(tmp_path):
-  name = make_folder(str(tmp_path), {'train': [5, 4, 6], 'test': [3, 0, 2]})
+  name = make_folder(str(tmp_path), {'train': [5, 4, 6], 'test': [3, 1, 2]})
   source = input_pipeline.get_source(name, 'train')
   assert (source.num_examples, source.num_classes) == (15, 3)
   assert source.class_names == ('class_0', 'class_1', 'class_2')
@@ -143,7 +143,7 @@ def test_image_folder(tmp_path):
   batches = list(input_pipeline.eval_dataset(test, batch_size=8, image_size=16,
                                              resize_small=18).as_numpy_iterator())
   labels = np.concatenate([b['label'][b['mask'] == 1] for b in batches]).argmax(1)
-  np.testing.assert_array_equal(np.bincount(labels, minlength=3), [3, 0, 2])
+  np.testing.assert_array_equal(np.bincount(labels, minlength=3), [3, 1, 2])
 
 
 def test_processes_read_disjoint_slices_that_cover_the_split(tmp_path):
@@ -187,6 +187,46 @@ def test_image_folder_errors(tmp_path):
   source = input_pipeline.get_source(name, 'train')
   with pytest.raises(tf.errors.InvalidArgumentError, match='Unreadable image file.*broken.jpg'):
     list(input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator())
+
+
+@pytest.mark.parametrize('kind', ['0.JPEG', '1.png'])
+def test_a_truncated_image_names_its_file(tmp_path, kind):
+  name = make_folder(str(tmp_path), {'train': [3]}, size=(16, 16))
+  path = tmp_path / 'train' / 'class_0' / kind
+  data = path.read_bytes()
+  path.write_bytes(data[:len(data) * 2 // 3])
+  source = input_pipeline.get_source(name, 'train')
+  with pytest.raises(tf.errors.InvalidArgumentError, match=f'Truncated image file.*{kind}'):
+    list(input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator())
+  on_devices = input_pipeline.prefetch_to_devices(
+      input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator(),
+      NamedSharding(Mesh(np.array(jax.devices()), ('data',)), P('data')))
+  with pytest.raises(input_pipeline.DataError,
+                     match=f'^Truncated image file {path} \\(it ends before its last byte\\): '
+                           'replace or remove it.$'):
+    list(on_devices)
+  path.write_bytes(data + b'\0' * 10)  # bytes after JPEG's end marker are allowed
+  if kind.endswith('JPEG'):
+    assert len(list(input_pipeline.eval_dataset(
+        input_pipeline.get_source(name, 'train'), batch_size=8, image_size=8
+    ).as_numpy_iterator())) == 1
+
+
+def test_folders_are_checked_against_each_other_and_their_root(tmp_path):
+  name = make_folder(str(tmp_path / 'data'), {'train': [2, 2], 'test': [2, 2]})
+  os.rename(tmp_path / 'data' / 'test' / 'class_1', tmp_path / 'data' / 'test' / 'class_x')
+  train = input_pipeline.get_source(name, 'train')
+  test = input_pipeline.get_source(name, 'test')
+  with pytest.raises(input_pipeline.DataError, match=r"only in training: \['class_1'\]; only "
+                     r"in evaluation: \['class_x'\]"):
+    input_pipeline.check_same_classes(train, test)
+  input_pipeline.check_same_classes(train, train)
+  os.makedirs(tmp_path / 'data' / 'train' / 'class_2')
+  with pytest.raises(input_pipeline.DataError, match='train/class_2 holds no'):
+    input_pipeline.get_source(name, 'train')
+  make_folder(str(tmp_path / 'other'), {'train': [2]})
+  with pytest.raises(input_pipeline.DataError, match='leads outside the image folder'):
+    input_pipeline.get_source(name, '../other/train')
 
 
 # ---------------------------------------------------------------------------

@@ -10,12 +10,14 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 import tensorflow as tf
 
 from configs import common
 from helpers import TINY_VIT, images, make_folder
-from vit_jax import budget, checkpoint, cpu_devices, input_pipeline, models, steps, train
+from vit_jax import (budget, checkpoint, cpu_devices, input_pipeline, models, run_state, steps,
+                     train)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,14 +160,14 @@ def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
     for f in files:
       with open(os.path.join(root, f), 'wb') as handle:
         handle.write(b'garbage')
-  manager = train.ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
+  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
   model_cfg = steps.model_config(config, 3)
   model = models.build_model(model_cfg)
   state = steps.create_train_state(config, model, model_cfg, steps.make_optimizer(config, 6), 8)
-  restored = train.restore_latest(
-      manager, jax.tree_util.tree_map(train.ocp.utils.to_shape_dtype_struct, state))
+  restored = run_state.restore_latest(
+      manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   assert int(restored.step) == 3
-  assert 'step 6' in caplog.text and 'cannot be restored' in caplog.text
+  assert 'step 6' in caplog.text and 'cannot be used' in caplog.text
 
 
 def test_non_finite_loss_stops_the_run(folder, tmp_path):

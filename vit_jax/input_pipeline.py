@@ -15,6 +15,7 @@ import collections
 import dataclasses
 import math
 import os
+import re
 import socket
 from typing import Iterator, Optional, Tuple
 
@@ -24,12 +25,13 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax import datasets
+from vit_jax.errors import UserError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 FOLDER_PREFIX = 'folder:'
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
   """A dataset that cannot be found, prepared or read."""
 
 
@@ -156,16 +158,23 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   (`tfds.split_for_jax_process`); tested in test_input_pipeline.py.
   """
   split_dir = os.path.join(root, split)
+  if not os.path.realpath(split_dir).startswith(os.path.realpath(root) + os.sep):
+    raise DataError(f'The split {split!r} leads outside the image folder {root}; name a '
+                    'sub-directory of it, such as train or test.')
   if not os.path.isdir(split_dir):
     raise DataError(f'Image folder {split_dir} does not exist; expected '
                     f'{root}/{{train,test}}/<class>/*.jpg.')
   classes = sorted(d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d)))
   files, labels = [], []
   for label, name in enumerate(classes):
-    for f in sorted(os.listdir(os.path.join(split_dir, name))):
-      if f.lower().endswith(IMAGE_EXTENSIONS):
-        files.append(os.path.join(split_dir, name, f))
-        labels.append(label)
+    found = [f for f in sorted(os.listdir(os.path.join(split_dir, name)))
+             if f.lower().endswith(IMAGE_EXTENSIONS)]
+    if not found:
+      raise DataError(f'The class directory {os.path.join(split_dir, name)} holds no '
+                      f'{"/".join(IMAGE_EXTENSIONS)} images: add some, or remove it (from '
+                      'every split) if the class is not meant to be there.')
+    files += [os.path.join(split_dir, name, f) for f in found]
+    labels += [label] * len(found)
   if not files:
     raise DataError(f'Image folder {split_dir} holds no {"/".join(IMAGE_EXTENSIONS)} files '
                     'in class sub-directories.')
@@ -177,15 +186,38 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
 
   def read(path, label):
     data = tf.io.read_file(path)
-    is_image = tf.image.is_jpeg(data) | tf.equal(tf.strings.substr(data, 0, 4), b'\x89PNG')
-    with tf.control_dependencies([tf.debugging.Assert(is_image, [
-        'Unreadable image file', path, '(neither JPEG nor PNG): replace or remove it.'])]):
+    is_jpeg = tf.image.is_jpeg(data)
+    is_png = tf.equal(tf.strings.substr(data, 0, 4), b'\x89PNG')
+    # A file cut short lacks its format's end marker: JPEG's EOI (ff d9, among the
+    # last bytes: some writers pad after it), PNG's IEND chunk (its last 8 bytes).
+    size = tf.strings.length(data)
+    tail = tf.strings.bytes_split(tf.strings.substr(data, tf.maximum(size - 64, 0), 64))
+    eoi = tf.reduce_any(tf.equal(tail[:-1], b'\xff') & tf.equal(tail[1:], b'\xd9'))
+    iend = tf.equal(tf.strings.substr(data, tf.maximum(size - 8, 0), 8), b'IEND\xaeB`\x82')
+    whole = (is_jpeg & eoi) | (is_png & iend)
+    with tf.control_dependencies([
+        tf.debugging.Assert(is_jpeg | is_png, [
+            'Unreadable image file', path, '(neither JPEG nor PNG): replace or remove it.']),
+        tf.debugging.Assert(whole, [
+            'Truncated image file', path, '(it ends before its last byte): replace or remove it.'])]):
       image = tf.io.decode_image(data, channels=3, expand_animations=False)
     return {'image': image, 'label': tf.cast(label, tf.int64)}
   dataset = dataset.map(read, tf.data.AUTOTUNE, deterministic=True)
   dataset = dataset.apply(tf.data.experimental.assert_cardinality(end - start))
   return Source(dataset, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
                 tuple(classes))
+
+
+def check_same_classes(train: Source, evaluation: Source) -> None:
+  """Raises a DataError unless both splits name the same classes in the same order:
+  labels are positions in the class list, so they must mean the same in both."""
+  if train.class_names and evaluation.class_names and train.class_names != evaluation.class_names:
+    only = lambda a, b: sorted(set(a.class_names) - set(b.class_names))
+    raise DataError(
+        f'The splits of {train.name} name different classes (only in training: '
+        f'{only(train, evaluation)}; only in evaluation: {only(evaluation, train)}; training '
+        f'{list(train.class_names)}, evaluation {list(evaluation.class_names)}): give both '
+        'splits the same class directories.')
 
 
 def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
@@ -381,9 +413,27 @@ def prefetch_to_devices(batches, sharding: jax.sharding.Sharding, size: int = 2)
     return jax.tree_util.tree_map(
         lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), batch)
 
-  for batch in batches:
+  for batch in read_batches(batches):
     queue.append(put(batch))
     if len(queue) > size:
       yield queue.popleft()
   while queue:
     yield queue.popleft()
+
+
+def read_batches(batches: Iterator) -> Iterator:
+  """`batches`, with a bad file that stops the pipeline (an unreadable or truncated
+  image) raised as a DataError that names it."""
+  batches = iter(batches)
+  while True:
+    try:
+      batch = next(batches)
+    except StopIteration:
+      return
+    except tf.errors.InvalidArgumentError as e:
+      said = re.search(r'assertion failed: \[((?:Unreadable|Truncated) image file)\] \[(.*?)\] '
+                       r'\[(.*?)\]', e.message)
+      if not said:
+        raise
+      raise DataError(' '.join(said.groups())) from e
+    yield batch

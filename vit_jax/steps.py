@@ -21,8 +21,9 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import augreg, checkpoint, models
+from vit_jax.errors import UserError
 
-class TrainingError(RuntimeError):
+class TrainingError(UserError, RuntimeError):
   """A run that cannot go on (a non-finite loss, a missing checkpoint, ...)."""
 
 

@@ -13,37 +13,43 @@ its checkpoint. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
 import csv
 import json
 import os
+import re
 import time
 from typing import Dict, List
 
 import ml_collections
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import train
+from vit_jax import entry, settings, train
+from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
+from vit_jax.errors import ConfigError, WorkdirError
 from vit_jax.sweep_rows import row_config
 
 RESULT = 'result.json'
 ROW_PREFIX = 'row:'  # `pretrained='row:<label>'`: start from another row's trained parameters
+ROW_LABEL = re.compile(r'[\w.%+=-]+')
 
 
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
-  """Trains one row (unless it has a result) and returns its result. A row whose
-  `pretrained` is 'row:<label>' starts from that row's parameters, trained first."""
-  path = os.path.join(workdir, label, RESULT)
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
+  """Trains one row (unless it has a result of the same settings) and returns its
+  result. A row whose `pretrained` is 'row:<label>' starts from that row's
+  parameters, trained first. A result of other settings is refused, naming them."""
   row = row_config(config, label)
+  source = None
   if isinstance(row.pretrained, str) and row.pretrained.startswith(ROW_PREFIX):
     source = row.pretrained[len(ROW_PREFIX):]
     if source not in dict(config.sweep.rows) or source == label:
-      raise ValueError(f'Sweep row {label!r} starts from {row.pretrained!r}, which is not '
-                       'another row of the sweep.')
-    run_row(config, source, workdir)
+      raise ConfigError(f'Sweep row {label!r} starts from {row.pretrained!r}, which is not '
+                        'another row of the sweep.')
     row.pretrained = os.path.join(workdir, source, 'params.npz')
+  path = os.path.join(workdir, label, RESULT)
+  if os.path.exists(path):
+    return _earlier_result(path, row, label, workdir)
+  if source is not None:
+    run_row(config, source, workdir)
   start = time.perf_counter()
   summary = train.train_and_evaluate(row, os.path.join(workdir, label))
   # A row's fields may hold ConfigDicts (a recipe's `model`): stored as plain JSON.
@@ -53,6 +59,27 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
             'wall_seconds': round(time.perf_counter() - start, 1)}
   with atomic_write(path) as f:
     json.dump(result, f, indent=1)
+  return result
+
+
+def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
+  """The result a row left, if it was trained with the settings it has now."""
+  try:
+    with open(path) as f:
+      result = json.load(f)
+    result['eval_accuracy']
+  except (ValueError, KeyError, TypeError) as e:
+    raise WorkdirError(f'{path} is not a sweep result ({type(e).__name__}: {e}); delete '
+                       f'{os.path.dirname(path)} to train row {label!r} again.') from e
+  record = os.path.join(workdir, label, workdirs.RECORD)
+  if os.path.exists(record):
+    with open(record) as f:
+      changed = workdirs.differences(json.load(f), workdirs.settings_of(settings.check(row)))
+    if changed:
+      raise WorkdirError(
+          f'Sweep row {label!r} in {workdir} was trained with other settings '
+          f'({"; ".join(changed)}). Use a new workdir for the changed recipe, or delete '
+          f'{os.path.dirname(path)} to train that row again.')
   return result
 
 
@@ -91,8 +118,12 @@ def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
 def run_sweep(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
   """Every row of `config.sweep` in order, then the tables."""
   if 'sweep' not in config:
-    raise ValueError('The recipe has no `sweep` field: give a sweep recipe such as '
-                     'configs/ablations.py:posemb.')
+    raise ConfigError('The recipe has no `sweep` field: give a sweep recipe such as '
+                      'configs/ablations.py:posemb.')
+  for label, _ in config.sweep.rows:
+    if not ROW_LABEL.fullmatch(label) or set(label) == {'.'}:
+      raise ConfigError(f'Sweep row label {label!r} is not a plain directory name (letters, '
+                        'digits and . _ % + = -): each row trains in <workdir>/<label>.')
   os.makedirs(workdir, exist_ok=True)
   results = [run_row(config, label, workdir) for label, _ in config.sweep.rows]
   for path in write_table(config.sweep.name, results, workdir):
@@ -115,4 +146,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('workdir', None, 'Where each row trains (DIR/<row>) and the tables go.')
   flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
   flags.mark_flags_as_required(['config', 'workdir'])
-  app.run(main)
+  entry.run(main)

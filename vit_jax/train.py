@@ -5,15 +5,17 @@
 
 The batch is sharded over a one-axis mesh of every device of every process;
 parameters and optimizer state are replicated (the step itself: `steps.py`).
-Checkpoints (orbax, atomic)
-go to DIR/checkpoints and a run resumes from the newest complete one; the
+Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints
+and a run resumes from the newest one that checks out; the
 final parameters are also written as DIR/params.npz in the published layout.
 """
 import dataclasses
 import json
 import logging
 import os
+import signal
 import tempfile
+import threading
 import time
 from typing import Any, Dict, Iterator, Optional
 
@@ -22,37 +24,19 @@ import ml_collections
 import numpy as np
 import optax.tree_utils as otu
 import orbax.checkpoint as ocp
-from absl import app, flags
+from absl import flags
 from clu import metric_writers, periodic_actions
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import augreg, budget, checkpoint, input_pipeline, steps
+from vit_jax import (augreg, budget, checkpoint, entry, input_pipeline, run_state, settings,
+                     steps)
+from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
+from vit_jax.errors import ConfigError
 from vit_jax.steps import TrainingError
-
-
-def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
-  """The newest checkpoint that restores; unreadable newer ones are reported and skipped."""
-  for step in sorted(manager.all_steps(), reverse=True):
-    try:
-      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-    except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
-      logging.warning('Checkpoint at step %d in %s cannot be restored (%s: %s); '
-                      'trying an earlier one.', step, manager.directory, type(e).__name__, e)
-  return None
-
-
-def resume(manager: ocp.CheckpointManager, setup: steps.Setup) -> steps.TrainState:
-  """The state of the newest checkpoint that restores, replicated over the mesh, or
-  the fresh one where none does."""
-  restored = restore_latest(manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct,
-                                                            setup.state))
-  if restored is None:
-    return setup.state
-  logging.info('Resumed from step %d.', int(restored.step))
-  return jax.device_put(restored, NamedSharding(setup.mesh, P()))
 
 
 # ---------------------------------------------------------------------------
@@ -60,18 +44,16 @@ def resume(manager: ocp.CheckpointManager, setup: steps.Setup) -> steps.TrainSta
 
 
 def _check_config(config: ml_collections.ConfigDict) -> None:
-  if config.time_budget:
-    budget.parse_duration(config.time_budget)  # a malformed budget fails before any work
-  if config.batch_size < 1 or config.accum_steps < 1:
-    raise ValueError(f'batch_size ({config.batch_size}) and accum_steps ({config.accum_steps}) '
-                     'must be positive.')
+  """Every field's own constraint (`settings.check`), then how they fit together and
+  with the devices."""
+  settings.check(config)
   if config.batch_size % config.accum_steps:
-    raise ValueError(f'batch_size {config.batch_size} is not divisible by accum_steps '
-                     f'{config.accum_steps}.')
+    raise ConfigError(f'config.batch_size {config.batch_size} is not divisible by '
+                      f'config.accum_steps {config.accum_steps}.')
   if (config.batch_size // config.accum_steps) % jax.device_count():
-    raise ValueError(f'Each of the {config.accum_steps} accumulation pieces of the batch '
-                     f'({config.batch_size // config.accum_steps} examples) must split evenly '
-                     f'over the {jax.device_count()} devices; change batch_size.')
+    raise ConfigError(f'Each of the {config.accum_steps} accumulation pieces of the batch '
+                      f'({config.batch_size // config.accum_steps} examples) must split evenly '
+                      f'over the {jax.device_count()} devices; change batch_size.')
 
 
 def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -160,14 +142,29 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
   return record
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[str, float]:
-  """Trains, evaluates every `eval_every` steps and at the end; returns final metrics."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       reconfigure: bool = False) -> Dict[str, float]:
+  """Trains, evaluates every `eval_every` steps and at the end; returns final metrics.
+
+  The settings and inputs are checked before any work; the workdir is held for
+  this run (`workdir.claim`: a second trainer is refused, and so are settings that
+  differ from those it was trained with, unless `reconfigure`). SIGTERM saves a
+  checkpoint at the current step and stops with a `Preempted` error naming it.
+  """
   started = time.perf_counter()
   _check_config(config)
   check_inputs(config, workdir)
+  with workdirs.claim(workdir, config, reconfigure, primary=jax.process_index() == 0), \
+      Preemption() as preemption:
+    return _train(config, workdir, started, preemption)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
+           preemption: 'Preemption') -> Dict[str, float]:
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
                                            shuffle_files=True, seed=config.seed)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
+  input_pipeline.check_same_classes(train_source, eval_source)
   steps_per_epoch = max(train_source.num_examples * jax.process_count() // config.batch_size, 1)
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
 
@@ -186,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
-  state = resume(manager, setup)
+  state = run_state.resume(manager, setup.state, setup.mesh)
   start_step = int(state.step)
 
   def evaluate(params) -> Dict[str, float]:
@@ -211,26 +208,31 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Dict[
     state, metrics = setup.train_step(state, next(batches))
     throughput.started(step, metrics)
     progress(step)
+    stopping = preemption.requested(step, config.log_every)
     last = step == total_steps or late(deadline, step, total_steps, config.time_budget)
-    saving = itstime(step, config.checkpoint_every, last)
+    saving = itstime(step, config.checkpoint_every, last or stopping)
     if itstime(step, config.log_every, saving):  # before every save: none holds a diverged state
       writer.write_scalars(step, {**finite(jax.device_get(metrics), step, manager.directory),
                                   **throughput.rate(step)})
+    if saving:  # before the evaluation, which may fail, so training is never lost to it
+      run_state.save(manager, step, state)
+    if stopping:
+      manager.wait_until_finished()
+      raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
+                      f'{manager.directory}/{step}. Rerun the same command to resume from it.')
     if itstime(step, config.eval_every, last):
       summary = evaluate(state.params)
       writer.write_scalars(step, summary)
       logging.info('Step %d: %s', step, summary)
-    if saving:
-      manager.save(step, args=ocp.args.StandardSave(state))
     if itstime(step, config.eval_every, saving):
       throughput.restart(step)  # evaluations and saves are not training time
     if last:
       break
   manager.wait_until_finished()
-  if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
-    summary = evaluate(state.params)
   if jax.process_index() == 0:
     checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
+  if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
+    summary = evaluate(state.params)
   writer.flush()
   return summary
 
@@ -257,6 +259,40 @@ def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, fl
         f'stopped without saving, the last good checkpoint in {checkpoints} is intact. Lower '
         'lr or check the data.')
   return {k: float(v) for k, v in metrics.items()}
+
+
+class Preempted(TrainingError):
+  """A run stopped by SIGTERM after saving its checkpoint."""
+
+
+class Preemption:
+  """SIGTERM (how Cloud TPUs and most schedulers preempt) noted while training, so
+  the loop saves and stops at the next step; processes of a multi-process run
+  agree on it every `log_every` steps. The previous handler comes back on exit."""
+
+  def __init__(self):
+    self.signalled, self._previous = False, None
+
+  def __enter__(self) -> 'Preemption':
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._note)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def _note(self, signum, frame) -> None:
+    del signum, frame
+    logging.warning('SIGTERM: saving a checkpoint at the next step, then stopping.')
+    self.signalled = True
+
+  def requested(self, step: int, every: int) -> bool:
+    if jax.process_count() == 1:
+      return self.signalled
+    if step % every:
+      return False
+    return bool(np.any(multihost_utils.process_allgather(np.array(self.signalled))))
 
 
 class Throughput:
@@ -293,6 +329,8 @@ def define_flags() -> None:
   config_flags.DEFINE_config_file('config', None, 'Recipe file, e.g. configs/quickstart_vit.py.',
                                   lock_config=True)
   flags.DEFINE_string('workdir', None, 'Where checkpoints, params.npz and logs go.')
+  flags.DEFINE_bool('reconfigure', False, 'Go on in a workdir trained with other settings, '
+                    'from its checkpoint, with the settings given now.')
   flags.DEFINE_string('coordinator_address', None,
                       'host:port of process 0, for multi-process runs.')
   flags.DEFINE_integer('num_processes', None, 'Number of processes in a multi-process run.')
@@ -313,10 +351,10 @@ def main(argv):
   logging.getLogger().setLevel(logging.INFO)
   print(f'Process {jax.process_index()} of {jax.process_count()}, '
         f'{jax.device_count()} devices in all.', flush=True)
-  summary = train_and_evaluate(FLAGS.config, FLAGS.workdir)
+  summary = train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)
   print(f'Final: {summary}')
 
 
 if __name__ == '__main__':
   define_flags()
-  app.run(main)
+  entry.run(main)

@@ -12,10 +12,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 import flax.linen as nn
 import ml_collections
 
+from vit_jax.errors import UserError
+
 Flat = Dict[str, Any]  # '/'-joined parameter paths -> arrays
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
   """A checkpoint file that cannot be read or does not fit the model."""
 
 

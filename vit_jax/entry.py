@@ -1,0 +1,63 @@
+"""What the command-line entry points share: recipe overrides checked before the
+flag parser reads them, and a user's error (`errors.UserError`) said in its own
+words without a traceback, unless --traceback asks for it."""
+import importlib.util
+import os
+import sys
+from typing import Callable, Sequence
+
+from absl import app, flags
+
+from vit_jax import settings
+from vit_jax.errors import ConfigError, UserError
+
+flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wrong setting, '
+                  'missing data, a bad checkpoint) as well as its message.')
+
+
+def load_recipe(spec: str):
+  """The ConfigDict of 'path/to/recipe.py[:arg]', as `config_flags` loads it."""
+  path, _, arg = spec.partition(':')
+  if not os.path.isfile(path):
+    raise ConfigError(f'The recipe {path} does not exist; recipes are in configs/, e.g. '
+                      'configs/quickstart_vit.py.')
+  spec_ = importlib.util.spec_from_file_location('recipe', path)
+  module = importlib.util.module_from_spec(spec_)
+  spec_.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> None:
+  """For each recipe flag (e.g. 'config', 'config2') given as `--config FILE` or
+  `--config=FILE`, checks that every `--config.a.b=...` names a field of it."""
+  for name in config_flags:
+    spec = None
+    for i, arg in enumerate(argv):
+      if arg == f'--{name}' and i + 1 < len(argv):
+        spec = argv[i + 1]
+      elif arg.startswith(f'--{name}='):
+        spec = arg.split('=', 1)[1]
+    if spec is not None:
+      settings.check_overrides(argv, load_recipe(spec), name)
+
+
+def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
+  """`app.run(main)`, with the recipe overrides checked first and user errors
+  printed as one message (exit status 1)."""
+  def guarded(argv):
+    try:
+      return main(argv)
+    except UserError as e:
+      if flags.FLAGS.traceback:
+        raise
+      print(f'Error: {e}', file=sys.stderr, flush=True)
+      sys.exit(1)
+
+  try:
+    check_recipe_overrides(sys.argv, config_flags)
+  except UserError as e:
+    if '--traceback' in sys.argv:
+      raise
+    print(f'Error: {e}', file=sys.stderr, flush=True)
+    sys.exit(1)
+  app.run(guarded)

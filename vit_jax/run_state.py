@@ -1,0 +1,89 @@
+"""Orbax checkpoints of a training run's state: each saved with a checksum of
+every array, and restored newest first past any that is unreadable, altered
+since it was written, or not finite. A run whose checkpoints all fail is
+refused, never silently restarted from step 0.
+"""
+import logging
+import os
+import zlib
+from typing import Any, Dict, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vit_jax.models.family import CheckpointError
+
+STATE, CHECKSUMS = 'state', 'checksums'  # the items of one checkpoint
+
+
+def checksums(state) -> Dict[str, int]:
+  """CRC-32 of every array of `state` by its key path."""
+  leaves = jax.tree_util.tree_leaves_with_path(jax.device_get(state))
+  return {jax.tree_util.keystr(path): zlib.crc32(np.ascontiguousarray(leaf).tobytes())
+          for path, leaf in leaves}
+
+
+def save(manager: ocp.CheckpointManager, step: int, state) -> None:
+  """The state at `step` and its checksums."""
+  manager.save(step, args=ocp.args.Composite(**{
+      STATE: ocp.args.StandardSave(state), CHECKSUMS: ocp.args.JsonSave(checksums(state))}))
+
+
+def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
+  """Why a restored state cannot be trusted, or None."""
+  if expected is not None:
+    altered = [k for k, v in checksums(restored).items() if expected.get(k) != v]
+    if altered:
+      return f'{len(altered)} arrays differ from what was saved (e.g. {altered[0]})'
+  bad = [jax.tree_util.keystr(path) for path, leaf in
+         jax.tree_util.tree_leaves_with_path(jax.device_get(restored))
+         if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+         and not np.all(np.isfinite(leaf))]
+  return f'{len(bad)} arrays hold NaN or infinity (e.g. {bad[0]})' if bad else None
+
+
+def _restore_step(manager: ocp.CheckpointManager, step: int, abstract):
+  """(state, checksums or None) of one checkpoint; those written before checksums
+  were kept hold the state alone."""
+  if os.path.isdir(os.path.join(os.fspath(manager.directory), str(step), STATE)):
+    restored = manager.restore(step, args=ocp.args.Composite(**{
+        STATE: ocp.args.StandardRestore(abstract), CHECKSUMS: ocp.args.JsonRestore()}))
+    return restored[STATE], restored[CHECKSUMS]
+  return manager.restore(step, args=ocp.args.StandardRestore(abstract)), None
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
+  """The newest checkpoint that restores and checks out; the others are reported
+  and skipped. None when there are none; a CheckpointError when none of them does."""
+  steps = sorted(manager.all_steps(), reverse=True)
+  problems = []
+  for step in steps:
+    try:
+      state, expected = _restore_step(manager, step, abstract_state)
+      problem = _problem(state, expected)
+    except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
+      problem = f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+    if problem is None:
+      return state
+    logging.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',
+                    step, manager.directory, problem)
+    problems.append(f'step {step}: {problem}')
+  if steps:
+    raise CheckpointError(
+        f'No checkpoint in {manager.directory} can be used ({"; ".join(problems)}): they are '
+        'damaged or hold another model than this recipe builds. Move them away (or train into '
+        'a new workdir) to start from scratch.')
+  return None
+
+
+def resume(manager: ocp.CheckpointManager, state, mesh: Mesh):
+  """The state of the newest usable checkpoint replicated over `mesh`, or `state`
+  (fresh) where the run has none."""
+  restored = restore_latest(manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct,
+                                                            state))
+  if restored is None:
+    return state
+  logging.info('Resumed from step %d.', int(restored.step))
+  return jax.device_put(restored, NamedSharding(mesh, P()))

@@ -1,0 +1,197 @@
+"""The fields of a training recipe: each one's default beside what it allows.
+
+`base_config()` gives every field its neutral default (recipes in `configs/`
+override what they set); fields without a value are typed placeholders, so every
+field can be set from the command line (`--config.pretrained=PATH`, and
+`--config.pretrained=None` to clear it). `check(config)` names the first field
+whose value is not allowed, and `check_overrides(argv, config)` a `--config.X`
+that names no field, with the field meant where it can tell.
+"""
+import dataclasses
+import difflib
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import ml_collections
+from ml_collections import config_dict
+
+from vit_jax import budget, models
+from vit_jax.errors import ConfigError
+
+MIN_BUDGET_SECONDS = 60.  # data, compilation and the speed probe take tens of seconds on CPU
+
+
+def _is_int(v) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _lr_mults(value) -> bool:
+  return all(isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)
+             and _is_number(pair[1]) and pair[1] >= 0 for pair in value)
+
+
+def _randaugment(value) -> bool:
+  return value is None or (len(value) == 2 and all(_is_number(v) and v >= 0 for v in value))
+
+
+def _budget(value: str) -> bool:
+  if value == '':
+    return True
+  try:
+    return budget.parse_duration(value) >= MIN_BUDGET_SECONDS
+  except ValueError:
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """A recipe field: its default, its type where the default is None, whether a
+  value is allowed, and what is allowed in words."""
+  default: Any
+  allowed: Callable[[Any], bool]
+  allows: str
+  kind: Optional[type] = None  # the type of a field whose default is None
+
+
+_TEXT = (lambda v: isinstance(v, str) and v != '', 'a non-empty string')
+_PATH = (lambda v: v is None or isinstance(v, str), 'a path, or None')
+_FLAG = (lambda v: isinstance(v, bool), 'True or False')
+_POSITIVE_INT = (lambda v: _is_int(v) and v >= 1, 'an integer >= 1')
+_COUNT = (lambda v: _is_int(v) and v >= 0, 'an integer >= 0')
+_NON_NEGATIVE = (lambda v: _is_number(v) and v >= 0, 'a number >= 0')
+
+
+def _one_of(*choices: str):
+  return (lambda v: v in choices, 'one of ' + ', '.join(map(repr, choices)))
+
+
+FIELDS: Dict[str, Field] = {
+    # Model: a zoo name plus architecture overrides (see vit_jax.models.get_config).
+    'model_name': Field('ViT-B_16', *_TEXT),
+    'model': Field(ml_collections.ConfigDict(),
+                   lambda v: isinstance(v, (dict, ml_collections.ConfigDict)),
+                   'architecture fields of the model'),
+    # A published or our .npz to fine-tune from, or 'augreg:B/16'.
+    'pretrained': Field(None, *_PATH, kind=str),
+    # Keep the pretrained head (same classes) instead of a new one.
+    'keep_head': Field(False, *_FLAG),
+    # Where the AugReg index.csv and files are; None: gs://vit_models/augreg.
+    'augreg_dir': Field(None, *_PATH, kind=str),
+
+    # Data.
+    'dataset': Field('fashion_mnist', *_TEXT),  # a TFDS name or folder:/path
+    'data_dir': Field(None, *_PATH, kind=str),
+    'train_split': Field('train', *_TEXT),
+    'eval_split': Field('test', *_TEXT),
+    'image_size': Field(224, *_POSITIVE_INT),
+    'inception_crop': Field(True, *_FLAG),
+    # With inception_crop False: random shifts of up to this many px.
+    'crop_padding': Field(0, *_COUNT),
+    'mixup_alpha': Field(0., *_NON_NEGATIVE),
+    'randaugment': Field(None, _randaugment, '(layers, magnitude) >= 0, or None', kind=tuple),
+
+    # Optimisation.
+    'batch_size': Field(512, *_POSITIVE_INT),
+    'eval_batch_size': Field(512, *_POSITIVE_INT),
+    'accum_steps': Field(1, *_POSITIVE_INT),
+    'num_epochs': Field(1., lambda v: _is_number(v) and v > 0, 'a number > 0'),
+    'total_steps': Field(0, _COUNT[0], 'an integer >= 0 (0: derived from num_epochs)'),
+    # E.g. '15m': as many of those steps as fit in 15 minutes, evaluations and saving
+    # included (timed on a few steps before the schedule is built); '' for no budget.
+    'time_budget': Field('', _budget, f"a duration of at least {MIN_BUDGET_SECONDS:.0f} s "
+                         "such as 15m, 90s or 1h30m, or '' for none"),
+    'optimizer': Field('sgd', *_one_of('sgd', 'adam')),
+    'momentum': Field(0.9, lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
+    'lr': Field(0.03, lambda v: _is_number(v) and v > 0, 'a number > 0'),
+    'warmup_steps': Field(500, *_COUNT),
+    'decay': Field('cosine', *_one_of('cosine', 'linear')),
+    'weight_decay': Field(0., *_NON_NEGATIVE),  # decoupled, kernels only, per step at peak lr
+    'grad_clip': Field(1.0, _NON_NEGATIVE[0], 'a number >= 0 (0: no clipping)'),
+    'loss': Field('softmax', *_one_of('softmax', 'sigmoid')),
+    'label_smoothing': Field(0., lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
+    # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds
+    # in trains at factor x lr; 0 freezes it. E.g. ((Family.body, 0.1),): body at lr/10.
+    'lr_mults': Field((), _lr_mults, '(regex, factor >= 0) pairs'),
+
+    # Bookkeeping.
+    'seed': Field(0, lambda v: _is_int(v), 'an integer'),
+    'log_every': Field(50, *_POSITIVE_INT),
+    'eval_every': Field(1000, *_POSITIVE_INT),
+    'checkpoint_every': Field(1000, *_POSITIVE_INT),
+    'keep_checkpoints': Field(2, _POSITIVE_INT[0], 'an integer >= 1 (checkpoints kept)'),
+}
+SWEEP_FIELD = 'sweep'  # sweep recipes add their rows (vit_jax.sweep_rows)
+# Names people reach for, and the field they mean.
+ALIASES = {'learning_rate': 'lr', 'batchsize': 'batch_size', 'epochs': 'num_epochs',
+           'steps': 'total_steps', 'num_steps': 'total_steps', 'wd': 'weight_decay',
+           'warmup': 'warmup_steps', 'checkpoint': 'pretrained', 'init': 'pretrained',
+           'clip': 'grad_clip', 'model_type': 'model_name', 'arch': 'model_name'}
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every field at its default; None defaults as typed placeholders."""
+  config = ml_collections.ConfigDict()
+  for name, field in FIELDS.items():
+    value = field.default
+    if isinstance(value, ml_collections.ConfigDict):
+      value = ml_collections.ConfigDict(value)
+    setattr(config, name, config_dict.placeholder(field.kind) if value is None else value)
+  return config
+
+
+def _as_none(value):
+  """'None' and '' as a placeholder field gets them from the command line: None."""
+  return None if value in ('None', '') else value
+
+
+def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Raises a ConfigError naming the first field whose value is not allowed, or a
+  field no recipe has; clears path fields set to 'None'. Returns `config`."""
+  unknown = sorted(set(config) - set(FIELDS) - {SWEEP_FIELD})
+  if unknown:
+    raise ConfigError(f'The recipe has fields no recipe has: {unknown}. {_meant(unknown[0])}')
+  for name, field in FIELDS.items():
+    if field.kind is str:
+      value = _as_none(config[name])
+      if value != config[name]:
+        with config.unlocked():
+          config[name] = value
+    if not field.allowed(config[name]):
+      raise ConfigError(f'config.{name} is {config[name]!r}; it must be {field.allows}.')
+  try:
+    models.get_config(config.model_name, **config.model)
+  except ValueError as e:
+    raise ConfigError(f'config.model_name / config.model: {e}') from e
+  return config
+
+
+def _meant(name: str, fields: Sequence[str] = tuple(FIELDS)) -> str:
+  """'Did you mean ...?' for a misspelt field, or the list of fields."""
+  guess = (ALIASES.get(name) if fields == tuple(FIELDS) else None) or next(
+      iter(difflib.get_close_matches(name, fields, 1, 0.6)), None)
+  if guess:
+    return f'Did you mean {guess}?'
+  return f'The fields are: {", ".join(fields)}.'
+
+
+def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
+                    flag: str = 'config') -> None:
+  """Raises a ConfigError for a `--config.a.b=...` in `argv` that names no field of
+  `config` (before the flag parser fails on it with a traceback)."""
+  prefix = f'--{flag}.'
+  for arg in argv:
+    if not arg.startswith(prefix):
+      continue
+    path = arg[len(prefix):].split('=', 1)[0]
+    node = config
+    for i, key in enumerate(path.split('.')):
+      if not isinstance(node, (ml_collections.ConfigDict, dict)):
+        raise ConfigError(f'{prefix}{path} names no field of the recipe: '
+                          f'{flag}.{".".join(path.split(".")[:i])} has no fields.')
+      if key not in node:
+        hint = _meant(key) if i == 0 else _meant(key, tuple(node))
+        raise ConfigError(f'{prefix}{path} names no field of the recipe. {hint}')
+      node = node[key]
