@@ -180,7 +180,7 @@ def test_unreadable_files_are_reported(tmp_path):
     checkpoint.load(str(path))
   pickled = tmp_path / 'pickled.npz'
   np.savez(pickled, a=np.array([{'x': 1}], dtype=object))
-  with pytest.raises(checkpoint.CheckpointError, match='not a readable'):
+  with pytest.raises(checkpoint.CheckpointError, match='is not an .npz parameter file'):
     checkpoint.load(str(pickled))
 
 

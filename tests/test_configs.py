@@ -111,7 +111,7 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     ('checkpoint_every=0', 'config.checkpoint_every is 0'),
     ('log_every=0', 'config.log_every is 0'),
     ('keep_checkpoints=0', 'config.keep_checkpoints is 0; it must be an integer >= 1'),
-    ('time_budget=10s', "config.time_budget is '10s'; it must be a duration of at least 60 s"),
+    ('time_budget=10s', "config.time_budget is '10s'; it must be a duration of at least 30 s"),
     ('time_budget=15min', "config.time_budget is '15min'"),
     ('optimizer=adamw', "config.optimizer is 'adamw'; it must be one of 'sgd', 'adam'"),
     ('label_smoothing=1.0', 'config.label_smoothing is 1.0'),

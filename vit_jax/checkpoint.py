@@ -61,7 +61,13 @@ def load(path: str) -> Params:
   try:
     with np.load(source, allow_pickle=False) as data:
       flat = {key: data[key] for key in data.files}
-  except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+  except ValueError as e:
+    if 'pickle' not in str(e):
+      raise CheckpointError(f'{path} is not a readable .npz parameter file ({e}).') from e
+    raise CheckpointError(
+        f'{path} is not an .npz parameter file (numpy reads no arrays in it: it is text, a '
+        'pickle or another format). Point to the .npz itself, or download it again.') from e
+  except (zipfile.BadZipFile, EOFError, OSError) as e:
     raise CheckpointError(
         f'{path} is not a readable .npz parameter file ({type(e).__name__}: {e}). It may be '
         'truncated or corrupt: download it again or use an earlier copy.') from e

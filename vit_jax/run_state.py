@@ -18,11 +18,16 @@ from vit_jax.models.family import CheckpointError
 STATE, CHECKSUMS = 'state', 'checksums'  # the items of one checkpoint
 
 
+def _bytes(leaf) -> bytes:
+  """An array's bytes; a scalar's value (the step restores as a Python int)."""
+  array = np.asarray(leaf)
+  return np.ascontiguousarray(array).tobytes() if array.ndim else repr(array.item()).encode()
+
+
 def checksums(state) -> Dict[str, int]:
   """CRC-32 of every array of `state` by its key path."""
-  leaves = jax.tree_util.tree_leaves_with_path(jax.device_get(state))
-  return {jax.tree_util.keystr(path): zlib.crc32(np.ascontiguousarray(leaf).tobytes())
-          for path, leaf in leaves}
+  return {jax.tree_util.keystr(path): zlib.crc32(_bytes(leaf))
+          for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(state))}
 
 
 def save(manager: ocp.CheckpointManager, step: int, state) -> None:
@@ -64,7 +69,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
       state, expected = _restore_step(manager, step, abstract_state)
       problem = _problem(state, expected)
     except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
-      problem = f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+      problem = f'{type(e).__name__}: {str(e)[:300]}'
     if problem is None:
       return state
     logging.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',

@@ -17,7 +17,7 @@ from ml_collections import config_dict
 from vit_jax import budget, models
 from vit_jax.errors import ConfigError
 
-MIN_BUDGET_SECONDS = 60.  # data, compilation and the speed probe take tens of seconds on CPU
+MIN_BUDGET_SECONDS = 30.  # data, compilation and the speed probe take tens of seconds on CPU
 
 
 def _is_int(v) -> bool:

@@ -5,9 +5,11 @@
 
 The batch is sharded over a one-axis mesh of every device of every process;
 parameters and optimizer state are replicated (the step itself: `steps.py`).
-Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints
-and a run resumes from the newest one that checks out; the
-final parameters are also written as DIR/params.npz in the published layout.
+Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints and a
+run resumes from the newest one that checks out; the final parameters are also
+written as DIR/params.npz in the published layout. TensorFlow (data, logs) is
+imported only once the settings are checked, so a wrong setting is answered in
+seconds.
 """
 import dataclasses
 import json
@@ -25,13 +27,11 @@ import numpy as np
 import optax.tree_utils as otu
 import orbax.checkpoint as ocp
 from absl import flags
-from clu import metric_writers, periodic_actions
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import (augreg, budget, checkpoint, entry, input_pipeline, run_state, settings,
-                     steps)
+from vit_jax import augreg, budget, checkpoint, entry, run_state, settings, steps
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
@@ -60,6 +60,7 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Every input of a run, checked in seconds before any download or compilation:
   the pretrained file, the dataset and a writable workdir. One error names all
   that is missing and what to do."""
+  from vit_jax import input_pipeline  # TensorFlow: imported once the settings are checked
   augreg_dir = config.augreg_dir or augreg.AUGREG_DIR
   if (str(config.pretrained).startswith(augreg.AUGREG_PREFIX) and '://' in augreg_dir
       and not input_pipeline.can_download()):
@@ -90,6 +91,7 @@ def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: in
                    start_step: int = 0) -> Iterator:
   """The recipe's training batches on the devices, in the order of `seed` from
   `start_step` on."""
+  from vit_jax import input_pipeline
   batches = input_pipeline.train_dataset(
       source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
       mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
@@ -107,6 +109,7 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
+  from vit_jax import input_pipeline
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
@@ -161,6 +164,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
            preemption: 'Preemption') -> Dict[str, float]:
+  from clu import metric_writers, periodic_actions  # TensorFlow, as the data below
+  from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
                                            shuffle_files=True, seed=config.seed)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
@@ -185,6 +190,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                                            enable_async_checkpointing=False))
   state = run_state.resume(manager, setup.state, setup.mesh)
   start_step = int(state.step)
+  state_bytes, params_bytes = (sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))
+                               for tree in (state, state.params))
+  if jax.process_index() == 0:
+    workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
+  saved = start_step if start_step else None  # the last good checkpoint
 
   def evaluate(params) -> Dict[str, float]:
     batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
@@ -202,39 +212,45 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
   progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
                                              every_secs=30)
-  throughput = Throughput(config.batch_size)
-  summary: Dict[str, float] = {}
-  for step in range(start_step + 1, total_steps + 1):
-    state, metrics = setup.train_step(state, next(batches))
-    throughput.started(step, metrics)
-    progress(step)
-    stopping = preemption.requested(step, config.log_every)
-    last = step == total_steps or late(deadline, step, total_steps, config.time_budget)
-    saving = itstime(step, config.checkpoint_every, last or stopping)
-    if itstime(step, config.log_every, saving):  # before every save: none holds a diverged state
-      writer.write_scalars(step, {**finite(jax.device_get(metrics), step, manager.directory),
-                                  **throughput.rate(step)})
-    if saving:  # before the evaluation, which may fail, so training is never lost to it
-      run_state.save(manager, step, state)
-    if stopping:
-      manager.wait_until_finished()
-      raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
-                      f'{manager.directory}/{step}. Rerun the same command to resume from it.')
-    if itstime(step, config.eval_every, last):
+  try:  # the writer is closed on every way out, so its files are released
+    throughput = Throughput(config.batch_size)
+    summary: Dict[str, float] = {}
+    for step in range(start_step + 1, total_steps + 1):
+      state, metrics = setup.train_step(state, next(batches))
+      throughput.started(step, metrics)
+      progress(step)
+      stopping = preemption.requested(step, config.log_every)
+      last = step == total_steps or late(deadline, step, total_steps, config.time_budget)
+      saving = itstime(step, config.checkpoint_every, last or stopping)
+      # Checked before every save too, so that no checkpoint holds a diverged state.
+      if itstime(step, config.log_every, saving):
+        writer.write_scalars(step, {**finite(jax.device_get(metrics), step, manager.directory),
+                                    **throughput.rate(step)})
+      if saving:  # before the evaluation, which may fail: training is never lost to it
+        with workdirs.saving(workdir, 'checkpoint', state_bytes, saved):
+          run_state.save(manager, step, state)
+          manager.wait_until_finished()
+        saved = step
+      if stopping:
+        raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
+                        f'{manager.directory}/{step}. Rerun the same command to resume from it.')
+      if itstime(step, config.eval_every, last):
+        summary = evaluate(state.params)
+        writer.write_scalars(step, summary)
+        logging.info('Step %d: %s', step, summary)
+      if itstime(step, config.eval_every, saving):
+        throughput.restart(step)  # evaluations and saves are not training time
+      if last:
+        break
+    manager.wait_until_finished()
+    if jax.process_index() == 0:
+      with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
+        checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
+    if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
       summary = evaluate(state.params)
-      writer.write_scalars(step, summary)
-      logging.info('Step %d: %s', step, summary)
-    if itstime(step, config.eval_every, saving):
-      throughput.restart(step)  # evaluations and saves are not training time
-    if last:
-      break
-  manager.wait_until_finished()
-  if jax.process_index() == 0:
-    checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
-  if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
-    summary = evaluate(state.params)
-  writer.flush()
-  return summary
+    return summary
+  finally:
+    writer.close()
 
 
 def itstime(step: int, every: int, also: bool = False) -> bool:

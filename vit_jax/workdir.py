@@ -11,12 +11,15 @@ recipe's fields; fields that only say how often to log, evaluate or save, or
 where the data lives, may change between runs (`FREE_FIELDS`).
 """
 import contextlib
+import errno
+import glob
 import json
 import logging
 import os
+import shutil
 import socket
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import ml_collections
 
@@ -129,7 +132,70 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
     _take_lock(lock)
   try:
     check_record(workdir, config, reconfigure)
+    if local:
+      remove_partial_files(workdir)
     yield
   finally:
     if local and os.path.exists(lock):
       os.remove(lock)
+
+
+def remove_partial_files(workdir: str) -> None:
+  """Removes what a killed or failed write left (temporary `.NAME.tmp-PID` files of
+  `atomic_write`, orbax's `*.orbax-checkpoint-tmp*` directories); only while the
+  workdir is held, so no live writer owns them."""
+  for path in (glob.glob(os.path.join(workdir, '.*.tmp-*')) +
+               glob.glob(os.path.join(workdir, 'checkpoints', '*.orbax-checkpoint-tmp*'))):
+    logging.warning('Removing %s, left by an interrupted write.', path)
+    if os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      os.remove(path)
+
+
+MB = 2 ** 20
+
+
+def check_space(workdir: str, checkpoint_bytes: int, params_bytes: int, keep: int) -> None:
+  """Refuses a run whose workdir cannot hold the checkpoints it will keep (one more
+  while the oldest is replaced) and its params.npz, before any training."""
+  if '://' in workdir:
+    return
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  held = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(checkpoints)
+             for f in files) if os.path.isdir(checkpoints) else 0
+  needed = (keep + 1) * checkpoint_bytes + params_bytes - held
+  free = shutil.disk_usage(workdir).free
+  if free < needed:
+    raise WorkdirError(
+        f'{workdir} has {free / MB:.1f} MB free, and this run needs about {needed / MB:.1f} MB '
+        f'more ({keep + 1} checkpoints of {checkpoint_bytes / MB:.1f} MB and params.npz of '
+        f'{params_bytes / MB:.1f} MB): free space, keep fewer checkpoints '
+        '(--config.keep_checkpoints), or move the workdir.')
+
+
+def _no_space(error: BaseException) -> bool:
+  while error is not None:
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or any(
+        text in str(error) for text in ('No space left', 'RESOURCE_EXHAUSTED')):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+@contextlib.contextmanager
+def saving(workdir: str, what: str, size_bytes: int, last_good: Optional[int]) -> Iterator[None]:
+  """A save into `workdir` of `what` (about `size_bytes`): a full disk is said in
+  one sentence, with the last good checkpoint, after removing the partial files."""
+  try:
+    yield
+  except Exception as e:  # orbax and numpy raise full disks as several kinds
+    if not _no_space(e):
+      raise
+    remove_partial_files(workdir)
+    last = (f'the last good checkpoint is step {last_good}' if last_good is not None
+            else 'no checkpoint was saved yet')
+    raise WorkdirError(
+        f'No space left under {workdir} (the {what} needs about {size_bytes / MB:.1f} MB, '
+        f'{shutil.disk_usage(workdir).free / MB:.1f} MB free): {last}. Free space or move the '
+        'workdir, and rerun the same command.') from e

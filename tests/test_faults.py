@@ -1,0 +1,234 @@
+"""Faults and mistakes a user meets, each answered before any work where it can be
+known then, in one sentence, without losing what the workdir held: settings,
+a second trainer, changed settings, damaged checkpoints, a full disk,
+preemption, sweeps, files that are not what they say."""
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import chex
+import pytest
+
+from helpers import make_folder
+from test_train import tiny_config
+from vit_jax import checkpoint, errors, run_state, sweep, train, workdir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def folder(tmp_path_factory):
+  return make_folder(str(tmp_path_factory.mktemp('images')),
+                     {'train': [8, 8, 8], 'test': [5, 4, 4]}, size=(8, 8))
+
+
+def _files(root):
+  """Every file under `root` with the digest of its bytes: what a refusal must leave."""
+  out = {}
+  for base, _, names in os.walk(root):
+    for name in names:
+      path = os.path.join(base, name)
+      with open(path, 'rb') as f:
+        out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+def _train_command(workdir_path, *overrides, env=None, **kwargs):
+  """`python -m vit_jax.train` on the quick-start recipe, 8 simulated devices."""
+  env = dict(os.environ if env is None else env,
+             XLA_FLAGS='--xla_force_host_platform_device_count=8', PYTHONUNBUFFERED='1')
+  return subprocess.Popen(
+      [sys.executable, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
+       '--workdir', str(workdir_path)] + list(overrides),
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+@pytest.mark.parametrize('override,says', [
+    ('--config.lr=-0.1', 'Error: config.lr is -0.1; it must be a number > 0.'),
+    ('--config.total_steps=-5', 'Error: config.total_steps is -5; it must be an integer >= 0'),
+    ('--config.eval_every=0', 'Error: config.eval_every is 0; it must be an integer >= 1.'),
+    ('--config.keep_checkpoints=0', 'Error: config.keep_checkpoints is 0'),
+    ('--config.time_budget=20s', "Error: config.time_budget is '20s'; it must be a duration"),
+    ('--config.learning_rate=0.1', 'Error: --config.learning_rate names no field of the recipe. '
+                                   'Did you mean lr?'),
+])
+def test_a_wrong_setting_is_one_line_within_seconds_and_touches_nothing(tmp_path, override,
+                                                                         says):
+  start = time.perf_counter()
+  run = _train_command(tmp_path / 'w', override)
+  output, _ = run.communicate(timeout=60)
+  seconds = time.perf_counter() - start
+  assert run.returncode == 1, output
+  errors_said = [line for line in output.splitlines() if line.startswith('Error:')]
+  assert len(errors_said) == 1 and errors_said[0].startswith(says), output
+  assert 'Traceback' not in output
+  assert seconds < 10, seconds  # imports included
+  assert not (tmp_path / 'w').exists()
+
+
+def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tmp_path):
+  config = tiny_config(folder)
+  train.train_and_evaluate(config, str(tmp_path))
+  before = _files(tmp_path)
+  for changed, says in ((dict(lr=2e-2), 'lr: 0.01 -> 0.02'),
+                        (dict(total_steps=9), 'total_steps: 6 -> 9'),
+                        (dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))),
+                         "model_name: 'ViT-Ti_16' -> 'BiT-M-R50x1'")):
+    with pytest.raises(errors.WorkdirError, match=f'other settings \\(.*{says}.*--reconfigure'):
+      train.train_and_evaluate(tiny_config(folder, **changed), str(tmp_path))
+    assert _files(tmp_path) == before
+  # Free fields change nothing the files mean: the run goes on (here: nothing left to train).
+  train.train_and_evaluate(tiny_config(folder, log_every=2, eval_every=2), str(tmp_path))
+  # Asked to go on with another model, no checkpoint fits it: refused, never a silent restart.
+  with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
+    train.train_and_evaluate(
+        tiny_config(folder, model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))),
+        str(tmp_path), reconfigure=True)
+  # With a longer schedule the run goes on from its checkpoint.
+  summary = train.train_and_evaluate(tiny_config(folder, total_steps=9), str(tmp_path),
+                                     reconfigure=True)
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6', '9']
+  assert 0 <= summary['eval_accuracy'] <= 1
+  assert json.loads((tmp_path / workdir.RECORD).read_text())['total_steps'] == 9
+
+
+def _damage(directory, stride=None):
+  """In every data file of a checkpoint (orbax's `d/` directories), the middle byte
+  inverted, or with `stride` every stride-th byte."""
+  for base, _, names in os.walk(directory):
+    for name in names if os.path.basename(base) == 'd' else ():
+      path = os.path.join(base, name)
+      data = bytearray(open(path, 'rb').read())
+      for i in range(len(data) // 2, len(data), len(data)) if stride is None else range(
+          0, len(data), stride):
+        data[i] ^= 0xFF
+      open(path, 'wb').write(bytes(data))
+
+
+def test_damaged_checkpoints_are_skipped_and_none_usable_is_refused(folder, tmp_path, caplog):
+  config = tiny_config(folder)
+  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  train.train_and_evaluate(config, str(tmp_path))
+  _damage(tmp_path / 'checkpoints' / '6')
+  os.remove(tmp_path / 'params.npz')
+  train.train_and_evaluate(config, str(tmp_path))  # from step 3, the same steps again
+  assert 'Checkpoint at step 6' in caplog.text and 'cannot be used' in caplog.text
+  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')),
+                              checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+  for step in os.listdir(tmp_path / 'checkpoints'):
+    _damage(tmp_path / 'checkpoints' / step, stride=256)
+  with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
+    train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_a_restored_state_that_is_not_finite_is_not_used():
+  import numpy as np
+  assert run_state._problem({'w': np.array([1., np.nan])}, None).startswith('1 arrays hold NaN')
+  state = {'w': np.arange(3.)}
+  assert run_state._problem(state, run_state.checksums(state)) is None
+  assert 'differ from what was saved' in run_state._problem({'w': np.arange(3.) + 1},
+                                                            run_state.checksums(state))
+
+
+@contextlib.contextmanager
+def small_filesystem(path, size):
+  """A tmpfs of `size` at `path` where this process may mount one (root on Linux)."""
+  os.makedirs(path, exist_ok=True)
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(path)],
+                           capture_output=True).returncode == 0
+  if not mounted:
+    pytest.skip('cannot mount a small filesystem here (needs root)')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', '--lazy', str(path)], check=True)
+
+
+def test_a_full_disk_is_named_before_training_or_when_it_fills(folder, tmp_path, monkeypatch):
+  with small_filesystem(tmp_path / 'small', '300k') as small:
+    with pytest.raises(errors.WorkdirError, match=r'has 0\.\d MB free, and this run needs about'):
+      train.train_and_evaluate(tiny_config(folder), str(small / 'w'))
+    assert not os.path.exists(small / 'w' / 'checkpoints' / '3')
+    # The check passed, the disk then fills during a save: one sentence, partial files gone.
+    monkeypatch.setattr(workdir, 'check_space', lambda *args: None)
+    with pytest.raises(errors.WorkdirError, match='No space left under .*: (no checkpoint was '
+                       'saved yet|the last good checkpoint is step 3)'):
+      train.train_and_evaluate(tiny_config(folder), str(small / 'w'))
+    left = os.listdir(small / 'w' / 'checkpoints') if os.path.isdir(
+        small / 'w' / 'checkpoints') else []
+    assert not [name for name in left if 'tmp' in name]
+    assert not [name for name in os.listdir(small / 'w') if '.tmp-' in name]
+
+
+def test_a_text_file_named_npz_says_so(tmp_path):
+  path = tmp_path / 'ViT-B_16.npz'
+  path.write_text('<html>Not found</html>')
+  with pytest.raises(checkpoint.CheckpointError, match='is not an .npz parameter file'):
+    checkpoint.load(str(path))
+
+
+def test_sweep_rows_are_checked(folder, tmp_path):
+  import ml_collections
+  config = tiny_config(folder)
+  rows = (('a', dict(lr=1e-2)), ('b', dict(lr=2e-2)))
+  config.sweep = ml_collections.ConfigDict(dict(name='s', rows=rows))
+  sweep.run_sweep(config, str(tmp_path))
+  before = _files(tmp_path)
+  changed = tiny_config(folder)
+  changed.sweep = ml_collections.ConfigDict(dict(name='s', rows=(rows[0], ('b', dict(lr=3e-2)))))
+  with pytest.raises(errors.WorkdirError, match="row 'b' .* other settings \\(lr: 0.02 -> 0.03"):
+    sweep.run_sweep(changed, str(tmp_path))
+  assert _files(tmp_path) == before
+  (tmp_path / 'a' / sweep.RESULT).write_text('{not json')
+  with pytest.raises(errors.WorkdirError, match='a/result.json is not a sweep result'):
+    sweep.run_sweep(config, str(tmp_path))
+  escaping = tiny_config(folder)
+  escaping.sweep = ml_collections.ConfigDict(dict(name='s', rows=(('../../x', {}),)))
+  with pytest.raises(errors.ConfigError, match='is not a plain directory name'):
+    sweep.run_sweep(escaping, str(tmp_path))
+  assert not (tmp_path.parent.parent / 'x').exists()
+
+
+@pytest.mark.slow
+def test_a_second_trainer_is_refused_and_sigterm_saves_a_checkpoint_to_resume(folder,
+                                                                            tmp_path):
+  """Two real trainers on one workdir; the first preempted by SIGTERM, then resumed:
+  its parameters equal an uninterrupted run's."""
+  overrides = [f'--config.dataset={folder}', '--config.image_size=8',
+               '--config.model.hidden_size=16', '--config.model.mlp_dim=32',
+               '--config.model.num_layers=1', '--config.model.num_heads=2',
+               '--config.batch_size=16', '--config.eval_batch_size=16',
+               '--config.total_steps=600', '--config.warmup_steps=2', '--config.log_every=1',
+               '--config.eval_every=1000', '--config.checkpoint_every=1000']
+  first = _train_command(tmp_path / 'run', *overrides)
+  lock = tmp_path / 'run' / workdir.LOCK
+  events = tmp_path / 'run'
+  deadline = time.time() + 120
+  while not (lock.exists() and any(n.startswith('events') for n in os.listdir(events))):
+    assert first.poll() is None and time.time() < deadline, first.communicate()[0]
+    time.sleep(0.2)
+  start = time.perf_counter()
+  second = _train_command(tmp_path / 'run', *overrides)
+  output, _ = second.communicate(timeout=60)
+  assert second.returncode == 1 and time.perf_counter() - start < 10
+  assert f'is in use by the trainer of process {first.pid}' in output, output
+  first.send_signal(signal.SIGTERM)
+  output, _ = first.communicate(timeout=60)
+  assert first.returncode == 1, output
+  said = [line for line in output.splitlines() if line.startswith('Error: Stopped by SIGTERM')]
+  assert said and 'Rerun the same command to resume' in said[0], output
+  step = int(said[0].split('at step ')[1].split()[0])
+  assert os.listdir(tmp_path / 'run' / 'checkpoints') == [str(step)] and 0 < step < 600
+  assert not lock.exists()
+  resumed = _train_command(tmp_path / 'run', *overrides)
+  output, _ = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0 and f'Resumed from step {step}' in output, output
+  straight = _train_command(tmp_path / 'straight', *overrides)
+  assert straight.communicate(timeout=300) and straight.returncode == 0
+  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'run' / 'params.npz')),
+                              checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
