@@ -13,6 +13,7 @@ its caption) and the numbers and figures as TensorBoard events in each model's
 workdir (`<workdir>/analysis`). `report` rebuilds the page and the joint
 figures from the JSON already in --out.
 """
+import glob
 import importlib
 import json
 import os
@@ -27,6 +28,7 @@ from analysis import events, features, report, tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
 from vit_jax import entry, sweep_rows
 from vit_jax.atomic import atomic_write
+from vit_jax.errors import ConfigError, DataError, WorkdirError
 
 TOOL_MODULES_FLAG = '--tool_modules='
 
@@ -47,6 +49,7 @@ flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
 flags.DEFINE_list('tool_modules', [], 'Importable modules that register more analysis tools '
                   '(`analysis.tool.register`); imported before the flags are read, so their '
                   'tools may define flags too.')
+flags.DEFINE_bool('overwrite', False, 'Replace the analysis of other models in --out.')
 flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard events in '
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 
@@ -91,9 +94,51 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   return results, seconds
 
 
+def check_amounts(num_images: int, batch_size: int) -> None:
+  """The amount of data, before any model is loaded."""
+  if num_images < 1:
+    raise ConfigError(f'--num_images is {num_images}; give at least one image per split.')
+  if not 1 <= batch_size <= num_images:
+    raise ConfigError(f'--batch_size is {batch_size}; it must be between 1 and --num_images '
+                      f'({num_images}).')
+
+
+def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) -> None:
+  """Each model's head against the classes of the data it is analysed on."""
+  from vit_jax import input_pipeline  # TensorFlow, only where data is read
+  for s in subjects:
+    source = input_pipeline.get_source(dataset or s.recipe.dataset, s.recipe.eval_split,
+                                       s.recipe.data_dir)
+    if s.config.num_classes and s.config.num_classes != source.num_classes:
+      raise DataError(
+          f'The head of {s.label} has {s.config.num_classes} classes but {source.name} has '
+          f'{source.num_classes}: analyse it on the data it was trained on (its recipe\'s '
+          'dataset, or --dataset).')
+
+
+def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
+  """Refuses an --out holding the analysis of other models, unless `overwrite`,
+  which removes it: sections of different models never mix in one report."""
+  earlier = report.load_subjects(out)
+  same = lambda a, b: {k: (v['model_name'], v['source']) for k, v in a.items()} == {
+      k: (v['model_name'], v['source']) for k, v in b.items()}
+  if not earlier or same(earlier, about):
+    return
+  if not overwrite:
+    described = '; '.join(f'{k}: {v["model_name"]} from {v["source"]}' for k, v in earlier.items())
+    raise WorkdirError(f'{out} holds the analysis of other models ({described}). Give another '
+                       '--out, or --overwrite to replace it.')
+  for path in glob.glob(os.path.join(out, '*.json')) + glob.glob(os.path.join(out, '*.png')) + \
+      glob.glob(os.path.join(out, 'report.*')):
+    os.remove(path)
+
+
 def run(name: str) -> Dict:
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
+  check_amounts(FLAGS.num_images, FLAGS.batch_size)
+  names = list(tool.TOOLS) if name == 'all' else [name]
+  options = {n: tool.TOOLS[n].options() for n in names}  # each tool checks its own flags
   loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
   if FLAGS.config2 is not None:
     loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
@@ -107,13 +152,14 @@ def run(name: str) -> Dict:
                      os.path.join(FLAGS.out, 'tensorboard', s.label)}
            for s, source, workdir in loaded}
 
+  check_classes(subjects, FLAGS.dataset)
+  claim_out(FLAGS.out, about, FLAGS.overwrite)
+
   def batches_for(subject):
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
-  names = list(tool.TOOLS) if name == 'all' else [name]
-  results, seconds = run_tools(names, subjects, batches_for, FLAGS.out,
-                               {n: tool.TOOLS[n].options() for n in names})
+  results, seconds = run_tools(names, subjects, batches_for, FLAGS.out, options)
   with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
     json.dump(seconds, f)  # wall seconds per tool, compilation and data included
   with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:

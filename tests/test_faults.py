@@ -151,7 +151,7 @@ def small_filesystem(path, size):
 
 def test_a_full_disk_is_named_before_training_or_when_it_fills(folder, tmp_path, monkeypatch):
   with small_filesystem(tmp_path / 'small', '300k') as small:
-    with pytest.raises(errors.WorkdirError, match=r'has 0\.\d MB free, and this run needs about'):
+    with pytest.raises(errors.WorkdirError, match=r'has \d+\.\d KB free, and this run needs about'):
       train.train_and_evaluate(tiny_config(folder), str(small / 'w'))
     assert not os.path.exists(small / 'w' / 'checkpoints' / '3')
     # The check passed, the disk then fills during a save: one sentence, partial files gone.
@@ -232,3 +232,58 @@ def test_a_second_trainer_is_refused_and_sigterm_saves_a_checkpoint_to_resume(fo
   assert straight.communicate(timeout=300) and straight.returncode == 0
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'run' / 'params.npz')),
                               checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+
+
+def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
+  from analysis import __main__ as cli
+  from analysis.tools import hessian as hessian_tool
+  for amounts, says in (((0, 10), '--num_images is 0'), ((-3, 10), '--num_images is -3'),
+                        ((100, 0), '--batch_size is 0; it must be between 1 and --num_images'),
+                        ((100, 200), '--batch_size is 200')):
+    with pytest.raises(errors.ConfigError, match=says):
+      cli.check_amounts(*amounts)
+  with pytest.raises(errors.ConfigError, match='--lanczos_steps is 0; it must be at least 1'):
+    hessian_tool.options(4, 0, 'training')
+  with pytest.raises(errors.ConfigError, match='exceed the 50 parameters of m'):
+    hessian_tool.check_lanczos(100, 50, 'm')
+  with pytest.raises(errors.ConfigError, match='GiB basis, more than half'):
+    hessian_tool.check_lanczos(40, 10 ** 12, 'm')
+  run = subprocess.run(
+      [sys.executable, '-m', 'analysis', 'hessian', '--config', 'configs/quickstart_vit.py',
+       '--checkpoint', str(tmp_path / 'none.npz'), '--lanczos_steps', '0'],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1 and 'Traceback' not in run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      'Error: --lanczos_steps is 0; it must be at least 1.')
+
+
+def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(tmp_path):
+  import numpy as np
+  from analysis import __main__ as cli, features, report
+  from configs import quickstart_vit
+  from helpers import init
+  from vit_jax import models
+  recipe = quickstart_vit.get_config()
+  model = models.get_model(recipe.model_name, 3, **recipe.model)
+  params = init(model, 28)['params']
+  path = str(tmp_path / 'three.npz')
+  checkpoint.save(path, params)
+  subject = features.load_subject(recipe.model_name, path, 28, dict(recipe.model), 'vit', recipe)
+  with pytest.raises(errors.DataError, match='head of vit has 3 classes but fashion_mnist has 10'):
+    cli.check_classes([subject], None)
+  params['head']['bias'] = np.full_like(params['head']['bias'], np.nan)
+  checkpoint.save(path, params)
+  with pytest.raises(checkpoint.CheckpointError, match='NaN or infinite parameters in 1 arrays'):
+    features.load_subject(recipe.model_name, path, 28, dict(recipe.model), 'vit', recipe)
+  out = tmp_path / 'out'
+  out.mkdir()
+  earlier = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'a.npz', 'family': 'vit'}}
+  (out / report.SUBJECTS_FILE).write_text(json.dumps(earlier))
+  (out / 'cka.json').write_text('{}')
+  cli.claim_out(str(out), earlier, overwrite=False)  # the same models: allowed
+  other = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'b.npz', 'family': 'vit'}}
+  with pytest.raises(errors.WorkdirError, match='holds the analysis of other models .*a.npz'):
+    cli.claim_out(str(out), other, overwrite=False)
+  assert (out / 'cka.json').exists()
+  cli.claim_out(str(out), other, overwrite=True)
+  assert not (out / 'cka.json').exists() and not (out / report.SUBJECTS_FILE).exists()

@@ -14,3 +14,7 @@ class ConfigError(UserError, ValueError):
 
 class WorkdirError(UserError, RuntimeError):
   """A workdir held by another run, recorded with other settings, or out of space."""
+
+
+class DataError(UserError, ValueError):
+  """A dataset that cannot be found, prepared or read."""

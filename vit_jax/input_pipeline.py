@@ -25,14 +25,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vit_jax import datasets
-from vit_jax.errors import UserError
+from vit_jax.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 FOLDER_PREFIX = 'folder:'
-
-
-class DataError(UserError, ValueError):
-  """A dataset that cannot be found, prepared or read."""
 
 
 @dataclasses.dataclass
@@ -199,7 +195,8 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
         tf.debugging.Assert(is_jpeg | is_png, [
             'Unreadable image file', path, '(neither JPEG nor PNG): replace or remove it.']),
         tf.debugging.Assert(whole, [
-            'Truncated image file', path, '(it ends before its last byte): replace or remove it.'])]):
+            'Truncated image file', path,
+            '(it ends before its last byte): replace or remove it.'])]):
       image = tf.io.decode_image(data, channels=3, expand_animations=False)
     return {'image': image, 'label': tf.cast(label, tf.int64)}
   dataset = dataset.map(read, tf.data.AUTOTUNE, deterministic=True)

@@ -19,7 +19,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import jax
 import ml_collections
@@ -157,13 +157,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   started = time.perf_counter()
   _check_config(config)
   check_inputs(config, workdir)
-  with workdirs.claim(workdir, config, reconfigure, primary=jax.process_index() == 0), \
+  primary = jax.process_index() == 0
+  with workdirs.claim(workdir, config, reconfigure, primary) as record, \
       Preemption() as preemption:
-    return _train(config, workdir, started, preemption)
+    return _train(config, workdir, started, preemption, record)
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
-           preemption: 'Preemption') -> Dict[str, float]:
+           preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
   from clu import metric_writers, periodic_actions  # TensorFlow, as the data below
   from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
@@ -189,9 +190,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
   state = run_state.resume(manager, setup.state, setup.mesh)
+  record()  # the settings are the run's from here on
   start_step = int(state.step)
-  state_bytes, params_bytes = (sum(x.nbytes for x in jax.tree_util.tree_leaves(tree))
+  state_bytes, params_bytes = (sum(getattr(x, 'nbytes', 8) for x in jax.tree_util.tree_leaves(tree))
                                for tree in (state, state.params))
+  # Orbax keeps metadata beside the arrays: about a kilobyte each, and a little more.
+  state_bytes += 1024 * len(jax.tree_util.tree_leaves(state)) + 2 ** 16
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
   saved = start_step if start_step else None  # the last good checkpoint

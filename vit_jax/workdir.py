@@ -2,7 +2,9 @@
 settings recorded in it, so that a rerun which would change what its files mean
 is refused, naming the fields that differ.
 
-    with workdir.claim(DIR, config):
+    with workdir.claim(DIR, config) as record:
+      ...  # restore the run's state
+      record()
       ...  # train
 
 The lock (`LOCK`) holds the holder's host and process id; a lock whose process
@@ -19,7 +21,7 @@ import os
 import shutil
 import socket
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import ml_collections
 
@@ -77,8 +79,20 @@ def settings_of(config: ml_collections.ConfigDict) -> Dict[str, Any]:
   return json.loads(config.to_json_best_effort())
 
 
+def _flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
+  """Nested fields (`model`) as 'model.num_layers'."""
+  out = {}
+  for key, value in settings.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      out[prefix + key] = value
+  return out
+
+
 def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
   """'field: old -> new' for every field that differs, free fields left out."""
+  recorded, new = _flat(recorded), _flat(new)
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
           if k not in FREE_FIELDS and recorded.get(k) != new.get(k)]
@@ -91,52 +105,58 @@ def has_results(workdir: str) -> bool:
           or (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
-def check_record(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool) -> None:
-  """Records the run's settings in a fresh workdir; in one whose run left results,
-  refuses settings that differ (unless `reconfigure`, which records the new ones)."""
+def check_record(workdir: str, config: ml_collections.ConfigDict,
+                 reconfigure: bool) -> Optional[Dict[str, Any]]:
+  """The settings to record in `workdir` (None where they are recorded already);
+  in a workdir whose run left results, settings that differ from the recorded
+  ones are refused unless `reconfigure`."""
   path = os.path.join(workdir, RECORD)
   new = settings_of(config)
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        recorded = json.load(f)
-    except ValueError as e:
-      raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it to '
-                         'record the current settings.') from e
-    changed = differences(recorded, new)
-    if changed and not reconfigure and has_results(workdir):
-      raise WorkdirError(
-          f'{workdir} holds a run with other settings ({"; ".join(changed)}). Train into a new '
-          'workdir, or rerun with --reconfigure to go on from its checkpoint with the new '
-          'settings.')
-    if not changed:
-      return
-    logging.warning('Settings recorded in %s changed: %s', workdir, '; '.join(changed))
-  with atomic_write(path) as f:
-    json.dump(new, f, indent=1)
+  if not os.path.exists(path):
+    return new
+  try:
+    with open(path) as f:
+      recorded = json.load(f)
+  except ValueError as e:
+    raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it to '
+                       'record the current settings.') from e
+  changed = differences(recorded, new)
+  if not changed:
+    return None
+  if not reconfigure and has_results(workdir):
+    raise WorkdirError(
+        f'{workdir} holds a run with other settings ({"; ".join(changed)}). Train into a new '
+        'workdir, or rerun with --reconfigure to go on from its checkpoint with the new '
+        'settings.')
+  logging.warning('Settings recorded in %s changed: %s', workdir, '; '.join(changed))
+  return new
 
 
 @contextlib.contextmanager
 def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = False,
-          primary: bool = True) -> Iterator[None]:
-  """Holds `workdir` for one run: locked, its settings checked against (or written
-  to) the record. Only the `primary` process (0) locks and records; workdirs on
-  other filesystems (gs://) are not locked."""
-  if not primary:
-    yield
+          primary: bool = True) -> Iterator[Callable[[], None]]:
+  """Holds `workdir` for one run: locked, its settings checked against the record.
+  Yields `record()`, which writes the settings once the run has taken on the
+  workdir's state (so a run that fails before never changes the record). Only the
+  `primary` process (0) locks and records; workdirs on other filesystems (gs://)
+  are neither locked nor recorded."""
+  if not primary or '://' in workdir:
+    yield lambda: None
     return
   os.makedirs(workdir, exist_ok=True)
   lock = os.path.join(workdir, LOCK)
-  local = '://' not in workdir
-  if local:
-    _take_lock(lock)
+  _take_lock(lock)
   try:
-    check_record(workdir, config, reconfigure)
-    if local:
-      remove_partial_files(workdir)
-    yield
+    settings = check_record(workdir, config, reconfigure)
+    remove_partial_files(workdir)
+
+    def record() -> None:
+      if settings is not None:
+        with atomic_write(os.path.join(workdir, RECORD)) as f:
+          json.dump(settings, f, indent=1)
+    yield record
   finally:
-    if local and os.path.exists(lock):
+    if os.path.exists(lock):
       os.remove(lock)
 
 
@@ -153,7 +173,12 @@ def remove_partial_files(workdir: str) -> None:
       os.remove(path)
 
 
-MB = 2 ** 20
+def size(num_bytes: float) -> str:
+  """'3.2 MB', '412 KB': sizes as a person reads them."""
+  for unit, scale in (('GB', 2 ** 30), ('MB', 2 ** 20), ('KB', 2 ** 10)):
+    if num_bytes >= scale:
+      return f'{num_bytes / scale:.1f} {unit}'
+  return f'{num_bytes:.0f} bytes'
 
 
 def check_space(workdir: str, checkpoint_bytes: int, params_bytes: int, keep: int) -> None:
@@ -168,9 +193,9 @@ def check_space(workdir: str, checkpoint_bytes: int, params_bytes: int, keep: in
   free = shutil.disk_usage(workdir).free
   if free < needed:
     raise WorkdirError(
-        f'{workdir} has {free / MB:.1f} MB free, and this run needs about {needed / MB:.1f} MB '
-        f'more ({keep + 1} checkpoints of {checkpoint_bytes / MB:.1f} MB and params.npz of '
-        f'{params_bytes / MB:.1f} MB): free space, keep fewer checkpoints '
+        f'{workdir} has {size(free)} free, and this run needs about {size(needed)} more '
+        f'({keep + 1} checkpoints of {size(checkpoint_bytes)} and params.npz of '
+        f'{size(params_bytes)}): free space, keep fewer checkpoints '
         '(--config.keep_checkpoints), or move the workdir.')
 
 
@@ -196,6 +221,6 @@ def saving(workdir: str, what: str, size_bytes: int, last_good: Optional[int]) -
     last = (f'the last good checkpoint is step {last_good}' if last_good is not None
             else 'no checkpoint was saved yet')
     raise WorkdirError(
-        f'No space left under {workdir} (the {what} needs about {size_bytes / MB:.1f} MB, '
-        f'{shutil.disk_usage(workdir).free / MB:.1f} MB free): {last}. Free space or move the '
+        f'No space left under {workdir} (the {what} needs about {size(size_bytes)}, '
+        f'{size(shutil.disk_usage(workdir).free)} free): {last}. Free space or move the '
         'workdir, and rerun the same command.') from e

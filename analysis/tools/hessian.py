@@ -1,15 +1,16 @@
 """Hessian spectra: top eigenvalues per minibatch by Lanczos and the SLQ spectral
 density (Park & Kim Fig. 1, 4)."""
+import os
 from typing import Dict, List, Mapping
 
 import jax
 import numpy as np
 from absl import flags
 
-from analysis import features, hessian, lanczos, plots
-from analysis import joint_figures
+from analysis import features, hessian, joint_figures, lanczos, plots
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
+from vit_jax.errors import ConfigError
 
 DENSITY_DECADES = 4  # an SLQ density is drawn down to 1e-4 of its peak
 
@@ -70,6 +71,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
   fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
+  check_lanczos(max(steps_top, steps_density), dim, subject.label)
   tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
                                       operands=(subject.params, tuple(x[i:i + 1] for x in fixed)),
                                       host_loop=host_loop)['top'].tolist()
@@ -94,6 +96,30 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
           'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, 0.01 * span),
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
+
+
+def options(batches: int, lanczos_steps: int, objective: str) -> Dict:
+  """`run_hessian`'s options from the command line, checked before any model loads."""
+  for flag, value in (('hessian_batches', batches), ('lanczos_steps', lanczos_steps)):
+    if value < 1:
+      raise ConfigError(f'--{flag} is {value}; it must be at least 1.')
+  return dict(num_minibatches=batches, steps_top=lanczos_steps, steps_density=2 * lanczos_steps,
+              objective=objective)
+
+
+def check_lanczos(steps: int, dim: int, label: str) -> None:
+  """Refuses more Lanczos steps than the Hessian has dimensions, or a basis (steps
+  float32 vectors of `dim`) larger than half the memory available now."""
+  if steps > dim:
+    raise ConfigError(f'{steps} Lanczos steps exceed the {dim} parameters of {label}; give '
+                      f'--lanczos_steps of at most {dim // 2}.')
+  available = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  basis = 4 * steps * dim
+  if basis > available / 2:
+    raise ConfigError(
+        f'{steps} Lanczos steps on the {dim:,} parameters of {label} keep a {basis / 2**30:.1f} '
+        f'GiB basis, more than half the {available / 2**30:.1f} GiB of memory available: lower '
+        '--lanczos_steps.')
 
 
 def _findings(label, r, q):
@@ -133,6 +159,5 @@ TOOL = register(Tool(
           'training suppress.',
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint,
-    options=lambda: dict(num_minibatches=FLAGS.hessian_batches, steps_top=FLAGS.lanczos_steps,
-                         steps_density=2 * FLAGS.lanczos_steps,
-                         objective=FLAGS.hessian_objective)))
+    options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
+                            FLAGS.hessian_objective)))
