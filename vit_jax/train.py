@@ -156,10 +156,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """
   started = time.perf_counter()
   _check_config(config)
-  check_inputs(config, workdir)
   primary = jax.process_index() == 0
   with workdirs.claim(workdir, config, reconfigure, primary) as record, \
       Preemption() as preemption:
+    check_inputs(config, workdir)
     return _train(config, workdir, started, preemption, record)
 
 
@@ -177,13 +177,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   setup = steps.build(config, train_source.num_classes, total_steps)
   deadline = None  # with a budget: past it, the run evaluates, saves and stops
   if config.time_budget:
-    record = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
+    fitted = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
                             started)
-    if record['total_steps'] != total_steps:  # the schedule is compiled in: build it again
-      total_steps = record['total_steps']
+    if fitted['total_steps'] != total_steps:  # the schedule is compiled in: build it again
+      total_steps = fitted['total_steps']
       setup = steps.build(config, train_source.num_classes, total_steps)
     deadline = budget.deadline(started, config.time_budget, budget.Timing(
-        **{f.name: record[f.name] for f in dataclasses.fields(budget.Timing)}))
+        **{f.name: fitted[f.name] for f in dataclasses.fields(budget.Timing)}))
   data_sharded = NamedSharding(setup.mesh, P('data'))
   manager = ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
