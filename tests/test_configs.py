@@ -136,3 +136,10 @@ def test_a_field_no_recipe_has_is_named_with_the_one_meant(arg, says):
   recipe = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
   with pytest.raises(errors.ConfigError, match=re.escape(says)):
     settings.check_overrides(['prog', arg], recipe)
+
+
+def test_a_recipe_that_cannot_load_is_named():
+  with pytest.raises(errors.ConfigError, match="bit_r50x1.py:svhn: Unknown arg 'svhn'"):
+    entry.load_recipe(os.path.join(ROOT, 'configs', 'bit_r50x1.py:svhn'))
+  with pytest.raises(errors.ConfigError, match='recipe .*nope.py does not exist'):
+    entry.load_recipe(os.path.join(ROOT, 'configs', 'nope.py'))

@@ -21,10 +21,13 @@ def load_recipe(spec: str):
   if not os.path.isfile(path):
     raise ConfigError(f'The recipe {path} does not exist; recipes are in configs/, e.g. '
                       'configs/quickstart_vit.py.')
-  spec_ = importlib.util.spec_from_file_location('recipe', path)
-  module = importlib.util.module_from_spec(spec_)
-  spec_.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+  module_spec = importlib.util.spec_from_file_location('recipe', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  try:
+    return module.get_config(arg) if arg else module.get_config()
+  except ValueError as e:  # recipes refuse an argument they do not know this way
+    raise ConfigError(f'{spec}: {e}') from e
 
 
 def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> None:

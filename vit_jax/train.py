@@ -192,10 +192,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   state = run_state.resume(manager, setup.state, setup.mesh)
   record()  # the settings are the run's from here on
   start_step = int(state.step)
-  state_bytes, params_bytes = (sum(getattr(x, 'nbytes', 8) for x in jax.tree_util.tree_leaves(tree))
-                               for tree in (state, state.params))
-  # Orbax keeps metadata beside the arrays: about a kilobyte each, and a little more.
-  state_bytes += 1024 * len(jax.tree_util.tree_leaves(state)) + 2 ** 16
+  state_bytes, params_bytes = workdirs.sizes(state)
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
   saved = start_step if start_step else None  # the last good checkpoint

@@ -21,8 +21,9 @@ import os
 import shutil
 import socket
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import jax
 import ml_collections
 
 from vit_jax.atomic import atomic_write
@@ -179,6 +180,14 @@ def size(num_bytes: float) -> str:
     if num_bytes >= scale:
       return f'{num_bytes / scale:.1f} {unit}'
   return f'{num_bytes:.0f} bytes'
+
+
+def sizes(state) -> Tuple[int, int]:
+  """(bytes of a checkpoint of a train state, bytes of its params.npz): the arrays,
+  and for orbax about a kilobyte of metadata per array and a little more."""
+  nbytes = lambda tree: sum(getattr(x, 'nbytes', 8) for x in jax.tree_util.tree_leaves(tree))
+  return (nbytes(state) + 1024 * len(jax.tree_util.tree_leaves(state)) + 2 ** 16,
+          nbytes(state.params))
 
 
 def check_space(workdir: str, checkpoint_bytes: int, params_bytes: int, keep: int) -> None:
