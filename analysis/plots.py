@@ -124,18 +124,23 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            logy: bool = False, legend: bool = True, decades: float = 6.,
            xlabels: Optional[Sequence[str]] = None,
            colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
-           stages: Sequence[int] = ()):
+           stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None):
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
   shade in that series' colour); `xlabels` names the positions 0, 1, ... (layer
   names), and a new stage begins at each position in `stages` (dashed); a log
-  axis spans at most `decades` below the peak."""
+  axis spans at most `decades` below the peak. `errors` gives a series' standard
+  errors, drawn as error bars; NaN values (no support) are left out, not drawn."""
   fig, ax = plt.subplots(figsize=(5.8, 4.))
   for name, values in series.items():
     values = np.asarray(values)
     at = x.get(name) if isinstance(x, dict) else x
-    ax.plot(np.arange(len(values)) if at is None else at, values, label=name,
-            marker='.' if len(values) <= 64 else None, color=(colours_of or {}).get(name))
+    at = np.arange(len(values)) if at is None else at
+    line, = ax.plot(at, values, label=name, marker='.' if len(values) <= 64 else None,
+                    color=(colours_of or {}).get(name))
+    if errors is not None and name in errors:
+      ax.errorbar(at, values, yerr=np.asarray(errors[name], np.float64), fmt='none',
+                  ecolor=line.get_color(), capsize=2, lw=0.8)
   shades = shade if isinstance(shade, dict) else {None: shade}
   for name, positions in shades.items():
     colour = (colours_of or {}).get(name, '0.5') if name is not None else '0.5'

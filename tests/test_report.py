@@ -244,3 +244,16 @@ def test_report_opens_in_a_real_browser(analysed, tmp_path):
   assert all(image['complete'] and image['width'] > 0 for image in check['images']), check
   assert check['problems'] == []
   assert 'ERR_FILE_NOT_FOUND' not in run.stderr
+
+
+def test_a_point_without_support_is_not_drawn_and_errors_are_bars():
+  fig = plots.curves({'eps 1': np.array([np.nan, 0.5, 0.7])}, None, 'r', 'f', 'accuracy',
+                     x=np.array([0., 0.5, 1.]), errors={'eps 1': np.array([np.nan, .1, .05])})
+  ax = fig.axes[0]
+  line = ax.get_lines()[0]
+  drawn = np.isfinite(np.asarray(line.get_ydata(), np.float64))
+  assert list(drawn) == [False, True, True]  # NaN: a gap, no marker
+  bars = [c for c in ax.containers]
+  assert len(bars) == 1
+  segments = bars[0].lines[2][0].get_segments()
+  np.testing.assert_allclose([s[:, 1] for s in segments[1:]], [[0.4, 0.6], [0.65, 0.75]])

@@ -171,8 +171,18 @@ def test_landscape_tools(subjects, index, tmp_path):
                              width=0.1)
   json.dumps(result)
   assert np.array(result['accuracy']).shape == (2, 2)
-  # f = 0 of half-width 0.1 passes no noise at 32 px (a 0x0 square): the clean accuracy.
-  np.testing.assert_allclose(np.array(result['accuracy'])[:, 0], result['clean_accuracy'])
+  # f = 0 of half-width 0.1 passes no noise at 32 px (a 0x0 square): no measurement.
+  assert result['band_pixels'][0] == 0 and result['band_pixels'][1] > 0
+  assert [row[0] for row in result['accuracy']] == [None, None]
+  assert [row[0] for row in result['accuracy_stderr']] == [None, None]
+  # Binomial standard errors, written out: sqrt(p (1 - p) / n) over the 36 images.
+  n = result['num_images']
+  assert n == 36
+  for p, e in zip([row[1] for row in result['accuracy']],
+                  [row[1] for row in result['accuracy_stderr']]):
+    np.testing.assert_allclose(e, np.sqrt(p * (1 - p) / n), rtol=1e-12)
+  p = result['clean_accuracy']
+  np.testing.assert_allclose(result['clean_stderr'], np.sqrt(p * (1 - p) / n), rtol=1e-12)
   assert all(os.path.exists(f) for f in result['figures'])
 
 

@@ -30,20 +30,47 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
         predicted = jnp.argmax(subject.logits(images + eps * band), -1)
         correct[i, j] += float(jnp.sum(predicted == labels))
     count += len(labels)
-  accuracy = correct / count
+  # A band the mask leaves empty at this image size adds no noise: its accuracy is
+  # the clean one, not a measurement, so it is reported as None and never drawn.
+  size = images.shape[1]
+  band_pixels = [int(fourier.band_mask(size, f, width).sum()) for f in frequencies]
+  supported = np.array(band_pixels) > 0
+  accuracy = np.where(supported, correct / count, np.nan)
+  stderr = binomial_stderr(accuracy, count)
   x = np.asarray(frequencies) / np.pi
   figure = plots.curves({f'eps {eps:g}': acc for eps, acc in zip(epsilons, accuracy)},
                         figure_path(out, 'robustness', subject),
                         f'Frequency-band noise (band half-width {width}): {subject.label}',
-                        'noise frequency f (x pi)', 'accuracy', x=x)
-  return {'clean_accuracy': clean / count, 'epsilons': list(epsilons),
-          'frequencies': list(map(float, frequencies)), 'band_half_width': width,
-          'accuracy': accuracy.tolist(), 'accuracy_drop': (clean / count - accuracy).tolist(),
-          'figures': [figure]}
+                        'noise frequency f (x pi)', 'accuracy', x=x,
+                        errors={f'eps {eps:g}': e for eps, e in zip(epsilons, stderr)})
+  clean_accuracy = clean / count
+  return {'clean_accuracy': clean_accuracy,
+          'clean_stderr': float(binomial_stderr(clean_accuracy, count)), 'num_images': count,
+          'epsilons': list(epsilons), 'frequencies': list(map(float, frequencies)),
+          'band_half_width': width, 'image_size': size, 'band_pixels': band_pixels,
+          'accuracy': _json(accuracy), 'accuracy_stderr': _json(stderr),
+          'accuracy_drop': _json(clean_accuracy - accuracy), 'figures': [figure]}
+
+
+def binomial_stderr(accuracy, count: int):
+  """The standard error sqrt(p (1 - p) / n) of accuracies p measured on n images."""
+  accuracy = np.asarray(accuracy, np.float64)
+  return np.sqrt(accuracy * (1 - accuracy) / count)
+
+
+def _json(values: np.ndarray) -> list:
+  """An array as nested lists, with None where it is NaN (no support)."""
+  return [[None if np.isnan(v) else float(v) for v in row] for row in np.atleast_2d(values)]
+
+
+def first_supported(r: Mapping) -> int:
+  """The index of the lowest frequency whose band has support at the image size."""
+  return next(i for i, n in enumerate(r.get('band_pixels', [1] * len(r['frequencies']))) if n)
 
 
 def _scalars(r):
-  series = {f'robustness/eps_{eps:g}': list(acc)
+  # Steps are the frequency indices; bands without support have no value.
+  series = {f'robustness/eps_{eps:g}': [a for a in acc if a is not None]
             for eps, acc in zip(r['epsilons'], r['accuracy'])}
   series['robustness/clean'] = [r['clean_accuracy']]
   return series
@@ -55,22 +82,33 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   if len(by_model) < 2:
     return []
   names = {label: f'{label} (eps {r["epsilons"][-1]:g})' for label, r in by_model.items()}
-  series = {names[label]: r['accuracy'][-1] for label, r in by_model.items()}
+  as_array = lambda values: np.array([np.nan if v is None else v for v in values])
+  series = {names[label]: as_array(r['accuracy'][-1]) for label, r in by_model.items()}
+  errors = {names[label]: as_array(r['accuracy_stderr'][-1]) for label, r in by_model.items()
+            if 'accuracy_stderr' in r}
   x = {names[label]: np.asarray(r['frequencies']) / np.pi for label, r in by_model.items()}
   return [plots.curves(series, joint_figures.path(out, 'robustness'),
                        'Accuracy under frequency-band noise', 'noise frequency f (x pi)',
-                       'accuracy', x=x,
+                       'accuracy', x=x, errors=errors,
                        colours_of={names[label]: colour_of[label] for label in by_model})]
+
+
+def _findings(label, r, q):
+  low = first_supported(r)
+  where = ('f = 0' if low == 0 else
+           f'f = {r["frequencies"][low] / np.pi:.3g} pi (the lowest band with support at '
+           f'{r.get("image_size", "this")} px; lower ones add no noise)')
+  return [f'{label}: clean ', q('clean_accuracy'), '; at eps ', q('epsilons', -1), ' accuracy ',
+          q('accuracy', -1, low), f' for {where} and ', q('accuracy', -1, -1), ' for f = pi']
 
 
 TOOL = register(Tool(
     name='robustness', title='Robustness to frequency-band noise',
     quantity='Accuracy under noise eps * sign(N(0,1)) masked to a frequency band around f in '
-             '[0, pi] (Park & Kim\'s protocol), images in [-1, 1].',
+             '[0, pi] (Park & Kim\'s protocol), images in [-1, 1]; error bars are binomial '
+             'standard errors; a band the mask leaves empty at the image size is not drawn.',
     paper='Park & Kim (Fig. 2c): ViT is robust to high-frequency noise where ResNet is '
           'vulnerable; both suffer from low-frequency noise.',
     run=run_robustness,
-    findings=each_model(lambda label, r, q: [
-        f'{label}: clean ', q('clean_accuracy'), '; at eps ', q('epsilons', -1), ' accuracy ',
-        q('accuracy', -1, 0), ' for f = 0 and ', q('accuracy', -1, -1), ' for f = pi']),
+    findings=each_model(_findings),
     scalars=model_scalars(_scalars), joint=joint))
