@@ -287,3 +287,23 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
   assert (out / 'cka.json').exists()
   cli.claim_out(str(out), other, overwrite=True)
   assert not (out / 'cka.json').exists() and not (out / report.SUBJECTS_FILE).exists()
+
+
+def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
+  import socket
+  ended = subprocess.Popen([sys.executable, '-c', 'pass'])
+  ended.wait()
+  (tmp_path / workdir.LOCK).write_text(json.dumps(
+      {'host': socket.gethostname(), 'pid': ended.pid, 'since': 'earlier'}))
+  with workdir.claim(str(tmp_path), tiny_config('fashion_mnist')) as record:
+    held = json.loads((tmp_path / workdir.LOCK).read_text())
+    assert held['pid'] == os.getpid()
+    record()
+  assert 'Taking over the stale lock' in caplog.text
+  assert not (tmp_path / workdir.LOCK).exists()
+  assert json.loads((tmp_path / workdir.RECORD).read_text())['lr'] == 1e-2
+  # Another host's lock cannot be checked: refused, naming the file to delete.
+  (tmp_path / workdir.LOCK).write_text(json.dumps({'host': 'elsewhere', 'pid': 1, 'since': 'x'}))
+  with pytest.raises(errors.WorkdirError, match=f'delete {tmp_path}/{workdir.LOCK}'):
+    with workdir.claim(str(tmp_path), tiny_config('fashion_mnist')):
+      pass
