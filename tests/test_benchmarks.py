@@ -54,3 +54,16 @@ def test_benchmark_runs_at_tiny_size(script):
       capture_output=True, text=True, cwd=REPO, timeout=600)
   assert result.returncode == 0, result.stderr
   assert 'ViT-Ti_16' in result.stdout and 'img/s' in result.stdout
+
+
+def test_fault_matrix_runs_its_cheap_cases():
+  """docs/reliability.md's table comes from benchmarks/fault_matrix.py."""
+  result = subprocess.run(
+      [sys.executable, os.path.join('benchmarks', 'fault_matrix.py'), '--cases', 'lr,misspelt'],
+      capture_output=True, text=True, cwd=REPO, timeout=300)
+  assert result.returncode == 0, result.stderr
+  rows = [line for line in result.stdout.splitlines() if line.startswith('| ') and
+          not line.startswith('| case') and not line.startswith('| ---')]
+  assert [row.split(' | ')[0] for row in rows] == ['| lr', '| misspelt']
+  assert 'Error: config.lr is -0.1' in rows[0] and 'Did you mean lr?' in rows[1]
+  assert all(row.split(' | ')[2] == '1' for row in rows)
