@@ -153,8 +153,7 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']
   checkpoint.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
-  broken = [k for k, v in flat.items() if np.issubdtype(np.asarray(v).dtype, np.floating)
-            and not np.all(np.isfinite(v))]
+  broken = checkpoint.non_finite(params)
   if broken:
     raise checkpoint.CheckpointError(
         f'{path} holds NaN or infinite parameters in {len(broken)} arrays (e.g. {broken[0]}): '

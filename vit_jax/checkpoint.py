@@ -9,9 +9,10 @@ another layout (current-Flax names, big_vision) are read through the family's
 import io
 import os
 import zipfile
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import flax
+import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -115,6 +116,13 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   restored = family.fit_checkpoint(restored, init, model_config, grid_shape, str(path))
   check_matches(restored, init, str(path))
   return _unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})
+
+
+def non_finite(tree) -> List[str]:
+  """The key paths of the floating arrays of `tree` that hold NaN or infinity."""
+  return [jax.tree_util.keystr(path)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+          if np.issubdtype(np.asarray(leaf).dtype, np.floating) and not np.all(np.isfinite(leaf))]
 
 
 def check_matches(flat: Mapping[str, Any], reference: Mapping[str, Any], source: str) -> None:

@@ -44,6 +44,14 @@ def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> 
       settings.check_overrides(argv, load_recipe(spec), name)
 
 
+def _say(error: UserError, traceback: bool) -> None:
+  """A user error as one line on stderr (exit status 1), or raised with --traceback."""
+  if traceback:
+    raise error
+  print(f'Error: {error}', file=sys.stderr, flush=True)
+  sys.exit(1)
+
+
 def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
   """`app.run(main)`, with the recipe overrides checked first and user errors
   printed as one message (exit status 1)."""
@@ -51,16 +59,10 @@ def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
     try:
       return main(argv)
     except UserError as e:
-      if flags.FLAGS.traceback:
-        raise
-      print(f'Error: {e}', file=sys.stderr, flush=True)
-      sys.exit(1)
+      _say(e, flags.FLAGS.traceback)
 
   try:
     check_recipe_overrides(sys.argv, config_flags)
-  except UserError as e:
-    if '--traceback' in sys.argv:
-      raise
-    print(f'Error: {e}', file=sys.stderr, flush=True)
-    sys.exit(1)
+  except UserError as e:  # before the flags are parsed: --traceback read from argv
+    _say(e, '--traceback' in sys.argv)
   app.run(guarded)

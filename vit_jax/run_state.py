@@ -13,6 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax import checkpoint
 from vit_jax.models.family import CheckpointError
 
 STATE, CHECKSUMS = 'state', 'checksums'  # the items of one checkpoint
@@ -38,14 +39,12 @@ def save(manager: ocp.CheckpointManager, step: int, state) -> None:
 
 def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
   """Why a restored state cannot be trusted, or None."""
+  restored = jax.device_get(restored)
   if expected is not None:
     altered = [k for k, v in checksums(restored).items() if expected.get(k) != v]
     if altered:
       return f'{len(altered)} arrays differ from what was saved (e.g. {altered[0]})'
-  bad = [jax.tree_util.keystr(path) for path, leaf in
-         jax.tree_util.tree_leaves_with_path(jax.device_get(restored))
-         if np.issubdtype(np.asarray(leaf).dtype, np.floating)
-         and not np.all(np.isfinite(leaf))]
+  bad = checkpoint.non_finite(restored)
   return f'{len(bad)} arrays hold NaN or infinity (e.g. {bad[0]})' if bad else None
 
 
