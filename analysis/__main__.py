@@ -147,7 +147,7 @@ def run(name: str) -> Dict:
     subjects[1].label += '_2'
   # What the report and the events need to know of each model; the events go beside
   # the training events when the model comes from a workdir.
-  about = {s.label: {'family': s.family.name, 'model_name': s.config.name, 'source': source,
+  about = {s.label: {**features.describe(s, workdir), 'source': source,
                      'tensorboard': os.path.join(workdir, 'analysis') if workdir else
                      os.path.join(FLAGS.out, 'tensorboard', s.label)}
            for s, source, workdir in loaded}

@@ -5,7 +5,7 @@ Gram matrices are formed. The biased estimator double-centres the Gram matrices;
 the unbiased one uses HSIC1 (Song et al. 2012), so CKA of independent features
 tends to 0 instead of a positive bias that grows with the feature dimension.
 """
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -102,21 +102,31 @@ def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
   return hsic / np.outer(diagonal, diagonal)
 
 
+def offdiag_mean(matrix) -> float:
+  """The mean similarity between distinct layers of a square CKA matrix: how
+  uniform a model's representations are across depth."""
+  matrix = np.asarray(matrix, np.float64)
+  return float(matrix[~np.eye(len(matrix), dtype=bool)].mean())
+
+
 class MinibatchCKA:
   """All-pairs minibatch CKA streamed over batches: the ratio of summed HSIC1 values
   (not a mean of per-batch CKAs), which is unbiased when the batches are. Sums are
-  kept in float64 on the host; memory is O(L^2) whatever the number of batches.
+  kept in float64 on the host. Each batch's own CKA matrix is kept as well
+  (`per_batch`, O(L^2) a batch): their spread is the estimate's uncertainty.
   """
 
   def __init__(self, kernel: str = 'linear', unbiased: bool = True, threshold: float = 1.0):
     self._hsic_fn = jax.jit(lambda feats: minibatch_hsic(feats, kernel, unbiased, threshold))
     self.hsic_sum: Optional[np.ndarray] = None
     self.num_examples = 0
+    self.per_batch: List[np.ndarray] = []
 
   def update(self, features: Sequence[jax.Array]) -> None:
     hsic = np.asarray(self._hsic_fn(list(features)), dtype=np.float64)
     self.hsic_sum = hsic if self.hsic_sum is None else self.hsic_sum + hsic
     self.num_examples += features[0].shape[0]
+    self.per_batch.append(cka_from_hsic(hsic))
 
   def result(self) -> np.ndarray:
     if self.hsic_sum is None:

@@ -3,6 +3,7 @@ parameters (`Subject`), the names of its layers, its representations on batches
 of a dataset, and token sequences put back on their 2-D grid.
 """
 import dataclasses
+import json
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -13,7 +14,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import checkpoint, models
+from vit_jax import checkpoint, models, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -93,6 +94,23 @@ class Subject:
     if ('logits',) not in self._compiled:
       self._compiled[('logits',)] = jax.jit(self.model.apply)
     return self._compiled[('logits',)]({'params': self.params}, shard_examples(images))
+
+
+def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
+  """What the report says of a model: its family, architecture kind, shape in words,
+  parameter count, image size and, when it comes from a finished training workdir,
+  the step and evaluation accuracy it ended with (the run's results.json)."""
+  about = {'family': subject.family.name, 'model_name': subject.config.name,
+           'architecture': subject.layers.architecture,
+           'shape': subject.family.describe(subject.config),
+           'parameters': int(sum(np.size(x) for x in jax.tree_util.tree_leaves(subject.params))),
+           'image_size': subject.image_size}
+  results = os.path.join(workdir, workdirs.RESULTS) if workdir else None
+  if results and os.path.exists(results):
+    with open(results) as f:
+      ended = json.load(f)
+    about.update(steps=ended['step'], accuracy=ended['eval_accuracy'])
+  return about
 
 
 def attention_names(subject: Subject) -> Tuple[str, ...]:

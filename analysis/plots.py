@@ -1,9 +1,13 @@
 """Figures of the analysis results, written as PNG files (matplotlib, no display).
 
 Every helper takes the file to write; with `path=None` it returns the open figure
-instead (for notebooks and tests).
+instead (for notebooks and tests). Every figure goes out through `_save`, which
+writes into the PNG what it shows in words (`ALT_KEY`, the report's alt text) and
+the layout problems it finds (`LAYOUT_KEY`: text smaller than MIN_FONT points, or
+a title that another element overlaps), so that tests can read both from the file.
 """
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple, Union
+import json
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import matplotlib
 
@@ -16,15 +20,99 @@ import numpy as np  # noqa: E402
 OTHER_COLOURS = ('#E69F00', '#56B4E9', '#000000', '#F0E442')
 HEATMAP_CMAP = 'magma'  # perceptually uniform, readable in grey and by colour-blind readers
 MAX_TICKS = 24
+MIN_FONT = 7.  # points: the smallest text a figure may hold (110 dpi: about 11 px)
+TICK_FONT = 7.5
+ALT_KEY, LAYOUT_KEY = 'Description', 'Layout problems'  # PNG text chunks
+
+
+def _texts(fig) -> List[matplotlib.text.Text]:
+  """Every text a figure draws: visible, not empty, and for tick labels, at a
+  tick inside its axis' view limits (matplotlib keeps, but does not draw, others)."""
+  hidden = set()
+  for ax in fig.axes:
+    for axis in (ax.xaxis, ax.yaxis):
+      low, high = sorted(axis.get_view_interval())
+      slack = 1e-9 * max(abs(low), abs(high), 1.)
+      for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+        if not low - slack <= tick.get_loc() <= high + slack:
+          hidden.update((id(tick.label1), id(tick.label2)))
+  return [t for t in fig.findobj(matplotlib.text.Text)
+          if t.get_visible() and t.get_text().strip() and t.figure is fig
+          and id(t) not in hidden]
+
+
+def layout_problems(fig) -> List[str]:
+  """Text below MIN_FONT or cut off by the figure's edge, and titles that overlap
+  another element of the figure (tight bounding boxes, as drawn)."""
+  fig.canvas.draw()
+  renderer = fig.canvas.get_renderer()
+  problems = [f'{t.get_text()!r} is {t.get_fontsize():g} pt' for t in _texts(fig)
+              if t.get_fontsize() < MIN_FONT]
+  canvas = fig.bbox.padded(1)
+  problems += [f'{t.get_text()!r} is cut off by the edge' for t in _texts(fig)
+               if not canvas.containsx(t.get_window_extent(renderer).x1)
+               or not canvas.containsy(t.get_window_extent(renderer).y1)
+               or not canvas.containsx(t.get_window_extent(renderer).x0)
+               or not canvas.containsy(t.get_window_extent(renderer).y0)]
+  titles = [(ax.title, ax) for ax in fig.axes if ax.get_title()]
+  if fig._suptitle is not None and fig._suptitle.get_text():
+    titles.append((fig._suptitle, None))
+  for title, owner in titles:
+    box = title.get_window_extent(renderer).shrunk(0.98, 0.9)
+    others = []
+    for ax in fig.axes:
+      if ax is owner:  # its own axes area and tick labels, not its title
+        others += [ax.patch] + list(ax.get_xticklabels()) + list(ax.get_yticklabels())
+      else:
+        others += [ax.patch, ax.title] + list(ax.get_xticklabels()) + \
+            [ax.xaxis.label, ax.yaxis.label]
+    for other in others:
+      if other is title or not other.get_visible():
+        continue
+      if isinstance(other, matplotlib.text.Text) and not other.get_text().strip():
+        continue
+      if box.overlaps(other.get_window_extent(renderer)):
+        name = other.get_text() if isinstance(other, matplotlib.text.Text) else 'an axes'
+        problems.append(f'title {title.get_text()!r} overlaps {name!r}')
+  return problems
+
+
+def describe(fig) -> str:
+  """What a figure shows, in words, from its own titles, labels and legends."""
+  parts = []
+  if fig._suptitle is not None and fig._suptitle.get_text():
+    parts.append(fig._suptitle.get_text() + '.')
+  for ax in fig.axes:
+    if ax.get_label() == '<colorbar>':
+      if ax.get_ylabel():
+        parts.append(f'Colour scale: {ax.get_ylabel()}.')
+      continue
+    what = []
+    if ax.get_title():
+      what.append(ax.get_title())
+    if ax.get_xlabel() or ax.get_ylabel():
+      what.append(f'{ax.get_ylabel() or "value"} against {ax.get_xlabel() or "position"}')
+    legend = ax.get_legend()
+    if legend is not None:
+      what.append('series: ' + ', '.join(t.get_text() for t in legend.get_texts()))
+    if what:
+      parts.append('; '.join(what) + '.')
+  return ' '.join(dict.fromkeys(parts))
 
 
 def _save(fig, path: Optional[str]):
-  fig.tight_layout()
   if path is None:
     return fig
-  fig.savefig(path, dpi=110)
+  metadata = {ALT_KEY: describe(fig), LAYOUT_KEY: json.dumps(layout_problems(fig))}
+  fig.savefig(path, dpi=110, metadata=metadata)
   plt.close(fig)
   return path
+
+
+def _figure(*args, **kwargs):
+  """plt.subplots with the constrained layout, which keeps titles, labels and
+  colour bars apart."""
+  return plt.subplots(*args, layout='constrained', **kwargs)
 
 
 def colours(preferred: Sequence[Optional[str]]) -> list:
@@ -46,9 +134,9 @@ def _layer_ticks(ax, which: str, labels: Sequence[str]) -> None:
   positions = list(range(0, len(labels), step))
   names = [labels[i] for i in positions]
   if which == 'x':
-    ax.set_xticks(positions, names, rotation=90, fontsize=6)
+    ax.set_xticks(positions, names, rotation=90, fontsize=TICK_FONT)
   else:
-    ax.set_yticks(positions, names, fontsize=6)
+    ax.set_yticks(positions, names, fontsize=TICK_FONT)
 
 
 class Panel(NamedTuple):
@@ -60,6 +148,8 @@ class Panel(NamedTuple):
   ylabels: Sequence[str]
   xstages: Sequence[int] = ()
   ystages: Sequence[int] = ()
+  xname: str = 'layer'  # the axis labels
+  yname: str = 'layer'
 
 
 def _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages=(), ystages=()):
@@ -79,34 +169,31 @@ def _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages=(), ystages=
 def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, ylabel: str,
             vmin: Optional[float] = 0., vmax: Optional[float] = 1.,
             xlabels: Optional[Sequence[str]] = None, ylabels: Optional[Sequence[str]] = None,
-            xstages: Sequence[int] = (), ystages: Sequence[int] = ()):
+            xstages: Sequence[int] = (), ystages: Sequence[int] = (),
+            colorbar_label: str = ''):
   """A matrix with row 0 at the bottom, as CKA figures are drawn; `xlabels` and
   `ylabels` name the columns and rows (layer names), and the column and row
   indices in `xstages` and `ystages` begin a new stage (dashed)."""
-  fig, ax = plt.subplots(figsize=(5.2, 4.6))
-  fig.colorbar(_draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages, ystages),
-               ax=ax)
+  fig, ax = _figure(figsize=(5.6, 5.))
+  image = _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages, ystages)
+  fig.colorbar(image, ax=ax, label=colorbar_label)
   ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
   return _save(fig, path)
 
 
 def heatmaps(panels: Sequence[Panel], path: Optional[str], title: str, vmin: float = 0.,
-             vmax: float = 1.):
+             vmax: float = 1., colorbar_label: str = ''):
   """Heatmaps side by side on one colour scale, as Raghu et al. juxtapose ViT and
   ResNet CKA."""
-  fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels) + 0.8, 5.),
-                           squeeze=False, layout='constrained')
+  fig, axes = _figure(1, len(panels), figsize=(5.2 * len(panels) + 1., 5.6), squeeze=False)
   for ax, panel in zip(axes[0], panels):
     image = _draw_heatmap(ax, panel.matrix, panel.xlabels, panel.ylabels, vmin, vmax,
                           panel.xstages, panel.ystages)
-    ax.set_title(panel.title, fontsize=9)
-  fig.colorbar(image, ax=list(axes[0]), fraction=0.03)
+    ax.set_title(panel.title, fontsize=10)
+    ax.set(xlabel=panel.xname, ylabel=panel.yname)
+  fig.colorbar(image, ax=list(axes[0]), fraction=0.03, label=colorbar_label)
   fig.suptitle(title)
-  if path is None:
-    return fig
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return _save(fig, path)
 
 
 def log_limits(values: Sequence[np.ndarray], decades: float) -> Tuple[float, float]:
@@ -124,29 +211,41 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            logy: bool = False, legend: bool = True, decades: float = 6.,
            xlabels: Optional[Sequence[str]] = None,
            colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
-           stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None):
+           stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None,
+           shade_label: str = '', rug: Optional[Dict[str, np.ndarray]] = None,
+           reference: Optional[Tuple[float, str]] = None):
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
-  shade in that series' colour); `xlabels` names the positions 0, 1, ... (layer
-  names), and a new stage begins at each position in `stages` (dashed); a log
-  axis spans at most `decades` below the peak. `errors` gives a series' standard
-  errors, drawn as error bars; NaN values (no support) are left out, not drawn."""
-  fig, ax = plt.subplots(figsize=(5.8, 4.))
+  shade in that series' colour), named `shade_label` in the legend; `xlabels`
+  names the positions 0, 1, ... (layer names), and a new stage begins at each
+  position in `stages` (dashed); a log axis spans at most `decades` below the
+  peak. `errors` gives a series' standard errors, drawn as error bars; NaN values
+  (no support) are left out, not drawn. `rug` marks values on the x axis in a
+  series' colour (extreme eigenvalues); `reference` is a horizontal (value, name)."""
+  fig, ax = _figure(figsize=(6.2, 4.3))
+  colour_of = {}
   for name, values in series.items():
     values = np.asarray(values)
     at = x.get(name) if isinstance(x, dict) else x
     at = np.arange(len(values)) if at is None else at
     line, = ax.plot(at, values, label=name, marker='.' if len(values) <= 64 else None,
                     color=(colours_of or {}).get(name))
+    colour_of[name] = line.get_color()
     if errors is not None and name in errors:
       ax.errorbar(at, values, yerr=np.asarray(errors[name], np.float64), fmt='none',
                   ecolor=line.get_color(), capsize=2, lw=0.8)
   shades = shade if isinstance(shade, dict) else {None: shade}
   for name, positions in shades.items():
     colour = (colours_of or {}).get(name, '0.5') if name is not None else '0.5'
-    for position in positions:
+    for i, position in enumerate(positions):
       ax.axvspan(position - shade_width / 2, position + shade_width / 2, color=colour,
-                 alpha=0.15, lw=0, zorder=0)
+                 alpha=0.15, lw=0, zorder=0,
+                 label=shade_label if shade_label and i == 0 and name is None else None)
+  for name, values in (rug or {}).items():
+    ax.plot(values, np.zeros(len(values)), '|', color=colour_of.get(name), ms=14, mew=1.5,
+            transform=ax.get_xaxis_transform(), label=f'{name}: extreme values', clip_on=False)
+  if reference is not None:
+    ax.axhline(reference[0], color='0.3', lw=1, ls=':', label=reference[1])
   if xlabels is not None:
     _layer_ticks(ax, 'x', xlabels)
   for start in stages:
@@ -155,11 +254,14 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
     ax.set_yscale('log')
     ax.set_ylim(*log_limits(list(series.values()), decades))
   ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-  if legend and len(series) > 1:
-    ax.legend(fontsize='small')
-  elif len(series) > 1:  # many layers: colour runs from shallow (dark) to deep (light)
+  if len(series) > 1 and not legend:  # many layers: colour runs from shallow (dark) to deep
     for line, colour in zip(ax.get_lines(), plt.cm.viridis(np.linspace(0, 1, len(series)))):
       line.set_color(colour)
+    mappable = plt.cm.ScalarMappable(cmap='viridis', norm=plt.Normalize(0, len(series) - 1))
+    bar = fig.colorbar(mappable, ax=ax, label='layer (shallow to deep)')
+    bar.ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+  elif legend and (len(series) > 1 or shade_label or rug or reference):
+    ax.legend(fontsize='small')
   return _save(fig, path)
 
 
@@ -168,7 +270,7 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
   """A histogram, or overlaid ones on shared bins for named value sets."""
   sets = values if isinstance(values, dict) else {'': values}
   bins = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
-  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  fig, ax = _figure(figsize=(5.8, 4.))
   for name, v in sets.items():
     ax.hist(np.ravel(v), bins=bins, alpha=0.6 if len(sets) > 1 else 1., label=name or None,
             color=(colours_of or {}).get(name))
@@ -178,30 +280,62 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
   return _save(fig, path)
 
 
-def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel: str):
-  """(layers, heads) values, one dot per head, heads sorted within each layer."""
-  fig, ax = plt.subplots(figsize=(5.5, 3.8))
-  for layer, row in enumerate(values):
-    ax.scatter(np.full(len(row), layer), np.sort(row), s=12,
-               c=np.arange(len(row)), cmap='viridis')
+def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel: str,
+                     errors: Optional[np.ndarray] = None, reference: Optional[float] = None,
+                     reference_label: str = ''):
+  """(layers, heads) values, one dot per head in the head's colour (legend), with
+  standard errors as bars and a horizontal reference line."""
+  values = np.asarray(values)
+  fig, ax = _figure(figsize=(6.2, 4.3))
+  heads = values.shape[1]
+  colours = plt.cm.viridis(np.linspace(0, 1, heads))
+  offsets = np.linspace(-0.25, 0.25, heads) if heads > 1 else np.zeros(1)
+  for h in range(heads):
+    at = np.arange(len(values)) + offsets[h]
+    ax.scatter(at, values[:, h], s=14, color=colours[h], label=f'head {h}', zorder=3)
+    if errors is not None:
+      ax.errorbar(at, values[:, h], yerr=np.asarray(errors)[:, h], fmt='none',
+                  ecolor=colours[h], lw=0.8, capsize=1.5)
+  if reference is not None:
+    ax.axhline(reference, color='0.3', lw=1, ls=':', label=reference_label)
   ax.set(title=title, xlabel='block', ylabel=ylabel)
   ax.set_xticks(range(len(values)))
+  ax.legend(fontsize='small', ncol=2 if heads > 6 else 1, loc='best')
   return _save(fig, path)
 
 
 def image_grid(images: np.ndarray, path: Optional[str], title: str, cols: int = 7,
-               titles: Optional[Sequence[str]] = None, cmap: Optional[str] = None):
-  """Images (n, h, w) or (n, h, w, 3) in a grid; each is scaled to its own range."""
+               labels: Optional[Sequence[str]] = None, cmap: Optional[str] = None,
+               colorbar_label: str = '', vmin: Optional[float] = None,
+               vmax: Optional[float] = None,
+               marks: Optional[Sequence[Tuple[float, float]]] = None):
+  """Images (n, h, w) or (n, h, w, 3) in a grid, each named by its label below it.
+  Without `vmin`/`vmax` each is scaled to its own range; with them, one-channel
+  images share that scale and its colour bar (`colorbar_label`). `marks` puts a
+  cross at a (row, column) of each image (the query of a similarity map)."""
   n = len(images)
+  cols = min(cols, n)
   rows = int(np.ceil(n / cols))
-  fig, axes = plt.subplots(rows, cols, figsize=(1.3 * cols, 1.3 * rows + 0.4), squeeze=False)
+  fig, axes = _figure(rows, cols, figsize=(1.45 * cols + (1. if colorbar_label else 0.),
+                                           1.6 * rows + 0.8), squeeze=False)
+  shown = None
   for i, ax in enumerate(axes.ravel()):
-    ax.axis('off')
-    if i < n:
-      image = np.asarray(images[i], np.float64)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if i >= n:
+      ax.axis('off')
+      continue
+    image = np.asarray(images[i], np.float64)
+    if vmin is None or vmax is None:
       image = (image - image.min()) / max(image.max() - image.min(), 1e-12)
-      ax.imshow(image, cmap=cmap if image.ndim == 2 else None)
-      if titles is not None:
-        ax.set_title(titles[i], fontsize=7)
+    shown = ax.imshow(image, cmap=cmap if image.ndim == 2 else None,
+                      vmin=vmin if image.ndim == 2 else None,
+                      vmax=vmax if image.ndim == 2 else None)
+    if marks is not None:
+      ax.plot(marks[i][1], marks[i][0], 'x', color='red', ms=7, mew=2)
+    if labels is not None:
+      ax.set_xlabel(labels[i], fontsize=MIN_FONT)
+  if colorbar_label and shown is not None:
+    fig.colorbar(shown, ax=list(axes.ravel()), fraction=0.03, label=colorbar_label)
   fig.suptitle(title)
   return _save(fig, path)

@@ -1,17 +1,22 @@
-"""The analysis report: one page (report.html, and the same as report.md) with a
-section per tool that ran, its figures (joint ones first) and captions built from
-the tools' JSON: the quantity and its convention, the paper's finding, and what
-these models show. Every number in a caption is a value of the JSON file beside
-it (in the HTML, tagged with its file, path and reduction).
+"""The analysis report: one page (report.html, and the same as report.md) that
+describes each model, lists its sections, opens with a verdict table (each
+paper's claim, what this run measured with its standard error, and whether they
+agree: `analysis.verdict`), then has a section per tool that ran, its figures
+(joint ones first, each with the alt text its PNG carries) and captions built
+from the tools' JSON: the quantity and its convention, the paper's finding, and
+what these models show. Every number in a caption is a value of the JSON file
+beside it (in the HTML, tagged with its file, path and reduction).
 """
 import html
 import json
 import os
-from typing import Dict, List, Mapping, Sequence, Union
+from typing import Dict, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
+from PIL import Image
 
-from analysis import joint_figures, tool, tools  # noqa: F401  (tools: the built-in ones)
+from analysis import cka, joint_figures, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
+from analysis.verdict import Z, Verdict
 from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
@@ -45,9 +50,8 @@ def leaves(node) -> List[float]:
 def reduce_value(node, reduce: str) -> float:
   if reduce == 'value':
     return float(node)
-  if reduce == 'offdiag_mean':  # mean similarity between distinct layers
-    matrix = np.asarray(node, np.float64)
-    return float(matrix[~np.eye(len(matrix), dtype=bool)].mean())
+  if reduce == 'offdiag_mean':
+    return cka.offdiag_mean(node)
   return float(getattr(np, reduce)(leaves(node)))
 
 
@@ -99,7 +103,46 @@ def _text(fragments: Sequence[Fragment]) -> str:
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 figure{display:inline-block;margin:0.5em;vertical-align:top;max-width:100%}
 figure img{max-width:100%}figcaption{font-size:0.9em;max-width:640px}
-p.quantity{color:#444}p.paper{font-style:italic}.num{font-weight:bold}"""
+p.quantity{color:#444}p.paper{font-style:italic}.num{font-weight:bold}
+table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 6px;
+vertical-align:top;text-align:left}td.agrees{background:#e3f3e3}td.differs{background:#f8e0e0}
+td.within{background:#f4f0dc}td.not{background:#eee}"""
+
+
+def describe_model(label: str, about: Mapping) -> str:
+  """One line of what a model is: its zoo name and family, its shape, parameters,
+  image size, and the steps and accuracy it was trained to where known."""
+  parts = [f'{about.get("model_name", "")} ({about.get("family", "")})']
+  if 'shape' in about:
+    parts.append(about['shape'])
+  if 'parameters' in about:
+    parts.append(f'{about["parameters"] / 1e6:.3g}M parameters')
+  if 'image_size' in about:
+    parts.append(f'{about["image_size"]} px images')
+  if 'steps' in about:
+    parts.append(f'trained {about["steps"]:,} steps to {100 * about["accuracy"]:.1f}% '
+                 'evaluation accuracy')
+  return f'{label}: ' + ', '.join(parts) + f'; from {about.get("source", "")}'
+
+
+def all_verdicts(results: Mapping, subjects: Mapping) -> List[Tuple[str, Verdict]]:
+  """(tool name, verdict) of every registered tool in `results`, in the report's order."""
+  return [(name, v) for name, result in results.items()
+          for v in tool.TOOLS[name].verdicts(result, subjects)]
+
+
+def _image_alt(path: str) -> str:
+  """The PNG's own description of what it shows (`plots.ALT_KEY`), else its name."""
+  with Image.open(path) as image:
+    return image.text.get(plots.ALT_KEY) or os.path.basename(path)
+
+
+VERDICT_NOTE = ('Each claim is judged by the rule in its tool\'s record, on this run\'s JSON: '
+                '"agrees" or "differs" only where the compared number lies more than '
+                f'{Z:g} standard errors from zero, "within uncertainty" otherwise, "not '
+                'comparable" where the models or values the claim needs are absent. The '
+                'verdicts are about the models above at their scale, not the papers\' '
+                'ImageNet-scale models.')
 
 
 def write_report(out: str) -> Dict[str, str]:
@@ -117,12 +160,31 @@ def write_report(out: str) -> Dict[str, str]:
           f'</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>']
   markdown = [f'# {title}', '']
   if subjects:
-    rows = ''.join(f'<li>{html.escape(label)}: {html.escape(s.get("model_name", ""))} '
-                   f'({html.escape(s.get("family", ""))}) from '
-                   f'{html.escape(s.get("source", ""))}</li>' for label, s in subjects.items())
-    page.append(f'<ul>{rows}</ul>')
-    markdown += [f'- {label}: {s.get("model_name", "")} ({s.get("family", "")}) from '
-                 f'{s.get("source", "")}' for label, s in subjects.items()] + ['']
+    lines = [describe_model(label, about) for label, about in subjects.items()]
+    page.append('<ul id="models">' + ''.join(f'<li>{html.escape(line)}</li>' for line in lines)
+                + '</ul>')
+    markdown += [f'- {line}' for line in lines] + ['']
+  contents = [(name, tool.TOOLS[name].title) for name in results]
+  page.append('<nav id="contents"><h2>Contents</h2><ol>' + ''.join(
+      f'<li><a href="#{name}">{html.escape(text)}</a></li>' for name, text in
+      [('verdicts', 'Verdicts')] + contents) + '</ol></nav>')
+  markdown += ['## Contents', ''] + [f'1. [{text}](#{name})' for name, text in
+                                     [('verdicts', 'Verdicts')] + contents] + ['']
+  verdicts = all_verdicts(results, subjects)
+  head = ('<tr><th>finding</th><th>the paper</th><th>measured here</th><th>verdict</th>'
+          '<th>why</th></tr>')
+  rows = ''.join(
+      f'<tr><td><a href="#{name}">{html.escape(v.finding)}</a></td>'
+      f'<td>{html.escape(v.claim)}</td><td>{html.escape(v.measured)}</td>'
+      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td>'
+      f'<td>{html.escape(v.why)}</td></tr>' for name, v in verdicts)
+  page += ['<section id="verdicts"><h2>Verdicts</h2>', f'<p>{html.escape(VERDICT_NOTE)}</p>',
+           f'<table>{head}{rows}</table></section>']
+  cell = lambda text: text.replace('|', '\\|')
+  markdown += ['## Verdicts', '', VERDICT_NOTE, '',
+               '| finding | the paper | measured here | verdict | why |', '|---|---|---|---|---|']
+  markdown += [f'| [{v.finding}](#{name}) | {cell(v.claim)} | {cell(v.measured)} | '
+               f'{v.verdict} | {cell(v.why)} |' for name, v in verdicts] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
     page += [f'<section id="{name}"><h2>{html.escape(record.title)}</h2>',
@@ -135,10 +197,11 @@ def write_report(out: str) -> Dict[str, str]:
     figures += [(figure.path, [figure.caption]) for figure in record.figures(result)]
     for path, keys in figures:
       image = os.path.basename(path)
-      page.append(f'<figure><img src="{html.escape(image)}" alt="{html.escape(image)}">'
+      alt = _image_alt(os.path.join(out, image))
+      page.append(f'<figure><img src="{html.escape(image)}" alt="{html.escape(alt)}">'
                   '<figcaption>' + '<br>'.join(_html(shown[k]) for k in keys) +
                   '</figcaption></figure>')
-      markdown += [f'![{image}]({image})', '', *[_text(shown[k]) + '  ' for k in keys], '']
+      markdown += [f'![{alt.replace("[", "(").replace("]", ")")}]({image})', '', *[_text(shown[k]) + '  ' for k in keys], '']
     page.append('</section>')
   page.append('</body></html>')
   paths = {'html': os.path.join(out, 'report.html'), 'md': os.path.join(out, 'report.md')}

@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import jax
 import numpy as np
 
-from analysis import features
+from analysis import features, uncertainty
+from analysis.verdict import Models, Verdict
 
 Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
 Subject = features.Subject
@@ -63,7 +64,9 @@ class Tool:
   show, per caption key, as text fragments and quotes of the JSON; `scalars(result,
   label)` a model's TensorBoard series; `joint(result, colour_of, out)` the figures
   that put every model in one frame (none below two models); `options()` the keyword
-  arguments of `run` from the command-line flags the tool's module defines.
+  arguments of `run` from the command-line flags the tool's module defines;
+  `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.verdict`),
+  `models` being what the report knows of each model label.
   """
   name: str
   title: str
@@ -76,6 +79,7 @@ class Tool:
   figures: Callable[[Result], List[Figure]] = model_figures
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
   options: Callable[[], Mapping[str, Any]] = dict
+  verdicts: Callable[[Result, Models], List[Verdict]] = lambda result, models: []
 
   def applies_to(self, subject: Subject) -> bool:
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)
@@ -120,13 +124,15 @@ def figure_path(out: str, tool: str, subject: Subject) -> str:
 
 
 def batch_mean(batches: Iterator, fn: Callable[[np.ndarray, np.ndarray], jax.Array]
-               ) -> np.ndarray:
-  """Mean of fn(images, labels) over batches, weighted by batch size."""
-  total, count = 0., 0
+               ) -> Tuple[np.ndarray, np.ndarray]:
+  """Mean of fn(images, labels) over batches, weighted by batch size, and its
+  standard error from the spread over batches (`uncertainty.weighted_mean_stderr`)."""
+  values, sizes = [], []
   for images, labels in batches:
-    total = total + np.asarray(fn(images, labels), np.float64) * len(images)
-    count += len(images)
-  return total / count
+    values.append(np.asarray(fn(images, labels), np.float64))
+    sizes.append(len(images))
+  mean = np.sum([v * n for v, n in zip(values, sizes)], axis=0) / np.sum(sizes)
+  return mean, uncertainty.weighted_mean_stderr(values, sizes)
 
 
 def take(iterator: Iterator, num_images: int) -> Iterator:

@@ -8,11 +8,13 @@ import os
 import shutil
 import subprocess
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
-from analysis import events, plots, report
+from analysis import events, features, plots, report
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS
 from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT
@@ -26,15 +28,25 @@ class _Page(html.parser.HTMLParser):
   def __init__(self):
     super().__init__()
     self.sections, self.images, self.numbers, self._number = [], [], [], None
+    self.alts, self.contents, self._nav = [], [], False
 
   def handle_starttag(self, tag, attrs):
     attrs = dict(attrs)
     if tag == 'section':
       self.sections.append(attrs['id'])
+    elif tag == 'nav':
+      self._nav = True
+    elif tag == 'a' and self._nav:
+      self.contents.append(attrs['href'])
     elif tag == 'img':
       self.images.append(attrs['src'])
+      self.alts.append(attrs['alt'])
     elif tag == 'span' and attrs.get('class') == 'num':
       self._number = attrs
+
+  def handle_endtag(self, tag):
+    if tag == 'nav':
+      self._nav = False
 
   def handle_data(self, data):
     if self._number is not None:
@@ -67,9 +79,8 @@ def analysed(tmp_path_factory):
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
             {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8)})
-  about = {s.label: {'family': s.family.name, 'model_name': s.config.name,
-                     'source': 'generated', 'tensorboard': str(out / 'tb' / s.label)}
-           for s in subjects}
+  about = {s.label: {**features.describe(s), 'source': 'generated',
+                     'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
   return out, report.write_report(str(out))
 
@@ -79,15 +90,18 @@ def test_report_has_a_section_per_tool_and_every_image_exists(analysed):
   out, paths = analysed
   page = _Page()
   page.feed(open(paths['html']).read())
-  assert page.sections == list(TOOLS)
+  assert page.sections == ['verdicts'] + list(TOOLS)
+  assert page.contents == ['#verdicts'] + [f'#{name}' for name in TOOLS]
   assert page.images and all((out / src).is_file() for src in page.images)
+  # Each image's alt text is what its PNG says it shows, not its file name.
+  assert all(alt != src and len(alt) > 20 for src, alt in zip(page.images, page.alts))
   # Joint figures for the tools that ran on both models; per-model figures kept.
   for name in ('cka', 'fourier', 'variance', 'hessian', 'robustness', 'norm_ratio', 'erf',
                'probes'):
     assert f'joint_{name}.png' in page.images
   assert 'fourier_depth_vit.png' in page.images and 'fourier_depth_mixer.png' in page.images
   markdown = open(paths['md']).read()
-  linked = [line[line.index('(') + 1:-1] for line in markdown.splitlines()
+  linked = [line[line.rindex('](') + 2:-1] for line in markdown.splitlines()
             if line.startswith('![')]
   assert sorted(linked) == sorted(page.images)
   assert all(f'[{tool}.json]({tool}.json)' in markdown for tool in TOOLS)
@@ -98,7 +112,7 @@ def test_caption_numbers_equal_the_json(analysed):
   out, paths = analysed
   page = _Page()
   page.feed(open(paths['html']).read())
-  assert {section for section, _, _ in page.numbers} == set(TOOLS) - {'vit_figures'}
+  assert {section for section, _, _ in page.numbers} == set(TOOLS)
   for section, attrs, text in page.numbers:
     assert attrs['data-file'] == f'{section}.json'
     node = json.loads((out / attrs['data-file']).read_text())
@@ -215,7 +229,12 @@ window.addEventListener('load', function () {
   });
   var pre = document.createElement('pre');
   pre.id = 'browser-check';
-  pre.textContent = JSON.stringify({images: images, problems: problems});
+  var contents = Array.from(document.querySelectorAll('#contents a')).map(function (a) {
+    return document.getElementById(a.getAttribute('href').slice(1)) !== null; });
+  var verdicts = Array.from(document.querySelectorAll('#verdicts tr td:nth-child(4)')).map(
+      function (td) { return td.textContent; });
+  pre.textContent = JSON.stringify({images: images, problems: problems, contents: contents,
+                                    verdicts: verdicts});
   document.body.appendChild(pre);
 });
 </script>"""
@@ -244,6 +263,10 @@ def test_report_opens_in_a_real_browser(analysed, tmp_path):
   assert all(image['complete'] and image['width'] > 0 for image in check['images']), check
   assert check['problems'] == []
   assert 'ERR_FILE_NOT_FOUND' not in run.stderr
+  # The contents link to sections that exist; the verdict table has a verdict per row.
+  assert len(check['contents']) == 1 + len(TOOLS) and all(check['contents'])
+  verdicts = report.all_verdicts(report.load_results(str(out)), report.load_subjects(str(out)))
+  assert check['verdicts'] == [v.verdict for _, v in verdicts] and verdicts
 
 
 def test_a_point_without_support_is_not_drawn_and_errors_are_bars():
@@ -257,3 +280,28 @@ def test_a_point_without_support_is_not_drawn_and_errors_are_bars():
   assert len(bars) == 1
   segments = bars[0].lines[2][0].get_segments()
   np.testing.assert_allclose([s[:, 1] for s in segments[1:]], [[0.4, 0.6], [0.65, 0.75]])
+
+
+@pytest.mark.slow
+def test_every_figure_has_readable_text_and_titles_clear_of_other_elements(analysed):
+  """Each PNG of the report records its layout check (`plots.layout_problems`):
+  no text below plots.MIN_FONT points, no title overlapped."""
+  out, _ = analysed
+  images = sorted(out.glob('*.png'))
+  assert len(images) > 20
+  for path in images:
+    with Image.open(path) as image:
+      assert json.loads(image.text[plots.LAYOUT_KEY]) == [], path.name
+      assert image.text[plots.ALT_KEY], path.name
+
+
+def test_layout_check_finds_small_text_and_overlapped_titles():
+  fig, axes = plt.subplots(1, 2)
+  axes[0].set_title('a long title that runs into the next panel ' * 2)
+  axes[1].set_xticks([0, 1], ['x', 'y'], fontsize=5)
+  problems = plots.layout_problems(fig)
+  assert any('overlaps' in p for p in problems)
+  assert "'x' is 5 pt" in problems and "'y' is 5 pt" in problems
+  fig = plots.curves({'a': [1., 2.], 'b': [2., 1.]}, None, 'title', 'x', 'y')
+  assert plots.layout_problems(fig) == []
+  assert plots.describe(fig) == 'title; y against x; series: a, b.'

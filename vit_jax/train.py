@@ -249,6 +249,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
     if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
       summary = evaluate(state.params)
+    if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
+      with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
+        json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
+                   'wall_seconds': round(time.perf_counter() - started, 1)}, f, indent=1)
     return summary
   finally:
     writer.close()

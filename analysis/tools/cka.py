@@ -5,33 +5,44 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from analysis import cka, features, plots
+from analysis import cka, features, plots, uncertainty, verdict
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 
 
 def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
             unbiased: bool = True) -> Dict:
   """All-pairs minibatch linear CKA of every subject's residual stream, within and
-  across models, in one pass over the evaluation split."""
+  across models, in one pass over the evaluation split; its spread is the standard
+  error of the per-batch CKA over batches (entry by entry, and of each model's mean
+  over distinct layer pairs)."""
   names = [s.layers.stream for s in subjects]
   stream = cka.MinibatchCKA('linear', unbiased=unbiased)
+  sizes = []
   for images, _ in batches('eval'):
     stream.update(features.layer_representations(subjects, names, images))
+    sizes.append(len(images))
   matrix = stream.result()
   result = {'layers': {s.label: list(s.layers.labels) for s in subjects},
             'stages': {s.label: list(s.layers.stages) for s in subjects},
-            'num_examples': stream.num_examples, 'unbiased': unbiased, 'cka': {},
+            'num_examples': stream.num_examples, 'num_batches': len(sizes),
+            'unbiased': unbiased, 'cka': {}, 'cka_stderr': {}, 'offdiag_mean_stderr': {},
             'figures': []}
   bounds = np.cumsum([0] + [len(n) for n in names])
   for i, a in enumerate(subjects):
     for j, b in enumerate(subjects[i:], start=i):
-      block = matrix[bounds[i]:bounds[i + 1], bounds[j]:bounds[j + 1]]
+      rows, cols = slice(bounds[i], bounds[i + 1]), slice(bounds[j], bounds[j + 1])
+      block, per_batch = matrix[rows, cols], np.stack([m[rows, cols] for m in stream.per_batch])
       key = a.label if i == j else f'{a.label} vs {b.label}'
       result['cka'][key] = block.tolist()
+      result['cka_stderr'][key] = uncertainty.weighted_mean_stderr(per_batch, sizes).tolist()
+      if i == j:
+        result['offdiag_mean_stderr'][key] = float(uncertainty.weighted_mean_stderr(
+            [cka.offdiag_mean(m) for m in per_batch], sizes))
       result['figures'].append(plots.heatmap(
           block.T, os.path.join(out, f'cka_{a.label}_{b.label}.png'), f'CKA: {key}',
           f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
-          ylabels=b.layers.labels, xstages=a.layers.stages, ystages=b.layers.stages))
+          ylabels=b.layers.labels, xstages=a.layers.stages, ystages=b.layers.stages,
+          colorbar_label='linear CKA'))
   return result
 
 
@@ -47,9 +58,21 @@ def findings(result: Mapping, q) -> Dict[str, list]:
       out[key] = [f'{key}: mean CKA ', q('cka', key, reduce='mean'), ', highest ',
                   q('cka', key, reduce='max')]
     else:
-      out[key] = [f'{key}: first vs last layer ', q('cka', key, 0, -1),
-                  ', mean over distinct layer pairs ', q('cka', key, reduce='offdiag_mean')]
+      out[key] = [f'{key}: first vs last layer ', q('cka', key, 0, -1), ' ± ',
+                  q('cka_stderr', key, 0, -1), ', mean over distinct layer pairs ',
+                  q('cka', key, reduce='offdiag_mean'), ' ± ', q('offdiag_mean_stderr', key)]
   return out
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  within = [key for key in result['cka'] if ' vs ' not in key]
+  return [verdict.contrast(
+      'uniform representations',
+      'ViT\'s representations are more uniform across depth than ResNet\'s, whose lower and '
+      'higher layers differ (Raghu et al. Fig. 1).',
+      'mean CKA between distinct layers', models, within,
+      lambda label: (cka.offdiag_mean(result['cka'][label]),
+                     result['offdiag_mean_stderr'][label]))]
 
 
 def figures(result: Mapping) -> List[Figure]:
@@ -74,18 +97,20 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   for key, matrix in result['cka'].items():
     a, b = _models(key)
     panels.append(plots.Panel(np.asarray(matrix).T, key, layers[a], layers[b],
-                              stages.get(a, ()), stages.get(b, ())))
+                              stages.get(a, ()), stages.get(b, ()), f'{a} layer', f'{b} layer'))
   return [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
-                         f'Linear CKA on {result["num_examples"]} images (one colour scale)')]
+                         f'Linear CKA on {result["num_examples"]} images (one colour scale)',
+                         colorbar_label='linear CKA')]
 
 
 TOOL = register(Tool(
     name='cka', title='Representation similarity (CKA)',
     quantity='Linear CKA between every pair of residual-stream layers, minibatch HSIC '
              '(Nguyen et al.; unbiased unless the JSON says otherwise) over the evaluation '
-             'images; layer 0 at the bottom left.',
+             'images; layer 0 at the bottom left; ± the standard error of the per-batch CKA '
+             'over batches.',
     paper='Raghu et al. (Fig. 1-2): ViT\'s representations are uniform across depth, while '
           'ResNet\'s lower and higher layers differ (block structure); ViT\'s lower half '
           'matches a larger share of ResNet\'s depth.',
     run=run_cka, runs_on=ALL_MODELS, findings=findings, figures=figures, scalars=scalars,
-    joint=joint))
+    joint=joint, verdicts=verdicts))

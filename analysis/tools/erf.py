@@ -4,33 +4,67 @@ from typing import Dict, List, Mapping
 import jax
 import numpy as np
 
-from analysis import erf, features, joint_figures, plots
+from analysis import erf, features, joint_figures, plots, uncertainty, verdict
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register, take)
 
 
+ERF_GROUPS = 4  # the images are split into groups; the spread over groups is the uncertainty
+
+
+def half_mass_area(field: np.ndarray) -> int:
+  """The area in pixels holding half of a field's total mass."""
+  return int(np.searchsorted(np.cumsum(np.sort(field.ravel())[::-1]), 0.5 * field.sum()) + 1)
+
+
 def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = 32) -> Dict:
-  """Effective receptive field of the centre location of every block output."""
+  """Effective receptive field of the centre location of every block output, and
+  the area holding half its mass, with its standard error over ERF_GROUPS groups
+  of the images."""
   images = np.concatenate([b for b, _ in take(batches('eval'), num_images)])[:num_images]
+  groups = np.array_split(images, min(ERF_GROUPS, len(images)))
   names = subject.layers.stream
-  fields = []
+  fields, half_mass, stderr = [], [], []
   for name in names:
-    feature_fn = lambda x, name=name: features.spatial_map(
-        subject, subject.intermediates(x, [name])[name])
-    fields.append(np.asarray(erf.effective_receptive_field(jax.jit(feature_fn), images)))
-  # Area (in pixels) holding half of the total gradient mass: one number per layer.
-  half_mass = [int(np.searchsorted(np.cumsum(np.sort(f.ravel())[::-1]), 0.5 * f.sum()) + 1)
-               for f in fields]
+    feature_fn = jax.jit(lambda x, name=name: features.spatial_map(
+        subject, subject.intermediates(x, [name])[name]))
+    per_group = [np.asarray(erf.effective_receptive_field(feature_fn, g)) for g in groups]
+    # Each group's field is scaled to a maximum of 1; the field of all images is their
+    # size-weighted mean, scaled again.
+    field = np.average(per_group, axis=0, weights=[len(g) for g in groups])
+    fields.append(field / field.max())
+    half_mass.append(half_mass_area(fields[-1]))
+    stderr.append(float(uncertainty.weighted_mean_stderr(
+        [half_mass_area(f) for f in per_group], [len(g) for g in groups])))
   figure = plots.image_grid(np.stack(fields), figure_path(out, 'erf', subject),
-                            f'Effective receptive fields: {subject.label}',
-                            titles=list(subject.layers.labels), cmap='viridis')
+                            f'Effective receptive fields (|gradient|): {subject.label}',
+                            labels=list(subject.layers.labels), cmap='viridis', vmin=0., vmax=1.,
+                            colorbar_label='of the maximum')
   return {'layers': list(subject.layers.labels), 'half_mass_pixels': half_mass,
+          'half_mass_stderr': stderr, 'num_images': len(images),
           'fields': [f.tolist() for f in fields], 'figures': [figure]}
 
 
 def _findings(label, r, q):
-  return [f'{label}: half the mass within ', q('half_mass_pixels', 0),
-          f' px at {r["layers"][0]}, ', q('half_mass_pixels', -1), f' px at {r["layers"][-1]}']
+  return [f'{label}: half the mass within ', q('half_mass_pixels', 0), ' ± ',
+          q('half_mass_stderr', 0), f' px at {r["layers"][0]}, ', q('half_mass_pixels', -1),
+          ' ± ', q('half_mass_stderr', -1), f' px at {r["layers"][-1]}']
+
+
+def _lower_quarter(r: Mapping) -> verdict.Estimate:
+  """Mean half-mass area over the first quarter of the layers (at least one), with
+  a standard error bounded by the mean of theirs."""
+  n = max(len(r['half_mass_pixels']) // 4, 1)
+  return (float(np.mean(r['half_mass_pixels'][:n])), float(np.mean(r['half_mass_stderr'][:n])))
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  by_model = per_model(result)
+  return [verdict.contrast(
+      'larger fields low in ViT',
+      'ViT\'s receptive fields are larger in its lower layers than ResNet\'s (Raghu et al. '
+      'Fig. 6).', 'half-mass area over the first quarter of the layers (px)', models,
+      list(by_model), lambda label: _lower_quarter(by_model[label]))]
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
@@ -43,9 +77,10 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 TOOL = register(Tool(
     name='erf', title='Effective receptive fields',
     quantity='Effective receptive field of the centre location: |d output / d input| summed '
-             'over channels and images; the number is the area in pixels holding half its mass.',
+             'over channels and images; the number is the area in pixels holding half its mass, '
+             '± its standard error over four groups of the images.',
     paper='Raghu et al. (Fig. 6): ViT\'s receptive fields are larger in its lower layers than '
           'ResNet\'s, which grow gradually with depth.',
     run=run_erf, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'erf/half_mass_pixels': list(r['half_mass_pixels'])}),
-    joint=joint))
+    joint=joint, verdicts=verdicts))

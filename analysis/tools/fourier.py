@@ -3,7 +3,7 @@ from typing import Dict, List, Mapping
 
 import numpy as np
 
-from analysis import features, fourier, joint_figures, plots
+from analysis import features, fourier, joint_figures, plots, uncertainty, verdict
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
@@ -21,11 +21,18 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
     return ([np.asarray(fourier.relative_log_amplitude(m)) for m in maps],
             np.array([fourier.spatial_variance(m) for m in maps]))
 
-  results = [per_batch(images) for images, _ in batches('eval')]
+  results, sizes = [], []
+  for images, _ in batches('eval'):
+    results.append(per_batch(images))
+    sizes.append(len(images))
   # Maps differ in size between ResNet stages, so curves differ in length.
-  curves = [np.mean([c[i] for c, _ in results], axis=0) for i in range(len(names))]
-  variance = np.mean([v for _, v in results], axis=0)
+  curves = [np.average([c[i] for c, _ in results], axis=0, weights=sizes)
+            for i in range(len(names))]
+  variance = np.average([v for _, v in results], axis=0, weights=sizes)
   high = np.array([curve[-1] for curve in curves])
+  high_per_batch = [[c[i][-1] for i in range(len(names))] for c, _ in results]
+  high_stderr = uncertainty.weighted_mean_stderr(high_per_batch, sizes)
+  variance_stderr = uncertainty.weighted_mean_stderr([v for _, v in results], sizes)
   labels, shade = list(layers.labels), list(layers.attention)
   positions = {label: fourier.curve_positions(len(c)) for label, c in zip(labels, curves)}
   figures = [
@@ -34,21 +41,52 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
                    'delta log amplitude', x=positions, legend=False),
       plots.curves({'high frequency': high}, figure_path(out, 'fourier_depth', subject),
                    f'High-frequency amplitude vs depth: {subject.label}', 'layer',
-                   'delta log amplitude', shade=shade, xlabels=labels, stages=layers.stages),
+                   'delta log amplitude', shade=shade, xlabels=labels, stages=layers.stages,
+                   errors={'high frequency': high_stderr}, shade_label='after attention'),
       plots.curves({'variance': variance}, figure_path(out, 'variance', subject),
                    f'Feature-map variance: {subject.label}', 'layer', 'variance',
-                   shade=shade, logy=True, decades=3, xlabels=labels, stages=layers.stages)]
-  return {'layers': labels, 'attention_layers': shade,
-          'curves': [c.tolist() for c in curves],
-          'frequency_positions': [positions[label].tolist() for label in labels],
-          'high_frequency': high.tolist(), 'variance': variance.tolist(),
-          'figures': figures}
+                   shade=shade, logy=True, decades=3, xlabels=labels, stages=layers.stages,
+                   errors={'variance': variance_stderr}, shade_label='after attention')]
+  result = {'layers': labels, 'attention_layers': shade,
+            'curves': [c.tolist() for c in curves],
+            'frequency_positions': [positions[label].tolist() for label in labels],
+            'high_frequency': high.tolist(), 'high_frequency_stderr': high_stderr.tolist(),
+            'variance': variance.tolist(), 'variance_stderr': variance_stderr.tolist(),
+            'figures': figures}
+  if shade:  # what the attention branches do, per batch: the change they make, averaged
+    steps = lambda values: float(np.mean([values[i] - values[i - 1] for i in shade]))
+    for key, per_batch_values in (
+        ('high_frequency', high_per_batch),
+        ('log_variance', [np.log(v) for _, v in results])):
+      changes = [steps(values) for values in per_batch_values]
+      result[f'attention_{key}_change'] = {
+          'mean': float(np.average(changes, weights=sizes)),
+          'stderr': float(uncertainty.weighted_mean_stderr(changes, sizes))}
+  return result
 
 
 def _findings(label, r, q):
   return [f'{label}: high-frequency delta log amplitude ', q('high_frequency', 0),
           f' at {r["layers"][0]}, ', q('high_frequency', -1), f' at {r["layers"][-1]}; variance ',
           q('variance', 0), ' to ', q('variance', -1)]
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  found = []
+  for label, r in per_model(result).items():
+    if 'attention_high_frequency_change' not in r:
+      continue
+    change = lambda key: (-r[key]['mean'], r[key]['stderr'])
+    found += [
+        verdict.single('attention is a low-pass filter', 'Multi-head attention lowers the '
+                       'high-frequency amplitude of feature maps (Park & Kim Fig. 2b).',
+                       'minus the mean change in high-frequency delta log amplitude across '
+                       'attention branches', label, change('attention_high_frequency_change')),
+        verdict.single('attention lowers variance', 'Multi-head attention lowers feature-map '
+                       'variance; convolutions raise it (Park & Kim Fig. 9).',
+                       'minus the mean change in log variance across attention branches', label,
+                       change('attention_log_variance_change'))]
+  return found
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
@@ -67,11 +105,16 @@ TOOL = register(Tool(
     name='fourier', title='Fourier analysis and feature-map variance',
     quantity='Relative log amplitude of the feature maps\' 2-D Fourier transform: the '
              'high-frequency value is delta log amplitude at pi against 0, per layer; variance '
-             'is the unbiased feature-map variance per layer.',
+             'is the unbiased feature-map variance per layer; error bars are standard errors '
+             'over batches. As the authors draw them, a curve\'s ceil(n/2) entries (from an n px '
+             'map, entry i at true frequency 2 pi i / n) are spread evenly over 0..pi whatever n: '
+             'the last is drawn at pi though it lies at pi (n - 1) / n (odd n) or pi (n - 2) / n '
+             '(even n), so a 4 px map\'s two points (0 and pi/2) are drawn at 0 and pi and a 2 px '
+             'map gives one point; compare curves of different map sizes by shape only.',
     paper='Park & Kim (Fig. 2b, 9): multi-head attention lowers high-frequency amplitude '
           '(low-pass) and convolutions raise it; MSAs lower feature-map variance, convolutions '
           'raise it.',
     run=run_fourier, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'fourier/high_frequency': list(r['high_frequency']),
                                      'fourier/variance': list(r['variance'])}),
-    joint=joint))
+    joint=joint, verdicts=verdicts))

@@ -7,10 +7,11 @@ import jax
 import numpy as np
 from absl import flags
 
-from analysis import features, hessian, joint_figures, lanczos, plots
+from analysis import features, hessian, joint_figures, lanczos, plots, uncertainty, verdict
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from vit_jax.errors import ConfigError
+from vit_jax.models.family import CONVNET, TRANSFORMER
 
 DENSITY_DECADES = 4  # an SLQ density is drawn down to 1e-4 of its peak
 
@@ -78,22 +79,28 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
           for i in range(num_minibatches)]
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop)
-  span = max(np.abs(nodes).max(), 1e-12)
+  # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
+  span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)
   sigma = span / 100
   spectrum = lanczos.density(nodes, weights, grid, sigma)
+  beyond = 0.01 * np.abs(nodes).max()
+  per_probe = [lanczos.negative_fraction(n, w, beyond) for n, w in zip(nodes, weights)]
   figures = [
       plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
                       f'Top-{top_k} Hessian eigenvalues on {num_minibatches} minibatches: '
                       f'{subject.label}', 'eigenvalue'),
       plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
-                   'eigenvalue', 'density', x=grid, logy=True, decades=DENSITY_DECADES)]
+                   'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
+                   rug={'density': np.ravel(tops)})]
   return {'objective': {'name': objective, **description},
           'top_per_minibatch': tops, 'num_parameters': dim,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
           # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
-          'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, 0.01 * span),
+          'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
+          'negative_fraction_beyond_1pct_stderr': float(
+              uncertainty.weighted_mean_stderr(per_probe, np.ones(len(per_probe)))),
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
 
@@ -126,8 +133,32 @@ def _findings(label, r, q):
   return [f'{label} ({r["objective"]["name"]} objective, ', q('num_parameters'),
           ' parameters): top eigenvalues from ', q('top_per_minibatch', reduce='min'), ' to ',
           q('top_per_minibatch', reduce='max'), '; negative spectral mass ',
-          q('negative_fraction'), ', beyond 1% of the largest ',
-          q('negative_fraction_beyond_1pct')]
+          q('negative_fraction'), ' (about half of it the bulk at 0, split by the smoothing), '
+          'beyond 1% of the largest |eigenvalue| ', q('negative_fraction_beyond_1pct'), ' ± ',
+          q('negative_fraction_beyond_1pct_stderr')]
+
+
+def _largest(r: Mapping) -> verdict.Estimate:
+  """The mean over minibatches of each one's largest eigenvalue, with its standard
+  error over the minibatches."""
+  largest = [max(top) for top in r['top_per_minibatch']]
+  return float(np.mean(largest)), float(uncertainty.weighted_mean_stderr(
+      largest, np.ones(len(largest))))
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  by_model, labels = per_model(result), list(per_model(result))
+  return [
+      verdict.contrast(
+          'flatter ViT', 'ViT\'s top Hessian eigenvalues are smaller than ResNet\'s: a flatter '
+          'loss (Park & Kim Fig. 1, 4).', 'largest eigenvalue, mean over minibatches', models,
+          labels, lambda label: _largest(by_model[label]), higher=CONVNET, lower=TRANSFORMER),
+      verdict.contrast(
+          'negative curvature in ViT', 'ViT\'s spectrum holds negative eigenvalues that '
+          'ResNet\'s has few of (Park & Kim Fig. 1, 4).',
+          'spectral mass below -1% of the largest |eigenvalue|', models, labels,
+          lambda label: (by_model[label]['negative_fraction_beyond_1pct'],
+                         by_model[label]['negative_fraction_beyond_1pct_stderr']))]
 
 
 def _scalars(r):
@@ -141,23 +172,31 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   by_model = per_model(result)
   if len(by_model) < 2:
     return []
-  span = max(np.abs(np.asarray(r['slq_nodes'])).max() for r in by_model.values())
+  span = max(max(np.abs(np.asarray(r['slq_nodes'])).max(),
+                 np.abs(np.asarray(r['top_per_minibatch'])).max()) for r in by_model.values())
   grid = np.linspace(-1.05 * span, 1.05 * span, 600)
   series = {label: lanczos.density(np.asarray(r['slq_nodes']), np.asarray(r['slq_weights']),
                                    grid, r['sigma']) for label, r in by_model.items()}
   return [plots.curves(series, joint_figures.path(out, 'hessian'),
-                       'Hessian spectral densities (SLQ)', 'eigenvalue', 'density', x=grid,
-                       logy=True, decades=DENSITY_DECADES, colours_of=colour_of)]
+                       'Hessian spectral densities (SLQ)', 'eigenvalue', 'density (log)',
+                       x=grid, logy=True, decades=DENSITY_DECADES, colours_of=colour_of,
+                       rug={label: np.ravel(r['top_per_minibatch'])
+                            for label, r in by_model.items()})]
 
 
 TOOL = register(Tool(
     name='hessian', title='Hessian spectra',
-    quantity='Top-5 Hessian eigenvalues on each minibatch by Lanczos, and the SLQ spectral '
-             'density on all of them, of the objective the JSON names.',
+    quantity='Top-5 Hessian eigenvalues on each minibatch by Lanczos (the ticks under the '
+             'density), and the SLQ spectral density on all of them, of the objective the JSON '
+             'names, on a log axis so that the tails show. The negative mass counts all SLQ mass '
+             'below 0; the near-zero bulk splits about evenly between signs under the '
+             'smoothing, so about half the mass of any model is negative there, and the mass '
+             'below -1% of the largest |eigenvalue| (± over probes) is the negative curvature '
+             'the paper speaks of.',
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
-    joint=joint,
+    joint=joint, verdicts=verdicts,
     options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
                             FLAGS.hessian_objective)))

@@ -5,7 +5,7 @@ from typing import Dict, List, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import joint_figures, plots, skip
+from analysis import joint_figures, plots, skip, verdict
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, figure_path,
                            model_scalars, per_model, register)
 
@@ -22,20 +22,25 @@ def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
               for row in rows]
     return jnp.array([[v[k] for k in kinds] for v in values])
 
-  table = batch_mean(batches('eval'), ratios)
+  table, stderr = batch_mean(batches('eval'), ratios)
   result = {row.label: dict(zip(kinds, map(float, values))) for row, values in zip(rows, table)}
+  result_stderr = {row.label: dict(zip(kinds, map(float, values)))
+                   for row, values in zip(rows, stderr)}
   # One curve per kind of branch and token, each over the branches of that kind in depth
-  # order, at their positions among all branches.
-  series, x = {}, {}
+  # order, at their positions among all branches; attention branches shaded.
+  series, x, errors = {}, {}, {}
   for branch in dict.fromkeys(row.kind for row in rows):
     where = [i for i, row in enumerate(rows) if row.kind == branch]
     for k, kind in enumerate(kinds):
-      series[f'{branch} ({kind})'], x[f'{branch} ({kind})'] = table[where, k], where
+      name = f'{branch} ({kind})'
+      series[name], x[name], errors[name] = table[where, k], where, stderr[where, k]
   figure = plots.curves(series, figure_path(out, 'norm_ratio', subject),
                         f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
                         x=x, logy=True, decades=3, xlabels=[row.label for row in rows],
-                        stages=subject.layers.branch_stages)
-  return {'ratios': result, 'figures': [figure]}
+                        stages=subject.layers.branch_stages, errors=errors,
+                        shade=[i for i, row in enumerate(rows) if row.kind == 'attention'],
+                        shade_label='attention branch')
+  return {'ratios': result, 'ratios_stderr': result_stderr, 'figures': [figure]}
 
 
 def _findings(label, r, q):
@@ -52,6 +57,24 @@ def _scalars(r):
   return {f'norm_ratio/{kind}': [row[kind] for row in r['ratios'].values()] for kind in kinds}
 
 
+def _mean_log_ratio(r: Mapping) -> verdict.Estimate:
+  """Mean over branches of log10 of the spatial tokens' ratio, with a standard error
+  bounded by the mean of the terms' (which share their batches)."""
+  ratios = np.array([row['spatial'] for row in r['ratios'].values()])
+  se = np.array([row['spatial'] for row in r['ratios_stderr'].values()])
+  return float(np.mean(np.log10(ratios))), float(np.mean(se / (ratios * np.log(10))))
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  by_model = per_model(result)
+  return [verdict.contrast(
+      'stronger skips in ViT',
+      'Skip connections carry the representation more strongly in ViT than in ResNet: '
+      'higher ||z|| / ||f(z)|| (Raghu et al. Fig. 5).',
+      'mean log10 ratio over branches (spatial tokens)', models, list(by_model),
+      lambda label: _mean_log_ratio(by_model[label]))]
+
+
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   return joint_figures.depth_curves(
       per_model(result), lambda r: [row.get('spatial', np.nan) for row in r['ratios'].values()],
@@ -62,9 +85,10 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 TOOL = register(Tool(
     name='norm_ratio', title='Skip connections: norm ratios',
     quantity='||z|| / ||f(z)||: norm of the stream entering a residual branch over the norm of '
-             'what the branch adds, per token, class token apart.',
+             'what the branch adds, per token, class token apart; one curve per kind of branch '
+             '(attention branches shaded), error bars are standard errors over batches.',
     paper='Raghu et al. (Fig. 5): in ViT the ratio is high for the class token in early blocks '
           'and for spatial tokens later; skips carry representations more strongly in ViT '
           'than in ResNet.',
     run=run_norm_ratio, findings=each_model(_findings), scalars=model_scalars(_scalars),
-    joint=joint))
+    joint=joint, verdicts=verdicts))

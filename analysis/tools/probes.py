@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import features, joint_figures, plots, probes
+from analysis import features, joint_figures, plots, probes, uncertainty, verdict
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
@@ -50,12 +50,18 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   few_shot = {k: probes.few_shot_accuracy(train_x[pre_logits, 'features'], train_y,
                                           test_x[pre_logits, 'features'], test_y, num_classes, k)
               for k in shots if k <= smallest_class}
+  for rows in layers.values():
+    for row in rows:
+      row['stderr'] = float(uncertainty.binomial_stderr(row['accuracy'], len(test_y)))
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
                         figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
                         'layer', 'test accuracy', xlabels=subject.layers.labels,
-                        stages=subject.layers.stages)
+                        stages=subject.layers.stages,
+                        errors={kind: [r['stderr'] for r in rows] for kind, rows in layers.items()})
   return {'layers': list(subject.layers.labels), 'probes': layers,
           'few_shot_pre_logits': few_shot,
+          'few_shot_stderr': {k: float(uncertainty.binomial_stderr(v, len(test_y)))
+                              for k, v in few_shot.items()},
           'shots_left_out': [k for k in shots if k > smallest_class],
           'num_train': len(train_y), 'num_test': len(test_y), 'figures': [figure]}
 
@@ -63,10 +69,31 @@ def run_probes(subject: Subject, batches: Batches, out: str,
 def _findings(label, r, q):
   parts = [f'{label}: last-layer probes ']
   for i, kind in enumerate(r['probes']):
-    parts += [', ' if i else '', f'{kind} ', q('probes', kind, -1, 'accuracy')]
+    parts += [', ' if i else '', f'{kind} ', q('probes', kind, -1, 'accuracy'), ' ± ',
+              q('probes', kind, -1, 'stderr')]
   for shots in r['few_shot_pre_logits']:
-    parts += [f'; {shots}-shot on pre-logits ', q('few_shot_pre_logits', shots)]
+    parts += [f'; {shots}-shot on pre-logits ', q('few_shot_pre_logits', shots), ' ± ',
+              q('few_shot_stderr', shots)]
   return parts
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  claim = ('A class-token ViT\'s class token becomes decodable only in its last layers, the '
+           'spatial tokens\' mean earlier (Raghu et al. Fig. 12).')
+  found = []
+  for label, r in per_model(result).items():
+    if 'class token' not in r['probes']:
+      found.append(verdict.Verdict(
+          'class token decoded late', claim, f'{label}: no class token', verdict.NOT_COMPARABLE,
+          'the model pools its tokens (no class token to probe)'))
+      continue
+    middle = len(r['layers']) // 2
+    at = lambda kind: (r['probes'][kind][middle]['accuracy'], r['probes'][kind][middle]['stderr'])
+    found.append(verdict.single(
+        'class token decoded late', claim,
+        f'probe accuracy at {r["layers"][middle]}, token mean minus class token', label,
+        verdict.difference(at('token mean'), at('class token'))))
+  return found
 
 
 def _scalars(r):
@@ -86,8 +113,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 TOOL = register(Tool(
     name='probes', title='Linear probes',
     quantity='Ridge linear probes per layer on the class token, the centre token and the token '
-             'mean; few-shot linear accuracy on the pre-logits.',
+             'mean; few-shot linear accuracy on the pre-logits; ± and error bars are binomial '
+             'standard errors on the test images.',
     paper='Raghu et al. (Fig. 12-13): a class-token ViT\'s class token becomes decodable only in '
           'the last layers, while the spatial tokens\' mean is decodable earlier.',
     run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
-    joint=joint))
+    joint=joint, verdicts=verdicts))

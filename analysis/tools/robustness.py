@@ -5,9 +5,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import fourier, joint_figures, plots
+from analysis import fourier, joint_figures, plots, uncertainty, verdict
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
+from vit_jax.models.family import TRANSFORMER
 
 
 def run_robustness(subject: Subject, batches: Batches, out: str,
@@ -36,7 +37,7 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   band_pixels = [int(fourier.band_mask(size, f, width).sum()) for f in frequencies]
   supported = np.array(band_pixels) > 0
   accuracy = np.where(supported, correct / count, np.nan)
-  stderr = binomial_stderr(accuracy, count)
+  stderr = uncertainty.binomial_stderr(accuracy, count)
   x = np.asarray(frequencies) / np.pi
   figure = plots.curves({f'eps {eps:g}': acc for eps, acc in zip(epsilons, accuracy)},
                         figure_path(out, 'robustness', subject),
@@ -45,17 +46,11 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
                         errors={f'eps {eps:g}': e for eps, e in zip(epsilons, stderr)})
   clean_accuracy = clean / count
   return {'clean_accuracy': clean_accuracy,
-          'clean_stderr': float(binomial_stderr(clean_accuracy, count)), 'num_images': count,
+          'clean_stderr': float(uncertainty.binomial_stderr(clean_accuracy, count)), 'num_images': count,
           'epsilons': list(epsilons), 'frequencies': list(map(float, frequencies)),
           'band_half_width': width, 'image_size': size, 'band_pixels': band_pixels,
           'accuracy': _json(accuracy), 'accuracy_stderr': _json(stderr),
           'accuracy_drop': _json(clean_accuracy - accuracy), 'figures': [figure]}
-
-
-def binomial_stderr(accuracy, count: int):
-  """The standard error sqrt(p (1 - p) / n) of accuracies p measured on n images."""
-  accuracy = np.asarray(accuracy, np.float64)
-  return np.sqrt(accuracy * (1 - accuracy) / count)
 
 
 def _json(values: np.ndarray) -> list:
@@ -102,6 +97,30 @@ def _findings(label, r, q):
           q('accuracy', -1, low), f' for {where} and ', q('accuracy', -1, -1), ' for f = pi']
 
 
+def _accuracy(r: Mapping, band: int) -> verdict.Estimate:
+  """Accuracy at the largest eps in one band, with its binomial standard error."""
+  value = r['accuracy'][-1][band]
+  return (np.nan, np.nan) if value is None else (value, r['accuracy_stderr'][-1][band])
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  by_model = per_model(result)
+  found = [verdict.contrast(
+      'ViT robust to high frequencies',
+      'ViT is robust to high-frequency noise, where ResNet is vulnerable (Park & Kim Fig. 2c).',
+      'accuracy at f = pi under the largest eps', models, list(by_model),
+      lambda label: _accuracy(by_model[label], -1))]
+  for label in verdict.by_kind(models, list(by_model), [TRANSFORMER]):
+    r = by_model[label]
+    low = first_supported(r)
+    found.append(verdict.single(
+        'ViT hurt by low frequencies', 'ViT suffers from low-frequency noise more than from '
+        'high-frequency noise (Park & Kim Fig. 2c).',
+        f'accuracy at f = pi minus at f = {r["frequencies"][low] / np.pi:.3g} pi (largest eps)',
+        label, verdict.difference(_accuracy(r, -1), _accuracy(r, low))))
+  return found
+
+
 TOOL = register(Tool(
     name='robustness', title='Robustness to frequency-band noise',
     quantity='Accuracy under noise eps * sign(N(0,1)) masked to a frequency band around f in '
@@ -111,4 +130,4 @@ TOOL = register(Tool(
           'vulnerable; both suffer from low-frequency noise.',
     run=run_robustness,
     findings=each_model(_findings),
-    scalars=model_scalars(_scalars), joint=joint))
+    scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts))

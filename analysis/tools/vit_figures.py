@@ -1,32 +1,40 @@
 """The ViT paper's Fig. 7 (embedding filters, position-embedding similarity) and
 attention rollout (Abnar & Zuidema)."""
-from typing import Dict
+from typing import Dict, List, Mapping
 
 import numpy as np
 
-from analysis import attention, embeddings, features, plots
-from analysis.tool import (ATTENTION, Batches, Subject, Tool, each_model, figure_path,
+from analysis import attention, embeddings, features, plots, verdict
+from analysis.tool import (ATTENTION, Batches, Figure, Subject, Tool, figure_path, per_model,
                            register)
+
+PANELS = ('filters', 'positions', 'rollout')  # the figures, in order; positions may be absent
 
 
 def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: int = 4) -> Dict:
   """The ViT paper's Fig. 7 and attention rollout: embedding-filter principal
   components, position-embedding similarities, rollout maps on a few images."""
   grid, _ = subject.token_grid()
-  result = {'figures': []}
+  result = {'figures': [], 'panels': []}
   kernel = np.asarray(subject.parameter(subject.layers.embedding))
   components = embeddings.patch_embedding_components(kernel, k=min(28, kernel.shape[-1]))
   result['figures'].append(plots.image_grid(
       components if kernel.shape[2] == 3 else components.mean(-1),
       figure_path(out, 'embedding_filters', subject),
-      f'Patch-embedding filter components: {subject.label}', cmap='gray'))
+      f'Patch-embedding filter components (each scaled to its range): {subject.label}',
+      cmap='gray', labels=[f'component {i}' for i in range(len(components))]))
+  result['panels'].append('filters')
   if subject.layers.position_embedding is not None:
     posemb = subject.parameter(subject.layers.position_embedding)
     similarity = embeddings.position_embedding_similarity(posemb, grid, subject.has_cls)
     result['figures'].append(plots.image_grid(
         similarity.reshape(-1, *grid), figure_path(out, 'position_similarity', subject),
-        f'Position-embedding similarity: {subject.label}', cols=grid[1], cmap='viridis'))
+        f'Position-embedding similarity (a panel per position, rows top to bottom): '
+        f'{subject.label}', cols=grid[1], cmap='viridis', vmin=-1., vmax=1.,
+        colorbar_label='cosine similarity'))
+    result['panels'].append('positions')
     result['position_similarity'] = similarity.tolist()
+    result['neighbour_similarity'] = neighbour_similarity(similarity, grid)
   images, labels = next(iter(batches('eval')))
   images = images[:num_images]
   names = features.attention_names(subject)
@@ -36,20 +44,64 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: in
   upsampled = np.kron(maps, np.ones((1, subject.image_size // grid[0],
                                      subject.image_size // grid[1])))
   panels = np.concatenate([(images + 1) / 2, upsampled[..., None] * (images + 1) / 2])
+  names = [f'class {l}' for l in labels[:num_images]]
   result['figures'].append(plots.image_grid(
-      panels, figure_path(out, 'rollout', subject), f'Attention rollout: {subject.label}',
-      cols=num_images, titles=[f'label {l}' for l in labels[:num_images]] * 2))
+      panels, figure_path(out, 'rollout', subject),
+      f'Attention rollout (top: images, bottom: weighted by rollout): {subject.label}',
+      cols=num_images, labels=names + [f'{n}, rollout' for n in names]))
+  result['panels'].append('rollout')
   result['rollout_maps'] = maps.tolist()
   return result
+
+
+def neighbour_similarity(similarity, grid) -> Dict[str, float]:
+  """Mean cosine similarity of position embeddings to their 4-neighbours and to
+  every other position (self excluded)."""
+  h, w = grid
+  sim = np.asarray(similarity).reshape(h * w, h * w)
+  rows, cols = np.divmod(np.arange(h * w), w)
+  distance = np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
+  return {'neighbours': float(sim[distance == 1].mean()), 'others': float(sim[distance > 1].mean())}
+
+
+def figures(result: Mapping) -> List[Figure]:
+  return [Figure(path, f'{label} {panel}', (label,)) for label, r in per_model(result).items()
+          for path, panel in zip(r['figures'], r['panels'])]
+
+
+def findings(result: Mapping, q) -> Dict[str, list]:
+  out = {}
+  for label, r in per_model(result).items():
+    out[f'{label} filters'] = [f'{label}: principal components of the patch-embedding filters']
+    if 'neighbour_similarity' in r:
+      out[f'{label} positions'] = [
+          f'{label}: cosine similarity of each position embedding to the others; mean to '
+          '4-neighbours ', q(label, 'neighbour_similarity', 'neighbours'), ', to the rest ',
+          q(label, 'neighbour_similarity', 'others')]
+    out[f'{label} rollout'] = [f'{label}: attention rollout on evaluation images']
+  return out
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  found = []
+  for label, r in per_model(result).items():
+    if 'neighbour_similarity' not in r:
+      continue
+    near = r['neighbour_similarity']
+    found.append(verdict.single(
+        'nearby positions alike', 'Nearby positions have similar position embeddings (ViT '
+        'paper Fig. 7).', 'mean cosine similarity to 4-neighbours minus to the rest (of the '
+        'parameters: no sampling error)', label,
+        (near['neighbours'] - near['others'], 0.)))
+  return found
 
 
 TOOL = register(Tool(
     name='vit_figures', title='Embedding filters, position embeddings, attention rollout',
     quantity='Principal components of the patch-embedding filters, cosine similarity between '
-             'position embeddings, attention rollout (Abnar & Zuidema).',
+             'position embeddings (parameters: exact, no sampling), attention rollout (Abnar & '
+             'Zuidema).',
     paper='ViT paper (Fig. 7): the filter components resemble bases for fine patch structure; '
           'nearby positions have similar embeddings, in rows and columns.',
-    run=run_vit_figures, runs_on=ATTENTION,
-    findings=each_model(lambda label, r, q: [
-        f'{label}: {len(r["figures"])} panels (filters, '
-        f'{"position similarity, " if "position_similarity" in r else ""}rollout)'])))
+    run=run_vit_figures, runs_on=ATTENTION, findings=findings, figures=figures,
+    verdicts=verdicts))

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax.models import conv
-from vit_jax.models.family import Branch, Family, Layers, stage_starts
+from vit_jax.models.family import HYBRID, Branch, Family, Layers, stage_starts
 from vit_jax.models.resnet import GroupNorm
 
 Dtype = Any
@@ -220,7 +220,13 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
       branches=tuple(Branch(u, kind, f'{u}/shortcut', f'{u}/residual')
                      for u, kind in zip(units, kinds)),
       attention_weights=(), pre_logits='pre_logits', class_token=False,
-      stages=stage_starts([0] + stage_of), branch_stages=stage_starts(stage_of))
+      stages=stage_starts([0] + stage_of), branch_stages=stage_starts(stage_of),
+      architecture=HYBRID)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  return (f'{config.block} blocks {"-".join(map(str, config.num_layers))} per stage '
+          f'({sum(config.num_msa)} with attention), width {config.width}')
 
 
 FAMILY = Family(
@@ -229,5 +235,5 @@ FAMILY = Family(
                                         num_heads=HEADS, width=64, head_dim=64, window=7,
                                         stem_pool=True, stochastic_depth=0.)
               for depth, (block, stages, msa) in VARIANTS.items()},
-    module=AlterNet, layers=layers, colour='#009E73', head='head/',
+    module=AlterNet, layers=layers, describe=describe, colour='#009E73', head='head/',
     sequence_fields=('num_layers', 'num_msa', 'num_heads'), convolutional=True)

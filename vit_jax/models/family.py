@@ -16,6 +16,12 @@ from vit_jax.errors import UserError
 
 Flat = Dict[str, Any]  # '/'-joined parameter paths -> arrays
 
+# What the papers call a model, for the claims they make about each kind.
+TRANSFORMER = 'transformer'  # attention and MLP blocks on patch tokens (ViT)
+CONVNET = 'convnet'  # convolutions only (ResNet)
+HYBRID = 'hybrid'  # convolutions and attention together (hybrid ViT, AlterNet)
+MLP = 'mlp'  # MLPs that mix tokens (Mixer)
+
 
 class CheckpointError(UserError, ValueError):
   """A checkpoint file that cannot be read or does not fit the model."""
@@ -44,6 +50,7 @@ class Layers:
   branch_stages: Tuple[int, ...] = ()  # branch indices where a new stage begins
   embedding: Optional[str] = None  # parameter path of the patch-embedding kernel
   position_embedding: Optional[str] = None  # parameter path of a learned 1-D position table
+  architecture: str = TRANSFORMER  # TRANSFORMER, CONVNET, HYBRID or MLP
 
 
 def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:
@@ -67,6 +74,7 @@ class Family:
   variants: Mapping[str, Mapping[str, Any]]  # published name -> architecture fields
   module: Callable[..., nn.Module]  # architecture fields, num_classes, dtype -> module
   layers: Callable[[ml_collections.ConfigDict], Layers]
+  describe: Callable[[ml_collections.ConfigDict], str]  # the shape in words: '4 blocks, width 64'
   head: str  # parameter-path prefix of the classifier, re-initialised for a new task
   colour: str  # the family's colour in figures (Okabe-Ito; ViT red, ResNet blue as Park & Kim)
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,

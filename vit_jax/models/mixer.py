@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.models import conv
-from vit_jax.models.family import Branch, CheckpointError, Family, Flat, Layers
+from vit_jax.models.family import MLP, Branch, CheckpointError, Family, Flat, Layers
 
 Dtype = Any
 
@@ -108,7 +108,11 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
                         block + 'channel_mlp')]
   return Layers(stream=tuple(stream), labels=tuple(labels), attention=(),
                 branches=tuple(branches), attention_weights=(), pre_logits='pre_logits',
-                class_token=False, embedding='stem/kernel')
+                class_token=False, embedding='stem/kernel', architecture=MLP)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  return f'{config.num_blocks} blocks, width {config.hidden_dim}, patch {config.patch_size}'
 
 
 def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
@@ -133,5 +137,5 @@ FAMILY = Family(
         ('patch_size', 'hidden_dim', 'num_blocks', 'tokens_mlp_dim', 'channels_mlp_dim'),
         (int(patch),) + SIZES[size]))
               for size, patch in (v.split('/') for v in PUBLISHED)},
-    module=MlpMixer, layers=layers, colour='#CC79A7', head='head/',
+    module=MlpMixer, layers=layers, describe=describe, colour='#CC79A7', head='head/',
     fit_checkpoint=fit_checkpoint)

@@ -16,7 +16,7 @@ from jax import lax
 
 from vit_jax.models import conv
 from vit_jax.models.conv import oihw
-from vit_jax.models.family import Branch, Family, Flat, Layers, stage_starts
+from vit_jax.models.family import CONVNET, Branch, Family, Flat, Layers, stage_starts
 
 Dtype = Any
 
@@ -326,7 +326,13 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
       branches=tuple(Branch(u, 'conv', f'resnet/{u}/shortcut', f'resnet/{u}/residual')
                      for u in units),
       attention_weights=(), pre_logits='resnet/pre_logits', class_token=False,
-      stages=stage_starts(['root'] + stage_of), branch_stages=stage_starts(stage_of))
+      stages=stage_starts(['root'] + stage_of), branch_stages=stage_starts(stage_of),
+      architecture=CONVNET)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  return (f'units {"-".join(map(str, config.num_layers))} per stage, '
+          f'width x{config.width_factor:g}')
 
 
 def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
@@ -359,5 +365,5 @@ FAMILY = Family(
     variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
                                                       width_factor=width, root_pool=True)
               for depth, width in PUBLISHED for upstream in ('S', 'M')},
-    module=ResNetV2, layers=layers, colour='#0072B2', head='resnet/head/', to_timm=to_timm,
+    module=ResNetV2, layers=layers, describe=describe, colour='#0072B2', head='resnet/head/', to_timm=to_timm,
     sequence_fields=('num_layers',), convolutional=True)

@@ -19,7 +19,7 @@ import scipy.ndimage
 
 from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import ATTENTION_IMPLS, ATTENTION_WEIGHTS, MultiHeadAttention
-from vit_jax.models.family import Branch, CheckpointError, Family, Flat, Layers
+from vit_jax.models.family import HYBRID, TRANSFORMER, Branch, CheckpointError, Family, Flat, Layers
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
@@ -400,7 +400,19 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
       embedding='embedding/kernel',
       position_embedding=('Transformer/posembed_input/pos_embedding'
                           if config.posemb == 'learn' and config.posemb_where != 'every_layer'
-                          else None))
+                          else None),
+      architecture=HYBRID if config.resnet_layers is not None else TRANSFORMER)
+
+
+def describe(config: ml_collections.ConfigDict) -> str:
+  head = 'class token' if config.classifier.startswith('token') else config.classifier
+  shape = (f'{config.num_layers} blocks, width {config.hidden_size}, {config.num_heads} heads, '
+           f'patch {config.patch_size}')
+  if config.resnet_layers is None:
+    return f'{shape}, {head}'
+  units = '-'.join(map(str, config.resnet_layers)) or 'root only'
+  return f'ResNet stem ({units}), then {shape} of its features, {head}'
+
 
 
 def interpolate_posembed(posemb: np.ndarray, old_grid: Tuple[int, int],
@@ -498,6 +510,6 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
 
 
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
-                layers=layers, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
+                layers=layers, describe=describe, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
                 published=vit_layouts.published, to_timm=vit_layouts.to_timm,
                 sequence_fields=('resnet_layers', 'skip_removed'))

@@ -1,0 +1,25 @@
+"""Standard errors of the analysis numbers: binomial ones for accuracies, and the
+spread of a per-batch quantity over the batches it is averaged from."""
+from typing import Sequence
+
+import numpy as np
+
+
+def binomial_stderr(accuracy, count: int) -> np.ndarray:
+  """The standard error sqrt(p (1 - p) / n) of accuracies p measured on n images."""
+  accuracy = np.asarray(accuracy, np.float64)
+  return np.sqrt(accuracy * (1 - accuracy) / count)
+
+
+def weighted_mean_stderr(values: Sequence[np.ndarray], weights: Sequence[float]
+                         ) -> np.ndarray:
+  """Standard error of the weighted mean sum_b w_b x_b of per-batch values x_b
+  (weights normalised to sum 1): sqrt(B / (B - 1) sum_b w_b^2 (x_b - mean)^2), which
+  for equal weights is the familiar std(x, ddof=1) / sqrt(B). NaN from one batch."""
+  x = np.asarray(values, np.float64)
+  w = np.asarray(weights, np.float64) / np.sum(weights)
+  w = w.reshape((-1,) + (1,) * (x.ndim - 1))
+  if len(x) < 2:
+    return np.full(x.shape[1:], np.nan)
+  mean = np.sum(w * x, axis=0)
+  return np.sqrt(len(x) / (len(x) - 1) * np.sum(w**2 * (x - mean) ** 2, axis=0))

@@ -1,0 +1,97 @@
+"""Verdicts: whether what this run measured agrees with a paper's claim.
+
+Each tool states its rules in its record (`Tool.verdicts`): from the tool's JSON
+and what is known of the models (their architecture kind, `Layers.architecture`),
+a rule forms one number whose sign the paper predicts, with its standard error,
+and `judge` says 'agrees' or 'differs' only when the number lies more than Z
+standard errors from 0, 'within uncertainty' otherwise. A claim that needs a kind
+of model (a ViT against a ResNet) absent here, or a value without support, is
+'not comparable', with the reason.
+"""
+import dataclasses
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from vit_jax.models.family import CONVNET, TRANSFORMER
+
+AGREES, DIFFERS, UNCERTAIN, NOT_COMPARABLE = (
+    'agrees', 'differs', 'within uncertainty', 'not comparable')
+Z = 2.  # beyond two standard errors: about 95% two-sided for a normal estimate
+Models = Mapping[str, Mapping]  # model label -> what the report knows of it (subjects.json)
+Estimate = Tuple[float, float]  # a value and its standard error (NaN where unknown)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """One finding: the paper's claim, what was measured here, the verdict and why."""
+  finding: str  # a short name
+  claim: str  # the paper's claim, with its figure
+  measured: str  # the numbers compared, each with its standard error
+  verdict: str  # AGREES, DIFFERS, UNCERTAIN or NOT_COMPARABLE
+  why: str  # the rule as applied, or why it cannot be
+
+
+def show(estimate: Estimate, fmt: str = '.3g') -> str:
+  """'value ± stderr'."""
+  value, stderr = estimate
+  if not np.isfinite(stderr):
+    return f'{value:{fmt}} (spread unknown)'
+  return f'{value:{fmt}} ± {stderr:.2g}'
+
+
+def judge(difference: Estimate) -> Tuple[str, str]:
+  """The verdict on a number the claim predicts to be positive, and the rule as
+  applied: beyond Z standard errors either way, or within them."""
+  value, stderr = difference
+  if not np.isfinite(value):
+    return NOT_COMPARABLE, 'the quantity has no value here'
+  if not np.isfinite(stderr):
+    return UNCERTAIN, f'{value:.3g} predicted > 0, but its spread is unknown (one batch)'
+  margin = Z * stderr
+  if value > margin:
+    return AGREES, f'{value:.3g} > {Z:g} SE ({margin:.2g})'
+  if value < -margin:
+    return DIFFERS, f'{value:.3g} < -{Z:g} SE ({-margin:.2g}); the claim predicts > 0'
+  return UNCERTAIN, f'|{value:.3g}| <= {Z:g} SE ({margin:.2g})'
+
+
+def difference(a: Estimate, b: Estimate) -> Estimate:
+  """a - b with the standard error of independent estimates."""
+  return a[0] - b[0], float(np.hypot(a[1], b[1]))
+
+
+def of_kind(models: Models, labels: Sequence[str], kind: str) -> Optional[str]:
+  """The first label among `labels` whose model is of architecture `kind`."""
+  return next((label for label in labels if models.get(label, {}).get('architecture') == kind),
+              None)
+
+
+def contrast(finding: str, claim: str, what: str, models: Models, labels: Sequence[str],
+             estimate, higher: str = TRANSFORMER, lower: str = CONVNET,
+             fmt: str = '.3g') -> Verdict:
+  """The claim that `what` (`estimate(label)` -> Estimate) is larger for the model of
+  architecture `higher` than for the one of `lower`."""
+  a, b = of_kind(models, labels, higher), of_kind(models, labels, lower)
+  if a is None or b is None:
+    present = ', '.join(f'{label} ({models.get(label, {}).get("architecture", "unknown")})'
+                        for label in labels) or 'none'
+    return Verdict(finding, claim, f'{what}: ' + '; '.join(
+        f'{label} {show(estimate(label), fmt)}' for label in labels), NOT_COMPARABLE,
+                   f'needs a {higher} and a {lower} model; here: {present}')
+  ea, eb = estimate(a), estimate(b)
+  verdict, why = judge(difference(ea, eb))
+  return Verdict(finding, claim, f'{what}: {a} {show(ea, fmt)}, {b} {show(eb, fmt)}', verdict,
+                 f'{a} - {b}: {why}')
+
+
+def single(finding: str, claim: str, what: str, label: str, value: Estimate,
+           fmt: str = '.3g') -> Verdict:
+  """The claim that `value` of one model is positive."""
+  verdict, why = judge(value)
+  return Verdict(finding, claim, f'{label}: {what} {show(value, fmt)}', verdict, why)
+
+
+def by_kind(models: Models, labels: Sequence[str], kinds: Sequence[str]) -> List[str]:
+  """The labels whose model is of one of `kinds`."""
+  return [label for label in labels if models.get(label, {}).get('architecture') in kinds]
