@@ -305,3 +305,23 @@ def test_layout_check_finds_small_text_and_overlapped_titles():
   fig = plots.curves({'a': [1., 2.], 'b': [2., 1.]}, None, 'title', 'x', 'y')
   assert plots.layout_problems(fig) == []
   assert plots.describe(fig) == 'title; y against x; series: a, b.'
+
+
+@pytest.mark.slow
+def test_accuracy_errors_are_binomial(analysed):
+  """Every accuracy's standard error in the JSON is sqrt(p (1 - p) / n)."""
+  out, _ = analysed
+  load = lambda name: json.loads((out / f'{name}.json').read_text())
+  se = lambda p, n: np.sqrt(p * (1 - p) / n)
+  for label, r in load('probes').items():
+    for rows in r['probes'].values():
+      np.testing.assert_allclose([row['stderr'] for row in rows],
+                                 [se(row['accuracy'], r['num_test']) for row in rows])
+  for label, r in load('robustness').items():
+    for accuracy, stderr in zip(r['accuracy'], r['accuracy_stderr']):
+      assert [a is None for a in accuracy] == [s is None for s in stderr]
+      np.testing.assert_allclose([s for s in stderr if s is not None],
+                                 [se(a, r['num_images']) for a in accuracy if a is not None])
+  for label, r in load('localisation').items():
+    np.testing.assert_allclose(r['own_patch_share_stderr'],
+                               se(r['own_patch_share'], r['num_pairs']))

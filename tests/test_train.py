@@ -17,7 +17,7 @@ import tensorflow as tf
 from configs import common
 from helpers import TINY_VIT, images, make_folder
 from vit_jax import (budget, checkpoint, cpu_devices, input_pipeline, models, run_state, steps,
-                     train)
+                     train, workdir as workdirs)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,6 +123,10 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   assert all(v > 0 for v in scalars['images_per_sec_per_core'])
   params = checkpoint.load(str(tmp_path / 'params.npz'))
   chex.assert_shape(params['head']['kernel'], (32, 3))
+  # What the run ended with, for the analysis report and summaries.
+  ended = json.loads((tmp_path / workdirs.RESULTS).read_text())
+  assert ended['step'] == ended['total_steps'] == 6 and ended['wall_seconds'] > 0
+  assert ended['eval_accuracy'] == summary['eval_accuracy']
   # Rerun on the finished workdir: nothing trains, the restored model is evaluated.
   assert train.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')), params)
