@@ -88,7 +88,7 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
     results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
                                 (options or {}).get(name))
     with atomic_write(os.path.join(out, f'{name}.json')) as f:
-      json.dump(results[name], f)
+      json.dump(tool.to_json(results[name]), f, allow_nan=False)
     seconds[name] = round(time.perf_counter() - start, 1)
     print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
   return results, seconds
@@ -104,7 +104,8 @@ def check_amounts(num_images: int, batch_size: int) -> None:
 
 
 def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) -> None:
-  """Each model's head against the classes of the data it is analysed on."""
+  """Each model's head against the classes of the data it is analysed on; records
+  their names in the subject (figures name classes by them)."""
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   for s in subjects:
     source = input_pipeline.get_source(dataset or s.recipe.dataset, s.recipe.eval_split,
@@ -114,6 +115,7 @@ def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) 
           f'The head of {s.label} has {s.config.num_classes} classes but {source.name} has '
           f'{source.num_classes}: analyse it on the data it was trained on (its recipe\'s '
           'dataset, or --dataset).')
+    s.class_names = tuple(source.class_names)
 
 
 def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:

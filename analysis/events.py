@@ -22,7 +22,8 @@ def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],
       record = tool.TOOLS[name]
       for tag, values in record.scalars(result, label).items():
         for step, value in enumerate(values):
-          writer.write_scalars(step, {f'analysis/{tag}': float(value)})
+          if value is not None:  # a step without a value (null in the JSON) is a gap
+            writer.write_scalars(step, {f'analysis/{tag}': float(value)})
       for figure in record.figures(result):
         if label not in figure.models:
           continue

@@ -40,6 +40,11 @@ class Subject:
   params: Any
   image_size: int
   recipe: Optional[ml_collections.ConfigDict] = None  # the training recipe, where known
+  class_names: Tuple[str, ...] = ()  # of the data it is analysed on, where known
+
+  def class_name(self, label: int) -> str:
+    """The name of class `label`, or 'class <label>' where names are unknown."""
+    return self.class_names[label] if label < len(self.class_names) else f'class {label}'
   _compiled: Dict[Tuple[str, ...], Any] = dataclasses.field(default_factory=dict, repr=False)
 
   @property

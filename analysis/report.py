@@ -21,6 +21,7 @@ from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
 REDUCTIONS = ('value', 'mean', 'min', 'max', 'offdiag_mean')
+NO_VALUE = 'n/a'  # a quoted value without support (null in the JSON)
 
 
 class Quote:
@@ -35,24 +36,26 @@ class Quote:
       node = node[key]
     self.file, self.path, self.reduce = f'{tool}.json', list(path), reduce
     self.value = reduce_value(node, reduce)
-    self.text = format(self.value, fmt)
+    self.text = format(self.value, fmt) if np.isfinite(self.value) else NO_VALUE
 
 
 def leaves(node) -> List[float]:
-  """Every number under a JSON node, in order."""
+  """Every number under a JSON node, in order; nulls (no value) left out."""
   if isinstance(node, Mapping):
     return [x for v in node.values() for x in leaves(v)]
   if isinstance(node, (list, tuple)):
     return [x for v in node for x in leaves(v)]
-  return [float(node)]
+  return [] if node is None else [float(node)]
 
 
 def reduce_value(node, reduce: str) -> float:
+  """A reduction of the numbers under a JSON node; NaN where it holds none."""
   if reduce == 'value':
-    return float(node)
+    return np.nan if node is None else float(node)
   if reduce == 'offdiag_mean':
     return cka.offdiag_mean(node)
-  return float(getattr(np, reduce)(leaves(node)))
+  values = leaves(node)
+  return float(getattr(np, reduce)(values)) if values else np.nan
 
 
 Fragment = Union[str, Quote]

@@ -118,6 +118,18 @@ def model_scalars(series_of: Callable[[Mapping], Series]) -> Callable[[Result, s
 # Helpers the tools' runners share.
 
 
+def to_json(node):
+  """A tool's result as JSON holds it: NaN and infinite values (a quantity without
+  support, a spread from one batch) become null, never the non-standard NaN token."""
+  if isinstance(node, Mapping):
+    return {key: to_json(value) for key, value in node.items()}
+  if isinstance(node, (list, tuple)):
+    return [to_json(value) for value in node]
+  if isinstance(node, (float, np.floating)):
+    return float(node) if np.isfinite(node) else None
+  return node
+
+
 def figure_path(out: str, tool: str, subject: Subject) -> str:
   """Where a tool writes its figure of one subject."""
   return os.path.join(out, f'{tool}_{subject.label}.png')

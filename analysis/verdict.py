@@ -19,7 +19,12 @@ AGREES, DIFFERS, UNCERTAIN, NOT_COMPARABLE = (
     'agrees', 'differs', 'within uncertainty', 'not comparable')
 Z = 2.  # beyond two standard errors: about 95% two-sided for a normal estimate
 Models = Mapping[str, Mapping]  # model label -> what the report knows of it (subjects.json)
-Estimate = Tuple[float, float]  # a value and its standard error (NaN where unknown)
+Estimate = Tuple[Optional[float], Optional[float]]  # a value and its standard error
+# (None or NaN where unknown: JSON holds no value as null)
+
+
+def _number(x: Optional[float]) -> float:
+  return np.nan if x is None else float(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +39,9 @@ class Verdict:
 
 def show(estimate: Estimate, fmt: str = '.3g') -> str:
   """'value ± stderr'."""
-  value, stderr = estimate
+  value, stderr = map(_number, estimate)
+  if not np.isfinite(value):
+    return 'no value'
   if not np.isfinite(stderr):
     return f'{value:{fmt}} (spread unknown)'
   return f'{value:{fmt}} ± {stderr:.2g}'
@@ -43,7 +50,7 @@ def show(estimate: Estimate, fmt: str = '.3g') -> str:
 def judge(difference: Estimate) -> Tuple[str, str]:
   """The verdict on a number the claim predicts to be positive, and the rule as
   applied: beyond Z standard errors either way, or within them."""
-  value, stderr = difference
+  value, stderr = map(_number, difference)
   if not np.isfinite(value):
     return NOT_COMPARABLE, 'the quantity has no value here'
   if not np.isfinite(stderr):
@@ -58,7 +65,7 @@ def judge(difference: Estimate) -> Tuple[str, str]:
 
 def difference(a: Estimate, b: Estimate) -> Estimate:
   """a - b with the standard error of independent estimates."""
-  return a[0] - b[0], float(np.hypot(a[1], b[1]))
+  return _number(a[0]) - _number(b[0]), float(np.hypot(_number(a[1]), _number(b[1])))
 
 
 def of_kind(models: Models, labels: Sequence[str], kind: str) -> Optional[str]:

@@ -3,7 +3,7 @@ from it, and lies within the uncertainty; and the standard errors they rest on."
 import numpy as np
 import pytest
 
-from analysis import uncertainty, verdict
+from analysis import report, tool, uncertainty, verdict
 from analysis.tools import TOOLS
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
@@ -174,3 +174,16 @@ def test_exact_quantities_and_claims_without_support():
   result['vit']['accuracy_stderr'][0][-1] = None
   found = _found('robustness', result, MODELS, 'ViT robust to high frequencies')
   assert [v.verdict for v in found] == [verdict.NOT_COMPARABLE]
+
+
+def test_values_without_support_are_null_in_json_and_no_value_in_the_report():
+  result = {'a': [1., float('nan')], 'b': np.float32(np.inf), 'c': {'d': np.float64(2.)}}
+  assert tool.to_json(result) == {'a': [1., None], 'b': None, 'c': {'d': 2.}}
+  results = {'fourier': {'vit': {'variance': [2., None], 'variance_stderr': [None, None]}}}
+  assert report.Quote(results, 'fourier', ['vit', 'variance', -1]).text == report.NO_VALUE
+  assert report.Quote(results, 'fourier', ['vit', 'variance'], 'max').text == '2'
+  assert report.Quote(results, 'fourier', ['vit', 'variance_stderr'], 'max').text == \
+      report.NO_VALUE
+  assert verdict.judge((None, 0.1))[0] == verdict.NOT_COMPARABLE
+  assert verdict.judge((0.3, None))[0] == verdict.UNCERTAIN
+  assert verdict.show((None, None)) == 'no value'

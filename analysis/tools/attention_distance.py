@@ -48,10 +48,8 @@ def _findings(label, r, q):
 def _block(r: Mapping, i: int, reduce) -> verdict.Estimate:
   """A reduction over the heads of block i, with a standard error bounded by the
   mean of the heads' (their batches are shared, so correlated: the bound holds)."""
-  row = np.asarray(r['distance_per_layer_head'][i])
-  se = np.asarray(r.get('distance_stderr', np.full((len(r['distance_per_layer_head']),
-                                                     len(row)), np.nan))[i], np.float64)
-  return float(reduce(row)), float(np.mean(se))
+  row = np.asarray(r['distance_per_layer_head'][i], np.float64)
+  return float(reduce(row)), float(np.mean(np.asarray(r['distance_stderr'][i], np.float64)))
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:

@@ -55,7 +55,8 @@ def _lower_quarter(r: Mapping) -> verdict.Estimate:
   """Mean half-mass area over the first quarter of the layers (at least one), with
   a standard error bounded by the mean of theirs."""
   n = max(len(r['half_mass_pixels']) // 4, 1)
-  return (float(np.mean(r['half_mass_pixels'][:n])), float(np.mean(r['half_mass_stderr'][:n])))
+  return (float(np.mean(r['half_mass_pixels'][:n])),
+          float(np.mean(np.asarray(r['half_mass_stderr'][:n], np.float64))))
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:

@@ -60,8 +60,8 @@ def _scalars(r):
 def _mean_log_ratio(r: Mapping) -> verdict.Estimate:
   """Mean over branches of log10 of the spatial tokens' ratio, with a standard error
   bounded by the mean of the terms' (which share their batches)."""
-  ratios = np.array([row['spatial'] for row in r['ratios'].values()])
-  se = np.array([row['spatial'] for row in r['ratios_stderr'].values()])
+  ratios = np.asarray([row['spatial'] for row in r['ratios'].values()], np.float64)
+  se = np.asarray([row['spatial'] for row in r['ratios_stderr'].values()], np.float64)
   return float(np.mean(np.log10(ratios))), float(np.mean(se / (ratios * np.log(10))))
 
 

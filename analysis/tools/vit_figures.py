@@ -44,7 +44,7 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: in
   upsampled = np.kron(maps, np.ones((1, subject.image_size // grid[0],
                                      subject.image_size // grid[1])))
   panels = np.concatenate([(images + 1) / 2, upsampled[..., None] * (images + 1) / 2])
-  names = [f'class {l}' for l in labels[:num_images]]
+  names = [subject.class_name(int(l)) for l in labels[:num_images]]
   result['figures'].append(plots.image_grid(
       panels, figure_path(out, 'rollout', subject),
       f'Attention rollout (top: images, bottom: weighted by rollout): {subject.label}',
