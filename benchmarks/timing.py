@@ -104,7 +104,8 @@ def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
                                 'label': np.eye(num_classes, dtype=np.float32)[
                                     rng.randint(0, num_classes, config.batch_size)]})
              for _ in range(num_batches)]
-  return setup.train_step, setup.state, batches
+  return (lambda state, batch: setup.train_step(state, batch, np.float32(0.5)), setup.state,
+          batches)
 
 
 def architecture(name: str, dtype: str, remat: str, attention: str) -> dict:

@@ -1,11 +1,17 @@
-"""A wall-clock budget for a training run (`--config.time_budget=15m`): a few
-timed steps and an evaluation fix how many steps fit, evaluations and saving
-included, before the schedule is built.
+"""A wall-clock budget for a training run (`--config.time_budget=15m`), kept by the
+clock rather than by a step count fixed in advance (budgeted training, Li, Yumer
+and Ramanan 2020): a few timed steps and an evaluation fix how many seconds the
+training may take, the final evaluation and save set aside; the schedule's
+progress is then the larger of steps done over the recipe's steps and the share
+of those seconds spent (`Clock`), so the run ends at its deadline with the
+learning rate decayed to its end, whatever load the machine meets on the way,
+or earlier when the recipe's steps are done. Such a run depends on the clock, so
+it is not bit-reproducible; an unbudgeted run is.
 """
 import dataclasses
 import re
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import jax
 
@@ -66,8 +72,40 @@ def time_steps(step_fn: Callable, state, batches: Iterator, eval_once: Callable[
                 step_seconds=step, eval_seconds=eval_one * eval_batches)
 
 
-def deadline(started: float, time_budget: str, timing: Timing) -> float:
-  """The clock time past which a budgeted run stops: the budget counted from
-  `started`, less room for the final evaluation, a step and the last save. A
-  machine that slows after the probe still ends in time, its schedule cut short."""
-  return started + parse_duration(time_budget) - timing.eval_seconds - timing.step_seconds - 1.
+def train_seconds(budget_seconds: float, timing: Timing) -> float:
+  """The seconds of the budget by which training must end, counted from the start
+  of the run, set-up included: the final evaluation, a save and a step set aside,
+  and a margin for the machine's noise."""
+  return budget_seconds - timing.eval_seconds - 2 * timing.step_seconds - 1. - (
+      0.01 * budget_seconds + 2.)
+
+
+class Clock:
+  """A run's training progress in [0, 1]: steps done over `total_steps`, or with a
+  budget of `seconds`, the larger of that and the share of it spent since `started`
+  (the run's start, set-up included), counting `spent` seconds of earlier runs of
+  the same workdir (from its checkpoint). `agree` makes every process read one
+  clock (process 0's) in a multi-host run."""
+
+  def __init__(self, total_steps: int, seconds: Optional[float] = None, spent: float = 0.,
+               started: Optional[float] = None, agree: Callable[[float], float] = float):
+    self.total_steps, self.seconds, self.spent, self.agree = total_steps, seconds, spent, agree
+    self.started = time.perf_counter() if started is None else started
+
+  @property
+  def budgeted(self) -> bool:
+    return self.seconds is not None
+
+  def elapsed(self) -> float:
+    """Training seconds of this workdir so far, earlier runs included."""
+    return self.agree(self.spent + time.perf_counter() - self.started)
+
+  def progress(self, steps_done: int) -> float:
+    by_steps = steps_done / self.total_steps
+    if not self.budgeted:
+      return by_steps
+    return min(max(by_steps, self.elapsed() / self.seconds), 1.)
+
+  def done(self, steps_done: int) -> bool:
+    """Whether the recipe's steps are done or, budgeted, its seconds spent."""
+    return steps_done >= self.total_steps or (self.budgeted and self.elapsed() >= self.seconds)

@@ -6,7 +6,7 @@ refused, never silently restarted from step 0.
 import logging
 import os
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import numpy as np
@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from vit_jax import checkpoint
 from vit_jax.models.family import CheckpointError
 
-STATE, CHECKSUMS = 'state', 'checksums'  # the items of one checkpoint
+STATE, CHECKSUMS, CLOCK = 'state', 'checksums', 'clock'  # the items of one checkpoint
 
 
 def _bytes(leaf) -> bytes:
@@ -31,10 +31,12 @@ def checksums(state) -> Dict[str, int]:
           for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(state))}
 
 
-def save(manager: ocp.CheckpointManager, step: int, state) -> None:
-  """The state at `step` and its checksums."""
+def save(manager: ocp.CheckpointManager, step: int, state, seconds: float = 0.) -> None:
+  """The state at `step`, its checksums, and the `seconds` of training it took
+  (`budget.Clock`: a resumed budgeted run goes on from them)."""
   manager.save(step, args=ocp.args.Composite(**{
-      STATE: ocp.args.StandardSave(state), CHECKSUMS: ocp.args.JsonSave(checksums(state))}))
+      STATE: ocp.args.StandardSave(state), CHECKSUMS: ocp.args.JsonSave(checksums(state)),
+      CLOCK: ocp.args.JsonSave({'train_seconds': seconds})}))
 
 
 def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
@@ -49,28 +51,33 @@ def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
 
 
 def _restore_step(manager: ocp.CheckpointManager, step: int, abstract):
-  """(state, checksums or None) of one checkpoint; those written before checksums
-  were kept hold the state alone."""
-  if os.path.isdir(os.path.join(os.fspath(manager.directory), str(step), STATE)):
-    restored = manager.restore(step, args=ocp.args.Composite(**{
-        STATE: ocp.args.StandardRestore(abstract), CHECKSUMS: ocp.args.JsonRestore()}))
-    return restored[STATE], restored[CHECKSUMS]
-  return manager.restore(step, args=ocp.args.StandardRestore(abstract)), None
+  """(state, checksums or None, training seconds) of one checkpoint; those written
+  before checksums or the clock were kept hold the state alone (the clock then 0)."""
+  directory = os.path.join(os.fspath(manager.directory), str(step))
+  if not os.path.isdir(os.path.join(directory, STATE)):
+    return manager.restore(step, args=ocp.args.StandardRestore(abstract)), None, 0.
+  items = {STATE: ocp.args.StandardRestore(abstract), CHECKSUMS: ocp.args.JsonRestore()}
+  if os.path.isdir(os.path.join(directory, CLOCK)):
+    items[CLOCK] = ocp.args.JsonRestore()
+  restored = manager.restore(step, args=ocp.args.Composite(**items))
+  clock = restored[CLOCK]['train_seconds'] if CLOCK in items else 0.
+  return restored[STATE], restored[CHECKSUMS], float(clock)
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
-  """The newest checkpoint that restores and checks out; the others are reported
-  and skipped. None when there are none; a CheckpointError when none of them does."""
+def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any, float]:
+  """The newest checkpoint that restores and checks out, and the seconds of training
+  it took; the others are reported and skipped. (None, 0.) when there are none; a
+  CheckpointError when none of them does."""
   steps = sorted(manager.all_steps(), reverse=True)
   problems = []
   for step in steps:
     try:
-      state, expected = _restore_step(manager, step, abstract_state)
+      state, expected, seconds = _restore_step(manager, step, abstract_state)
       problem = _problem(state, expected)
     except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
       problem = f'{type(e).__name__}: {str(e)[:300]}'
     if problem is None:
-      return state
+      return state, seconds
     logging.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',
                     step, manager.directory, problem)
     problems.append(f'step {step}: {problem}')
@@ -79,15 +86,15 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Any:
         f'No checkpoint in {manager.directory} can be used ({"; ".join(problems)}): they are '
         'damaged or hold another model than this recipe builds. Move them away (or train into '
         'a new workdir) to start from scratch.')
-  return None
+  return None, 0.
 
 
-def resume(manager: ocp.CheckpointManager, state, mesh: Mesh):
+def resume(manager: ocp.CheckpointManager, state, mesh: Mesh) -> Tuple[Any, float]:
   """The state of the newest usable checkpoint replicated over `mesh`, or `state`
-  (fresh) where the run has none."""
-  restored = restore_latest(manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct,
-                                                            state))
+  (fresh) where the run has none; and the seconds of training behind it."""
+  restored, seconds = restore_latest(
+      manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   if restored is None:
-    return state
+    return state, 0.
   logging.info('Resumed from step %d.', int(restored.step))
-  return jax.device_put(restored, NamedSharding(mesh, P()))
+  return jax.device_put(restored, NamedSharding(mesh, P())), seconds

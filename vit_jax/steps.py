@@ -36,15 +36,44 @@ class TrainState(train_state.TrainState):
 # Optimizer
 
 
-def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
-  """Linear warmup from 0 to `config.lr`, then cosine or linear decay to 0."""
-  decay_steps = max(total_steps - config.warmup_steps, 1)
-  decay = {'cosine': optax.cosine_decay_schedule(config.lr, decay_steps),
-           'linear': optax.linear_schedule(config.lr, 0., decay_steps)}
-  if config.decay not in decay:
-    raise ValueError(f'Unknown decay {config.decay!r}; use one of {sorted(decay)}.')
-  warmup = optax.linear_schedule(0., config.lr, config.warmup_steps)
-  return optax.join_schedules([warmup, decay[config.decay]], [config.warmup_steps])
+Schedule = Callable[[jax.Array], jax.Array]  # training progress in [0, 1] -> learning rate
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> Schedule:
+  """The learning rate at a training progress p in [0, 1]: linear warm-up from 0 to
+  `config.lr` over the first warmup_steps / total_steps of progress, then cosine or
+  linear decay to 0 at p = 1. A run's progress is steps done over `total_steps`, so
+  unbudgeted this is the usual schedule of steps; with a time budget it is the
+  larger of that and the share of the budget spent (`budget.Clock`)."""
+  if config.decay not in ('cosine', 'linear'):
+    raise ValueError(f'Unknown decay {config.decay!r}; use cosine or linear.')
+  warmup = min(config.warmup_steps / max(total_steps, 1), 1.)
+
+  def schedule(progress):
+    p = jnp.clip(progress, 0., 1.)
+    t = jnp.clip((p - warmup) / max(1. - warmup, 1e-12), 0., 1.)
+    decayed = 0.5 * (1 + jnp.cos(jnp.pi * t)) if config.decay == 'cosine' else 1. - t
+    return config.lr * jnp.where(p < warmup, p / max(warmup, 1e-12), decayed)
+  return schedule
+
+
+def scale_by_schedule_at_progress(schedule: Schedule, total_steps: int
+                                  ) -> optax.GradientTransformationExtraArgs:
+  """Updates times -schedule(progress), for the `progress` that `update` is given,
+  or, given none (a plain optax optimizer), steps counted / `total_steps`. Its state
+  is optax's `ScaleByScheduleState`, so checkpoints keep their layout."""
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params=None, *, progress=None, **extra_args):
+    del params, extra_args
+    if progress is None:
+      progress = state.count / total_steps
+    rate = schedule(progress)
+    updates = jax.tree_util.tree_map(lambda u: (-rate * u).astype(u.dtype), updates)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+  return optax.GradientTransformationExtraArgs(init, update)
 
 
 def kernel_mask(params) -> Any:
@@ -82,7 +111,8 @@ def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
                    ) -> optax.GradientTransformation:
-  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr,
+  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr (at the
+  `progress` its update is given, `scale_by_schedule_at_progress`),
   times the parameter's `config.lr_mults` factor (factor 0: frozen, no update and
   no optimizer state, its gradient left out of the clipping norm).
 
@@ -96,7 +126,7 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
   update = [directions[config.optimizer]]
   if config.weight_decay:
     update.append(optax.add_decayed_weights(config.weight_decay / config.lr, mask=kernel_mask))
-  update.append(optax.scale_by_learning_rate(schedule))
+  update.append(scale_by_schedule_at_progress(schedule, total_steps))
   clip = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
   if not config.lr_mults:
     return optax.chain(*clip, *update)
@@ -126,9 +156,10 @@ def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: fl
   raise ValueError(f'Unknown loss {kind!r}; use softmax or sigmoid.')
 
 
-def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model, config,
-               schedule) -> Tuple[TrainState, Dict[str, jax.Array]]:
-  """One update from the mean gradient over the batch, in `accum_steps` pieces.
+def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Array, *, model,
+               config, schedule) -> Tuple[TrainState, Dict[str, jax.Array]]:
+  """One update from the mean gradient over the batch, in `accum_steps` pieces, at
+  the learning rate of training `progress` (in [0, 1]: `budget.Clock`).
 
   Accumulating over pieces gives the update of the whole batch (the loss is a
   mean over examples) at the memory of one piece.
@@ -157,9 +188,12 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model, config,
     zeros = (jnp.zeros(()), otu.tree_zeros_like(state.params))
     (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
     loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
-  new_state = state.apply_gradients(grads=grads, rng=rng)
+  updates, opt_state = state.tx.update(grads, state.opt_state, state.params,
+                                       progress=progress)
+  new_state = state.replace(step=state.step + 1, rng=rng, opt_state=opt_state,
+                            params=optax.apply_updates(state.params, updates))
   metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
-             'learning_rate': schedule(state.step)}
+             'learning_rate': schedule(progress)}
   return new_state, metrics
 
 
@@ -199,8 +233,8 @@ def compile_steps(model, config, schedule, mesh: Mesh):
   """The jitted train and eval steps: batch sharded over `mesh`, state replicated."""
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   step_fn = jax.jit(functools.partial(train_step, model=model, config=config, schedule=schedule),
-                    in_shardings=(replicated, data_sharded), out_shardings=(replicated, replicated),
-                    donate_argnums=0)
+                    in_shardings=(replicated, data_sharded, replicated),
+                    out_shardings=(replicated, replicated), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
                     in_shardings=(replicated, data_sharded), out_shardings=replicated)
   return step_fn, eval_fn
@@ -211,10 +245,10 @@ class Setup:
   """What a training run is made of, built once by `build`."""
   model: nn.Module
   model_cfg: ml_collections.ConfigDict
-  schedule: optax.Schedule
+  schedule: Schedule
   state: TrainState            # replicated over `mesh`
   mesh: Mesh
-  train_step: Callable         # (state, batch) -> (state, metrics); donates the state
+  train_step: Callable         # (state, batch, progress) -> (state, metrics); donates the state
   eval_step: Callable          # (params, batch) -> sums of correct, loss, count
 
   def shard_batch(self, batch):

@@ -99,16 +99,18 @@ def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: in
   return input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), sharding)
 
 
-def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
-                   train_source, eval_source, recipe_steps: int, started: float) -> Dict:
-  """The steps of a run with `config.time_budget` (`total_steps`: at most the
-  recipe's, as many as fit in the budget counted from `started`) and the timing
-  they were fitted to. Decided once per workdir (kept in budget.json), so a
-  resumed run keeps its schedule."""
+def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
+                     train_source, eval_source, recipe_steps: int, started: float) -> Dict:
+  """The seconds after `started` by which a run with `config.time_budget` ends its
+  training (`budget.train_seconds`: the final evaluation and save set aside) and
+  the timing they rest on. Decided once per workdir (kept in budget.json), so a
+  resumed run goes on with the same clock."""
   path = os.path.join(workdir, BUDGET_FILE)
   if os.path.exists(path):
     with open(path) as f:
-      return json.load(f)
+      record = json.load(f)
+    if 'train_seconds' in record:
+      return record
   from vit_jax import input_pipeline
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
@@ -118,27 +120,28 @@ def budgeted_steps(config: ml_collections.ConfigDict, workdir: str, setup: steps
   eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
                                                        data_sharded))
   timing = budget.time_steps(
-      setup.train_step, setup.state, probe,
+      lambda state, batch: setup.train_step(state, batch, np.float32(0.)), setup.state, probe,
       lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
       -(-eval_source.num_examples // config.eval_batch_size))
-  left = seconds - (time.perf_counter() - started)
-  # Saves: a checkpoint every checkpoint_every steps and params.npz at the end, each
-  # taken as long as a step plus a second; the margin absorbs the machine's noise.
-  fitted = budget.fit_steps(timing, left, config.eval_every, config.checkpoint_every,
-                            save_seconds=1. + timing.step_seconds,
-                            margin_seconds=0.03 * seconds + 5.)
-  if fitted < 1:
+  set_up = time.perf_counter() - started
+  training = budget.train_seconds(seconds, timing)
+  if training <= set_up + timing.compile_seconds + timing.step_seconds:
     raise TrainingError(
         f'time_budget {config.time_budget} leaves no time to train: set-up took '
-        f'{seconds - left:.0f} s, a step takes {timing.step_seconds:.3f} s and an evaluation '
+        f'{set_up:.0f} s, a step takes {timing.step_seconds:.3f} s and an evaluation '
         f'{timing.eval_seconds:.1f} s. Give a longer budget.')
-  total = min(fitted, recipe_steps)
-  logging.info('Time budget %s: %.0f s left after set-up; a step takes %.3f s, an evaluation '
-               '%.1f s, compiling %.1f s; %d steps fit, the recipe has %d: training %d.',
-               config.time_budget, left, timing.step_seconds, timing.eval_seconds,
-               timing.compile_seconds, fitted, recipe_steps, total)
-  record = {'time_budget': config.time_budget, 'total_steps': total,
-            'recipe_steps': recipe_steps, 'fitted_steps': fitted, **dataclasses.asdict(timing)}
+  # At the probed speed; the clock, not this estimate, ends the run.
+  expected = budget.fit_steps(timing, seconds - set_up, config.eval_every,
+                              config.checkpoint_every, save_seconds=1. + timing.step_seconds,
+                              margin_seconds=0.)
+  logging.info('Time budget %s: training ends %.0f s after the start (set-up took %.0f s); a '
+               'step takes %.3f s, an evaluation %.1f s, compiling %.1f s: about %d of the '
+               'recipe\'s %d steps fit. The schedule follows the clock.', config.time_budget,
+               training, set_up, timing.step_seconds, timing.eval_seconds,
+               timing.compile_seconds, expected, recipe_steps)
+  record = {'time_budget': config.time_budget, 'train_seconds': training,
+            'recipe_steps': recipe_steps, 'expected_steps': expected,
+            **dataclasses.asdict(timing)}
   if jax.process_index() == 0:
     with atomic_write(path) as f:
       json.dump(record, f, indent=1)
@@ -175,21 +178,16 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
 
   setup = steps.build(config, train_source.num_classes, total_steps)
-  deadline = None  # with a budget: past it, the run evaluates, saves and stops
+  seconds = None  # with a budget: the training seconds, whose end ends the run
   if config.time_budget:
-    fitted = budgeted_steps(config, workdir, setup, train_source, eval_source, total_steps,
-                            started)
-    if fitted['total_steps'] != total_steps:  # the schedule is compiled in: build it again
-      total_steps = fitted['total_steps']
-      setup = steps.build(config, train_source.num_classes, total_steps)
-    deadline = budget.deadline(started, config.time_budget, budget.Timing(
-        **{f.name: fitted[f.name] for f in dataclasses.fields(budget.Timing)}))
+    seconds = budgeted_seconds(config, workdir, setup, train_source, eval_source, total_steps,
+                               started)['train_seconds']
   data_sharded = NamedSharding(setup.mesh, P('data'))
   manager = ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
-  state = run_state.resume(manager, setup.state, setup.mesh)
+  state, spent = run_state.resume(manager, setup.state, setup.mesh)
   record()  # the settings are the run's from here on
   start_step = int(state.step)
   state_bytes, params_bytes = workdirs.sizes(state)
@@ -215,13 +213,25 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                                              every_secs=30)
   try:  # the writer is closed on every way out, so its files are released
     throughput = Throughput(config.batch_size)
+    clock = budget.Clock(total_steps, seconds, spent, started, agree=(
+        (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
+        if seconds and jax.process_count() > 1 else float))
     summary: Dict[str, float] = {}
-    for step in range(start_step + 1, total_steps + 1):
-      state, metrics = setup.train_step(state, next(batches))
+    metrics = None
+    # A budgeted run resumed after its clock ran out has nothing left to train.
+    to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
+    for step in to_train:
+      if clock.budgeted and metrics is not None:
+        jax.block_until_ready(metrics)  # the clock reads time trained, not time dispatched
+      state, metrics = setup.train_step(state, next(batches), np.float32(clock.progress(step - 1)))
       throughput.started(step, metrics)
       progress(step)
       stopping = preemption.requested(step, config.log_every)
-      last = step == total_steps or late(deadline, step, total_steps, config.time_budget)
+      last = clock.done(step)
+      if last and step < total_steps:
+        logging.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has '
+                     'run to its end; evaluating, saving and stopping.', config.time_budget, step,
+                     total_steps)
       saving = itstime(step, config.checkpoint_every, last or stopping)
       # Checked before every save too, so that no checkpoint holds a diverged state.
       if itstime(step, config.log_every, saving):
@@ -229,7 +239,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                                     **throughput.rate(step)})
       if saving:  # before the evaluation, which may fail: training is never lost to it
         with workdirs.saving(workdir, 'checkpoint', state_bytes, saved):
-          run_state.save(manager, step, state)
+          run_state.save(manager, step, state, clock.elapsed())
           manager.wait_until_finished()
         saved = step
       if stopping:
@@ -247,7 +257,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     if jax.process_index() == 0:
       with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
         checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
-    if not summary:  # resumed at the last step: nothing trained, so evaluate what was restored
+    if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
       summary = evaluate(state.params)
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
@@ -261,15 +271,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
 def itstime(step: int, every: int, also: bool = False) -> bool:
   """Whether periodic work falls on `step`: every `every` steps, or when `also`."""
   return step % every == 0 or also
-
-
-def late(deadline: Optional[float], step: int, total_steps: int, time_budget: str) -> bool:
-  """Whether a budgeted run has passed its deadline before its last step (said once)."""
-  if deadline is None or step >= total_steps or time.perf_counter() <= deadline:
-    return False
-  logging.warning('Time budget %s reached at step %d of %d: evaluating, saving and stopping.',
-                  time_budget, step, total_steps)
-  return True
 
 
 def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, float]:
