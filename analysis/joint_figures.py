@@ -4,7 +4,7 @@ curves over relative depth overlaid, spectra in the same axes), built from the
 tools' JSON results alone, with each model in its family's colour.
 """
 import os
-from typing import Callable, Dict, List, Mapping
+from typing import Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -26,12 +26,16 @@ def _depth(n: int) -> np.ndarray:
 
 def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], list],
                  colour_of: Mapping[str, str], figure: str, title: str, ylabel: str,
-                 shade_key=None, **kwargs) -> List[str]:
-  """One curve per model over relative depth (none below two models); `shade_key`
-  names the JSON list of layer indices to shade in the model's colour."""
+                 shade_key=None, errors: Optional[Callable[[Mapping], list]] = None,
+                 **kwargs) -> List[str]:
+  """One curve per model over relative depth (none below two models), with the
+  standard errors `errors(r)` as bars; `shade_key` names the JSON list of layer
+  indices to shade in the model's colour."""
   if len(by_model) < 2:
     return []
   series = {label: np.asarray(values(r), np.float64) for label, r in by_model.items()}
+  if errors is not None:
+    kwargs['errors'] = {label: np.asarray(errors(r), np.float64) for label, r in by_model.items()}
   x = {label: _depth(len(v)) for label, v in series.items()}
   shade = {}
   if shade_key is not None:

@@ -4,7 +4,7 @@ stochastic Lanczos quadrature (SLQ) density (Ghorbani et al. 2019).
 
 Nothing here knows about models: a Hessian is one closure that feeds `matvec`.
 """
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +45,8 @@ _jitted_step = jax.jit(_lanczos_step, static_argnames='matvec')
 
 
 def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
-                    key: jax.Array = None, operands: Sequence = (), host_loop: bool = False
+                    key: jax.Array = None, operands: Sequence = (), host_loop: bool = False,
+                    on_step: Optional[Callable[[Any], None]] = None
                     ) -> Tuple[jax.Array, jax.Array, jax.Array]:
   """`num_steps` Lanczos steps from `start`: (alphas (m,), betas (m-1,), vectors (m, n)).
 
@@ -60,7 +61,8 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   `fori_loop`, so compile time does not depend on `num_steps`. With
   `host_loop`, Python calls one compiled step instead (same compile time,
   same arithmetic): XLA:CPU runs convolutions inside loop bodies several
-  times slower, so ResNet Hessians are faster this way on CPU.
+  times slower, so ResNet Hessians are faster this way on CPU; there `on_step`
+  is called with the loop's state after every step (for `progress.Progress`).
   """
   key = jax.random.PRNGKey(0) if key is None else key
   basis = jnp.zeros((num_steps + 1,) + start.shape, start.dtype)
@@ -70,6 +72,8 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
     for i in range(num_steps):
       carry = _jitted_step(jnp.int32(i), carry, matvec=matvec, key=key,
                            operands=tuple(operands))
+      if on_step is not None:
+        on_step(carry)
   else:
     carry = jax.lax.fori_loop(
         0, num_steps, lambda i, c: _lanczos_step(i, c, matvec, key, operands), carry)
@@ -79,7 +83,8 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
 
 # Compiled once per operator and step count, then reused for new operands
 # (e.g. the minibatches of a Hessian).
-_compiled_tridiag = jax.jit(lanczos_tridiag, static_argnames=('matvec', 'num_steps', 'host_loop'))
+_compiled_tridiag = jax.jit(lanczos_tridiag,
+                            static_argnames=('matvec', 'num_steps', 'host_loop', 'on_step'))
 
 
 def tridiag_eigh(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
@@ -104,32 +109,34 @@ def ritz_summary(alphas, betas, k: int = 5) -> Dict[str, np.ndarray]:
 
 def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
                         key: jax.Array = None, dtype=jnp.float32,
-                        operands: Sequence = (), host_loop: bool = False
+                        operands: Sequence = (), host_loop: bool = False,
+                        on_step: Optional[Callable[[Any], None]] = None
                         ) -> Dict[str, np.ndarray]:
   """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues,
-  from a random start. `host_loop` as in `lanczos_tridiag`."""
+  from a random start. `host_loop` and `on_step` as in `lanczos_tridiag`."""
   key = jax.random.PRNGKey(0) if key is None else key
   start_key, loop_key = jax.random.split(key)
   run = lanczos_tridiag if host_loop else _compiled_tridiag
   alphas, betas, _ = run(matvec=matvec, start=jax.random.normal(start_key, (dim,), dtype),
                          num_steps=num_steps, key=loop_key, operands=tuple(operands),
-                         host_loop=host_loop)
+                         host_loop=host_loop, on_step=on_step if host_loop else None)
   return ritz_summary(alphas, betas, k)
 
 
 def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
-        dtype=jnp.float32, operands: Sequence = (), host_loop: bool = False
-        ) -> Tuple[np.ndarray, np.ndarray]:
+        dtype=jnp.float32, operands: Sequence = (), host_loop: bool = False,
+        on_step: Optional[Callable[[Any], None]] = None) -> Tuple[np.ndarray, np.ndarray]:
   """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
   one Rademacher probe per row, the probes run together under `vmap` (one after
-  the other with `host_loop`, as in `lanczos_tridiag`)."""
+  the other with `host_loop`, as in `lanczos_tridiag`, calling `on_step`)."""
   key = jax.random.PRNGKey(0) if key is None else key
   probe_keys = jax.random.split(key, num_probes)
 
   def one_probe(probe_key, ops):
     start_key, loop_key = jax.random.split(probe_key)
     start = jax.random.rademacher(start_key, (dim,), dtype)
-    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key, ops, host_loop)
+    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key, ops, host_loop,
+                                       on_step if host_loop else None)
     return alphas, betas
 
   if host_loop:

@@ -89,9 +89,13 @@ def matmul_rates(dtypes, size: int, repeats: int) -> dict:
   return rates
 
 
+MID_SCHEDULE = np.float32(0.5)  # the training progress benchmarks step at (`budget.Clock`)
+
+
 def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
                            num_batches: int = 1):
-  """The train command's compiled step over all devices, its state and random batches.
+  """The train command's compiled step (state, batch, progress) over all devices, its
+  state and random batches.
 
   The state is replicated and the batches sharded as in the train loop, so
   every call after the first reuses one compilation; images are random, as
@@ -104,8 +108,7 @@ def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
                                 'label': np.eye(num_classes, dtype=np.float32)[
                                     rng.randint(0, num_classes, config.batch_size)]})
              for _ in range(num_batches)]
-  return (lambda state, batch: setup.train_step(state, batch, np.float32(0.5)), setup.state,
-          batches)
+  return setup.train_step, setup.state, batches
 
 
 def architecture(name: str, dtype: str, remat: str, attention: str) -> dict:

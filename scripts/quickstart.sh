@@ -2,10 +2,11 @@
 # The quick start: installs the project and the offline Fashion-MNIST, trains the
 # small ViT and the small ResNet of configs/quickstart_{vit,resnet}.py into
 # workdirs/quickstart_{vit,resnet}, then runs every analysis tool on the two
-# into workdirs/analysis, ending with the path of its report.html (every figure
-# with what it shows). Each trainer keeps to 15 minutes (--config.time_budget=15m:
-# fewer steps on slower CPUs). Extra arguments go to both trainers, e.g.
-# --config.num_epochs=1.
+# into workdirs/analysis, ending with a summary (each model's steps, accuracy and
+# wall time, the analysis time, the path of report.html, the CPU). Each trainer
+# keeps to 15 minutes (--config.time_budget=15m: its schedule follows the clock,
+# fewer steps on slower or busier CPUs). Extra arguments go to both trainers,
+# e.g. --config.num_epochs=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -14,7 +15,9 @@ for model in vit resnet; do
   .venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py" \
     --workdir "workdirs/quickstart_${model}" --config.time_budget=15m "$@"
 done
-exec .venv/bin/python -m analysis all \
+.venv/bin/python -m analysis all \
   --config configs/quickstart_vit.py --workdir workdirs/quickstart_vit \
   --config2 configs/quickstart_resnet.py --workdir2 workdirs/quickstart_resnet \
   --out workdirs/analysis
+.venv/bin/python scripts/summary.py workdirs/quickstart_vit workdirs/quickstart_resnet \
+  --analysis workdirs/analysis

@@ -1,6 +1,7 @@
 """Small models, parameters and image folders shared by the tests."""
 import os
 
+import chex
 import flax
 import jax
 import jax.numpy as jnp
@@ -94,3 +95,13 @@ def make_folder(root, counts, size=(20, 30)):
         with open(os.path.join(d, name), 'wb') as f:
           f.write(data)
   return f'folder:{root}'
+
+
+def assert_close_at_scale(actual, expected, rtol: float, ulps: float = 64.):
+  """Trees equal to `rtol` of each value, and to `ulps` float32 units of the largest
+  |value| among all leaves: two summation orders of one float32 computation differ
+  by rounding relative to the sizes summed, which a near-zero leaf (a LayerNorm
+  bias's gradient) does not have on its own."""
+  scale = max(float(np.max(np.abs(np.asarray(leaf)))) for leaf in jax.tree_util.tree_leaves(expected))
+  chex.assert_trees_all_close(actual, expected, rtol=rtol,
+                              atol=ulps * float(np.finfo(np.float32).eps) * scale)

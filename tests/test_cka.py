@@ -7,6 +7,8 @@ from scipy.stats import ortho_group
 
 from analysis import cka
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 
 @pytest.fixture(autouse=True)
 def float64():

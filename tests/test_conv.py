@@ -7,6 +7,8 @@ from jax import lax
 
 from vit_jax.models import conv
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 CASES = [  # (input spatial, kernel, stride, padding, takes the matmul path)
     ((6, 6), 1, 1, 'VALID', True),
     ((7, 7), 1, 2, 'VALID', True),

@@ -9,6 +9,8 @@ from scipy import ndimage
 
 from analysis import fourier
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 
 def noise(shape=(64, 16, 16, 8), seed=0):
   return np.random.RandomState(seed).randn(*shape).astype(np.float32)

@@ -10,6 +10,8 @@ import reference
 from helpers import apply, apply_with_intermediates, images, init, perturbed, tiny_bit
 from vit_jax.models import resnet
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 
 @pytest.mark.parametrize('stride,in_channels', [(2, 64), (1, 128)])
 def test_bit_unit_matches_numpy_reference(stride, in_channels):

@@ -11,6 +11,8 @@ from helpers import apply, apply_with_intermediates, images, init, perturbed, ti
 from vit_jax import models
 from vit_jax.models.vit import sincos2d_posembed
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 
 @pytest.mark.parametrize('size', [(32, 32), (48, 64), (16, 8)])
 @pytest.mark.parametrize('classifier', ['token', 'gap', 'unpooled', 'token_unpooled'])

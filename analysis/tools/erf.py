@@ -72,7 +72,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   return joint_figures.depth_curves(
       per_model(result), lambda r: r['half_mass_pixels'], colour_of,
       joint_figures.path(out, 'erf'), 'Receptive field: area holding half the gradient mass',
-      'pixels', logy=True, decades=4)
+      'pixels', logy=True, decades=4, errors=lambda r: r['half_mass_stderr'])
 
 
 TOOL = register(Tool(

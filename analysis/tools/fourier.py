@@ -94,11 +94,12 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   return (joint_figures.depth_curves(
       by_model, lambda r: r['high_frequency'], colour_of, joint_figures.path(out, 'fourier'),
       'High-frequency amplitude vs depth (attention shaded)', 'delta log amplitude',
-      shade_key='attention_layers') +
+      shade_key='attention_layers', errors=lambda r: r['high_frequency_stderr']) +
           joint_figures.depth_curves(
       by_model, lambda r: r['variance'], colour_of, joint_figures.path(out, 'variance'),
       'Feature-map variance vs depth (attention shaded)', 'variance',
-      shade_key='attention_layers', logy=True, decades=3))
+      shade_key='attention_layers', logy=True, decades=3,
+      errors=lambda r: r['variance_stderr']))
 
 
 TOOL = register(Tool(

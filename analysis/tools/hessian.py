@@ -7,7 +7,8 @@ import jax
 import numpy as np
 from absl import flags
 
-from analysis import features, hessian, joint_figures, lanczos, plots, uncertainty, verdict
+from analysis import (features, hessian, joint_figures, lanczos, plots, progress, uncertainty,
+                      verdict)
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from vit_jax.errors import ConfigError
@@ -73,12 +74,20 @@ def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: i
   fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
-  tops = [lanczos.extreme_eigenvalues(matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
-                                      operands=(subject.params, tuple(x[i:i + 1] for x in fixed)),
-                                      host_loop=host_loop)['top'].tolist()
-          for i in range(num_minibatches)]
+  # Progress in Hessian-vector products on one minibatch: the density's are on all.
+  done = progress.Progress(f'hessian {subject.label}', num_minibatches * (
+      steps_top + num_probes * steps_density), 'minibatch Hessian-vector products')
+  tops = []
+  for i in range(num_minibatches):
+    tops.append(lanczos.extreme_eigenvalues(
+        matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
+        operands=(subject.params, tuple(x[i:i + 1] for x in fixed)), host_loop=host_loop,
+        on_step=lambda carry: done.advance(1, carry))['top'].tolist())
+    if not host_loop:
+      done.advance(steps_top)
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
-                               operands=(subject.params, fixed), host_loop=host_loop)
+                               operands=(subject.params, fixed), host_loop=host_loop,
+                               on_step=lambda carry: done.advance(num_minibatches, carry))
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)

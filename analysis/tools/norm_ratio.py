@@ -79,7 +79,8 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   return joint_figures.depth_curves(
       per_model(result), lambda r: [row.get('spatial', np.nan) for row in r['ratios'].values()],
       colour_of, joint_figures.path(out, 'norm_ratio'),
-      '||z|| / ||f(z)|| of spatial tokens per branch', 'ratio', logy=True, decades=3)
+      '||z|| / ||f(z)|| of spatial tokens per branch', 'ratio', logy=True, decades=3,
+      errors=lambda r: [row.get('spatial', np.nan) for row in r['ratios_stderr'].values()])
 
 
 TOOL = register(Tool(

@@ -107,7 +107,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   return joint_figures.depth_curves(
       per_model(result), lambda r: [row['accuracy'] for row in r['probes']['token mean']],
       colour_of, joint_figures.path(out, 'probes'), 'Linear probe on the token mean per layer',
-      'test accuracy')
+      'test accuracy', errors=lambda r: [row['stderr'] for row in r['probes']['token mean']])
 
 
 TOOL = register(Tool(

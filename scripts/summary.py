@@ -1,0 +1,65 @@
+"""What a quick start did, in a few lines: each trained workdir's steps (of the
+recipe's, and the time budget), evaluation accuracy and wall time, the analysis
+time per tool, the report's path, and the CPU it ran on.
+
+    python scripts/summary.py workdirs/quickstart_vit workdirs/quickstart_resnet \
+        --analysis workdirs/analysis
+"""
+import argparse
+import json
+import os
+import platform
+from typing import List, Optional
+
+
+def cpu_name() -> str:
+  """The CPU's model name (from /proc/cpuinfo where there is one) and core count."""
+  name = platform.processor() or platform.machine()
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
+    name = names[0] if names else name
+  return f'{name}, {os.cpu_count()} cores'
+
+
+def _load(path: str) -> Optional[dict]:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def minutes(seconds: float) -> str:
+  return f'{int(seconds // 60)}m{int(round(seconds % 60)):02d}s'
+
+
+def summary(workdirs: List[str], analysis: Optional[str]) -> str:
+  lines = [f'Summary (CPU: {cpu_name()})']
+  for workdir in workdirs:
+    ended = _load(os.path.join(workdir, 'results.json'))
+    if ended is None:
+      lines.append(f'  {workdir}: no results.json (the run did not finish)')
+      continue
+    budget = _load(os.path.join(workdir, 'budget.json'))
+    within = f' under a {budget["time_budget"]} budget' if budget else ''
+    lines.append(f'  {workdir}: {ended["step"]:,} of {ended["total_steps"]:,} steps{within}, '
+                 f'accuracy {100 * ended["eval_accuracy"]:.1f}% on {ended["eval_examples"]:,} '
+                 f'images, {minutes(ended["wall_seconds"])}')
+  if analysis is not None:
+    timings = _load(os.path.join(analysis, 'timings.json')) or {}
+    report = os.path.abspath(os.path.join(analysis, 'report.html'))
+    slowest = ', '.join(f'{name} {minutes(s)}' for name, s in
+                        sorted(timings.items(), key=lambda item: -item[1])[:3])
+    lines.append(f'  analysis: {minutes(sum(timings.values()))} ({slowest})' if timings else
+                 f'  analysis: no timings.json in {analysis}')
+    lines.append(f'  report: {report}' if os.path.exists(report) else
+                 f'  report: none in {analysis}')
+  return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('workdirs', nargs='*')
+  parser.add_argument('--analysis')
+  args = parser.parse_args()
+  print(summary(args.workdirs, args.analysis))
