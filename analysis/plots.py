@@ -213,7 +213,7 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
            stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None,
            shade_label: str = '', rug: Optional[Dict[str, np.ndarray]] = None,
-           reference: Optional[Tuple[float, str]] = None):
+           rug_label: str = 'marks', reference: Optional[Tuple[float, str]] = None):
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
   shade in that series' colour), named `shade_label` in the legend; `xlabels`
@@ -221,7 +221,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
   position in `stages` (dashed); a log axis spans at most `decades` below the
   peak. `errors` gives a series' standard errors, drawn as error bars; NaN values
   (no support) are left out, not drawn. `rug` marks values on the x axis in a
-  series' colour (extreme eigenvalues); `reference` is a horizontal (value, name)."""
+  series' colour (extreme eigenvalues), named '<series>: `rug_label`' in the
+  legend; `reference` is a horizontal (value, name)."""
   fig, ax = _figure(figsize=(6.2, 4.3))
   colour_of = {}
   for name, values in series.items():
@@ -243,7 +244,7 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
                  label=shade_label if shade_label and i == 0 and name is None else None)
   for name, values in (rug or {}).items():
     ax.plot(values, np.zeros(len(values)), '|', color=colour_of.get(name), ms=14, mew=1.5,
-            transform=ax.get_xaxis_transform(), label=f'{name}: extreme values', clip_on=False)
+            transform=ax.get_xaxis_transform(), label=f'{name}: {rug_label}', clip_on=False)
   if reference is not None:
     ax.axhline(reference[0], color='0.3', lw=1, ls=':', label=reference[1])
   if xlabels is not None:

@@ -117,7 +117,8 @@ def _probes(value, se):
 
 
 def _localisation(value, se):
-  return {'vit': {'own_patch_share': 0.5 + value, 'own_patch_share_stderr': se}}
+  return {'vit': {'own_patch_share': 0.5 + value, 'own_patch_share_stderr': se,
+                  'class_token': True}}
 
 
 def _fourier(value, se):
@@ -165,6 +166,10 @@ def test_exact_quantities_and_claims_without_support():
   assert [v.verdict for v in found] == [verdict.AGREES]
   found = _found('vit_figures', _positions(-0.05, 0.), MODELS, 'nearby positions alike')
   assert [v.verdict for v in found] == [verdict.DIFFERS]
+  pooled = _localisation(0.4, 0.01)
+  pooled['vit']['class_token'] = False
+  found = _found('localisation', pooled, MODELS, 'tokens keep their position')
+  assert [v.verdict for v in found] == [verdict.NOT_COMPARABLE]
   gap = {'bit': {'layers': ['a', 'b'], 'probes': {'token mean': [{'accuracy': .5, 'stderr': .1}] * 2}}}
   found = _found('probes', gap, MODELS, 'class token decoded late')
   assert [v.verdict for v in found] == [verdict.NOT_COMPARABLE]

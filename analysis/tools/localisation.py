@@ -41,19 +41,28 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
       labels=[f'query (row {i}, col {j})' for i, j in queries], cmap='viridis',
       colorbar_label='cosine similarity', vmin=float(mean_maps.min()),
       vmax=float(mean_maps.max()), marks=queries)
-  return {'queries': queries, 'maps': mean_maps.tolist(), 'peak_at_query': on_target,
+  return {'queries': queries, 'class_token': subject.has_cls, 'maps': mean_maps.tolist(),
+          'peak_at_query': on_target,
           'own_patch_share': share, 'own_patch_share_stderr':
               float(uncertainty.binomial_stderr(share, num_pairs)),
           'num_pairs': num_pairs, 'figures': [figure]}
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
-  return [verdict.single(
-      'tokens keep their position',
-      'ViT\'s final-layer tokens are most similar to the input patch at their own position '
-      '(Raghu et al. Fig. 9).', 'share of (image, query) pairs peaking at their own patch, '
-      'minus one half', label, (r['own_patch_share'] - 0.5, r['own_patch_share_stderr']))
-      for label, r in per_model(result).items()]
+  claim = ('A class-token ViT\'s final-layer tokens are most similar to the input patch at '
+           'their own position (Raghu et al. Fig. 9; GAP models localise less, Fig. 10).')
+  what = 'share of (image, query) pairs peaking at their own patch, minus one half'
+  found = []
+  for label, r in per_model(result).items():
+    estimate = (r['own_patch_share'] - 0.5, r['own_patch_share_stderr'])
+    if r['class_token']:
+      found.append(verdict.single('tokens keep their position', claim, what, label, estimate))
+    else:
+      found.append(verdict.Verdict(
+          'tokens keep their position', claim, f'{label}: {what} {verdict.show(estimate)}',
+          verdict.NOT_COMPARABLE, 'the claim concerns class-token ViTs; this one pools its '
+          'tokens'))
+  return found
 
 
 TOOL = register(Tool(
