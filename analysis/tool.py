@@ -143,8 +143,8 @@ def batch_mean(batches: Iterator, fn: Callable[[np.ndarray, np.ndarray], jax.Arr
   for images, labels in batches:
     values.append(np.asarray(fn(images, labels), np.float64))
     sizes.append(len(images))
-  mean = np.sum([v * n for v, n in zip(values, sizes)], axis=0) / np.sum(sizes)
-  return mean, uncertainty.weighted_mean_stderr(values, sizes)
+  return (np.average(values, axis=0, weights=sizes),
+          uncertainty.weighted_mean_stderr(values, sizes))
 
 
 def take(iterator: Iterator, num_images: int) -> Iterator:
