@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from vit_jax import models
+from vit_jax.models.family import CONVNET, HYBRID, MLP, TRANSFORMER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKED = ('vit_jax', 'analysis', 'configs', 'benchmarks', 'scripts', 'notebooks')
@@ -121,3 +122,20 @@ def test_no_family_name_or_parameter_path_outside_the_models_package(family_path
   found = {path: v for path, source in _sources() if path not in ALLOWED
            for v in [_violations(source, paths, tops)] if v}
   assert found == {}
+
+
+def test_every_family_says_what_kind_of_model_it_builds():
+  """`Layers.architecture` (which the report's verdicts compare) and `describe`."""
+  kinds = {}
+  for family in models.FAMILIES.values():
+    for name in family.variants:
+      config = models.get_config(name)
+      layers = family.layers(config)
+      assert layers.architecture in (TRANSFORMER, CONVNET, HYBRID, MLP), name
+      kinds.setdefault(family.name, set()).add(layers.architecture)
+      assert family.describe(config), name
+  assert kinds == {'vit': {TRANSFORMER, HYBRID}, 'bit': {CONVNET}, 'mixer': {MLP},
+                   'alternet': {HYBRID}}
+  config = models.get_config('ViT-B_16')
+  assert models.family_of(config).describe(config) == (
+      '12 blocks, width 768, 12 heads, patch 16, class token')
