@@ -85,6 +85,7 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   results, seconds = {}, {}
   for name in names:
     start = time.perf_counter()
+    print(f'{name}: running', flush=True)
     results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
                                 (options or {}).get(name))
     with atomic_write(os.path.join(out, f'{name}.json')) as f:

@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from analysis import progress
 from vit_jax import checkpoint, models, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
@@ -227,13 +228,20 @@ def recipe_batches(recipe: ml_collections.ConfigDict, num_images: int, batch_siz
   """The `batches(split)` the tools take, for a recipe (and `dataset` instead of
   its own): 'train' and 'eval', the first `num_images` of its splits preprocessed
   for evaluation, with integer labels; `TRAIN_AUGMENTED`, its training batches
-  with augmentation and label distributions."""
+  with augmentation and label distributions. A pass over a split that runs past
+  `progress.REPORT_EVERY` seconds prints its progress."""
   dataset = dataset or recipe.dataset
   splits = {'train': recipe.train_split, 'eval': recipe.eval_split}
+
+  def reported(split: str) -> Iterator:
+    done = progress.Progress(f'  {split} split', num_images // batch_size, 'batches')
+    for batch in dataset_batches(dataset, splits[split], recipe.image_size, batch_size,
+                                 num_images, recipe.data_dir):
+      yield batch
+      done.advance()  # after the tool has used the batch
 
   def batches(split: str) -> Iterator:
     if split == TRAIN_AUGMENTED:
       return training_batches(recipe, recipe.train_split, batch_size, dataset)
-    return dataset_batches(dataset, splits[split], recipe.image_size, batch_size, num_images,
-                           recipe.data_dir)
+    return reported(split)
   return batches

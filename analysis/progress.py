@@ -25,9 +25,10 @@ class Progress:
   seconds have passed since the last line. Work dispatched asynchronously is
   waited for (`wait_for`) before the clock is read for a line."""
 
-  def __init__(self, what: str, total: int, unit: str, every: float = REPORT_EVERY,
+  def __init__(self, what: str, total: int, unit: str, every: Optional[float] = None,
                out: Callable[[str], Any] = lambda line: print(line, flush=True)):
-    self.what, self.total, self.unit, self.every, self.out = what, total, unit, every, out
+    self.what, self.total, self.unit, self.out = what, total, unit, out
+    self.every = REPORT_EVERY if every is None else every
     self.done = 0
     self.started = self.last = time.perf_counter()
 

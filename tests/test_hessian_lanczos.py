@@ -1,6 +1,4 @@
 """Hessian-vector products and Lanczos spectra against dense references."""
-import types
-
 import chex
 import flax
 import flax.linen as nn
@@ -10,7 +8,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from analysis import features, hessian, lanczos, progress
+from analysis import features, hessian, lanczos
 from helpers import assert_close_at_scale, tiny_bit
 from vit_jax import steps
 
@@ -200,25 +198,6 @@ def test_host_loop_gives_the_same_tridiagonal_matrix():
   chex.assert_trees_all_close(compiled, hosted, rtol=1e-5, atol=1e-5)
   nodes, weights = lanczos.slq(lambda v, m: m @ v, 40, 8, 2, operands=(a,), host_loop=True)
   chex.assert_trees_all_close(weights.sum(1), np.ones(2), rtol=1e-5)
-
-
-def test_progress_lines_come_with_an_estimate_of_the_time_left(monkeypatch):
-  lines = []
-  # The readings of the clock: a line reads it once more, after waiting for the work.
-  clock = iter([0., 10., 31., 31., 40., 65., 65.])
-  monkeypatch.setattr(progress, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
-  done = progress.Progress('hessian vit', 10, 'products', out=lines.append)  # starts at 0 s
-  done.advance(1)  # at 10 s: too soon for a line
-  done.advance(1)  # at 31 s: 2 of 10 done in 31 s, 8 left at that rate
-  done.advance(3)  # at 40 s: 9 s after the last line
-  done.advance(2)  # at 65 s: 7 of 10
-  assert lines == ['hessian vit: 2/10 products, 31 s so far, about 2m04s left',
-                   'hessian vit: 7/10 products, 1m05s so far, about 28 s left']
-  # The Lanczos host loop reports every step to the callback.
-  seen = []
-  lanczos.lanczos_tridiag(lambda v: 2. * v, jnp.ones(6), 4, host_loop=True,
-                          on_step=lambda carry: seen.append(carry[1]))
-  assert len(seen) == 4
 
 
 def test_resnet_hvp_unrolled_equals_the_scan_and_jax_hessian():

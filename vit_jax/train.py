@@ -19,7 +19,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator
 
 import jax
 import ml_collections
