@@ -283,9 +283,12 @@ def _steps_that_change_speed(monkeypatch, after: int, delay: float):
 
 def test_a_run_slowed_after_the_probe_ends_in_its_budget_with_its_schedule_done(
     folder, tmp_path, monkeypatch):
-  """The probe sees a fast machine; from step 20 on each step takes 50 ms more. The
-  run still ends within its budget, and its learning rate has decayed to its end."""
-  monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1e-3, 1e-3))
+  """The probe (real: it compiles both steps) reports 1 ms a step; from step 20 on
+  each step takes 50 ms more. Training stops at the training seconds of the budget,
+  its learning rate decayed to its end, and the run within its budget."""
+  probe = budget.time_steps
+  monkeypatch.setattr(budget, 'time_steps', lambda *args: dataclasses.replace(
+      probe(*args), step_seconds=1e-3))
   _steps_that_change_speed(monkeypatch, after=20, delay=0.05)
   config = tiny_config(folder, total_steps=100_000, time_budget='30s', log_every=1,
                        eval_every=100_000, checkpoint_every=100_000, warmup_steps=1000)
@@ -297,7 +300,13 @@ def test_a_run_slowed_after_the_probe_ends_in_its_budget_with_its_schedule_done(
   rates = logged_scalars(tmp_path)['learning_rate']
   assert len(rates) == stopped and max(rates) > 0.5 * config.lr  # warm-up then decay
   assert rates[-1] <= 0.01 * config.lr
-  assert wall <= 30. + 1., wall  # the budget, and one (tiny) evaluation
+  # The clock at the last checkpoint: training ended within a step of its seconds.
+  seconds = json.loads((tmp_path / train.BUDGET_FILE).read_text())['train_seconds']
+  clock = json.loads((tmp_path / 'checkpoints' / str(stopped) / 'clock' / 'metadata').read_text())
+  assert seconds <= clock['train_seconds'] <= seconds + 1.
+  # The final evaluation and saves come within the budget's reserve; a loaded
+  # machine (CI runs two test workers) may stretch them by a few seconds.
+  assert wall <= 30. + 5., wall
   assert summary['eval_examples'] == 13 and (tmp_path / 'params.npz').exists()
   # Rerun, the workdir's clock has run out (kept in its checkpoint): nothing trains.
   assert train.train_and_evaluate(config, str(tmp_path)) == summary
@@ -308,13 +317,13 @@ def test_a_run_faster_than_its_probe_finishes_the_recipe(folder, tmp_path, monke
   """The probe sees a slow machine (1 s a step); the real steps take milliseconds:
   the run trains the recipe's steps, its schedule that of the steps."""
   monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1., 1.))
-  config = tiny_config(folder, total_steps=40, time_budget='10m', log_every=1, warmup_steps=0)
+  config = tiny_config(folder, total_steps=40, time_budget='1h', log_every=1, warmup_steps=0)
   train.train_and_evaluate(config, str(tmp_path))
   assert max(int(d) for d in os.listdir(tmp_path / 'checkpoints')) == 40
   rates = logged_scalars(tmp_path)['learning_rate']
   schedule = steps.learning_rate_schedule(config, 40)
-  # The clock's share (seconds of 10 minutes) stays below the steps' (k / 40) but at
-  # step 0, where set-up and compiling give it about 1%: cosine(0.01 pi) ~ 1 - 2.5e-4.
+  # The clock's share (seconds of an hour) stays below the steps' (k / 40) after step
+  # 0, where set-up and compiling (up to 30 s on a loaded machine) give it <= 1%.
   np.testing.assert_allclose(rates, [float(schedule(k / 40)) for k in range(40)], rtol=1e-3)
   np.testing.assert_allclose(rates[1:], [float(schedule(k / 40)) for k in range(1, 40)],
                              rtol=1e-6)
