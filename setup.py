@@ -14,7 +14,8 @@ setuptools.setup(
         'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
     ],
     extras_require={
-        'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel'],
+        'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel',
+                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]'],
         # Accelerators: JAX's own builds for NVIDIA GPUs (CUDA 13 or 12 drivers) and TPUs.
         'cuda': ['jax[cuda13]'],
         'cuda12': ['jax[cuda12]'],

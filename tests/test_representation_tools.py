@@ -122,25 +122,6 @@ def quickstart_vit_checkpoint(tmp_path) -> str:
 
 
 @pytest.mark.slow
-def test_command_line_on_the_quick_start_vit(tmp_path):
-  """`python -m analysis all` on the quick-start ViT recipe with fresh parameters.
-
-  The ResNet side of every runner is tested above on a tiny BiT; a second model
-  on the command line would add minutes of ResNet Hessian compilation."""
-  path = quickstart_vit_checkpoint(tmp_path)
-  out = tmp_path / 'out'
-  subprocess.run(
-      [sys.executable, '-m', 'analysis', 'all', '--config', 'configs/quickstart_vit.py',
-       '--checkpoint', path, '--num_images', '60', '--batch_size', '30',
-       '--hessian_batches', '2', '--lanczos_steps', '4', '--out', str(out)],
-      check=True, cwd=ROOT)
-  for tool in TOOLS:
-    assert json.loads((out / f'{tool}.json').read_text())['quickstart_vit' if tool != 'cka'
-                                                           else 'cka']
-  assert len(list(out.glob('*.png'))) >= 15
-  assert (out / 'report.html').is_file() and (out / 'report.md').is_file()
-  assert list((out / 'tensorboard' / 'quickstart_vit').glob('events.out.tfevents.*'))
-
 @pytest.mark.parametrize('index', FAMILIES)
 def test_landscape_tools(subjects, index, tmp_path):
   s = subjects[index]

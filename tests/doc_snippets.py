@@ -1,0 +1,134 @@
+"""The code blocks of README.md and docs/, and how the tests run them.
+
+A fenced block whose language is `python` or `bash` runs; any other language
+(`text`, a table of output) is shown only. An HTML comment on the line before a
+fence changes how the block runs, the page showing the real command:
+
+    <!-- test: files ViT-Ti_16.npz workdirs/quickstart_vit; replace "ViT-B_16" "ViT-Ti_16" -->
+    <!-- test: skip "why this block cannot run in a test" -->
+
+`files` makes inputs in the run's directory before the page's blocks run: a
+`<model>.npz` in the published layout (initialised, 21,843 classes at 224 px,
+with a pre-logits layer where the model has one), or `workdirs/<recipe>` holding
+the initialised `params.npz` of `configs/<recipe>.py`, or `augreg`, a local AugReg
+index (`tests/test_checkpoint.py`). `replace` substitutes
+text (smaller sizes, shorter runs) and fails when the text is not in the block.
+`skip` shows the block untested, with the reason the test reports.
+
+A page's bash blocks run in order, each in `bash -e -o pipefail`, then its
+python blocks in order in one interpreter (one namespace), all in one
+temporary directory holding links to `configs/`, `scripts/`, `tests/`, ...;
+`python` and `.venv/bin/python` at the start of a command are the tests'
+interpreter, and `DIR` is a directory of its own.
+"""
+import dataclasses
+import os
+import re
+import shlex
+from typing import List, Optional, Sequence, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = ('python', 'bash')
+FENCE = re.compile(r'^(\s*)```(\S*)\s*$')
+DIRECTIVE = re.compile(r'^\s*<!--\s*test:(.*?)-->\s*$')
+LINKED = ('configs', 'scripts', 'tests', 'benchmarks', 'notebooks', 'docs')
+
+
+@dataclasses.dataclass
+class Block:
+  path: str  # relative to the repository root
+  line: int  # of the first code line, 1-based
+  language: str
+  code: str
+  skip: Optional[str] = None
+  files: Tuple[str, ...] = ()
+  replace: Tuple[Tuple[str, str], ...] = ()
+
+  @property
+  def where(self) -> str:
+    return f'{self.path}:{self.line}'
+
+  def runnable_code(self) -> str:
+    code = self.code
+    for old, new in self.replace:
+      if old not in code:
+        raise ValueError(f'{self.where}: replace {old!r}: not in the block.')
+      code = code.replace(old, new)
+    return code
+
+
+def pages() -> List[str]:
+  """README.md and every Markdown page under docs/, relative to the root."""
+  found = ['README.md']
+  for folder, _, names in sorted(os.walk(os.path.join(ROOT, 'docs'))):
+    found += sorted(os.path.relpath(os.path.join(folder, n), ROOT) for n in names
+                    if n.endswith('.md'))
+  return found
+
+
+def _directive(text: str, where: str) -> dict:
+  lexer = shlex.shlex(text, posix=True, punctuation_chars=';')
+  lexer.whitespace_split = True
+  parts, options = [[]], {}
+  for token in lexer:
+    if token == ';':
+      parts.append([])
+    else:
+      parts[-1].append(token)
+  for key, *args in filter(None, parts):
+    part = ' '.join([key, *args])
+    if key == 'skip' and len(args) == 1:
+      options['skip'] = args[0]
+    elif key == 'files' and args:
+      options['files'] = options.get('files', ()) + tuple(args)
+    elif key == 'replace' and len(args) == 2:
+      options['replace'] = options.get('replace', ()) + (tuple(args),)
+    else:
+      raise ValueError(f'{where}: unknown test directive {part!r}; use skip "reason", '
+                       'files NAME..., or replace "old" "new".')
+  return options
+
+
+def blocks(path: str) -> List[Block]:
+  """The fenced code blocks of one page, with their directives."""
+  with open(os.path.join(ROOT, path)) as f:
+    lines = f.read().split('\n')
+  found, i = [], 0
+  while i < len(lines):
+    match = FENCE.match(lines[i])
+    if not match:
+      i += 1
+      continue
+    indent, language = match.groups()
+    options = {}
+    directive = DIRECTIVE.match(lines[i - 1]) if i else None
+    if directive:
+      options = _directive(directive.group(1), f'{path}:{i}')
+    end = i + 1
+    while end < len(lines) and lines[end].strip() != '```':
+      end += 1
+    if end == len(lines):
+      raise ValueError(f'{path}:{i + 1}: a code block that is never closed.')
+    code = '\n'.join(l[len(indent):] if l.startswith(indent) else l for l in lines[i + 1:end])
+    found.append(Block(path, i + 2, language, code + '\n', **options))
+    i = end + 1
+  return found
+
+
+def interpreter_commands(code: str, python: str) -> str:
+  """A shell block with its `python` / `.venv/bin/python` / `.venv/bin/mkdocs`
+  commands run by the tests' environment."""
+  code = re.sub(r'(^|\s|=")(\.venv/bin/)?python(3)?(?=\s)', lambda m: m.group(1) + python, code,
+                flags=re.M)
+  return re.sub(r'(^|\s)\.venv/bin/(?=\w)', lambda m: m.group(1) + os.path.dirname(python) + '/',
+                code, flags=re.M)
+
+
+def python_program(runnable: Sequence[Block]) -> str:
+  """One program running the blocks in order in one namespace, each compiled
+  under its page and line so a traceback names the documentation line."""
+  parts = ['import sys', 'namespace = {"__name__": "__main__"}']
+  for block in runnable:
+    padded = '\n' * (block.line - 1) + block.runnable_code()
+    parts.append(f'exec(compile({padded!r}, {block.path!r}, "exec"), namespace)')
+  return '\n'.join(parts) + '\n'

@@ -1,0 +1,155 @@
+"""Every code block of README.md and docs/ runs (tests/doc_snippets.py says how),
+and the documentation site builds without a warning."""
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import doc_snippets
+from doc_snippets import ROOT
+
+ALL_BLOCKS = [b for page in doc_snippets.pages() for b in doc_snippets.blocks(page)]
+SKIPPED = [b for b in ALL_BLOCKS if b.skip]
+PAGES = [page for page in doc_snippets.pages()
+         if any(b.language in doc_snippets.RUN and not b.skip for b in doc_snippets.blocks(page))]
+
+
+def _published_file(name: str, folder: str) -> None:
+  """An initialised `<model>.npz` in the published layout: 21,843 classes at 224
+  px, behind a pre-logits layer of the model's width where it has one."""
+  from vit_jax import checkpoint, models
+  model_name = name[:-len('.npz')]
+  config = models.get_config(model_name, num_classes=21843)
+  if 'representation_size' in config:
+    config.representation_size = config.hidden_size
+  params = models.build_model(config).init(jax.random.PRNGKey(0),
+                                           np.zeros((1, 224, 224, 3), np.float32))['params']
+  checkpoint.save(os.path.join(folder, name), params)
+
+
+def _workdir(name: str, folder: str) -> None:
+  """`workdirs/<recipe>` with the initialised params.npz of configs/<recipe>.py."""
+  import importlib
+  from vit_jax import checkpoint, input_pipeline, models
+  recipe = importlib.import_module(f'configs.{os.path.basename(name)}').get_config()
+  classes = input_pipeline.get_source(recipe.dataset, recipe.eval_split,
+                                      recipe.data_dir).num_classes
+  model = models.build_model(models.get_config(recipe.model_name, num_classes=classes,
+                                               **recipe.model))
+  size = recipe.image_size
+  params = model.init(jax.random.PRNGKey(0), np.zeros((1, size, size, 3), np.float32))['params']
+  os.makedirs(os.path.join(folder, name))
+  checkpoint.save(os.path.join(folder, name, 'params.npz'), params)
+
+
+def _make(name: str, folder: str) -> None:
+  if name.endswith('.npz'):
+    _published_file(name, folder)
+  elif name.startswith('workdirs/'):
+    _workdir(name, folder)
+  elif name == 'augreg':  # a local copy of the AugReg index
+    from test_checkpoint import AUGREG_ROWS, write_augreg_index
+    write_augreg_index(os.path.join(folder, name), AUGREG_ROWS)
+  else:
+    raise ValueError(f'No such test input {name!r}: a <model>.npz, workdirs/<recipe> or augreg.')
+
+
+def _run(command, cwd, what):
+  done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900,
+                        env={**os.environ, 'PYTHONPATH': ROOT})
+  assert done.returncode == 0, (f'{what} failed (exit {done.returncode}):\n'
+                                f'{done.stdout[-3000:]}\n{done.stderr[-6000:]}')
+  return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('page', PAGES)
+def test_code_blocks_run(page, tmp_path):
+  for name in doc_snippets.LINKED:
+    os.symlink(os.path.join(ROOT, name), tmp_path / name)
+  runnable = [b for b in doc_snippets.blocks(page) if b.language in doc_snippets.RUN
+              and not b.skip]
+  for name in dict.fromkeys(f for b in runnable for f in b.files):
+    _make(name, str(tmp_path))
+  for block in runnable:
+    if block.language == 'bash':
+      code = doc_snippets.interpreter_commands(block.runnable_code(), sys.executable)
+      code = re.sub(r'\bDIR\b', 'workdirs/dir', code)
+      _run(['bash', '-e', '-o', 'pipefail', '-c', code], tmp_path, block.where)
+  program = [b for b in runnable if b.language == 'python']
+  if program:
+    _run([sys.executable, '-c', doc_snippets.python_program(program)], tmp_path,
+         ', '.join(b.where for b in program))
+
+
+def test_every_block_is_run_or_says_why_not():
+  """A block is in a language the tests run, a shown-only one, or skipped with a
+  reason; its directives parse, and every replacement finds its text."""
+  shown_only = {'text', 'console', 'json', 'yaml', 'toml', ''}
+  for block in ALL_BLOCKS:
+    assert block.language in doc_snippets.RUN or block.language in shown_only, block.where
+    if block.skip is not None:
+      assert len(block.skip) > 20, f'{block.where}: say why the block is not run'
+    else:
+      block.runnable_code()
+  # The blocks shown untested are few, and each is reported (below).
+  assert len(SKIPPED) <= 8, [b.where for b in SKIPPED]
+
+
+@pytest.mark.parametrize('block', SKIPPED, ids=[b.where for b in SKIPPED])
+def test_blocks_shown_untested_are_reported(block):
+  pytest.skip(f'{block.where} is not run: {block.skip}')
+
+
+def test_directives_are_parsed(tmp_path):
+  page = tmp_path / 'page.md'
+  page.write_text('text\n<!-- test: files A.npz; replace "a b" "c" -->\n```bash\necho a b\n```\n'
+                  '```text\nout\n```\n')
+  old_root = doc_snippets.ROOT
+  doc_snippets.ROOT = str(tmp_path)
+  try:
+    first, second = doc_snippets.blocks('page.md')
+  finally:
+    doc_snippets.ROOT = old_root
+  assert (first.line, first.files, first.runnable_code()) == (4, ('A.npz',), 'echo c\n')
+  assert second.language == 'text'
+  assert doc_snippets.interpreter_commands(
+      '.venv/bin/python -m x && python y.py\nPYTHONPATH=t .venv/bin/mkdocs build\n', '/v/bin/py') \
+      == '/v/bin/py -m x && /v/bin/py y.py\nPYTHONPATH=t /v/bin/mkdocs build\n'
+
+
+@pytest.mark.slow
+def test_the_site_builds_without_warnings(tmp_path):
+  mkdocs = os.path.join(os.path.dirname(sys.executable), 'mkdocs')
+  _run([mkdocs, 'build', '--strict', '--site-dir', str(tmp_path / 'site')], ROOT, 'mkdocs build')
+  assert (tmp_path / 'site' / 'index.html').exists()
+  assert (tmp_path / 'site' / 'api' / 'index.html').exists()
+
+
+def _table_names(page: str, heading: str) -> set:
+  """The `names` in the first column of the table under `## heading` of a page."""
+  text = open(os.path.join(ROOT, 'docs', page)).read()
+  section = text[text.index(f'## {heading}\n'):]
+  table = section[section.index('\n|'):].split('\n\n')[0]
+  return {name for row in table.strip().splitlines()[2:]
+          for name in re.findall(r'`(\w+)`', row.split('|')[1])}
+
+
+def test_the_training_page_has_a_row_for_every_recipe_field():
+  from vit_jax import settings
+  assert _table_names('training.md', 'Recipe fields') == set(settings.FIELDS)
+
+
+@pytest.mark.parametrize('model_name, heading', [
+    ('ViT-B_16', 'ViT and hybrid fields'), ('R50+ViT-B_16', 'ViT and hybrid fields'),
+    ('BiT-M-R50x1', 'BiT fields'), ('Mixer-B_16', 'Mixer fields'),
+    ('AlterNet-50', 'AlterNet fields')])
+def test_the_models_page_has_a_row_for_every_model_field(model_name, heading):
+  from vit_jax import models
+  documented = _table_names('models.md', heading) | _table_names('models.md',
+                                                                 'Fields of every family')
+  assert set(models.get_config(model_name)) - {'name', 'family'} == documented
