@@ -1,5 +1,6 @@
 """Small models, parameters and image folders shared by the tests."""
 import os
+import shutil
 
 import chex
 import flax
@@ -105,3 +106,15 @@ def assert_close_at_scale(actual, expected, rtol: float, ulps: float = 64.):
   scale = max(float(np.max(np.abs(np.asarray(leaf)))) for leaf in jax.tree_util.tree_leaves(expected))
   chex.assert_trees_all_close(actual, expected, rtol=rtol,
                               atol=ulps * float(np.finfo(np.float32).eps) * scale)
+
+
+NO_CHROMIUM = ('No Chromium here: scripts/test.sh installs the Debian package chromium where '
+               'apt-get runs as root.')
+
+
+def chromium():
+  """The path of a Chromium-like browser, or None."""
+  for name in ('chromium', 'chromium-browser', 'google-chrome'):
+    if shutil.which(name):
+      return shutil.which(name)
+  return None

@@ -11,6 +11,7 @@ import pytest
 
 import doc_snippets
 from doc_snippets import ROOT
+from helpers import NO_CHROMIUM, chromium
 
 ALL_BLOCKS = [b for page in doc_snippets.pages() for b in doc_snippets.blocks(page)]
 SKIPPED = [b for b in ALL_BLOCKS if b.skip]
@@ -122,12 +123,114 @@ def test_directives_are_parsed(tmp_path):
       == '/v/bin/py -m x && /v/bin/py y.py\nPYTHONPATH=t /v/bin/mkdocs build\n'
 
 
-@pytest.mark.slow
-def test_the_site_builds_without_warnings(tmp_path):
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+  """The site as `mkdocs build --strict` writes it: any warning (a broken link, a
+  missing reference, a docstring that does not parse) fails the build."""
+  folder = tmp_path_factory.mktemp('docs') / 'site'
   mkdocs = os.path.join(os.path.dirname(sys.executable), 'mkdocs')
-  _run([mkdocs, 'build', '--strict', '--site-dir', str(tmp_path / 'site')], ROOT, 'mkdocs build')
-  assert (tmp_path / 'site' / 'index.html').exists()
-  assert (tmp_path / 'site' / 'api' / 'index.html').exists()
+  _run([mkdocs, 'build', '--strict', '--site-dir', str(folder)], ROOT, 'mkdocs build')
+  return folder
+
+
+@pytest.mark.slow
+def test_the_site_builds_without_warnings(site):
+  from analysis import tool
+  for page in ['index.html', 'api/index.html', 'tools/index.html'] + [
+      f'tools/{name}/index.html' for name in tool.TOOLS]:
+    assert (site / page).exists(), page
+  api = (site / 'api' / 'index.html').read_text()
+  assert 'load_pretrained' in api and 'MinibatchCKA' in api
+
+
+# Injected into each checked page: the images, the errors, the page's title and,
+# once the search worker has answered (at most 60 waits), the search results, as
+# JSON. Each wait is a request the test's server answers after 0.3 s: while one is
+# pending the browser's virtual clock stands still and the worker runs.
+CHECK = """<script>
+var problems = [];
+window.addEventListener('error', function (e) {
+  problems.push('error: ' + (e.message || (e.target && (e.target.src || e.target.href))));
+}, true);
+window.addEventListener('load', async function () {
+  var results = 0;
+  for (var wait = 0; wait < 60; wait++) {
+    await fetch('/wait');
+    results = document.querySelectorAll('.md-search-result__item').length;
+    if (results > 0 || (wait > 1 && !location.search)) break;
+  }
+  var pre = document.createElement('pre');
+  pre.id = 'browser-check';
+  pre.textContent = JSON.stringify({
+    images: Array.from(document.images).map(function (img) {
+      return {src: img.getAttribute('src'), complete: img.complete, width: img.naturalWidth}; }),
+    problems: problems,
+    title: (document.querySelector('.md-content h1') || {}).textContent,
+    results: results});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _served(folder):
+  """An HTTP server on localhost for `folder` (the search worker fetches its index,
+  which file:// pages may not do) with the `/wait` of CHECK, in a thread; returns
+  (server, base URL)."""
+  import functools
+  import http.server
+  import threading
+  import time
+
+  class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+      if self.path == '/wait':
+        time.sleep(0.3)
+        self.send_response(204)
+        self.end_headers()
+      else:
+        super().do_GET()
+
+    def log_message(self, *args):
+      pass
+
+  server = http.server.ThreadingHTTPServer(
+      ('127.0.0.1', 0), functools.partial(Handler, directory=str(folder)))
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  return server, f'http://127.0.0.1:{server.server_port}/'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
+def test_the_site_renders_in_a_browser_and_its_search_finds(site, tmp_path):
+  """Headless Chromium opens pages of the built site over HTTP: each renders its
+  title, every image decodes, no script errs, and the search (`?q=`) finds."""
+  import html
+  import json
+  pages = {'index.html?q=hessian': 'Getting started', 'models/index.html': 'Models',
+           'analysis/index.html': 'Analysis', 'tools/hessian/index.html': None,
+           'api/index.html': 'API reference'}
+  for page in pages:
+    path = site / page.split('?')[0]
+    path.write_text(path.read_text().replace('<head>', '<head>' + CHECK, 1))
+  server, base = _served(site)
+  try:
+    for page, title in pages.items():
+      run = subprocess.run(
+          [chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+           '--disable-background-networking', '--disable-component-update', '--no-first-run',
+           f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=60000',
+           '--dump-dom', base + page], capture_output=True, text=True, timeout=120)
+      dom = run.stdout
+      assert 'id="browser-check"' in dom, (page, run.stderr[-2000:])
+      start = dom.index('id="browser-check">') + len('id="browser-check">')
+      check = json.loads(html.unescape(dom[start:dom.index('</pre>', start)]))
+      assert check['problems'] == [], (page, check)
+      assert all(i['complete'] and i['width'] > 0 for i in check['images']), (page, check)
+      assert check['title'] and (title is None or check['title'].startswith(title)), check
+      if '?q=' in page:
+        assert check['results'] > 0, check
+  finally:
+    server.shutdown()
 
 
 def _table_names(page: str, heading: str) -> set:

@@ -17,7 +17,7 @@ from PIL import Image
 from analysis import events, features, plots, report
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS
-from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT
+from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from test_representation_tools import batches, subject
 from vit_jax import models
 
@@ -208,13 +208,6 @@ def test_log_density_limits_lie_within_a_few_decades_of_the_peak():
   assert 1. < fig.axes[0].get_ylim()[0] < 2.
 
 
-def _chromium():
-  for name in ('chromium', 'chromium-browser', 'google-chrome'):
-    if shutil.which(name):
-      return shutil.which(name)
-  return None
-
-
 CHECK = """<script>
 var problems = [];
 window.addEventListener('error', function (e) {
@@ -241,8 +234,7 @@ window.addEventListener('load', function () {
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason='No Chromium here: scripts/test.sh installs '
-                    'the Debian package chromium where apt-get runs as root.')
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_report_opens_in_a_real_browser(analysed, tmp_path):
   """Headless Chromium opens the page from disk: every image decodes, nothing errs."""
   out, paths = analysed
@@ -250,7 +242,7 @@ def test_report_opens_in_a_real_browser(analysed, tmp_path):
   checked = out / 'report_checked.html'
   checked.write_text(page.replace('<head>', '<head>' + CHECK, 1))
   run = subprocess.run(
-      [_chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+      [chromium(), '--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
        f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=20000',
        '--dump-dom', checked.as_uri()], capture_output=True, text=True, timeout=120)
   dom = run.stdout
