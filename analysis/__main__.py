@@ -24,9 +24,9 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 from absl import app, flags
 from ml_collections import config_flags
 
-from analysis import events, features, report, tool
+from analysis import estimate, events, features, report, tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from vit_jax import entry, sweep_rows
+from vit_jax import budget, entry, sweep_rows
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
 
@@ -50,6 +50,9 @@ flags.DEFINE_list('tool_modules', [], 'Importable modules that register more ana
                   '(`analysis.tool.register`); imported before the flags are read, so their '
                   'tools may define flags too.')
 flags.DEFINE_bool('overwrite', False, 'Replace the analysis of other models in --out.')
+flags.DEFINE_string('time_budget', '', 'A duration (6m, 90s, 1h): before any tool runs, each '
+                    "tool's time is estimated from one timed pass of each kind on each model, "
+                    'and a total beyond it is refused, naming the options that shorten it.')
 flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard events in '
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 
@@ -136,10 +139,52 @@ def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
     os.remove(path)
 
 
+def check_time(names: Sequence[str], subjects: Sequence[features.Subject],
+               batches_for: Callable[[features.Subject], tool.Batches],
+               options: Mapping[str, Mapping], amounts: estimate.Amounts, seconds: float,
+               started: float) -> Dict[str, float]:
+  """Each tool's estimated seconds (`analysis.estimate`), printed; refuses a total
+  beyond what is left of `seconds` since `started`, naming what shortens it."""
+  def work_on(name):
+    registered = tool.TOOLS[name]
+    return lambda s: (registered.work(s, options[name], amounts)
+                      if registered.applies_to(s) else None)
+  works = {name: work_on(name) for name in names}
+  kinds = estimate.kinds_needed([w for work in works.values() for s in subjects
+                                 if (w := work(s)) is not None])
+  prices = {}
+  for s in subjects:
+    images, labels = next(iter(batches_for(s)('eval')))
+    prices[s.label] = estimate.price(s, images, labels, kinds)
+  estimated = estimate.estimates(works, subjects, prices)
+  left = seconds - (time.perf_counter() - started)
+  listed = ', '.join(f'{n} {estimate.duration(t)}' for n, t in estimated.items())
+  total = sum(estimated.values())
+  if total > left:
+    longest = sorted(estimated, key=estimated.get, reverse=True)
+    shorter = '; '.join(f'{n} {estimate.duration(estimated[n])}' + (
+        f' (shorter with {", ".join("--" + f for f in tool.TOOLS[n].shortened_by)})'
+        if tool.TOOLS[n].shortened_by else '') for n in longest)
+    raise ConfigError(
+        f'The analysis would take about {estimate.duration(total)}, more than the '
+        f'{estimate.duration(left)} left of --time_budget={FLAGS.time_budget}: {shorter}. '
+        'Shorten the longest, run fewer tools (python -m analysis <tool>), or give a longer '
+        '--time_budget.')
+  print(f'Estimated: {listed}; {estimate.duration(total)} of the {estimate.duration(left)} '
+        f'left of --time_budget={FLAGS.time_budget}.', flush=True)
+  return estimated
+
+
 def run(name: str) -> Dict:
+  started = time.perf_counter()
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
   check_amounts(FLAGS.num_images, FLAGS.batch_size)
+  try:
+    seconds = budget.parse_duration(FLAGS.time_budget) if FLAGS.time_budget else None
+  except ValueError:
+    raise ConfigError(f'--time_budget={FLAGS.time_budget} is not a duration such as 6m, 90s '
+                      'or 1h30m.') from None
   names = list(tool.TOOLS) if name == 'all' else [name]
   options = {n: tool.TOOLS[n].options() for n in names}  # each tool checks its own flags
   loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
@@ -162,9 +207,14 @@ def run(name: str) -> Dict:
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
-  results, seconds = run_tools(names, subjects, batches_for, FLAGS.out, options)
+  if seconds is not None:
+    estimated = check_time(names, subjects, batches_for, options,
+                           estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started)
+    with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
+      json.dump({n: round(t, 1) for n, t in estimated.items()}, f)
+  results, timings = run_tools(names, subjects, batches_for, FLAGS.out, options)
   with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
-    json.dump(seconds, f)  # wall seconds per tool, compilation and data included
+    json.dump(timings, f)  # wall seconds per tool, compilation and data included
   with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
     json.dump(about, f, indent=1)
   finish(FLAGS.out, tensorboard=FLAGS.tensorboard)

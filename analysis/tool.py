@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import jax
 import numpy as np
 
-from analysis import features, uncertainty
+from analysis import estimate, features, uncertainty
 from analysis.verdict import Models, Verdict
 
 Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
@@ -66,7 +66,10 @@ class Tool:
   that put every model in one frame (none below two models); `options()` the keyword
   arguments of `run` from the command-line flags the tool's module defines;
   `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.verdict`),
-  `models` being what the report knows of each model label.
+  `models` being what the report knows of each model label. `work(subject, options,
+  amounts)` counts the model passes a run makes (`analysis.estimate`), which
+  `--time_budget` prices before any tool runs; `shortened_by` names the flags
+  that make it shorter.
   """
   name: str
   title: str
@@ -80,6 +83,9 @@ class Tool:
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
   options: Callable[[], Mapping[str, Any]] = dict
   verdicts: Callable[[Result, Models], List[Verdict]] = lambda result, models: []
+  work: Callable[[Subject, Mapping[str, Any], estimate.Amounts], estimate.Work] = \
+      estimate.one_pass_over_the_data
+  shortened_by: Tuple[str, ...] = ('num_images',)
 
   def applies_to(self, subject: Subject) -> bool:
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)

@@ -5,11 +5,13 @@ import jax
 import numpy as np
 
 from analysis import erf, features, joint_figures, plots, uncertainty, verdict
+from analysis.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register, take)
 
 
 ERF_GROUPS = 4  # the images are split into groups; the spread over groups is the uncertainty
+ERF_IMAGES = 32
 
 
 def half_mass_area(field: np.ndarray) -> int:
@@ -17,7 +19,7 @@ def half_mass_area(field: np.ndarray) -> int:
   return int(np.searchsorted(np.cumsum(np.sort(field.ravel())[::-1]), 0.5 * field.sum()) + 1)
 
 
-def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = 32) -> Dict:
+def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_IMAGES) -> Dict:
   """Effective receptive field of the centre location of every block output, and
   the area holding half its mass, with its standard error over ERF_GROUPS groups
   of the images."""
@@ -75,6 +77,13 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
       'pixels', logy=True, decades=4, errors=lambda r: r['half_mass_stderr'])
 
 
+def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+  """An input gradient over ERF_IMAGES images per stream layer, each compiled apart."""
+  layers = len(subject.layers.stream)
+  images = min(options.get('num_images', ERF_IMAGES), amounts.num_images)
+  return Work({'gradient': layers * images / amounts.batch_size}, {'gradient': layers})
+
+
 TOOL = register(Tool(
     name='erf', title='Effective receptive fields',
     quantity='Effective receptive field of the centre location: |d output / d input| summed '
@@ -84,4 +93,4 @@ TOOL = register(Tool(
           'ResNet\'s, which grow gradually with depth.',
     run=run_erf, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'erf/half_mass_pixels': list(r['half_mass_pixels'])}),
-    joint=joint, verdicts=verdicts))
+    joint=joint, verdicts=verdicts, work=work, shortened_by=()))

@@ -11,6 +11,7 @@ from analysis import (features, hessian, joint_figures, lanczos, plots, progress
                       verdict)
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
+from analysis.estimate import Amounts, Work
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
@@ -63,9 +64,14 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
                                                   'pipeline, augmentation drawn once'}
 
 
-def run_hessian(subject: Subject, batches: Batches, out: str, num_minibatches: int = 4,
-                top_k: int = 5, steps_top: int = 20, steps_density: int = 40,
-                num_probes: int = 2, objective: str = 'training') -> Dict:
+DEFAULTS = dict(num_minibatches=4, steps_top=20, steps_density=40, num_probes=2)
+
+
+def run_hessian(subject: Subject, batches: Batches, out: str,
+                num_minibatches: int = DEFAULTS['num_minibatches'], top_k: int = 5,
+                steps_top: int = DEFAULTS['steps_top'],
+                steps_density: int = DEFAULTS['steps_density'],
+                num_probes: int = DEFAULTS['num_probes'], objective: str = 'training') -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
   and an SLQ density with its negative fraction on all of them together, of the
   objective `hessian_objective` names (recorded in the JSON)."""
@@ -196,6 +202,14 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
                        rug_label='top eigenvalues per minibatch')]
 
 
+def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+  """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
+  minibatch, then the SLQ probes over all of them; the two loops compile apart."""
+  o = {**DEFAULTS, **options}
+  products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density'])
+  return Work({'hvp': products}, {'hvp': 2})
+
+
 TOOL = register(Tool(
     name='hessian', title='Hessian spectra',
     quantity='Top-5 Hessian eigenvalues on each minibatch by Lanczos (the ticks under the '
@@ -211,4 +225,5 @@ TOOL = register(Tool(
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
     options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
-                            FLAGS.hessian_objective)))
+                            FLAGS.hessian_objective),
+    work=work, shortened_by=('hessian_batches', 'lanczos_steps')))

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis import features, joint_figures, plots, probes, uncertainty, verdict
+from analysis.estimate import Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
@@ -118,4 +119,7 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 12-13): a class-token ViT\'s class token becomes decodable only in '
           'the last layers, while the spatial tokens\' mean is decodable earlier.',
     run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
-    joint=joint, verdicts=verdicts))
+    joint=joint, verdicts=verdicts,
+    # A pass over the training and one over the evaluation split (the solves are small).
+    work=lambda subject, options, amounts: Work({'forward': 2 * amounts.batches},
+                                                {'forward': 1})))

@@ -6,14 +6,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis import fourier, joint_figures, plots, uncertainty, verdict
+from analysis.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from vit_jax.models.family import TRANSFORMER
 
 
+EPSILONS = (0.1, 0.3, 1.0)
+FREQUENCIES = tuple(np.linspace(0, np.pi, 9))
+
+
 def run_robustness(subject: Subject, batches: Batches, out: str,
-                   epsilons: Sequence[float] = (0.1, 0.3, 1.0),
-                   frequencies: Sequence[float] = tuple(np.linspace(0, np.pi, 9)),
+                   epsilons: Sequence[float] = EPSILONS,
+                   frequencies: Sequence[float] = FREQUENCIES,
                    width: float = 0.2) -> Dict:
   """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
   eps * sign(N(0, 1)) masked to the square band of half-width `width` around each
@@ -121,6 +126,12 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   return found
 
 
+def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+  """A clean pass and one per (eps, band) over the evaluation split."""
+  noisy = len(options.get('epsilons', EPSILONS)) * len(options.get('frequencies', FREQUENCIES))
+  return Work({'forward': amounts.batches * (1 + noisy)}, {'forward': 1})
+
+
 TOOL = register(Tool(
     name='robustness', title='Robustness to frequency-band noise',
     quantity='Accuracy under noise eps * sign(N(0,1)) masked to a frequency band around f in '
@@ -130,4 +141,4 @@ TOOL = register(Tool(
           'vulnerable; both suffer from low-frequency noise.',
     run=run_robustness,
     findings=each_model(_findings),
-    scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts))
+    scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts, work=work))

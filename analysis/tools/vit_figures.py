@@ -5,13 +5,18 @@ from typing import Dict, List, Mapping
 import numpy as np
 
 from analysis import attention, embeddings, features, plots, verdict
+from analysis.estimate import Work
 from analysis.tool import (ATTENTION, Batches, Figure, Subject, Tool, figure_path, per_model,
                            register)
 
 PANELS = ('filters', 'positions', 'rollout')  # the figures, in order; positions may be absent
 
 
-def run_vit_figures(subject: Subject, batches: Batches, out: str, num_images: int = 4) -> Dict:
+ROLLOUT_IMAGES = 4
+
+
+def run_vit_figures(subject: Subject, batches: Batches, out: str,
+                    num_images: int = ROLLOUT_IMAGES) -> Dict:
   """The ViT paper's Fig. 7 and attention rollout: embedding-filter principal
   components, position-embedding similarities, rollout maps on a few images."""
   grid, _ = subject.token_grid()
@@ -104,4 +109,8 @@ TOOL = register(Tool(
     paper='ViT paper (Fig. 7): the filter components resemble bases for fine patch structure; '
           'nearby positions have similar embeddings, in rows and columns.',
     run=run_vit_figures, runs_on=ATTENTION, findings=findings, figures=figures,
-    verdicts=verdicts))
+    verdicts=verdicts, shortened_by=(),
+    # One forward pass of the rollout's few images.
+    work=lambda subject, options, amounts: Work({'forward': min(
+        options.get('num_images', ROLLOUT_IMAGES), amounts.batch_size) / amounts.batch_size},
+        {'forward': 1})))

@@ -1,0 +1,101 @@
+"""Time estimates of the analysis tools (`analysis.estimate`, `--time_budget`): each
+tool's count of model passes against what its runner does, the pricing, and the
+command refusing a budget its tools do not fit before any of them runs."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from analysis import estimate
+from analysis.tools import TOOLS, erf, hessian, robustness
+from test_representation_tools import batches, quickstart_vit_checkpoint, subject
+from helpers import TINY_VIT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AMOUNTS = estimate.Amounts(num_images=1000, batch_size=100)
+
+
+@pytest.fixture(scope='module')
+def vit():
+  return subject('ViT-Ti_16', 'vit', **TINY_VIT)
+
+
+def test_the_hessian_counts_its_lanczos_products(vit):
+  """Per minibatch the top-k Lanczos steps, then every SLQ probe's steps on each:
+  the products `run_hessian` reports progress in."""
+  options = hessian.options(batches=2, lanczos_steps=10, objective='training')
+  work = TOOLS['hessian'].work(vit, options, AMOUNTS)
+  assert work.passes == {'hvp': 2 * (10 + 2 * 20)}
+  default = TOOLS['hessian'].work(vit, {}, AMOUNTS).passes['hvp']
+  assert default == 4 * (20 + 2 * 40) == 400  # the quick start's 400 products
+
+
+def test_forward_tools_count_passes_over_the_split(vit):
+  batches_of_split = AMOUNTS.batches
+  assert TOOLS['cka'].work(vit, {}, AMOUNTS).passes == {'forward': batches_of_split}
+  assert TOOLS['probes'].work(vit, {}, AMOUNTS).passes == {'forward': 2 * batches_of_split}
+  noisy = len(robustness.EPSILONS) * len(robustness.FREQUENCIES)
+  assert TOOLS['robustness'].work(vit, {}, AMOUNTS).passes == {
+      'forward': batches_of_split * (1 + noisy)}
+  # ERF: an input gradient per stream layer over its images, each layer compiled apart.
+  layers = len(vit.layers.stream)
+  work = TOOLS['erf'].work(vit, {}, AMOUNTS)
+  assert work.passes == {'gradient': layers * erf.ERF_IMAGES / 100}
+  assert work.compiles == {'gradient': layers}
+  assert estimate.Amounts(num_images=250, batch_size=100).batches == 3
+
+
+def test_prices_add_passes_and_compilations():
+  prices = estimate.Prices(run={'forward': 0.5, 'hvp': 2.}, compile={'forward': 3., 'hvp': 10.})
+  work = estimate.Work({'forward': 10, 'hvp': 4}, {'hvp': 2})
+  assert prices.seconds(work) == 10 * 0.5 + 4 * 2. + 2 * 10.
+  # Without a count of compilations, each kind used compiles once.
+  assert prices.seconds(estimate.Work({'forward': 10})) == 5. + 3.
+  with pytest.raises(ValueError, match='Unknown kinds'):
+    estimate.Work({'backward': 1})
+  assert estimate.duration(185.2) == '3m05s' and estimate.duration(42.4) == '42s'
+
+
+def test_pricing_times_only_the_kinds_asked_for(vit):
+  images, labels = next(batches('eval'))
+  prices = estimate.price(vit, images, labels, ['forward', 'hvp'])
+  assert set(prices.run) == set(prices.compile) == {'forward', 'hvp'}
+  assert all(t > 0 for t in prices.run.values())
+  assert all(t >= 0 for t in prices.compile.values())
+  assert estimate.kinds_needed([estimate.Work({'hvp': 3}), estimate.Work({'forward': 1})]) == [
+      'forward', 'hvp']
+
+
+def _analysis(tmp_path, *args):
+  path = quickstart_vit_checkpoint(tmp_path)
+  return subprocess.run(
+      [sys.executable, '-m', 'analysis', *args, '--config', 'configs/quickstart_vit.py',
+       '--checkpoint', path, '--num_images', '40', '--batch_size', '20',
+       '--out', str(tmp_path / 'out'), '--notensorboard'],
+      capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_budget_the_tools_do_not_fit_is_refused_before_any_runs(tmp_path):
+  done = _analysis(tmp_path, 'all', '--time_budget=2s')
+  assert done.returncode != 0
+  message = done.stderr.strip().splitlines()[-1]
+  assert 'more than the' in message and '--time_budget=2s' in message, done.stderr[-2000:]
+  assert 'hessian' in message and '--hessian_batches, --lanczos_steps' in message
+  assert not list((tmp_path / 'out').glob('*.json'))  # no tool ran
+
+
+@pytest.mark.slow
+def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path):
+  done = _analysis(tmp_path, 'norm_ratio', '--time_budget=1h')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'Estimated: norm_ratio' in done.stdout
+  estimated = json.loads((tmp_path / 'out' / 'estimates.json').read_text())
+  measured = json.loads((tmp_path / 'out' / 'timings.json').read_text())
+  assert set(estimated) == set(measured) == {'norm_ratio'}
+  assert np.isfinite(estimated['norm_ratio']) and estimated['norm_ratio'] > 0
+  done = _analysis(tmp_path, 'norm_ratio', '--time_budget=soon')
+  assert done.returncode != 0 and 'not a duration' in done.stderr
