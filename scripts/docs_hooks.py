@@ -2,6 +2,7 @@
 record (`analysis.tool.TOOLS`) and its module's flags, so the site says what
 the registry holds. A figure of the quick-start models, where one was saved as
 `docs/figures/<tool>.png`, comes with it."""
+import html
 import os
 
 from absl import flags
@@ -22,7 +23,8 @@ def _options(registered: tool.Tool) -> str:
   if not defined:
     return 'None beyond the common ones (`--num_images`, `--batch_size`, `--dataset`).\n'
   rows = ['| flag | default | meaning |', '| --- | --- | --- |']
-  rows += [f'| `--{f.name}` | `{f.default}` | {f.help} |' for f in defined]
+  cell = lambda text: html.escape(str(text)).replace('|', '\\|')
+  rows += [f'| `--{f.name}` | `{f.default}` | {cell(f.help)} |' for f in defined]
   return '\n'.join(rows) + '\n'
 
 
