@@ -1,11 +1,18 @@
-"""A forward pass with the batch sharded over 8 CPU devices equals one device."""
+"""Sharded computation on 8 simulated CPU devices: a forward pass with the batch
+split equals one device; a fully sharded (fsdp) training step equals the
+replicated one, holds an eighth of the state per device, and its checkpoint
+resumes on another number of devices."""
 import chex
 import jax
+import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from helpers import images, init, perturbed, tiny_bit, tiny_vit
+from configs import common
+from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_bit, tiny_vit
+from vit_jax import run_state, sharding, steps
 
 
 @pytest.mark.parametrize('make', [tiny_vit, tiny_bit])
@@ -25,3 +32,102 @@ def test_sharded_forward_equals_single_device(make):
   chex.assert_shape(sharded.addressable_shards[0].data, (2, 10))
   # Same program per example; only the reduction order of XLA's kernels may differ.
   chex.assert_trees_all_close(np.asarray(sharded), np.asarray(single), rtol=1e-5, atol=1e-6)
+
+
+# Fully sharded training (`config.sharding='fsdp'`, vit_jax/sharding.py).
+
+
+def test_fsdp_splits_the_largest_divisible_axis():
+  assert sharding.leaf_spec((3, 3, 3, 64), 8, 'fsdp') == P(None, None, None, 'data')
+  assert sharding.leaf_spec((256, 64), 8, 'fsdp') == P('data', None)
+  assert sharding.leaf_spec((64, 64), 8, 'fsdp') == P('data', None)  # the first of equals
+  assert sharding.leaf_spec((10,), 8, 'fsdp') == P()  # no divisible axis: replicated
+  assert sharding.leaf_spec((), 8, 'fsdp') == P()
+  assert sharding.leaf_spec((256, 64), 1, 'fsdp') == P()
+  assert sharding.leaf_spec((256, 64), 8, 'data') == P()
+  with pytest.raises(ValueError, match='Unknown sharding'):
+    sharding.leaf_spec((8,), 8, 'zero3')
+
+
+def _config(model, **overrides):
+  """A tiny recipe whose every parameter has an axis 8 divides (8 classes)."""
+  fields = common.base_config().to_dict()
+  fields.update(model, image_size=16, batch_size=16, eval_batch_size=16, total_steps=4,
+                optimizer='adam', lr=1e-3, warmup_steps=0, weight_decay=1e-4)
+  fields.update(overrides)
+  return ml_collections.ConfigDict(fields)
+
+
+MODELS = [dict(model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4)),
+          dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1,), width_factor=0.5))]
+
+
+def _batch(seed):
+  rng = np.random.RandomState(seed)
+  return {'image': images(16, 16, seed=seed), 'label': np.eye(8)[rng.randint(0, 8, 16)]}
+
+
+def _steps(setup, state, first, count, total):
+  for i in range(first, first + count):
+    state, metrics = setup.train_step(state, setup.shard_batch(_batch(i)), np.float32(i / total))
+  return state, metrics
+
+
+def _train(config, devices, steps_to_run=2):
+  setup = steps.build(config, 8, config.total_steps, devices)
+  return (setup, *_steps(setup, setup.state, 0, steps_to_run, config.total_steps))
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize('model', MODELS, ids=['vit', 'bit'])
+def test_a_fully_sharded_step_equals_the_replicated_one(model):
+  _, data_state, data_metrics = _train(_config(model, sharding='data'), jax.devices())
+  setup, fsdp_state, fsdp_metrics = _train(_config(model, sharding='fsdp'), jax.devices())
+  # Every leaf with a divisible axis is split; each device holds an eighth of the state.
+  largest = max(jax.tree_util.tree_leaves(fsdp_state.params), key=lambda leaf: leaf.size)
+  assert len(largest.sharding.device_set) == 8 and not largest.sharding.is_fully_replicated
+  whole = sharding.bytes_per_device(data_state, jax.devices()[0])
+  split = sharding.bytes_per_device(fsdp_state, jax.devices()[0])
+  assert split <= whole / 8 * 1.05, (split, whole)
+  # The same update; sums run in another order (reduce-scatters instead of all-reduces).
+  np.testing.assert_allclose(float(fsdp_metrics['loss']), float(data_metrics['loss']), rtol=1e-5)
+  assert_close_at_scale(jax.device_get(fsdp_state.params), jax.device_get(data_state.params),
+                        rtol=1e-4)
+  # The evaluation takes the sharded parameters as they are.
+  sums = setup.eval_step(fsdp_state.params, setup.shard_batch({**_batch(9), 'mask': np.ones(16)}))
+  assert float(sums['count']) == 16
+
+
+@pytest.mark.numerics
+def test_a_fully_sharded_checkpoint_resumes_on_fewer_devices(tmp_path):
+  """Written on 8 devices, restored onto 2 (orbax reshards), two more steps: the
+  parameters of four uninterrupted steps on 8."""
+  config = _config(MODELS[0], sharding='fsdp')
+  _, whole, _ = _train(config, jax.devices(), steps_to_run=4)
+  _, half, _ = _train(config, jax.devices())
+  manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'),
+                                  options=ocp.CheckpointManagerOptions(
+                                      enable_async_checkpointing=False))
+  run_state.save(manager, 2, half)
+  manager.wait_until_finished()
+  two = steps.build(config, 8, config.total_steps, jax.devices()[:2])
+  restored, _ = run_state.resume(manager, two.state)
+  assert int(restored.step) == 2
+  assert all(len(leaf.sharding.device_set) == 2 for leaf in jax.tree_util.tree_leaves(restored))
+  resumed, _ = _steps(two, restored, 2, 2, config.total_steps)
+  assert_close_at_scale(jax.device_get(resumed.params), jax.device_get(whole.params), rtol=1e-4)
+
+
+def test_the_train_command_runs_fully_sharded(tmp_path):
+  """`--config.sharding=fsdp` end to end: trains, evaluates, and writes the whole
+  parameters in the published layout."""
+  from helpers import make_folder
+  from vit_jax import checkpoint, train
+  folder = make_folder(str(tmp_path / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
+                       size=(10, 10))
+  config = _config(MODELS[0], sharding='fsdp', dataset=folder, image_size=8,
+                   total_steps=2, log_every=1, eval_every=2, checkpoint_every=2)
+  summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['eval_examples'] == 13
+  params = checkpoint.load(str(tmp_path / 'run' / 'params.npz'))
+  assert params['head']['kernel'].shape == (32, 3)

@@ -11,7 +11,6 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import checkpoint
 from vit_jax.models.family import CheckpointError
@@ -89,12 +88,13 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any,
   return None, 0.
 
 
-def resume(manager: ocp.CheckpointManager, state, mesh: Mesh) -> Tuple[Any, float]:
-  """The state of the newest usable checkpoint replicated over `mesh`, or `state`
-  (fresh) where the run has none; and the seconds of training behind it."""
+def resume(manager: ocp.CheckpointManager, state) -> Tuple[Any, float]:
+  """The state of the newest usable checkpoint, placed as `state` is (the run's
+  mesh and sharding, whatever the devices that wrote it), or `state` (fresh) where
+  the run has none; and the seconds of training behind it."""
   restored, seconds = restore_latest(
       manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   if restored is None:
     return state, 0.
   logging.info('Resumed from step %d.', int(restored.step))
-  return jax.device_put(restored, NamedSharding(mesh, P())), seconds
+  return jax.device_put(restored, jax.tree_util.tree_map(lambda x: x.sharding, state)), seconds

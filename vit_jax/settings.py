@@ -116,6 +116,10 @@ FIELDS: Dict[str, Field] = {
     # in trains at factor x lr; 0 freezes it. E.g. ((Family.body, 0.1),): body at lr/10.
     'lr_mults': Field((), _lr_mults, '(regex, factor >= 0) pairs'),
 
+    # Where the state lives on the mesh: 'data' replicates it, 'fsdp' splits every
+    # leaf over the devices (vit_jax.sharding).
+    'sharding': Field('data', *_one_of('data', 'fsdp')),
+
     # Bookkeeping.
     'seed': Field(0, lambda v: _is_int(v), 'an integer'),
     'log_every': Field(50, *_POSITIVE_INT),

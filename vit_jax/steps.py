@@ -20,7 +20,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import augreg, checkpoint, models
+from vit_jax import augreg, checkpoint, models, sharding
 from vit_jax.errors import UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -229,14 +229,16 @@ def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> 
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
 
-def compile_steps(model, config, schedule, mesh: Mesh):
-  """The jitted train and eval steps: batch sharded over `mesh`, state replicated."""
+def compile_steps(model, config, schedule, mesh: Mesh, state_sharding):
+  """The jitted train and eval steps: batch sharded over `mesh`, the state as
+  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`)."""
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   step_fn = jax.jit(functools.partial(train_step, model=model, config=config, schedule=schedule),
-                    in_shardings=(replicated, data_sharded, replicated),
-                    out_shardings=(replicated, replicated), donate_argnums=0)
+                    in_shardings=(state_sharding, data_sharded, replicated),
+                    out_shardings=(state_sharding, replicated), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
-                    in_shardings=(replicated, data_sharded), out_shardings=replicated)
+                    in_shardings=(state_sharding.params, data_sharded),
+                    out_shardings=replicated)
   return step_fn, eval_fn
 
 
@@ -246,7 +248,7 @@ class Setup:
   model: nn.Module
   model_cfg: ml_collections.ConfigDict
   schedule: Schedule
-  state: TrainState            # replicated over `mesh`
+  state: TrainState            # on `mesh` as `config.sharding` says (`vit_jax.sharding`)
   mesh: Mesh
   train_step: Callable         # (state, batch, progress) -> (state, metrics); donates the state
   eval_step: Callable          # (params, batch) -> sums of correct, loss, count
@@ -256,15 +258,23 @@ class Setup:
     return jax.device_put(batch, NamedSharding(self.mesh, P('data')))
 
 
+def gathered(tree, mesh: Mesh):
+  """`tree` whole on every device of `mesh` (a collective: every process calls it),
+  so one process can save it whatever the sharding."""
+  return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))(tree)
+
+
 def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
           devices: Sequence[jax.Device] = None) -> Setup:
-  """Model, schedule, optimizer, replicated state, mesh and compiled steps of a recipe."""
+  """Model, schedule, optimizer, state (sharded as `config.sharding` says), mesh and
+  compiled steps of a recipe."""
   model_cfg = model_config(config, num_classes)
   model = models.build_model(model_cfg)
   schedule = learning_rate_schedule(config, total_steps)
   state = create_train_state(config, model, model_cfg, make_optimizer(config, total_steps),
                              config.image_size)
-  mesh = Mesh(np.array(devices or jax.devices()), ('data',))
-  step_fn, eval_fn = compile_steps(model, config, schedule, mesh)
-  state = jax.device_put(state, NamedSharding(mesh, P()))
+  mesh = Mesh(np.array(devices or jax.devices()), (sharding.AXIS,))
+  state_sharding = sharding.state_shardings(state, mesh, config.sharding)
+  step_fn, eval_fn = compile_steps(model, config, schedule, mesh, state_sharding)
+  state = jax.device_put(state, state_sharding)
   return Setup(model, model_cfg, schedule, state, mesh, step_fn, eval_fn)

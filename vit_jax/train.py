@@ -187,7 +187,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
-  state, spent = run_state.resume(manager, setup.state, setup.mesh)
+  state, spent = run_state.resume(manager, setup.state)
   record()  # the settings are the run's from here on
   start_step = int(state.step)
   state_bytes, params_bytes = workdirs.sizes(state)
@@ -254,9 +254,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       if last:
         break
     manager.wait_until_finished()
+    params = steps.gathered(state.params, setup.mesh)
     if jax.process_index() == 0:
       with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
-        checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(state.params))
+        checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(params))
     if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
       summary = evaluate(state.params)
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
