@@ -36,9 +36,9 @@ def tiny_alternet(num_classes=10, **overrides):
   return models.get_model('AlterNet-18', num_classes, **{**TINY_ALTERNET, **overrides})
 
 
-def param_shapes(name, image_size=224, **overrides):
-  """Parameter shapes of a zoo model with 1000 classes, without allocating it."""
-  model = models.get_model(name, 1000, **overrides)
+def param_shapes(name, image_size=224, num_classes=1000, **overrides):
+  """Parameter shapes of a zoo model (1000 classes unless told), without allocating it."""
+  model = models.get_model(name, num_classes, **overrides)
   variables = jax.eval_shape(model.init, jax.random.PRNGKey(0),
                              jnp.zeros((1, image_size, image_size, 3)))
   return {k: v.shape for k, v in flax.traverse_util.flatten_dict(variables['params'],

@@ -22,6 +22,7 @@ PARAM_COUNTS = {
     'ViT-H_14': 632_045_800, 'ViT-L_16': 304_326_632, 'ViT-L_32': 306_535_400,
     'ViT-S_16': 22_050_664, 'ViT-S_32': 22_878_952, 'ViT-Ti_16': 5_717_416,
     'Mixer-B_16': 59_880_472, 'Mixer-L_16': 208_196_168,
+    'ViT-So400m_14': 413_597_656, 'ViT-g_14': 1_012_611_432, 'ViT-G_14': 1_844_440_680,
 }
 # Counted against closed forms in test_mixer_alternet.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',
@@ -62,6 +63,16 @@ def test_family_layers_are_what_the_model_sows(name, overrides):
     for name, count in sorted(PARAM_COUNTS.items())])
 def test_parameter_count(name):
   assert sum(np.prod(s) for s in param_shapes(name).values()) == PARAM_COUNTS[name]
+
+
+@pytest.mark.parametrize('name, classifier, millions', [
+    ('ViT-g_14', 'token', 1011), ('ViT-G_14', 'token', 1843), ('ViT-So400m_14', 'map', 428)])
+def test_the_giant_vits_have_their_published_size(name, classifier, millions):
+  """Without a head, in millions: "Scaling Vision Transformers" Table 2 (g/14 1,011M,
+  G/14 1,843M) and SigLIP's So400m/14 image tower (428M, attention-pooled); shapes
+  only (`jax.eval_shape`), nothing is allocated."""
+  shapes = param_shapes(name, num_classes=0, classifier=classifier)
+  assert round(sum(np.prod(s) for s in shapes.values()) / 1e6) == millions
 
 
 def test_vit_b16_tree_is_the_published_one():

@@ -349,8 +349,14 @@ SIZES = {
     'B': (768, 3072, 12, 12),
     'L': (1024, 4096, 16, 24),
     'H': (1280, 5120, 16, 32),
+    # "Scaling Vision Transformers" (Table 2) and SigLIP's shape-optimised So400m, as
+    # big_vision builds them; published as big_vision files (`checkpoint.load` reads them).
+    'So400m': (1152, 4304, 16, 27),
+    'g': (1408, 6144, 16, 40),
+    'G': (1664, 8192, 16, 48),
 }
-PUBLISHED = ('Ti/16', 'S/16', 'S/32', 'B/8', 'B/16', 'B/32', 'L/16', 'L/32', 'H/14')
+PUBLISHED = ('Ti/16', 'S/16', 'S/32', 'B/8', 'B/16', 'B/32', 'L/16', 'L/32', 'H/14',
+             'So400m/14', 'g/14', 'G/14')
 # name: (ViT size, patch size on the ResNet features, ResNet stage depths)
 HYBRID_PUBLISHED = {
     'R50+ViT-B_16': ('B', 1, (3, 4, 9)),
