@@ -34,7 +34,9 @@ def tool_page(registered: tool.Tool, docs_dir: str) -> str:
   if registered.runs_on != tool.ATTENTION:  # the ViT alone where the tool needs attention maps
     command += f' \\\n    {SECOND}'
   figure = os.path.join(docs_dir, 'figures', f'{name}.png')
-  shown = (f'![{registered.title} of the quick-start models](../figures/{name}.png)\n'
+  shown = (f'![{registered.title} of the quick-start models](../figures/{name}.png)\n\n'
+           'The quick-start ViT and ResNet of [Results](../results.md#quick-start-training) '
+           '(the run with load after the probe), as `python -m analysis all` drew them.\n'
            if os.path.exists(figure) else
            'No figure is stored with the docs for this tool; `python -m analysis all` writes '
            'them into the report.\n')
