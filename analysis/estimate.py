@@ -15,7 +15,6 @@ import jax
 import numpy as np
 
 from analysis import features, hessian
-from vit_jax import models
 
 KINDS = ('forward', 'gradient', 'hvp')
 
@@ -77,17 +76,16 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
   """Times one pass of each of `kinds` over the batch (images, labels) on `subject`:
   the forward pass with the residual stream kept, the gradient of the
   cross-entropy, and a Hessian-vector product of it, as the tools run them."""
-  model, params = subject.model, subject.params
+  params = subject.params
   if labels.ndim == 1:
     labels = jax.nn.one_hot(labels, subject.config.num_classes)
-  unroll = subject.family.convolutional and jax.default_backend() == 'cpu'
-  batch = (features.shard_examples(images)[None], features.shard_examples(labels)[None])
-  loss = hessian.training_loss(model, unroll=unroll)
+  unroll = hessian.loops_on_host(subject.family.convolutional)
+  batch = tuple(features.shard_examples(x, axis=1)
+                for x in hessian.stack_batches([(images, labels)]))
+  loss = hessian.training_loss(subject.model, unroll=unroll)
   timed = {}
-  if 'forward' in kinds:
-    names = tuple(subject.layers.stream)
-    timed['forward'] = _timed(jax.jit(lambda p, x: models.apply_with_intermediates(
-        model, {'params': p}, x, names=names)[1]), params, batch[0][0])
+  if 'forward' in kinds:  # compiled once for the subject, as the tools then use it
+    timed['forward'] = _timed(lambda x: subject.intermediates(x, subject.layers.stream), images)
   if 'gradient' in kinds:
     timed['gradient'] = _timed(jax.jit(jax.grad(loss)), params, batch)
   if 'hvp' in kinds:

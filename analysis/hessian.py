@@ -28,6 +28,13 @@ def stack_batches(batches: Sequence[Tuple[Any, Any]]) -> Batches:
   return jnp.stack([b[0] for b in batches]), jnp.stack([b[1] for b in batches])
 
 
+def loops_on_host(convolutional: bool) -> bool:
+  """Whether a model's batches and Lanczos steps are best driven from Python
+  (`unroll`, `host_loop`): for convolutional models on XLA:CPU, which runs
+  convolutions inside any loop body several times slower (`sum_over_batches`)."""
+  return convolutional and jax.default_backend() == 'cpu'
+
+
 def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init, unroll: bool = False):
   """init + the sum of fn(batch) over the K stacked batches: a `lax.scan`, whose
   compile time does not grow with K, or with `unroll` a Python loop, straight-line

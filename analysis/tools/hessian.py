@@ -76,8 +76,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   and an SLQ density with its negative fraction on all of them together, of the
   objective `hessian_objective` names (recorded in the JSON)."""
   num_classes = subject.config.num_classes
-  # Convolutions run slowly inside XLA:CPU loop bodies: drive those models from Python there.
-  host_loop = subject.family.convolutional and jax.default_backend() == 'cpu'
+  host_loop = hessian.loops_on_host(subject.family.convolutional)
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
   fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
