@@ -1,5 +1,5 @@
 """How strongly the residual stream dominates each branch: the norm ratio
-||z|| / ||f(z)|| of Raghu et al. 2021 (Fig. 11), z the branch input carried by
+||z|| / ||f(z)|| of Raghu et al. 2021 (Fig. 7), z the branch input carried by
 the skip connection and f(z) the branch output added to it."""
 import jax
 import jax.numpy as jnp

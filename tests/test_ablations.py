@@ -173,6 +173,12 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
   folder = make_folder(str(tmp_path / 'images'), {'train': [8, 8], 'test': [4, 4]},
                        size=(10, 10))
   workdir = str(tmp_path / 'sweep')
+  # One row by name: the table holds it alone; a name of no row is refused.
+  assert [r['label'] for r in sweep.run_sweep(tiny_sweep(folder), workdir, ['k3'])] == ['k3']
+  assert '| global |' not in open(os.path.join(workdir, 'tiny.md')).read()
+  with pytest.raises(sweep.ConfigError, match="--rows names k4, not a row of sweep 'tiny'; "
+                     'its rows: global, k3'):
+    sweep.run_sweep(tiny_sweep(folder), workdir, ['k4'])
   results = sweep.run_sweep(tiny_sweep(folder), workdir)
   assert [r['label'] for r in results] == ['global', 'k3']
   assert results[1]['fields'] == {'model': {'attention_window': 3}}

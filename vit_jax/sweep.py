@@ -8,14 +8,14 @@ fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
 DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json;
 a row with a result is not trained again, and an interrupted one resumes from
-its checkpoint. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
+its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
 """
 import csv
 import json
 import os
 import re
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 import ml_collections
 from absl import flags
@@ -115,17 +115,25 @@ def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
   return paths
 
 
-def run_sweep(config: ml_collections.ConfigDict, workdir: str) -> List[Dict]:
-  """Every row of `config.sweep` in order, then the tables."""
+def run_sweep(config: ml_collections.ConfigDict, workdir: str,
+              rows: Optional[Sequence[str]] = None) -> List[Dict]:
+  """Every row of `config.sweep` in order (or only those named in `rows`), then the
+  tables of every row that has a result."""
   if 'sweep' not in config:
     raise ConfigError('The recipe has no `sweep` field: give a sweep recipe such as '
                       'configs/ablations.py:posemb.')
-  for label, _ in config.sweep.rows:
+  labels = [label for label, _ in config.sweep.rows]
+  for label in labels:
     if not ROW_LABEL.fullmatch(label) or set(label) == {'.'}:
       raise ConfigError(f'Sweep row label {label!r} is not a plain directory name (letters, '
                         'digits and . _ % + = -): each row trains in <workdir>/<label>.')
+  unknown = [label for label in rows or () if label not in labels]
+  if unknown:
+    raise ConfigError(f'--rows names {", ".join(unknown)}, not a row of sweep '
+                      f'{config.sweep.name!r}; its rows: {", ".join(labels)}.')
   os.makedirs(workdir, exist_ok=True)
-  results = [run_row(config, label, workdir) for label, _ in config.sweep.rows]
+  results = [run_row(config, label, workdir) for label in labels
+             if not rows or label in rows or os.path.exists(os.path.join(workdir, label, RESULT))]
   for path in write_table(config.sweep.name, results, workdir):
     print(f'wrote {path}', flush=True)
   return results
@@ -137,7 +145,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv
   split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, 1)
-  run_sweep(FLAGS.config, FLAGS.workdir)
+  run_sweep(FLAGS.config, FLAGS.workdir, FLAGS.rows)
 
 
 if __name__ == '__main__':
@@ -145,5 +153,7 @@ if __name__ == '__main__':
                                   lock_config=True)
   flags.DEFINE_string('workdir', None, 'Where each row trains (DIR/<row>) and the tables go.')
   flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
+  flags.DEFINE_list('rows', None, 'Train only these rows (labels, comma-separated); the '
+                    'tables hold every row with a result.')
   flags.mark_flags_as_required(['config', 'workdir'])
   entry.run(main)

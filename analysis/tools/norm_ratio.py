@@ -1,5 +1,5 @@
 """Skip connections: the norm of the stream entering each residual branch over the
-norm of what the branch adds (Raghu et al. Fig. 5)."""
+norm of what the branch adds (Raghu et al. Fig. 7)."""
 from typing import Dict, List, Mapping
 
 import jax.numpy as jnp
@@ -70,7 +70,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   return [verdict.contrast(
       'stronger skips in ViT',
       'Skip connections carry the representation more strongly in ViT than in ResNet: '
-      'higher ||z|| / ||f(z)|| (Raghu et al. Fig. 5).',
+      'higher ||z|| / ||f(z)|| (Raghu et al. Fig. 7).',
       'mean log10 ratio over branches (spatial tokens)', models, list(by_model),
       lambda label: _mean_log_ratio(by_model[label]))]
 
@@ -88,7 +88,7 @@ TOOL = register(Tool(
     quantity='||z|| / ||f(z)||: norm of the stream entering a residual branch over the norm of '
              'what the branch adds, per token, class token apart; one curve per kind of branch '
              '(attention branches shaded), error bars are standard errors over batches.',
-    paper='Raghu et al. (Fig. 5): in ViT the ratio is high for the class token in early blocks '
+    paper='Raghu et al. (Fig. 7): in ViT the ratio is high for the class token in early blocks '
           'and for spatial tokens later; skips carry representations more strongly in ViT '
           'than in ResNet.',
     run=run_norm_ratio, findings=each_model(_findings), scalars=model_scalars(_scalars),
