@@ -23,6 +23,10 @@ PARAM_COUNTS = {
     'ViT-S_16': 22_050_664, 'ViT-S_32': 22_878_952, 'ViT-Ti_16': 5_717_416,
     'Mixer-B_16': 59_880_472, 'Mixer-L_16': 208_196_168,
     'ViT-So400m_14': 413_597_656, 'ViT-g_14': 1_012_611_432, 'ViT-G_14': 1_844_440_680,
+    # The original code's models_test.py.
+    'ViT-S_16-gap-norep': 22_049_896, 'ViT-B_16-gap-norep': 86_566_120,
+    'ViT-S_32-gap-norep': 22_878_184, 'ViT-B_32-gap-norep': 88_222_696,
+    'testing': 21_390, 'testing-unpooled': 21_370,
 }
 # Counted against closed forms in test_mixer_alternet.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',

@@ -376,13 +376,25 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               posemb_where='input', attention_window=0, skip_removed=())
 
 
+# The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
+GAP_NOREP = ('S/16', 'B/16', 'S/32', 'B/32')
+
+
 def _variants() -> dict:
   table = {}
   for variant in PUBLISHED:
     size, patch = variant.split('/')
     table[f'ViT-{size}_{patch}'] = _fields(size, int(patch))
+  for variant in GAP_NOREP:
+    size, patch = variant.split('/')
+    table[f'ViT-{size}_{patch}-gap-norep'] = dict(_fields(size, int(patch)), classifier='gap')
   for name, (size, patch, stages) in HYBRID_PUBLISHED.items():
     table[name] = _fields(size, patch, stages)
+  # The original code's test models: one block of width 10.
+  testing = dict(_fields('Ti', 16), hidden_size=10, mlp_dim=10, num_heads=2, num_layers=1,
+                 dropout_rate=0.1)
+  table['testing'] = testing
+  table['testing-unpooled'] = dict(testing, classifier='unpooled')
   return table
 
 

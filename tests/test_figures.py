@@ -1,0 +1,166 @@
+"""The figure inventory (docs/figures.md): one row per figure with a status, and
+every command in it names a tool, flag, recipe, sweep and row that exist."""
+import importlib.util
+import os
+import re
+import shlex
+from typing import Dict, List, Tuple
+
+import pytest
+from absl import flags
+
+import analysis.__main__  # noqa: F401  (defines the command's flags)
+from analysis import tool
+from doc_snippets import ROOT
+
+PAGE = os.path.join(ROOT, 'docs', 'figures.md')
+STATUSES = ('reproduced', 'different finding', 'needs data', 'not yet')
+PAPERS = {'An Image is Worth': 'ViT paper', 'Raghu et al.': 'Raghu et al.',
+          'Park & Kim': 'Park & Kim'}
+RECIPE_FLAGS = ('config', 'config2')
+
+
+def _text() -> str:
+  with open(PAGE) as f:
+    return f.read()
+
+
+def variables() -> Dict[str, str]:
+  """The shell variables the page defines (NAME="...")."""
+  return dict(re.findall(r'^([A-Z])="([^"]*)"$', _text(), re.M))
+
+
+def rows() -> List[Tuple[str, Dict[str, str]]]:
+  """(paper, row) for every table row, the row keyed by its table's header."""
+  found, paper, header = [], None, None
+  for line in _text().splitlines():
+    if line.startswith('## '):
+      paper = next((short for key, short in PAPERS.items() if key in line), None)
+      header = None
+    elif line.startswith('| ') and paper:
+      cells = [c.strip() for c in line.strip()[1:-1].split('|')]
+      if header is None:
+        header = cells
+      elif not set(''.join(cells)) <= set('- '):
+        assert len(cells) == len(header), line
+        found.append((paper, dict(zip(header, cells))))
+  return found
+
+
+def commands() -> List[str]:
+  """Every command of the tables, the page's variables expanded."""
+  names = variables()
+  spans = [span for _, row in rows() for span in re.findall(r'`([^`]+)`', row['command here'])]
+  return [re.sub(r'\$([A-Z])', lambda m: names[m.group(1)], span) for span in spans
+          if span.startswith(('python -m ', 'pytest '))]
+
+
+def _recipe(value: str):
+  path, _, arg = value.partition(':')
+  assert os.path.exists(os.path.join(ROOT, path)), value
+  spec = importlib.util.spec_from_file_location('recipe', os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _options(args: List[str]) -> Dict[str, str]:
+  options = {}
+  for arg in args:
+    assert arg.startswith('--'), arg
+    name, _, value = arg[2:].partition('=')
+    options[name] = value
+  return options
+
+
+def _pairs(args: List[str]) -> List[str]:
+  """`--flag value` written as `--flag=value`, as the page writes both."""
+  joined, i = [], 0
+  while i < len(args):
+    if '=' not in args[i] and i + 1 < len(args) and not args[i + 1].startswith('--'):
+      joined.append(f'{args[i]}={args[i + 1]}')
+      i += 2
+    else:
+      joined.append(args[i])
+      i += 1
+  return joined
+
+
+def check(command: str) -> None:
+  """Raises AssertionError where the command names something that does not exist."""
+  words = shlex.split(command)
+  if words[0] == 'pytest':
+    for path in words[1:]:
+      assert os.path.exists(os.path.join(ROOT, path)), path
+    return
+  module, rest = words[2], words[3:]
+  if module == 'analysis':
+    assert rest[0] in tool.TOOLS or rest[0] == 'all', f'no analysis tool {rest[0]!r}'
+    rest = rest[1:]
+  else:
+    assert module in ('vit_jax.train', 'vit_jax.sweep'), module
+  options = _options(_pairs(rest))
+  for name in options:
+    base = name.split('.')[0]
+    assert base in flags.FLAGS or base in ('rows',), f'no flag --{name}'
+  for which, row_flag in zip(RECIPE_FLAGS, ('row', 'row2')):
+    if which not in options:
+      assert row_flag not in options, command
+      continue
+    recipe = _recipe(options[which])
+    if module == 'vit_jax.sweep':
+      assert 'sweep' in recipe, f'{options[which]} is not a sweep recipe'
+    if row_flag in options:
+      assert options[row_flag] in dict(recipe.sweep.rows), f'no row {options[row_flag]!r}'
+
+
+def test_every_row_has_a_status_and_a_measurement_or_a_reason():
+  found = rows()
+  assert {paper for paper, _ in found} == set(PAPERS.values())
+  for paper, row in found:
+    assert row['status'] in STATUSES, (paper, row['figure'], row['status'])
+    if row['status'] in ('reproduced', 'different finding'):
+      assert row['measured here'] and row['command here'], (paper, row['figure'])
+  figures = [(paper, row['figure']) for paper, row in found]
+  assert len(figures) == len(set(figures)), 'a figure listed twice'
+
+
+def test_every_command_names_what_exists():
+  listed = commands()
+  assert len(listed) > 30
+  for command in listed:
+    check(command)
+
+
+@pytest.mark.parametrize('command, says', [
+    ('python -m analysis ckaa --config configs/quickstart_vit.py', "no analysis tool 'ckaa'"),
+    ('python -m analysis cka --config configs/nothing.py', 'configs/nothing.py'),
+    ('python -m analysis cka --config configs/ablations.py:data --row vit-7%', "no row 'vit-7%'"),
+    ('python -m analysis cka --config configs/quickstart_vit.py --rowz a', 'no flag --rowz'),
+    ('python -m vit_jax.sweep --config configs/quickstart_vit.py', 'not a sweep recipe'),
+    ('pytest tests/test_nothing.py', 'tests/test_nothing.py'),
+])
+def test_the_check_catches_what_does_not_exist(command, says):
+  with pytest.raises(AssertionError, match=re.escape(says)):
+    check(command)
+
+
+def test_every_figure_a_tool_cites_is_in_the_inventory_and_runs_the_tool():
+  """A tool's paper text cites figures ("Raghu et al. (Fig. 1-2)"): each is a row of
+  the inventory, and the rows of those figures run the tool."""
+  by_figure: Dict[Tuple[str, str], str] = {}
+  for paper, row in rows():
+    number = re.match(r'Fig\. (\d+)', row['figure'])
+    if number:
+      key = (paper, int(number.group(1)))
+      by_figure[key] = by_figure.get(key, '') + row['command here']
+  for name, record in tool.TOOLS.items():
+    commands_of_cited = ''
+    for paper, cited in re.findall(r'(Raghu et al\.|Park & Kim|ViT paper) \(Fig\. ([^)]*)\)',
+                                   record.paper):
+      for part in re.split(r',\s*', cited):
+        ends = [int(n) for n in re.findall(r'\d+', part)]
+        for number in range(ends[0], ends[-1] + 1):
+          assert (paper, number) in by_figure, f'{name} cites {paper} Fig. {number}'
+          commands_of_cited += by_figure[(paper, number)]
+    assert f'analysis {name} ' in commands_of_cited, name
