@@ -47,16 +47,30 @@ def _workdir(name: str, folder: str) -> None:
   checkpoint.save(os.path.join(folder, name, 'params.npz'), params)
 
 
+def _timm_file(name: str, folder: str) -> None:
+  """`<model>.safetensors`: the timm state dict of an initialised model, 1,000 classes at
+  224 px."""
+  from safetensors.numpy import save_file
+  from vit_jax import checkpoint, models
+  model_name = name[:-len('.safetensors')]
+  model = models.get_model(model_name, num_classes=1000)
+  params = model.init(jax.random.PRNGKey(0), np.zeros((1, 224, 224, 3), np.float32))['params']
+  save_file(checkpoint.to_timm(params, model_name), os.path.join(folder, name))
+
+
 def _make(name: str, folder: str) -> None:
   if name.endswith('.npz'):
     _published_file(name, folder)
+  elif name.endswith('.safetensors'):
+    _timm_file(name, folder)
   elif name.startswith('workdirs/'):
     _workdir(name, folder)
   elif name == 'augreg':  # a local copy of the AugReg index
     from test_checkpoint import AUGREG_ROWS, write_augreg_index
     write_augreg_index(os.path.join(folder, name), AUGREG_ROWS)
   else:
-    raise ValueError(f'No such test input {name!r}: a <model>.npz, workdirs/<recipe> or augreg.')
+    raise ValueError(f'No such test input {name!r}: a <model>.npz or .safetensors, '
+                     'workdirs/<recipe> or augreg.')
 
 
 def _run(command, cwd, what):

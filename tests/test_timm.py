@@ -1,6 +1,8 @@
 """Export to timm: our state_dict equals what timm's own `.npz` loader makes of our
-saved file, and timm then computes our logits. The comparisons are skipped without torch and
-timm, which stay out of the required dependencies.
+saved file, and timm then computes our logits. Import from timm: the inverse, exact,
+from a state dict or a `.safetensors`/`.pth` file; a model timm initialised gives
+timm's logits here. The comparisons with timm are skipped without torch and timm,
+which stay out of the required dependencies.
 
 timm runs in a subprocess: torchvision (which timm imports) crashes a process
 that imported TensorFlow first, as the test helpers do.
@@ -11,12 +13,17 @@ import os
 import subprocess
 import sys
 
+import chex
+import jax
 import numpy as np
 import pytest
 
 from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint
+from vit_jax import checkpoint, models
+from vit_jax.models.family import CheckpointError
 
+needs_torch = pytest.mark.skipif(importlib.util.find_spec('torch') is None,
+                                 reason='torch is not installed (optional: pip install torch)')
 needs_timm = pytest.mark.skipif(
     importlib.util.find_spec('torch') is None or importlib.util.find_spec('timm') is None,
     reason='torch and timm are not installed (optional: pip install torch timm)')
@@ -126,5 +133,151 @@ def test_what_timm_cannot_hold_is_refused():
     params = init(tiny_vit(num_classes=3, posemb=posemb), 32)['params']
     with pytest.raises(ValueError, match='one learned 1-D position embedding'):
       checkpoint.to_timm(params, 'ViT-Ti_16')
-  with pytest.raises(ValueError, match='ViT, hybrid and BiT'):
+  with pytest.raises(ValueError, match='timm layouts cover the ViT, hybrid and BiT'):
     checkpoint.to_timm(params, 'Mixer-B_16')
+
+
+# The tiny models' fields besides what a state dict fixes (head, classes, image size).
+TINY_VIT_FIELDS = {k: v for k, v in TINY_VIT.items()}
+TINY_HYBRID_FIELDS = dict(TINY_VIT, resnet_layers=(1,), patch_size=1)
+
+
+@pytest.mark.parametrize('model_name, model, fields', [
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=3), TINY_VIT_FIELDS),
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=0, classifier='gap'), TINY_VIT_FIELDS),
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=5, classifier='map'), TINY_VIT_FIELDS),
+    ('R50+ViT-B_16', lambda: tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1),
+     TINY_HYBRID_FIELDS),
+    ('BiT-M-R50x1', lambda: tiny_bit(num_classes=3), dict(num_layers=(1, 1))),
+])
+def test_from_timm_is_the_exact_inverse_of_to_timm(model_name, model, fields):
+  """At 48 px (a 6x6 grid for the ViT), the head, classes and size read from the dict."""
+  params = perturbed(init(model(), 48))['params']
+  state = checkpoint.to_timm(params, model_name)
+  back = checkpoint.from_timm(state, model_name, **fields)
+  chex.assert_trees_all_equal(back, jax.tree_util.tree_map(np.asarray, params))
+
+
+def test_a_vit_without_qkv_biases_loads_them_as_zeros():
+  """timm's qkv_bias=False, as Park & Kim's CIFAR ViT-Ti."""
+  params = init(tiny_vit(num_classes=3), 32)['params']
+  state = {k: v for k, v in checkpoint.to_timm(params, 'ViT-Ti_16').items()
+           if not k.endswith('qkv.bias')}
+  back = checkpoint.from_timm(state, 'ViT-Ti_16', **TINY_VIT)
+  attention = back['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_1']
+  for name in ('query', 'key', 'value'):
+    chex.assert_trees_all_equal(attention[name]['bias'], np.zeros((4, 8), np.float32))
+
+
+def test_a_state_dict_of_another_model_is_named_key_by_key():
+  state = checkpoint.to_timm(init(tiny_vit(num_classes=3), 32)['params'], 'ViT-Ti_16')
+  with pytest.raises(CheckpointError, match=r'state dict of ViT-Ti_16 \(12 blocks.*\n.*missing: '
+                     r'blocks\.10\..*\n.*wrongly shaped: blocks\.0\.attn'):
+    checkpoint.from_timm(state, 'ViT-Ti_16')
+  with pytest.raises(CheckpointError, match='fc_norm'):
+    checkpoint.from_timm({**state, 'fc_norm.weight': np.ones(32)}, 'ViT-Ti_16', **TINY_VIT)
+  with pytest.raises(ValueError, match='timm layouts cover'):
+    checkpoint.from_timm(state, 'Mixer-B_16')
+
+
+def test_load_reads_a_safetensors_file_and_asks_for_the_model(tmp_path):
+  from safetensors.numpy import save_file
+  params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
+  path = str(tmp_path / 'vit.safetensors')
+  save_file(checkpoint.to_timm(params, 'ViT-Ti_16'), path)
+  chex.assert_trees_all_equal(checkpoint.load(path, 'ViT-Ti_16', **TINY_VIT),
+                              jax.tree_util.tree_map(np.asarray, params))
+  with pytest.raises(CheckpointError, match="name the model it holds, "
+                     "checkpoint.load\\(path, model_name='ViT-B_16'\\)"):
+    checkpoint.load(path)
+  (tmp_path / 'bad.safetensors').write_bytes(b'not a safetensors file')
+  with pytest.raises(CheckpointError, match='not a readable .safetensors file'):
+    checkpoint.load(str(tmp_path / 'bad.safetensors'), 'ViT-Ti_16')
+
+
+def test_fine_tuning_starts_from_a_timm_file(tmp_path):
+  """A 32 px, 3-class timm ViT fitted to a 48 px, 5-class model: the body kept, the
+  position embeddings resized, the head new."""
+  from safetensors.numpy import save_file
+  params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
+  path = str(tmp_path / 'vit.safetensors')
+  save_file(checkpoint.to_timm(params, 'ViT-Ti_16'), path)
+  config = models.get_config('ViT-Ti_16', num_classes=5, **TINY_VIT)
+  fresh = init(models.build_model(config), 48)['params']
+  fitted = checkpoint.load_pretrained(path, fresh, config)
+  chex.assert_trees_all_equal(fitted['Transformer']['encoderblock_1'],
+                              jax.tree_util.tree_map(np.asarray,
+                                                     params['Transformer']['encoderblock_1']))
+  chex.assert_shape(fitted['Transformer']['posembed_input']['pos_embedding'], (1, 37, 32))
+  chex.assert_trees_all_equal(fitted['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
+
+
+def test_a_pth_file_without_torch_says_what_to_install(tmp_path):
+  if importlib.util.find_spec('torch') is not None:
+    pytest.skip('torch is installed: test_load_reads_a_pth_file reads the file')
+  (tmp_path / 'vit.pth').write_bytes(b'PK')
+  with pytest.raises(CheckpointError, match='needs PyTorch, which is not installed: pip install '
+                     'torch .* or save the state dict as .safetensors'):
+    checkpoint.load(str(tmp_path / 'vit.pth'), 'ViT-Ti_16')
+
+
+@needs_torch
+def test_load_reads_a_pth_file(tmp_path):
+  program = ('import sys, numpy as np, torch; state = dict(np.load(sys.argv[1])); '
+             'torch.save({"state_dict": {k: torch.from_numpy(v) for k, v in state.items()}, '
+             '"epoch": 3}, sys.argv[2])')
+  params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
+  np.savez(tmp_path / 'state.npz', **checkpoint.to_timm(params, 'ViT-Ti_16'))
+  subprocess.run([sys.executable, '-c', program, str(tmp_path / 'state.npz'),
+                  str(tmp_path / 'vit.pth.tar')], check=True, timeout=300)
+  chex.assert_trees_all_equal(
+      checkpoint.load(str(tmp_path / 'vit.pth.tar'), 'ViT-Ti_16', **TINY_VIT),
+      jax.tree_util.tree_map(np.asarray, params))
+
+
+# A model timm initialises (random weights, qkv biases as asked) at 32 px, 3 classes:
+# its state_dict and its logits on the given images.
+TIMM_MODEL = r'''
+import functools, json, sys
+import numpy as np
+import torch, timm
+from timm.layers import GroupNormAct, StdConv2d
+from timm.models.resnetv2 import ResNetV2
+from timm.models.vision_transformer import VisionTransformer
+
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+if spec['family'] == 'vit':
+  module = VisionTransformer(img_size=32, act_layer='gelu_tanh', num_classes=3,
+                             qkv_bias=spec['qkv_bias'], **spec['size'])
+  for p in module.parameters():  # timm zero-initialises biases and the head
+    torch.nn.init.normal_(p, std=0.1) if p.dim() == 1 else None
+else:
+  module = ResNetV2(layers=(1, 1), channels=(256, 512), num_classes=3, stem_type='fixed',
+                    conv_layer=functools.partial(StdConv2d, eps=1e-8),
+                    norm_layer=functools.partial(GroupNormAct, num_groups=32))
+np.savez(spec['state'], **{k: v.numpy() for k, v in module.state_dict().items()})
+x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+with torch.no_grad():
+  np.save(spec['logits'], module.eval()(x).numpy())
+'''
+
+
+@needs_timm
+@pytest.mark.parametrize('family, qkv_bias', [('vit', True), ('vit', False), ('bit', None)])
+def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias):
+  files = {'state': str(tmp_path / 'state.npz'), 'images': str(tmp_path / 'images.npy'),
+           'logits': str(tmp_path / 'logits.npy')}
+  np.save(files['images'], images(2, 32))
+  subprocess.run([sys.executable, '-c', TIMM_MODEL,
+                  json.dumps({**files, 'family': family, 'qkv_bias': qkv_bias,
+                              'size': timm_size(TINY_VIT['patch_size'])})],
+                 check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
+  state = dict(np.load(files['state']))
+  if family == 'vit':
+    params, model = checkpoint.from_timm(state, 'ViT-Ti_16', **TINY_VIT), tiny_vit(num_classes=3)
+  else:
+    params = checkpoint.from_timm(state, 'BiT-M-R50x1', num_layers=(1, 1))
+    model = tiny_bit(num_classes=3)
+  np.testing.assert_allclose(apply(model, {'params': params}, images(2, 32)),
+                             np.load(files['logits']), rtol=1e-3, atol=1e-4)

@@ -24,6 +24,8 @@ from vit_jax.models.family import CheckpointError, Flat
 
 Params = Dict[str, Any]
 # Where the published checkpoints live: ViT (and AugReg ViT), BiT, MLP-Mixer.
+# A timm state dict saved by torch.save (with `.safetensors`, the files `load` reads as one).
+TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
 PUBLIC_DIRS = ('gs://vit_models/imagenet21k/', 'gs://vit_models/augreg/', 'gs://bit_models/',
                'gs://mixer_models/')
 WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
@@ -48,16 +50,24 @@ def _unflatten(flat: Mapping[str, Any]) -> Params:
   return flax.traverse_util.unflatten_dict(dict(flat), sep='/')
 
 
-def load(path: str) -> Params:
+def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
   """Reads a published (or our) `.npz` as a nested parameter dict of numpy arrays.
 
   Files in a family's other layouts (current-Flax block names, big_vision ViT
-  files) load under the published names. Pickled objects are refused.
+  files) load under the published names. Pickled objects are refused. A timm
+  state dict (`.safetensors`, or `.pth`/`.pth.tar`/`.pt`/`.bin` with torch
+  installed) loads through `from_timm`, which needs the `model_name` it holds
+  and `overrides` of its architecture fields.
   """
   path = epath.Path(path)
   if not path.exists():
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
+  if os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',)):
+    if model_name is None:
+      raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
+                            f"checkpoint.load(path, model_name='ViT-B_16').")
+    return from_timm(read_state_dict(path), model_name, **overrides)
   source = os.fspath(path) if '://' not in os.fspath(path) else io.BytesIO(path.read_bytes())
   try:
     with np.load(source, allow_pickle=False) as data:
@@ -99,7 +109,8 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   """Parameters for fine-tuning: the checkpoint at `path` fitted to a new model.
 
   `init_params` are the new model's freshly initialised parameters and
-  `model_config` its config (`vit_jax.models.get_config`). The head is taken
+  `model_config` its config (`vit_jax.models.get_config`); `path` is an `.npz`
+  or a timm state dict of that model (`load`). The head is taken
   from `init_params`; the family fits the rest (`Family.fit_checkpoint`: for a
   ViT, `pre_logits` dropped without a representation size and position
   embeddings resized to the new grid, `grid_shape` inferred when square).
@@ -107,7 +118,8 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   unexpected and wrongly shaped keys. `keep_head` keeps the checkpoint's head
   instead (a second stage of fine-tuning on the same classes).
   """
-  restored = _flatten(load(path))
+  fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
+  restored = _flatten(load(path, model_config.name, **fields))  # fields: for a timm file
   init = _flatten(init_params)
   family = models.family_of(model_config)
   if not keep_head:
@@ -144,22 +156,87 @@ def check_matches(flat: Mapping[str, Any], reference: Mapping[str, Any], source:
     raise CheckpointError('\n'.join(lines))
 
 
-
-
-
-
 def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
   """The timm `state_dict` (name -> float32 array in PyTorch's layout) of a
   parameter tree of `model_name`, from its family's `to_timm`: what timm's own
   `.npz` loader would produce from our saved file. Wrap the arrays with
   `torch.from_numpy` to load them."""
+  state = _timm_family(model_name).to_timm({k: np.asarray(v, np.float32)
+                                            for k, v in published(_flatten(params)).items()})
+  # C order, as file writers that take the raw buffer (safetensors) need.
+  return {k: np.ascontiguousarray(v) for k, v in state.items()}
+
+
+def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Params:
+  """The published parameter tree of `model_name` from a timm `state_dict` (name ->
+  array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
+
+  The head (class token, attention pooling or mean), the classes and the image
+  size come from the state dict; `overrides` set the other architecture fields
+  (a CIFAR model's `patch_size`). A qkv bias the state dict lacks (timm's
+  `qkv_bias=False`) loads as zeros; any other difference from the model is a
+  CheckpointError listing the keys.
+  """
+  state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
+           if not k.endswith('num_batches_tracked')}
+  family = _timm_family(model_name)
+  fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+  image_size = fields.pop('image_size')
+  config = models.get_config(model_name, **{**overrides, **fields})
+  shapes = _flatten(jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
+                                   jnp.zeros((1, image_size, image_size, 3)))['params'])
+  # Number every parameter element and export the numbers: each timm array then
+  # says which elements it holds, so the import is the export read backwards.
+  starts = np.cumsum([0] + [int(np.prod(s.shape)) for s in shapes.values()])
+  numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=np.float64).reshape(s.shape)
+              for (k, s), start in zip(shapes.items(), starts)}
+  template = family.to_timm(numbered)
+  # timm's qkv_bias=False: the biases are zeros.
+  expected = {k: v for k, v in template.items() if k in state or not k.endswith('qkv.bias')}
+  check_matches(state, expected, f'The state dict of {model_name} '
+                f'({models.family_of(config).describe(config)})')
+  values = np.zeros(starts[-1], np.float32)
+  for key, where in template.items():
+    if key in state:
+      values[where.astype(np.int64).ravel()] = state[key].ravel()
+  return _unflatten({k: values[start:start + np.prod(s.shape)].reshape(s.shape)
+                     for (k, s), start in zip(shapes.items(), starts)})
+
+
+def read_state_dict(path: str) -> Dict[str, np.ndarray]:
+  """The arrays of a PyTorch state dict file: `.safetensors` (no torch needed), or
+  a `torch.save` file (torch needed; a checkpoint dict holding the weights under
+  'state_dict', 'model' or 'state_dict_ema' is unwrapped)."""
+  path = epath.Path(path)
+  if os.fspath(path).endswith('.safetensors'):
+    from safetensors.numpy import load as load_safetensors
+    try:
+      return load_safetensors(path.read_bytes())
+    except Exception as e:  # safetensors raises its own error types
+      raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+  try:
+    import torch
+  except ImportError as e:
+    raise CheckpointError(
+        f'{path} is a torch.save file, and reading it needs PyTorch, which is not installed: '
+        'pip install torch (the CPU build is enough), or save the state dict as .safetensors '
+        '(safetensors.torch.save_file) and load that.') from e
+  with path.open('rb') as f:
+    data = torch.load(io.BytesIO(f.read()), map_location='cpu', weights_only=True)
+  for key in ('state_dict', 'model', 'state_dict_ema'):
+    if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
+      data = data[key]
+      break
+  return {k: v.float().numpy() for k, v in data.items() if hasattr(v, 'numpy')}
+
+
+def _timm_family(model_name: str):
   family = models.family_of(models.get_config(model_name))
   if family.to_timm is None:
     exported = [f.title for f in models.FAMILIES.values() if f.to_timm is not None]
-    raise ValueError(f'timm export covers the {" and ".join(exported)} families, not '
+    raise ValueError(f'timm layouts cover the {" and ".join(exported)} families, not '
                      f'{model_name}.')
-  return family.to_timm({k: np.asarray(v, np.float32)
-                         for k, v in published(_flatten(params)).items()})
+  return family
 
 
 def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:

@@ -82,6 +82,10 @@ class Family:
                                 lambda restored, init, config, grid_shape, source: restored)
   published: Callable[[Flat], Flat] = dict
   to_timm: Optional[Callable[[Flat], Dict[str, Any]]] = None
+  # From a timm state dict and the named model's config: the fields the state dict
+  # fixes (head, classes) and the `image_size` its position embeddings are for.
+  timm_fields: Optional[Callable[[Mapping[str, Any], ml_collections.ConfigDict],
+                                 Dict[str, Any]]] = None
   sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
   convolutional: bool = False
 

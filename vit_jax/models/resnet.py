@@ -6,7 +6,7 @@ each unit's `shortcut`, `residual` branch and `output` into the `intermediates`
 collection; without `mutable=['intermediates']` the sows are no-ops.
 """
 import re
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -360,10 +360,19 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   return out
 
 
+def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """What a timm ResNetV2 state dict fixes: its classes (none without `head.fc`); its
+  parameters are the same at any image size."""
+  del config
+  return dict(image_size=224, num_classes=(np.shape(state['head.fc.weight'])[0]
+                                           if 'head.fc.weight' in state else 0))
+
+
 FAMILY = Family(
     name='bit', title='BiT',
     variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
                                                       width_factor=width, root_pool=True)
               for depth, width in PUBLISHED for upstream in ('S', 'M')},
-    module=ResNetV2, layers=layers, describe=describe, colour='#0072B2', head='resnet/head/', to_timm=to_timm,
+    module=ResNetV2, layers=layers, describe=describe, colour='#0072B2', head='resnet/head/',
+    to_timm=to_timm, timm_fields=timm_fields,
     sequence_fields=('num_layers',), convolutional=True)

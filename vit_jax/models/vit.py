@@ -530,4 +530,5 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
                 layers=layers, describe=describe, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
                 published=vit_layouts.published, to_timm=vit_layouts.to_timm,
+                timm_fields=vit_layouts.timm_fields,
                 sequence_fields=('resnet_layers', 'skip_removed'))

@@ -1,13 +1,15 @@
 """ViT and hybrid parameter files in other layouts: current-Flax block names and
 big_vision checkpoints read into the published layout, and the export to timm's
 `state_dict` names. The `vit` family's `published` and `to_timm`."""
+import math
 import re
-from typing import Dict
+from typing import Any, Dict, Mapping
 
+import ml_collections
 import numpy as np
 
 from vit_jax.models.conv import oihw
-from vit_jax.models.family import Flat
+from vit_jax.models.family import CheckpointError, Flat
 
 # Current Flax auto-names the parts of an encoder block per type; the published
 # files were written when the counter ran over all children of the block.
@@ -114,6 +116,29 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   if 'head/kernel' in flat:
     out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
   return out
+
+
+def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """What a timm ViT or hybrid state dict fixes: the head (class token, attention
+  pooling or the tokens' mean), the classes, and the image size of its position
+  embeddings on `config`'s patch grid."""
+  if 'fc_norm.weight' in state:
+    raise CheckpointError(
+        'This timm ViT normalises the pooled tokens (fc_norm), where these ViTs normalise '
+        'every token before pooling: the two compute different functions. Only timm ViTs '
+        'built with fc_norm=False (the class token, or global_pool="avg", fc_norm=False) load.')
+  classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
+                else 'gap')
+  tokens = np.shape(state['pos_embed'])[1] - (classifier == 'token')
+  grid = math.isqrt(tokens)
+  if grid * grid != tokens:
+    raise CheckpointError(f'pos_embed holds {tokens} patch positions, not a square grid.')
+  # Hybrids embed the ResNet's features: the root (stride 4), then stride 2 per stage
+  # after the first.
+  stride = config.patch_size if config.resnet_layers is None else (
+      config.patch_size * 4 * 2 ** max(len(config.resnet_layers) - 1, 0))
+  return dict(classifier=classifier, image_size=grid * stride,
+              num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0)
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
