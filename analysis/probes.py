@@ -70,3 +70,14 @@ def few_shot_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarr
     accuracies.append(ridge_accuracies(train_x[chosen], train_y[chosen], test_x, test_y,
                                        num_classes, [l2])[0])
   return float(np.mean(accuracies))
+
+
+def few_shot_per_position(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                          test_y: np.ndarray, num_classes: int, shots: int, l2: float = 1.,
+                          seeds: Sequence[int] = (0, 1, 2)) -> np.ndarray:
+  """`few_shot_accuracy` of a probe on each position of (N, H, W, D) feature maps,
+  as an (H, W) grid: how well a single token (or a CNN's single position) classifies."""
+  h, w = np.shape(train_x)[1:3]
+  return np.array([[few_shot_accuracy(train_x[:, i, j], train_y, test_x[:, i, j], test_y,
+                                      num_classes, shots, l2, seeds) for j in range(w)]
+                   for i in range(h)])

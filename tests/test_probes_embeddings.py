@@ -44,6 +44,20 @@ def test_few_shot_improves_with_shots_and_checks_class_sizes():
     probes.few_shot_accuracy(train_x[:10], train_y[:10], test_x, test_y, 4, shots=25)
 
 
+def test_a_token_that_carries_the_label_classifies_alone():
+  """(N, 3, 4, 6) noise maps; the token at row 1, column 2 holds the signed one-hot
+  label in its first 4 channels: its 10-shot probe is exact, the others at chance."""
+  rng = np.random.RandomState(0)
+  labels = np.arange(400) % 4
+  maps = rng.randn(400, 3, 4, 6)
+  maps[:, 1, 2, :4] += 3. * probes.signed_one_hot(labels, 4)
+  grid = probes.few_shot_per_position(maps[:200], labels[:200], maps[200:], labels[200:], 4,
+                                      shots=10)
+  assert grid.shape == (3, 4) and grid[1, 2] == 1.
+  others = np.delete(grid.ravel(), 1 * 4 + 2)
+  assert np.all(others < 0.45), grid  # chance is 0.25; 200 test images
+
+
 def test_embedding_components_are_orthonormal_and_ordered():
   rng = np.random.RandomState(0)
   # 64 filters of 4x4x3 varying mostly along two fixed directions.

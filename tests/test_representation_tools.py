@@ -107,6 +107,12 @@ def test_norm_ratio_erf_probes(subjects, index, tmp_path):
   result = TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5, 20))
   json.dumps(result)
   assert set(result['few_shot_pre_logits']) == {1, 5} and result['shots_left_out'] == [20]
+  # 12 images per class: a 10-shot probe on each final-layer token, drawn as a grid.
+  token = result['few_shot_per_token']
+  grid = np.asarray(token['accuracy'])
+  assert grid.ndim == 2 and grid.size > 1 and np.all((0 <= grid) & (grid <= 1))
+  assert token['layer'] == s.layers.labels[-1] and len(result['figures']) == 2
+  assert set(token['pooled']) == {'token mean'} | ({'class token'} if s.has_cls else set())
   for rows in result['probes'].values():
     assert all(0 <= r['accuracy'] <= 1 for r in rows)
 

@@ -1,5 +1,5 @@
-"""Linear probes per layer and token kind, and few-shot accuracy on the pre-logits
-(Raghu et al. Fig. 12-13)."""
+"""Linear probes per layer and token kind, few-shot accuracy on the pre-logits
+(Raghu et al. Fig. 12-13), and a few-shot probe on each final-layer token (Fig. 11)."""
 from typing import Dict, Iterator, List, Mapping, Sequence
 
 import jax
@@ -23,7 +23,9 @@ def _token_features(subject: Subject, x: jax.Array) -> Dict[str, jax.Array]:
   return out
 
 
-def _collect(subject: Subject, iterator: Iterator, names: Sequence[str]):
+def _collect(subject: Subject, iterator: Iterator, names: Sequence[str], mapped: str):
+  """Probe inputs per (layer, token kind) and the labels; for layer `mapped`, also
+  every spatial token, kind 'map' (N, H, W, D)."""
   feats, labels = {}, []
   for images, batch_labels in iterator:
     inter = subject.intermediates(images, names)
@@ -31,20 +33,46 @@ def _collect(subject: Subject, iterator: Iterator, names: Sequence[str]):
       per_token = inter[name] if inter[name].ndim == 2 else _token_features(subject, inter[name])
       if inter[name].ndim == 2:
         per_token = {'features': per_token}
+      if name == mapped:
+        per_token['map'] = features.spatial_map(subject, inter[name])
       for kind, value in per_token.items():
         feats.setdefault((name, kind), []).append(np.asarray(value))
     labels.append(batch_labels)
   return {k: np.concatenate(v) for k, v in feats.items()}, np.concatenate(labels)
 
 
+def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, shots: int,
+               out: str, subject: Subject) -> Dict:
+  """A `shots`-shot probe on each final-layer token, beside the same probe on the
+  token mean and the class token; a heatmap of the grid."""
+  grid = probes.few_shot_per_position(train_x[last, 'map'], train_y, test_x[last, 'map'], test_y,
+                                      num_classes, shots)
+  pooled = {kind: probes.few_shot_accuracy(train_x[last, kind], train_y, test_x[last, kind],
+                                           test_y, num_classes, shots)
+            for kind in ('token mean', 'class token') if (last, kind) in train_x}
+  h, w = grid.shape
+  figure = plots.heatmap(
+      grid[::-1], figure_path(out, 'probes_per_token', subject),
+      f'{shots}-shot probe per final-layer token: {subject.label}', 'column', 'row',
+      vmin=1. / num_classes, vmax=1., xlabels=[str(j) for j in range(w)],
+      ylabels=[str(i) for i in reversed(range(h))], colorbar_label='test accuracy')
+  return {'shots': shots, 'layer': subject.layers.labels[-1], 'accuracy': grid.tolist(),
+          'mean': float(grid.mean()), 'min': float(grid.min()), 'max': float(grid.max()),
+          'pooled': pooled, 'figure': figure}
+
+
+TOKEN_SHOTS = 10  # Raghu et al.'s per-token probes are 10-shot
+
+
 def run_probes(subject: Subject, batches: Batches, out: str,
                shots: Sequence[int] = (1, 5, 10, 25)) -> Dict:
-  """Ridge probes per layer and token kind, and few-shot accuracy on pre-logits."""
+  """Ridge probes per layer and token kind, few-shot accuracy on pre-logits, and a
+  10-shot probe on each final-layer token."""
   names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
-  train_x, train_y = _collect(subject, batches('train'), names + [pre_logits])
-  test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits])
+  train_x, train_y = _collect(subject, batches('train'), names + [pre_logits], names[-1])
+  test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits], names[-1])
   num_classes = int(max(train_y.max(), test_y.max())) + 1
-  kinds = sorted({kind for name, kind in train_x if name != pre_logits})
+  kinds = sorted({kind for name, kind in train_x if name != pre_logits and kind != 'map'})
   layers = {kind: [probes.probe_accuracy(train_x[n, kind], train_y, test_x[n, kind], test_y,
                                          num_classes) for n in names] for kind in kinds}
   smallest_class = int(np.bincount(train_y, minlength=num_classes).min())
@@ -54,6 +82,8 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   for rows in layers.values():
     for row in rows:
       row['stderr'] = float(uncertainty.binomial_stderr(row['accuracy'], len(test_y)))
+  per_token = (_per_token(train_x, train_y, test_x, test_y, num_classes, names[-1], TOKEN_SHOTS,
+                          out, subject) if TOKEN_SHOTS <= smallest_class else None)
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
                         figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
                         'layer', 'test accuracy', xlabels=subject.layers.labels,
@@ -64,7 +94,10 @@ def run_probes(subject: Subject, batches: Batches, out: str,
           'few_shot_stderr': {k: float(uncertainty.binomial_stderr(v, len(test_y)))
                               for k, v in few_shot.items()},
           'shots_left_out': [k for k in shots if k > smallest_class],
-          'num_train': len(train_y), 'num_test': len(test_y), 'figures': [figure]}
+          'few_shot_per_token': per_token and {k: v for k, v in per_token.items()
+                                               if k != 'figure'},
+          'num_train': len(train_y), 'num_test': len(test_y),
+          'figures': [figure] + ([per_token['figure']] if per_token else [])}
 
 
 def _findings(label, r, q):
@@ -75,6 +108,13 @@ def _findings(label, r, q):
   for shots in r['few_shot_pre_logits']:
     parts += [f'; {shots}-shot on pre-logits ', q('few_shot_pre_logits', shots), ' ± ',
               q('few_shot_stderr', shots)]
+  if r.get('few_shot_per_token'):
+    token = r['few_shot_per_token']
+    parts += [f'; {token["shots"]}-shot probes on single final-layer tokens ',
+              q('few_shot_per_token', 'mean'), ' on average (',
+              q('few_shot_per_token', 'min'), ' to ', q('few_shot_per_token', 'max'), ')']
+    for kind in token['pooled']:
+      parts += [f', on the {kind} ', q('few_shot_per_token', 'pooled', kind)]
   return parts
 
 
@@ -114,10 +154,12 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 TOOL = register(Tool(
     name='probes', title='Linear probes',
     quantity='Ridge linear probes per layer on the class token, the centre token and the token '
-             'mean; few-shot linear accuracy on the pre-logits; ± and error bars are binomial '
-             'standard errors on the test images.',
-    paper='Raghu et al. (Fig. 12-13): a class-token ViT\'s class token becomes decodable only in '
-          'the last layers, while the spatial tokens\' mean is decodable earlier.',
+             'mean; few-shot linear accuracy on the pre-logits; a 10-shot probe on each '
+             'final-layer token (a grid); ± and error bars are binomial standard errors on the '
+             'test images.',
+    paper='Raghu et al. (Fig. 11-13): a class-token ViT\'s class token becomes decodable only in '
+          'the last layers, while the spatial tokens\' mean is decodable earlier; its single '
+          'spatial tokens classify poorly, a GAP ViT\'s and a ResNet\'s well.',
     run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
     # A pass over the training and one over the evaluation split (the solves are small).
