@@ -9,11 +9,12 @@ product uses the same matrix. Batches are stacked, (K, B, ...) images and
 holds one forward, backward and jvp however many batches there are; for ResNets
 on CPU the batches are a Python loop instead (`sum_over_batches`).
 """
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax.tree_utils as otu
 from jax.flatten_util import ravel_pytree
 
@@ -112,3 +113,18 @@ def flat_hvp(loss: Loss, params, unroll: bool = False) -> Tuple[Callable[..., ja
   def matvec(v, params, batches):
     return ravel_pytree(hvp(loss, params, batches, unravel(v), unroll))[0]
   return matvec, ravel_pytree(params)[0].shape[0]
+
+
+def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
+  """Each flat-vector coordinate's block (the first `depth` modules of its parameter
+  path: a ViT's encoder block, a ResNet's stage, the embedding, the head; a
+  top-level parameter is its own block) as an index into the block names, in
+  `ravel_pytree` order, for `lanczos.hutchinson`."""
+  keys = [[str(getattr(k, 'key', k)) for k in path]
+          for path, _ in jax.tree_util.tree_leaves_with_path(params)]
+  paths = ['/'.join(key[:-1][:depth] or key) for key in keys]
+  names = list(dict.fromkeys(paths))
+  leaves = [jnp.full(np.shape(x), names.index(p), jnp.int32)
+            for p, x in zip(paths, jax.tree_util.tree_leaves(params))]
+  ids = ravel_pytree(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves))[0]
+  return ids, names

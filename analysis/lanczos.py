@@ -1,6 +1,7 @@
 """Lanczos tridiagonalisation of a symmetric operator given only as a matrix-vector
 product, and the spectral estimates built on it: extreme eigenvalues and the
-stochastic Lanczos quadrature (SLQ) density (Ghorbani et al. 2019).
+stochastic Lanczos quadrature (SLQ) density (Ghorbani et al. 2019), and Hutchinson's
+trace estimator.
 
 Nothing here knows about models: a Hessian is one closure that feeds `matvec`.
 """
@@ -147,6 +148,21 @@ def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Arra
                                                                      tuple(operands))
   pairs = [quadrature(a, b) for a, b in zip(np.asarray(alphas), np.asarray(betas))]
   return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+
+def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
+               segment_ids: Optional[jax.Array] = None, num_segments: int = 1) -> np.ndarray:
+  """v^T H v for each probe v (rows of `probes`), split into its sums over segments
+  of the flat vector (coordinates with `segment_ids` b: a parameter block), shape
+  (probes, num_segments). With Rademacher probes (E[v v^T] = I) the mean of column b
+  estimates the trace of block b's diagonal block and the mean of the row sums
+  tr(H) (Hutchinson's estimator, PyHessian's trace), one product per probe."""
+  ids = jnp.zeros(probes.shape[1], jnp.int32) if segment_ids is None else segment_ids
+
+  @jax.jit
+  def one(v, ops):
+    return jax.ops.segment_sum(v * matvec(v, *ops), ids, num_segments)
+  return np.stack([np.asarray(one(v, tuple(operands))) for v in probes])
 
 
 def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: float

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 from jax.flatten_util import ravel_pytree
 
 from analysis import features, hessian, lanczos
@@ -188,6 +189,27 @@ def test_hessian_top_and_bottom_eigenvalues_match_eigh():
   by_magnitude = exact[np.argsort(-np.abs(exact))]
   np.testing.assert_allclose(result['top'], by_magnitude[:3], rtol=1e-4)
   np.testing.assert_allclose(result['most_negative'], exact[:3], rtol=1e-4, atol=1e-6)
+
+
+def test_hutchinson_over_hadamard_probes_is_the_exact_trace_block_by_block():
+  """The rows of a 64x64 Hadamard matrix cut to the 43 parameters are sign vectors
+  whose mean outer product is exactly I: Hutchinson's mean over them is the trace of
+  the dense Hessian (`jax.hessian`), and of each block's diagonal block."""
+  loss, params, batches = tiny_problem(jnp.float32)
+  flat, unravel = ravel_pytree(params)
+  dense = np.asarray(jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64)
+  matvec, dim = hessian.flat_hvp(loss, params)
+  ids, names = hessian.parameter_blocks(params, depth=1)
+  # Dense_0 is the 5 -> 3 layer (constructed first): 18 parameters, then 25.
+  assert names == ['Dense_0', 'Dense_1'] and list(np.asarray(ids)) == [0] * 18 + [1] * 25
+  probes = jnp.asarray(scipy.linalg.hadamard(64)[:, :dim], jnp.float32)
+  sums = lanczos.hutchinson(matvec, probes, (params, batches), ids, len(names))
+  chex.assert_shape(sums, (64, 2))
+  diagonal = np.diag(dense)
+  scale = np.abs(diagonal).sum()  # float32 products summed over 43 coordinates
+  np.testing.assert_allclose(sums.mean(0), [diagonal[:18].sum(), diagonal[18:].sum()],
+                             atol=1e-5 * scale)
+  np.testing.assert_allclose(sums.sum(1).mean(), np.trace(dense), atol=1e-5 * scale)
 
 
 def test_host_loop_gives_the_same_tridiagonal_matrix():

@@ -135,9 +135,12 @@ def test_landscape_tools(subjects, index, tmp_path):
   # minibatch, so that the top-k and the density share one compiled product (several
   # minibatches: test_paper_scale_command_on_a_generated_checkpoint).
   result = TOOLS['hessian'].run(s, batches, str(tmp_path), num_minibatches=1, top_k=3, steps_top=4,
-                          steps_density=5, num_probes=1)
+                          steps_density=5, num_probes=1, trace_probes=3)
   json.dumps(result)
   assert np.array(result['top_per_minibatch']).shape == (1, 3)
+  # The blocks' traces add up to the whole trace, probe by probe.
+  assert sum(result['block_traces'].values()) == pytest.approx(result['trace'], rel=1e-5)
+  assert result['trace_stderr'] > 0 and len(result['figures']) == 3
   np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr

@@ -1,9 +1,11 @@
 """Hessian spectra: top eigenvalues per minibatch by Lanczos and the SLQ spectral
-density (Park & Kim Fig. 1, 4)."""
+density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and of
+each parameter block's diagonal block."""
 import os
 from typing import Dict, List, Mapping
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
@@ -64,17 +66,21 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
                                                   'pipeline, augmentation drawn once'}
 
 
-DEFAULTS = dict(num_minibatches=4, steps_top=20, steps_density=40, num_probes=2)
+DEFAULTS = dict(num_minibatches=4, steps_top=20, steps_density=40, num_probes=2,
+                trace_probes=10)
 
 
 def run_hessian(subject: Subject, batches: Batches, out: str,
                 num_minibatches: int = DEFAULTS['num_minibatches'], top_k: int = 5,
                 steps_top: int = DEFAULTS['steps_top'],
                 steps_density: int = DEFAULTS['steps_density'],
-                num_probes: int = DEFAULTS['num_probes'], objective: str = 'training') -> Dict:
+                num_probes: int = DEFAULTS['num_probes'],
+                trace_probes: int = DEFAULTS['trace_probes'], objective: str = 'training') -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
-  and an SLQ density with its negative fraction on all of them together, of the
-  objective `hessian_objective` names (recorded in the JSON)."""
+  an SLQ density with its negative fraction on all of them together, and Hutchinson
+  traces of the whole Hessian and of each parameter block's diagonal block
+  (`hessian.parameter_blocks`), of the objective `hessian_objective` names
+  (recorded in the JSON)."""
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.family.convolutional)
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
@@ -82,8 +88,10 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
-  done = progress.Progress(f'hessian {subject.label}', num_minibatches * (
-      steps_top + num_probes * steps_density), 'minibatch Hessian-vector products')
+  done = progress.Progress(
+      f'hessian {subject.label}',
+      num_minibatches * (steps_top + num_probes * steps_density + trace_probes),
+      'minibatch Hessian-vector products')
   tops = []
   for i in range(num_minibatches):
     tops.append(lanczos.extreme_eigenvalues(
@@ -95,6 +103,13 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop,
                                on_step=lambda carry: done.advance(num_minibatches, carry))
+  ids, blocks = hessian.parameter_blocks(subject.params)
+  signs = jax.random.rademacher(jax.random.PRNGKey(num_minibatches), (trace_probes, dim),
+                                jnp.float32)
+  sums = lanczos.hutchinson(matvec, signs, (subject.params, fixed), ids, len(blocks))
+  done.advance(num_minibatches * trace_probes)
+  block_traces = sums.mean(0)
+  block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(trace_probes))
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)
@@ -109,7 +124,12 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
       plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
                    'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
-                   rug={'density': np.ravel(tops)}, rug_label=f'top-{top_k} per minibatch')]
+                   rug={'density': np.ravel(tops)}, rug_label=f'top-{top_k} per minibatch'),
+      plots.curves({'trace of the block': block_traces},
+                   figure_path(out, 'hessian_trace', subject),
+                   f'Hessian trace per parameter block (Hutchinson, {trace_probes} probes): '
+                   f'{subject.label}', 'parameter block', 'trace', xlabels=blocks,
+                   errors={'trace of the block': block_stderr})]
   return {'objective': {'name': objective, **description},
           'top_per_minibatch': tops, 'num_parameters': dim,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
@@ -117,6 +137,12 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
           'negative_fraction_beyond_1pct_stderr': float(
               uncertainty.weighted_mean_stderr(per_probe, np.ones(len(per_probe)))),
+          'trace': float(sums.sum(1).mean()),
+          'trace_stderr': float(uncertainty.weighted_mean_stderr(sums.sum(1),
+                                                                 np.ones(trace_probes))),
+          'trace_probes': trace_probes,
+          'block_traces': dict(zip(blocks, block_traces.tolist())),
+          'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
 
@@ -151,7 +177,8 @@ def _findings(label, r, q):
           q('top_per_minibatch', reduce='max'), '; negative spectral mass ',
           q('negative_fraction'), ' (about half of it the bulk at 0, split by the smoothing), '
           'beyond 1% of the largest |eigenvalue| ', q('negative_fraction_beyond_1pct'), ' ± ',
-          q('negative_fraction_beyond_1pct_stderr')]
+          q('negative_fraction_beyond_1pct_stderr'), '; trace ', q('trace'), ' ± ',
+          q('trace_stderr'), ' (Hutchinson, ', q('trace_probes'), ' probes)']
 
 
 def _largest(r: Mapping) -> verdict.Estimate:
@@ -203,10 +230,12 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
-  minibatch, then the SLQ probes over all of them; the two loops compile apart."""
+  minibatch, then the SLQ probes and the trace probes over all of them; the three
+  compile apart."""
   o = {**DEFAULTS, **options}
-  products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density'])
-  return Work({'hvp': products}, {'hvp': 2})
+  products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density']
+                                     + o['trace_probes'])
+  return Work({'hvp': products}, {'hvp': 3})
 
 
 TOOL = register(Tool(
@@ -217,7 +246,9 @@ TOOL = register(Tool(
              'below 0; the near-zero bulk splits about evenly between signs under the '
              'smoothing, so about half the mass of any model is negative there, and the mass '
              'below -1% of the largest |eigenvalue| (± over probes) is the negative curvature '
-             'the paper speaks of.',
+             'the paper speaks of. The trace, of the whole Hessian and of each parameter '
+             'block\'s diagonal block, is Hutchinson\'s estimate from Rademacher probes '
+             '(PyHessian\'s), ± over probes.',
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
