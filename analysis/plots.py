@@ -305,6 +305,17 @@ def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel
   return _save(fig, path)
 
 
+def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str], title: str,
+            xlabel: str, ylabel: str):
+  """Point clouds, one colour and legend entry per series: name -> (x, y)."""
+  fig, ax = _figure(figsize=(6.2, 4.3))
+  for (name, (x, y)), colour in zip(points.items(), colours([None] * len(points))):
+    ax.scatter(x, y, s=22, color=colour, label=name, zorder=3)
+  ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+  ax.legend(fontsize='small', loc='best')
+  return _save(fig, path)
+
+
 def image_grid(images: np.ndarray, path: Optional[str], title: str, cols: int = 7,
                labels: Optional[Sequence[str]] = None, cmap: Optional[str] = None,
                colorbar_label: str = '', vmin: Optional[float] = None,

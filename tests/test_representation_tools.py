@@ -67,6 +67,36 @@ def test_cka_across_every_family(subjects, tmp_path):
   assert np.array(result['cka']['mixer vs alternet']).shape == (5, 4)
 
 
+def test_head_cka_against_another_model_and_a_twin(subjects, tmp_path):
+  """Heads of the first and last block against the ResNet's layers; against the
+  class-token ViT's own stream, its distances are those of attention_distance."""
+  vit, bit = subjects[0], subjects[2]
+  result = TOOLS['head_cka'].run([vit, bit], batches, str(tmp_path))
+  json.dumps(result)
+  r = result['vit vs bit']
+  assert r['blocks'] == ['block0', 'block1'] and r['lower_layers'] == 2
+  assert np.array(r['cka']).shape == (2, 4, 3) and np.array(r['distance']).shape == (2, 4)
+  assert np.all((np.array(r['cka']) > -0.2) & (np.array(r['cka']) <= 1 + 1e-6))
+  np.testing.assert_allclose(r['cka_lower'], np.array(r['cka'])[:, :, :2].mean(-1), rtol=1e-6)
+  distances = TOOLS['attention_distance'].run(vit, batches, str(tmp_path))
+  np.testing.assert_allclose(r['distance'], distances['distance_per_layer_head'], rtol=1e-5)
+  assert os.path.exists(r['figures'][0]) and set(result) == {'vit vs bit'}
+  # A model compared with its twin: the GAP ViT's heads against the class-token ViT.
+  assert set(TOOLS['head_cka'].run([vit, subjects[1]], batches, str(tmp_path))) == {
+      'vit vs vit_gap', 'vit_gap vs vit'}
+
+
+def test_a_head_compared_with_itself_has_cka_one():
+  """The CKA of every head's output with itself, in the tool's accumulator."""
+  from analysis import cka
+  rng = np.random.RandomState(0)
+  stream = cka.MinibatchCKA('linear', unbiased=True)
+  for _ in range(3):
+    heads = rng.randn(12, 16, 4, 8)  # (B, tokens, heads, D/heads)
+    stream.update([heads[:, :, h] for h in range(4)] * 2)
+  np.testing.assert_allclose(np.diag(stream.result()[:4, 4:]), 1., rtol=1e-6)
+
+
 @pytest.mark.parametrize('index', [3, 4])
 def test_attention_tools_refuse_models_without_global_attention(subjects, index, tmp_path):
   with pytest.raises(ValueError, match='sows no global attention'):

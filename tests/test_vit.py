@@ -63,6 +63,14 @@ def test_intermediates_are_named_and_consistent():
     np.testing.assert_allclose(attention.sum(-1), 1, rtol=1e-5)
     np.testing.assert_allclose(inter[p + '+sa'], inter[p + 'input'] + inter[p + 'sa'], atol=1e-6)
     np.testing.assert_allclose(inter[p + '+mlp'], inter[p + '+sa'] + inter[p + 'mlp'], atol=1e-6)
+    # The heads' outputs, through the output projection, sum to the attention branch.
+    heads = inter[p + 'MultiHeadDotProductAttention_1/head_outputs']
+    chex.assert_shape(heads, (3, n, 4, 8))
+    out_projection = variables['params']['Transformer'][f'encoderblock_{i}'][
+        'MultiHeadDotProductAttention_1']['out']
+    np.testing.assert_allclose(
+        np.einsum('bnhd,hdo->bno', heads, out_projection['kernel']) + out_projection['bias'],
+        inter[p + 'sa'], atol=1e-5)
   # apply runs the fused attention path: the same function up to float32 rounding.
   chex.assert_trees_all_close(out, apply(model, variables, images(3)), atol=1e-5)
   chex.assert_shape(inter['pre_logits'], (3, 32))

@@ -15,6 +15,7 @@ import numpy as np
 Dtype = Any
 ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'explicit')
 ATTENTION_WEIGHTS = 'attention_weights'  # the sown name of the explicit path's weights
+HEAD_OUTPUTS = 'head_outputs'  # the sown name of each head's output, before the projection
 # cuDNN's fused kernels take sequence lengths in multiples of this; shorter
 # sequences are padded and the padded keys masked.
 CUDNN_SEQ_MULTIPLE = 8
@@ -92,7 +93,8 @@ class MultiHeadAttention(nn.Module):
 
   `impl` picks the computation (`ATTENTION_IMPLS`, 'auto' by `resolve_impl`):
   'explicit' forms the weights and sows them as `attention_weights`; the others
-  are fused. Attention dropout needs the weights, so a training call with
+  are fused. Every path sows the heads' outputs before the output projection as
+  `head_outputs`. Attention dropout needs the weights, so a training call with
   `dropout_rate` > 0 is explicit. With `window` > 0 patch tokens attend only to
   their neighbours on `grid` (`window_mask`); a `relative_table` adds
   `relative_logits` before the softmax. Both run fused through XLA where the
@@ -129,6 +131,7 @@ class MultiHeadAttention(nn.Module):
                                        implementation='xla')
     else:
       y = fused_attention(q, k, v, impl)
+    self.sow('intermediates', HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
     return dense(width, axis=(-2, -1), name='out')(y)
 
   def explicit(self, q, k, v, bias, mask, *, train: bool):

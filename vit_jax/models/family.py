@@ -51,6 +51,9 @@ class Layers:
   embedding: Optional[str] = None  # parameter path of the patch-embedding kernel
   position_embedding: Optional[str] = None  # parameter path of a learned 1-D position table
   architecture: str = TRANSFORMER  # TRANSFORMER, CONVNET, HYBRID or MLP
+  # Per global attention map, its heads' outputs (B, T, heads, D/heads) before the
+  # output projection.
+  head_outputs: Tuple[str, ...] = ()
 
 
 def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:

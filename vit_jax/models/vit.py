@@ -18,7 +18,8 @@ import numpy as np
 import scipy.ndimage
 
 from vit_jax.models import conv, vit_layouts
-from vit_jax.models.attention import ATTENTION_IMPLS, ATTENTION_WEIGHTS, MultiHeadAttention
+from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
+                                     MultiHeadAttention)
 from vit_jax.models.family import HYBRID, TRANSFORMER, Branch, CheckpointError, Family, Flat, Layers
 from vit_jax.models.resnet import ResNetV1
 
@@ -412,6 +413,9 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
       attention=tuple(range(1, len(stream), 2)), branches=tuple(branches),
       attention_weights=tuple(
           f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{ATTENTION_WEIGHTS}'
+          for i in range(config.num_layers)),
+      head_outputs=tuple(
+          f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{HEAD_OUTPUTS}'
           for i in range(config.num_layers)),
       pre_logits='pre_logits',
       class_token=config.classifier in ('token', 'token_unpooled'),

@@ -1,0 +1,101 @@
+"""Which attention heads resemble a convolutional network's lower layers? Linear CKA
+between each head's output and another model's layers, against the head's mean
+attention distance (Raghu et al. Fig. 5)."""
+import os
+from typing import Dict, List, Mapping, Sequence
+
+import numpy as np
+
+from analysis import attention, cka, features, plots
+from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
+
+
+def lower_half(num_layers: int) -> int:
+  """How many of a reference model's first stream layers count as its lower layers."""
+  return max(1, (num_layers + 1) // 2)
+
+
+def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dict:
+  """For each model that sows its heads' outputs and each other model: minibatch
+  linear CKA (unbiased) between every head of the first and the last attention
+  layer (spatial tokens, before the output projection) and every stream layer of
+  the other model, in one pass over the evaluation split, with each head's mean
+  attention distance (class-token key dropped, as `attention_distance`)."""
+  result = {}
+  for s in subjects:
+    if not s.layers.head_outputs:
+      continue
+    blocks = sorted({0, len(s.layers.head_outputs) - 1})
+    heads_of = [s.layers.head_outputs[b] for b in blocks]
+    weights_of = [s.layers.attention_weights[b] for b in blocks]
+    grid, pixels = s.token_grid()
+    for r in subjects:
+      if r is s:
+        continue
+      stream = cka.MinibatchCKA('linear', unbiased=True)
+      distances, sizes = [], []
+      for images, _ in batches('eval'):
+        inter = s.intermediates(images, heads_of + weights_of)
+        heads = [y[:, int(s.has_cls):, h] for y in (inter[n] for n in heads_of)
+                 for h in range(y.shape[2])]
+        stream.update(heads + features.layer_representations([r], [r.layers.stream], images))
+        distances.append([np.asarray(attention.mean_attention_distance(
+            inter[n], grid, pixels, s.has_cls)) for n in weights_of])
+        sizes.append(len(images))
+      num_heads = len(heads) // len(blocks)
+      cross = stream.result()[:len(heads), len(heads):].reshape(len(blocks), num_heads, -1)
+      lower = lower_half(len(r.layers.stream))
+      to_lower = cross[:, :, :lower].mean(-1)
+      distance = np.average(np.asarray(distances), axis=0, weights=sizes)
+      labels = [s.layers.labels[s.layers.attention[b]].split('/')[0] for b in blocks]
+      key = f'{s.label} vs {r.label}'
+      figure = plots.scatter(
+          {f'{label} heads': (distance[i], to_lower[i]) for i, label in enumerate(labels)},
+          os.path.join(out, f'head_cka_{s.label}_{r.label}.png'),
+          f'Heads of {s.label} against the lower layers of {r.label}',
+          'mean attention distance (pixels)', f'CKA with {r.label}\'s first {lower} layers')
+      result[key] = {'blocks': labels, 'reference_layers': list(r.layers.labels),
+                     'lower_layers': lower, 'cka': cross.tolist(),
+                     'cka_lower': to_lower.tolist(), 'distance': distance.tolist(),
+                     'correlation': [_correlation(distance[i], to_lower[i])
+                                     for i in range(len(blocks))],
+                     'num_examples': stream.num_examples, 'figures': [figure]}
+  return result
+
+
+def _correlation(x: np.ndarray, y: np.ndarray) -> float:
+  """Pearson correlation across heads (NaN below three heads or without spread)."""
+  if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
+    return float('nan')
+  return float(np.corrcoef(x, y)[0, 1])
+
+
+def findings(result: Mapping, q) -> Dict[str, list]:
+  out = {}
+  for key, r in result.items():
+    parts = [f'{key}: ']
+    for i, block in enumerate(r['blocks']):
+      parts += ['; ' if i else '', f'{block} heads at ', q(key, 'distance', i, reduce='min'),
+                ' to ', q(key, 'distance', i, reduce='max'), ' px have CKA ',
+                q(key, 'cka_lower', i, reduce='min'), ' to ', q(key, 'cka_lower', i, reduce='max'),
+                ' with the lower layers (correlation with distance ', q(key, 'correlation', i),
+                ')']
+    out[key] = parts
+  return out
+
+
+def figures(result: Mapping) -> List[Figure]:
+  return [Figure(path, key, tuple(key.split(' vs ')))
+          for key, r in result.items() for path in r['figures']]
+
+
+TOOL = register(Tool(
+    name='head_cka', title='Attention heads against the other model\'s layers',
+    quantity='Minibatch linear CKA (unbiased) between each head\'s output (spatial tokens, '
+             'before the output projection) of the first and last attention layer and every '
+             'stream layer of the other model, drawn against the head\'s mean attention '
+             'distance; the y axis averages the CKA over the lower half of the other model\'s '
+             'layers.',
+    paper='Raghu et al. (Fig. 5): the ViT\'s lower-layer heads that attend locally are the ones '
+          'most similar to the ResNet\'s lower layers; globally attending heads are not.',
+    run=run_head_cka, runs_on=ALL_MODELS, findings=findings, figures=figures))
