@@ -9,7 +9,7 @@ product uses the same matrix. Batches are stacked, (K, B, ...) images and
 holds one forward, backward and jvp however many batches there are; for ResNets
 on CPU the batches are a Python loop instead (`sum_over_batches`).
 """
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -115,16 +115,35 @@ def flat_hvp(loss: Loss, params, unroll: bool = False) -> Tuple[Callable[..., ja
   return matvec, ravel_pytree(params)[0].shape[0]
 
 
-def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
-  """Each flat-vector coordinate's block (the first `depth` modules of its parameter
-  path: a ViT's encoder block, a ResNet's stage, the embedding, the head; a
-  top-level parameter is its own block) as an index into the block names, in
-  `ravel_pytree` order, for `lanczos.hutchinson`."""
+def block_names(params, depth: int = 2) -> List[str]:
+  """The block of each parameter leaf, in leaf order: the first `depth` modules of
+  its path (a ViT's encoder block, a ResNet's stage, the embedding, the head); a
+  top-level parameter is its own block."""
   keys = [[str(getattr(k, 'key', k)) for k in path]
           for path, _ in jax.tree_util.tree_leaves_with_path(params)]
-  paths = ['/'.join(key[:-1][:depth] or key) for key in keys]
+  return ['/'.join(key[:-1][:depth] or key) for key in keys]
+
+
+def block_sizes(params, depth: int = 2) -> Dict[str, int]:
+  """The number of parameters in each block (`block_names`), in first-leaf order."""
+  sizes: Dict[str, int] = {}
+  for name, leaf in zip(block_names(params, depth), jax.tree_util.tree_leaves(params)):
+    sizes[name] = sizes.get(name, 0) + int(np.size(leaf))
+  return sizes
+
+
+def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
+  """Each flat-vector coordinate's block (`block_names`) as an index into the
+  distinct block names, in `ravel_pytree` order, for `lanczos.hutchinson`."""
+  paths = block_names(params, depth)
   names = list(dict.fromkeys(paths))
   leaves = [jnp.full(np.shape(x), names.index(p), jnp.int32)
             for p, x in zip(paths, jax.tree_util.tree_leaves(params))]
   ids = ravel_pytree(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves))[0]
   return ids, names
+
+
+def block_matvec(matvec: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+  """The product with one block's diagonal block of H: `mask` (1 on the block's
+  coordinates, 0 elsewhere) is the first operand, so every block shares one program."""
+  return lambda v, mask, *operands: mask * matvec(mask * v, *operands)

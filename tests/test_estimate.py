@@ -25,12 +25,13 @@ def vit():
 
 def test_the_hessian_counts_its_lanczos_products(vit):
   """Per minibatch the top-k Lanczos steps, then every SLQ probe's steps and every
-  trace probe on each: the products `run_hessian` reports progress in."""
+  trace probe on each, and 10 steps on each of the 7 parameter blocks on one: the
+  products `run_hessian` reports progress in."""
   options = hessian.options(batches=2, lanczos_steps=10, objective='training')
   work = TOOLS['hessian'].work(vit, options, AMOUNTS)
-  assert work.passes == {'hvp': 2 * (10 + 2 * 20 + 10)}
+  assert work.passes == {'hvp': 2 * (10 + 2 * 20 + 10) + 7 * 10}
   default = TOOLS['hessian'].work(vit, {}, AMOUNTS).passes['hvp']
-  assert default == 4 * (20 + 2 * 40 + 10) == 440  # the quick start's 440 products
+  assert default == 4 * (20 + 2 * 40 + 10) + 7 * 10 == 510
 
 
 def test_forward_tools_count_passes_over_the_split(vit):

@@ -124,6 +124,14 @@ def test_every_row_has_a_status_and_a_measurement_or_a_reason():
   assert len(figures) == len(set(figures)), 'a figure listed twice'
 
 
+def test_the_summary_counts_the_rows():
+  found = [row['status'] for _, row in rows()]
+  said = re.search(r'Of the (\d+) rows: (\d+) reproduced, (\d+) different findings, (\d+) '
+                   r'need data, (\d+) not yet\.', _text())
+  assert said, 'the summary line is missing'
+  assert [int(n) for n in said.groups()] == [len(found)] + [found.count(s) for s in STATUSES]
+
+
 def test_every_command_names_what_exists():
   listed = commands()
   assert len(listed) > 30

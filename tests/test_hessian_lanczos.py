@@ -212,6 +212,24 @@ def test_hutchinson_over_hadamard_probes_is_the_exact_trace_block_by_block():
   np.testing.assert_allclose(sums.sum(1).mean(), np.trace(dense), atol=1e-5 * scale)
 
 
+def test_a_blocks_top_eigenvalue_is_that_of_its_diagonal_block():
+  """Lanczos on `block_matvec` with as many steps as the block has parameters
+  recovers the largest-magnitude eigenvalue of the dense Hessian's diagonal block."""
+  loss, params, batches = tiny_problem(jnp.float32)
+  flat, unravel = ravel_pytree(params)
+  dense = np.asarray(jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64)
+  matvec, dim = hessian.flat_hvp(loss, params)
+  ids, names = hessian.parameter_blocks(params, depth=1)
+  assert hessian.block_sizes(params, depth=1) == {'Dense_0': 18, 'Dense_1': 25}
+  for b, size in enumerate((18, 25)):
+    inside = np.asarray(ids) == b
+    exact = np.linalg.eigvalsh(dense[np.ix_(inside, inside)])
+    top = lanczos.extreme_eigenvalues(
+        hessian.block_matvec(matvec), dim, size, 1,
+        operands=(jnp.asarray(inside, jnp.float32), params, batches))['top'][0]
+    np.testing.assert_allclose(top, exact[np.argmax(np.abs(exact))], rtol=1e-4)
+
+
 def test_host_loop_gives_the_same_tridiagonal_matrix():
   a = jnp.asarray(random_symmetric(40), jnp.float32)
   start = jnp.ones(40)

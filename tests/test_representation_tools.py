@@ -171,6 +171,7 @@ def test_landscape_tools(subjects, index, tmp_path):
   # The blocks' traces add up to the whole trace, probe by probe.
   assert sum(result['block_traces'].values()) == pytest.approx(result['trace'], rel=1e-5)
   assert result['trace_stderr'] > 0 and len(result['figures']) == 3
+  assert set(result['block_top_eigenvalue']) == set(result['block_traces'])
   np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr

@@ -67,7 +67,7 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
 
 
 DEFAULTS = dict(num_minibatches=4, steps_top=20, steps_density=40, num_probes=2,
-                trace_probes=10)
+                trace_probes=10, block_steps=10)
 
 
 def run_hessian(subject: Subject, batches: Batches, out: str,
@@ -75,22 +75,27 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                 steps_top: int = DEFAULTS['steps_top'],
                 steps_density: int = DEFAULTS['steps_density'],
                 num_probes: int = DEFAULTS['num_probes'],
-                trace_probes: int = DEFAULTS['trace_probes'], objective: str = 'training') -> Dict:
+                trace_probes: int = DEFAULTS['trace_probes'],
+                block_steps: int = DEFAULTS['block_steps'], objective: str = 'training') -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
-  an SLQ density with its negative fraction on all of them together, and Hutchinson
+  an SLQ density with its negative fraction on all of them together, Hutchinson
   traces of the whole Hessian and of each parameter block's diagonal block
-  (`hessian.parameter_blocks`), of the objective `hessian_objective` names
-  (recorded in the JSON)."""
+  (`hessian.parameter_blocks`), and the largest-magnitude eigenvalue of each
+  block's diagonal block on the first minibatch, of the objective
+  `hessian_objective` names (recorded in the JSON)."""
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.family.convolutional)
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
   fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
+  ids, blocks = hessian.parameter_blocks(subject.params)
+  sizes = hessian.block_sizes(subject.params)
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
   done = progress.Progress(
       f'hessian {subject.label}',
-      num_minibatches * (steps_top + num_probes * steps_density + trace_probes),
+      num_minibatches * (steps_top + num_probes * steps_density + trace_probes)
+      + sum(min(block_steps, n) for n in sizes.values()),
       'minibatch Hessian-vector products')
   tops = []
   for i in range(num_minibatches):
@@ -103,7 +108,16 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop,
                                on_step=lambda carry: done.advance(num_minibatches, carry))
-  ids, blocks = hessian.parameter_blocks(subject.params)
+  block_top = {}
+  for b, name in enumerate(blocks):
+    steps = min(block_steps, sizes[name])
+    block_top[name] = float(lanczos.extreme_eigenvalues(
+        hessian.block_matvec(matvec), dim, steps, 1, jax.random.PRNGKey(100 + b),
+        operands=((ids == b).astype(jnp.float32), subject.params,
+                  tuple(x[:1] for x in fixed)), host_loop=host_loop,
+        on_step=lambda carry: done.advance(1, carry))['top'][0])
+    if not host_loop:
+      done.advance(steps)
   signs = jax.random.rademacher(jax.random.PRNGKey(num_minibatches), (trace_probes, dim),
                                 jnp.float32)
   sums = lanczos.hutchinson(matvec, signs, (subject.params, fixed), ids, len(blocks))
@@ -143,6 +157,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'trace_probes': trace_probes,
           'block_traces': dict(zip(blocks, block_traces.tolist())),
           'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
+          'block_top_eigenvalue': block_top, 'block_steps': block_steps,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
 
@@ -230,12 +245,13 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
-  minibatch, then the SLQ probes and the trace probes over all of them; the three
-  compile apart."""
+  minibatch, then the SLQ probes and the trace probes over all of them, and
+  Lanczos on each block's diagonal block on one minibatch; the four compile apart."""
   o = {**DEFAULTS, **options}
   products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density']
                                      + o['trace_probes'])
-  return Work({'hvp': products}, {'hvp': 3})
+  blocks = sum(min(o['block_steps'], n) for n in hessian.block_sizes(subject.params).values())
+  return Work({'hvp': products + blocks}, {'hvp': 4})
 
 
 TOOL = register(Tool(
@@ -248,7 +264,8 @@ TOOL = register(Tool(
              'below -1% of the largest |eigenvalue| (± over probes) is the negative curvature '
              'the paper speaks of. The trace, of the whole Hessian and of each parameter '
              'block\'s diagonal block, is Hutchinson\'s estimate from Rademacher probes '
-             '(PyHessian\'s), ± over probes.',
+             '(PyHessian\'s), ± over probes; each block\'s largest-magnitude eigenvalue is '
+             'Lanczos on its diagonal block (10 steps, first minibatch).',
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
