@@ -23,7 +23,7 @@ DENSITY_DECADES = 8
 
 flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
 flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
-                     'for the density.')
+                     'for the density, half as many per parameter block and as trace probes.')
 flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
                   'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
                   'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
@@ -108,11 +108,11 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop,
                                on_step=lambda carry: done.advance(num_minibatches, carry))
-  block_top = {}
+  block_top, masked = {}, hessian.block_matvec(matvec)  # one program for every block
   for b, name in enumerate(blocks):
     steps = min(block_steps, sizes[name])
     block_top[name] = float(lanczos.extreme_eigenvalues(
-        hessian.block_matvec(matvec), dim, steps, 1, jax.random.PRNGKey(100 + b),
+        masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
         operands=((ids == b).astype(jnp.float32), subject.params,
                   tuple(x[:1] for x in fixed)), host_loop=host_loop,
         on_step=lambda carry: done.advance(1, carry))['top'][0])
@@ -168,6 +168,7 @@ def options(batches: int, lanczos_steps: int, objective: str) -> Dict:
     if value < 1:
       raise ConfigError(f'--{flag} is {value}; it must be at least 1.')
   return dict(num_minibatches=batches, steps_top=lanczos_steps, steps_density=2 * lanczos_steps,
+              block_steps=max(1, lanczos_steps // 2), trace_probes=max(2, lanczos_steps // 2),
               objective=objective)
 
 
