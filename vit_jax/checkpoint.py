@@ -24,12 +24,12 @@ from vit_jax.models.family import CheckpointError, Flat
 
 Params = Dict[str, Any]
 # Where the published checkpoints live: ViT (and AugReg ViT), BiT, MLP-Mixer.
-# A timm state dict saved by torch.save (with `.safetensors`, the files `load` reads as one).
-TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
 PUBLIC_DIRS = ('gs://vit_models/imagenet21k/', 'gs://vit_models/augreg/', 'gs://bit_models/',
                'gs://mixer_models/')
 WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
                 f'{PUBLIC_DIRS[0]}ViT-B_16.npz)')
+# A timm state dict saved by torch.save (with `.safetensors`, the files `load` reads as one).
+TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
 
 
 def published(flat: Flat) -> Flat:
@@ -188,7 +188,8 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Pa
   # Number every parameter element and export the numbers: each timm array then
   # says which elements it holds, so the import is the export read backwards.
   starts = np.cumsum([0] + [int(np.prod(s.shape)) for s in shapes.values()])
-  numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=np.float64).reshape(s.shape)
+  index = np.int32 if starts[-1] < 2**31 else np.int64  # ViT-G/14 still fits int32
+  numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=index).reshape(s.shape)
               for (k, s), start in zip(shapes.items(), starts)}
   template = family.to_timm(numbered)
   # timm's qkv_bias=False: the biases are zeros.
@@ -198,7 +199,7 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Pa
   values = np.zeros(starts[-1], np.float32)
   for key, where in template.items():
     if key in state:
-      values[where.astype(np.int64).ravel()] = state[key].ravel()
+      values[where.ravel()] = state[key].ravel()
   return _unflatten({k: values[start:start + np.prod(s.shape)].reshape(s.shape)
                      for (k, s), start in zip(shapes.items(), starts)})
 
