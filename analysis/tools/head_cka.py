@@ -16,50 +16,50 @@ def lower_half(num_layers: int) -> int:
 
 
 def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dict:
-  """For each model that sows its heads' outputs and each other model: minibatch
-  linear CKA (unbiased) between every head of the first and the last attention
-  layer (spatial tokens, before the output projection) and every stream layer of
-  the other model, in one pass over the evaluation split, with each head's mean
-  attention distance (class-token key dropped, as `attention_distance`)."""
+  """For each model that sows its heads' outputs, against every other model:
+  minibatch linear CKA (unbiased) between every head of the first and the last
+  attention layer (spatial tokens, before the output projection) and every stream
+  layer of the others, in one pass over the evaluation split per such model, with
+  each head's mean attention distance (class-token key dropped, as
+  `attention_distance`)."""
   result = {}
   for s in subjects:
-    if not s.layers.head_outputs:
+    others = [r for r in subjects if r is not s]
+    if not s.layers.head_outputs or not others:
       continue
     blocks = sorted({0, len(s.layers.head_outputs) - 1})
     heads_of = [s.layers.head_outputs[b] for b in blocks]
     weights_of = [s.layers.attention_weights[b] for b in blocks]
     grid, pixels = s.token_grid()
-    for r in subjects:
-      if r is s:
-        continue
-      stream = cka.MinibatchCKA('linear', unbiased=True)
-      distances, sizes = [], []
-      for images, _ in batches('eval'):
-        inter = s.intermediates(images, heads_of + weights_of)
-        heads = [y[:, int(s.has_cls):, h] for y in (inter[n] for n in heads_of)
-                 for h in range(y.shape[2])]
-        stream.update(heads + features.layer_representations([r], [r.layers.stream], images))
-        distances.append([np.asarray(attention.mean_attention_distance(
-            inter[n], grid, pixels, s.has_cls)) for n in weights_of])
-        sizes.append(len(images))
-      num_heads = len(heads) // len(blocks)
-      cross = stream.result()[:len(heads), len(heads):].reshape(len(blocks), num_heads, -1)
+    stream = cka.MinibatchCKA('linear', unbiased=True)
+    distances, sizes = [], []
+    for images, _ in batches('eval'):
+      inter = s.intermediates(images, heads_of + weights_of)
+      heads = [y[:, int(s.has_cls):, h] for y in (inter[n] for n in heads_of)
+               for h in range(y.shape[2])]
+      stream.update(heads + features.layer_representations(
+          others, [r.layers.stream for r in others], images))
+      distances.append([np.asarray(attention.mean_attention_distance(
+          inter[n], grid, pixels, s.has_cls)) for n in weights_of])
+      sizes.append(len(images))
+    matrix, num_heads = stream.result(), len(heads) // len(blocks)
+    distance = np.average(np.asarray(distances), axis=0, weights=sizes)
+    labels = [s.layers.labels[s.layers.attention[b]].split('/')[0] for b in blocks]
+    bounds = len(heads) + np.cumsum([0] + [len(r.layers.stream) for r in others])
+    for r, first, last in zip(others, bounds[:-1], bounds[1:]):
+      cross = matrix[:len(heads), first:last].reshape(len(blocks), num_heads, -1)
       lower = lower_half(len(r.layers.stream))
       to_lower = cross[:, :, :lower].mean(-1)
-      distance = np.average(np.asarray(distances), axis=0, weights=sizes)
-      labels = [s.layers.labels[s.layers.attention[b]].split('/')[0] for b in blocks]
-      key = f'{s.label} vs {r.label}'
       figure = plots.scatter(
           {f'{label} heads': (distance[i], to_lower[i]) for i, label in enumerate(labels)},
           os.path.join(out, f'head_cka_{s.label}_{r.label}.png'),
           f'Heads of {s.label} against the lower layers of {r.label}',
           'mean attention distance (pixels)', f'CKA with {r.label}\'s first {lower} layers')
-      result[key] = {'blocks': labels, 'reference_layers': list(r.layers.labels),
-                     'lower_layers': lower, 'cka': cross.tolist(),
-                     'cka_lower': to_lower.tolist(), 'distance': distance.tolist(),
-                     'correlation': [_correlation(distance[i], to_lower[i])
-                                     for i in range(len(blocks))],
-                     'num_examples': stream.num_examples, 'figures': [figure]}
+      result[f'{s.label} vs {r.label}'] = {
+          'blocks': labels, 'reference_layers': list(r.layers.labels), 'lower_layers': lower,
+          'cka': cross.tolist(), 'cka_lower': to_lower.tolist(), 'distance': distance.tolist(),
+          'correlation': [_correlation(distance[i], to_lower[i]) for i in range(len(blocks))],
+          'num_examples': stream.num_examples, 'figures': [figure]}
   return result
 
 
