@@ -1,6 +1,6 @@
 """Linear probes per layer and token kind, few-shot accuracy on the pre-logits
 (Raghu et al. Fig. 12-13), and a few-shot probe on each final-layer token (Fig. 11)."""
-from typing import Dict, Iterator, List, Mapping, Sequence
+from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -42,9 +42,9 @@ def _collect(subject: Subject, iterator: Iterator, names: Sequence[str], mapped:
 
 
 def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, shots: int,
-               out: str, subject: Subject) -> Dict:
+               out: str, subject: Subject) -> Tuple[Dict, str]:
   """A `shots`-shot probe on each final-layer token, beside the same probe on the
-  token mean and the class token; a heatmap of the grid."""
+  token mean and the class token, and the path of a heatmap of the grid."""
   grid = probes.few_shot_per_position(train_x[last, 'map'], train_y, test_x[last, 'map'], test_y,
                                       num_classes, shots)
   pooled = {kind: probes.few_shot_accuracy(train_x[last, kind], train_y, test_x[last, kind],
@@ -58,7 +58,7 @@ def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, sh
       ylabels=[str(i) for i in reversed(range(h))], colorbar_label='test accuracy')
   return {'shots': shots, 'layer': subject.layers.labels[-1], 'accuracy': grid.tolist(),
           'mean': float(grid.mean()), 'min': float(grid.min()), 'max': float(grid.max()),
-          'pooled': pooled, 'figure': figure}
+          'pooled': pooled}, figure
 
 
 TOKEN_SHOTS = 10  # Raghu et al.'s per-token probes are 10-shot
@@ -82,8 +82,9 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   for rows in layers.values():
     for row in rows:
       row['stderr'] = float(uncertainty.binomial_stderr(row['accuracy'], len(test_y)))
-  per_token = (_per_token(train_x, train_y, test_x, test_y, num_classes, names[-1], TOKEN_SHOTS,
-                          out, subject) if TOKEN_SHOTS <= smallest_class else None)
+  per_token, token_figure = (
+      _per_token(train_x, train_y, test_x, test_y, num_classes, names[-1], TOKEN_SHOTS, out,
+                 subject) if TOKEN_SHOTS <= smallest_class else (None, None))
   figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
                         figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
                         'layer', 'test accuracy', xlabels=subject.layers.labels,
@@ -94,10 +95,8 @@ def run_probes(subject: Subject, batches: Batches, out: str,
           'few_shot_stderr': {k: float(uncertainty.binomial_stderr(v, len(test_y)))
                               for k, v in few_shot.items()},
           'shots_left_out': [k for k in shots if k > smallest_class],
-          'few_shot_per_token': per_token and {k: v for k, v in per_token.items()
-                                               if k != 'figure'},
-          'num_train': len(train_y), 'num_test': len(test_y),
-          'figures': [figure] + ([per_token['figure']] if per_token else [])}
+          'few_shot_per_token': per_token, 'num_train': len(train_y), 'num_test': len(test_y),
+          'figures': [figure] + ([token_figure] if token_figure else [])}
 
 
 def _findings(label, r, q):
