@@ -139,10 +139,11 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
                    'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
                    rug={'density': np.ravel(tops)}, rug_label=f'top-{top_k} per minibatch'),
-      plots.curves({'trace of the block': block_traces},
+      plots.curves({'trace of the block': block_traces,
+                    'largest eigenvalue of the block': [block_top[b] for b in blocks]},
                    figure_path(out, 'hessian_trace', subject),
-                   f'Hessian trace per parameter block (Hutchinson, {trace_probes} probes): '
-                   f'{subject.label}', 'parameter block', 'trace', xlabels=blocks,
+                   f'Hessian per parameter block (trace: Hutchinson, {trace_probes} probes): '
+                   f'{subject.label}', 'parameter block', 'value', xlabels=blocks,
                    errors={'trace of the block': block_stderr})]
   return {'objective': {'name': objective, **description},
           'top_per_minibatch': tops, 'num_parameters': dim,
@@ -266,7 +267,7 @@ TOOL = register(Tool(
              'the paper speaks of. The trace, of the whole Hessian and of each parameter '
              'block\'s diagonal block, is Hutchinson\'s estimate from Rademacher probes '
              '(PyHessian\'s), ± over probes; each block\'s largest-magnitude eigenvalue is '
-             'Lanczos on its diagonal block (10 steps, first minibatch).',
+             'Lanczos on its diagonal block (half the Lanczos steps, first minibatch).',
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
