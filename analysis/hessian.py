@@ -132,6 +132,19 @@ def block_sizes(params, depth: int = 2) -> Dict[str, int]:
   return sizes
 
 
+def l2_traces(params, l2: float, l2_mask: Optional[Callable[[Any], Any]] = None,
+              depth: int = 2) -> Dict[str, float]:
+  """The exact trace of the L2 term's Hessian in each block: `training_loss` adds
+  l2/2 ||w||^2 over the parameters `l2_mask` marks, whose Hessian is l2 on each of
+  them, so l2 times their number. The rest of a block's trace is the data term's."""
+  mask = l2_mask(params) if l2_mask else jax.tree_util.tree_map(lambda _: True, params)
+  traces = dict.fromkeys(block_names(params, depth), 0.)
+  for name, leaf, on in zip(block_names(params, depth), jax.tree_util.tree_leaves(params),
+                            jax.tree_util.tree_leaves(mask)):
+    traces[name] += l2 * np.size(leaf) * bool(on)
+  return traces
+
+
 def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
   """Each flat-vector coordinate's block (`block_names`) as an index into the
   distinct block names, in `ravel_pytree` order, for `lanczos.hutchinson`."""

@@ -210,6 +210,15 @@ def test_hutchinson_over_hadamard_probes_is_the_exact_trace_block_by_block():
   np.testing.assert_allclose(sums.mean(0), [diagonal[:18].sum(), diagonal[18:].sum()],
                              atol=1e-5 * scale)
   np.testing.assert_allclose(sums.sum(1).mean(), np.trace(dense), atol=1e-5 * scale)
+  # The L2 term's share (l2 = 0.01 on all 43 parameters) is exact; the rest is the
+  # trace of the loss without it.
+  without_l2, _, _ = tiny_problem(jnp.float32, l2=0.)
+  data = np.trace(np.asarray(jax.hessian(lambda f: without_l2(unravel(f), batches))(flat)))
+  l2 = hessian.l2_traces(params, 0.01, depth=1)
+  assert l2 == pytest.approx({'Dense_0': 0.18, 'Dense_1': 0.25})
+  np.testing.assert_allclose(np.trace(dense) - sum(l2.values()), data, rtol=1e-5)
+  kernels = hessian.l2_traces(params, 0.01, steps.kernel_mask, depth=1)
+  assert kernels == pytest.approx({'Dense_0': 0.15, 'Dense_1': 0.20})
 
 
 def test_a_blocks_top_eigenvalue_is_that_of_its_diagonal_block():

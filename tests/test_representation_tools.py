@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import flax
 import jax
 import numpy as np
 import pytest
@@ -174,6 +175,10 @@ def test_landscape_tools(subjects, index, tmp_path):
   assert sum(result['block_traces'].values()) == pytest.approx(result['trace'], rel=1e-5)
   assert result['trace_stderr'] > 0 and len(result['figures']) == 3
   assert set(result['block_top_eigenvalue']) == set(result['block_traces'])
+  # The L2 term (weight_decay / lr on the kernels) holds l2 per kernel parameter.
+  kernels = sum(np.size(v) for k, v in flax.traverse_util.flatten_dict(s.params).items()
+                if k[-1] == 'kernel')
+  assert result['trace_l2'] == pytest.approx(1e-3 * kernels)
   np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr

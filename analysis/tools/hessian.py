@@ -14,6 +14,7 @@ from analysis import (features, hessian, joint_figures, lanczos, plots, progress
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from analysis.estimate import Amounts, Work
+from vit_jax.steps import kernel_mask
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
@@ -124,6 +125,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   done.advance(num_minibatches * trace_probes)
   block_traces = sums.mean(0)
   block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(trace_probes))
+  l2_share = hessian.l2_traces(subject.params, description['l2'], kernel_mask
+                               if description.get('l2_on') == 'kernels' else None)
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
   grid = np.linspace(-span * 1.05, span * 1.05, 400)
@@ -158,6 +161,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'trace_probes': trace_probes,
           'block_traces': dict(zip(blocks, block_traces.tolist())),
           'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
+          'trace_l2': float(sum(l2_share.values())), 'block_traces_l2': l2_share,
           'block_top_eigenvalue': block_top, 'block_steps': block_steps,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'figures': figures}
@@ -195,7 +199,8 @@ def _findings(label, r, q):
           q('negative_fraction'), ' (about half of it the bulk at 0, split by the smoothing), '
           'beyond 1% of the largest |eigenvalue| ', q('negative_fraction_beyond_1pct'), ' ± ',
           q('negative_fraction_beyond_1pct_stderr'), '; trace ', q('trace'), ' ± ',
-          q('trace_stderr'), ' (Hutchinson, ', q('trace_probes'), ' probes)']
+          q('trace_stderr'), ' (Hutchinson, ', q('trace_probes'), ' probes), of which the L2 '
+          'term exactly ', q('trace_l2')]
 
 
 def _largest(r: Mapping) -> verdict.Estimate:
@@ -266,7 +271,9 @@ TOOL = register(Tool(
              'below -1% of the largest |eigenvalue| (± over probes) is the negative curvature '
              'the paper speaks of. The trace, of the whole Hessian and of each parameter '
              'block\'s diagonal block, is Hutchinson\'s estimate from Rademacher probes '
-             '(PyHessian\'s), ± over probes; each block\'s largest-magnitude eigenvalue is '
+             '(PyHessian\'s), ± over probes, with the L2 term\'s exact share (l2 per '
+             'penalised parameter; the rest is the data term\'s); each block\'s '
+             'largest-magnitude eigenvalue is '
              'Lanczos on its diagonal block (half the Lanczos steps, first minibatch).',
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
