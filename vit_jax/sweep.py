@@ -8,7 +8,8 @@ fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
 DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json;
 a row with a result is not trained again, and an interrupted one resumes from
-its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv and DIR/<name>.png hold the table.
+its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv
+and DIR/<name>.png hold the table of every row with a result.
 """
 import csv
 import json
