@@ -17,6 +17,12 @@ STATUSES = ('reproduced', 'different finding', 'needs data', 'not yet')
 PAPERS = {'An Image is Worth': 'ViT paper', 'Raghu et al.': 'Raghu et al.',
           'Park & Kim': 'Park & Kim'}
 RECIPE_FLAGS = ('config', 'config2')
+# The flags of the training and sweep commands (defined under their __main__).
+COMMAND_FLAGS = {
+    'vit_jax.train': ('config', 'workdir', 'reconfigure', 'coordinator_address',
+                      'num_processes', 'process_id', 'cpu_devices'),
+    'vit_jax.sweep': ('config', 'workdir', 'cpu_devices', 'rows'),
+}
 
 
 def _text() -> str:
@@ -101,7 +107,8 @@ def check(command: str) -> None:
   options = _options(_pairs(rest))
   for name in options:
     base = name.split('.')[0]
-    assert base in FLAGS or base in ('rows',), f'no flag --{name}'
+    assert base in (FLAGS if module == 'analysis' else COMMAND_FLAGS[module]), \
+        f'no flag --{name}'
   for which, row_flag in zip(RECIPE_FLAGS, ('row', 'row2')):
     if which not in options:
       assert row_flag not in options, command
@@ -145,6 +152,7 @@ def test_every_command_names_what_exists():
     ('python -m analysis cka --config configs/ablations.py:data --row vit-7%', "no row 'vit-7%'"),
     ('python -m analysis cka --config configs/quickstart_vit.py --rowz a', 'no flag --rowz'),
     ('python -m vit_jax.sweep --config configs/quickstart_vit.py', 'not a sweep recipe'),
+    ('python -m analysis cka --config configs/ablations.py:data --rows vit-6%', 'no flag --rows'),
     ('pytest tests/test_nothing.py', 'tests/test_nothing.py'),
 ])
 def test_the_check_catches_what_does_not_exist(command, says):
