@@ -42,6 +42,9 @@ flags.DEFINE_string('checkpoint2', None, '.npz of the second model; overrides --
 flags.DEFINE_string('row', None, 'With a sweep recipe as --config (configs/ablations.py:...), '
                     'the row whose model --workdir holds.')
 flags.DEFINE_string('row2', None, 'The same for --config2.')
+flags.DEFINE_list('rows', None, 'With a sweep recipe as --config and the sweep\'s directory as '
+                  '--workdir: analyse these rows together, each from <workdir>/<row> '
+                  '(instead of --row and a second model).')
 flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
@@ -57,19 +60,18 @@ flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard ev
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 
 
-def _subject(config, workdir, path, which: str):
+def _subject(config, workdir, path, which: str, row: Optional[str]):
   """The model, the file or workdir it came from, and its workdir if from one."""
   path = path or workdir
   if path is None:
     raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
   label = os.path.splitext(os.path.basename(config_flags.get_config_filename(
       FLAGS['config' + which])))[0]
-  row = FLAGS['row' + which].value
   if 'sweep' in config:
     rows = [name for name, _ in config.sweep.rows]
     if row not in rows:
       raise app.UsageError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
-                           f'with --row{which}, one of {rows}.')
+                           f'with --row{which} (or rows with --rows), one of {rows}.')
     config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
@@ -187,9 +189,17 @@ def run(name: str) -> Dict:
                       'or 1h30m.') from None
   names = list(tool.TOOLS) if name == 'all' else [name]
   options = {n: tool.TOOLS[n].options() for n in names}  # each tool checks its own flags
-  loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '')]
+  if FLAGS.rows:
+    if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
+        FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
+      raise app.UsageError('--rows takes a sweep recipe as --config and the sweep\'s directory '
+                           'as --workdir, without --row, --checkpoint or a second model.')
+    loaded = [_subject(FLAGS.config, os.path.join(FLAGS.workdir, row), None, '', row)
+              for row in FLAGS.rows]
+  else:
+    loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row)]
   if FLAGS.config2 is not None:
-    loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2'))
+    loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2', FLAGS.row2))
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
     subjects[1].label += '_2'

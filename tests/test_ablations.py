@@ -202,6 +202,20 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
                   '--row', 'k3', '--workdir', os.path.join(workdir, 'k3'), '--num_images', '8',
                   '--batch_size', '8', '--out', str(out)], check=True, cwd=ROOT)
   assert list(json.loads((out / 'norm_ratio.json').read_text())) == ['tiny_k3']
+  # Several rows in one command, from the sweep's directory: CKA across them, and the
+  # same-layer curve of the two rows (one architecture).
+  both = tmp_path / 'both'
+  subprocess.run([sys.executable, '-m', 'analysis', 'cka', '--config', str(recipe),
+                  '--rows', 'global,k3', '--workdir', workdir, '--num_images', '8',
+                  '--batch_size', '8', '--out', str(both)], check=True, cwd=ROOT)
+  result = json.loads((both / 'cka.json').read_text())
+  assert list(result['cka']) == ['tiny_global', 'tiny_global vs tiny_k3', 'tiny_k3']
+  assert (both / 'joint_cka_same_layer.png').exists()
+  assert 'same layer: first' in (both / 'report.md').read_text()
+  refused = subprocess.run([sys.executable, '-m', 'analysis', 'cka', '--config', str(recipe),
+                            '--rows', 'global,k3', '--row', 'k3', '--workdir', workdir],
+                           cwd=ROOT, capture_output=True, text=True)
+  assert refused.returncode != 0 and '--rows takes a sweep recipe' in refused.stderr
 
 
 def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch):

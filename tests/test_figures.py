@@ -116,8 +116,11 @@ def check(command: str) -> None:
     recipe = _recipe(options[which])
     if module == 'vit_jax.sweep':
       assert 'sweep' in recipe, f'{options[which]} is not a sweep recipe'
-    if row_flag in options:
-      assert options[row_flag] in dict(recipe.sweep.rows), f'no row {options[row_flag]!r}'
+    named = [options[row_flag]] if row_flag in options else []
+    if which == 'config' and 'rows' in options:
+      named += options['rows'].split(',')
+    for row in named:
+      assert row in dict(recipe.sweep.rows), f'no row {row!r}'
 
 
 def test_every_row_has_a_status_and_a_measurement_or_a_reason():
@@ -150,9 +153,11 @@ def test_every_command_names_what_exists():
     ('python -m analysis ckaa --config configs/quickstart_vit.py', "no analysis tool 'ckaa'"),
     ('python -m analysis cka --config configs/nothing.py', 'configs/nothing.py'),
     ('python -m analysis cka --config configs/ablations.py:data --row vit-7%', "no row 'vit-7%'"),
+    ('python -m analysis cka --config configs/ablations.py:data --rows vit-6%,vit-7%',
+     "no row 'vit-7%'"),
     ('python -m analysis cka --config configs/quickstart_vit.py --rowz a', 'no flag --rowz'),
     ('python -m vit_jax.sweep --config configs/quickstart_vit.py', 'not a sweep recipe'),
-    ('python -m analysis cka --config configs/ablations.py:data --rows vit-6%', 'no flag --rows'),
+    ('python -m vit_jax.train --config configs/quickstart_vit.py --rows a', 'no flag --rows'),
     ('pytest tests/test_nothing.py', 'tests/test_nothing.py'),
 ])
 def test_the_check_catches_what_does_not_exist(command, says):

@@ -57,6 +57,9 @@ def findings(result: Mapping, q) -> Dict[str, list]:
     if ' vs ' in key:
       out[key] = [f'{key}: mean CKA ', q('cka', key, reduce='mean'), ', highest ',
                   q('cka', key, reduce='max')]
+      if key in same_layer(result):
+        out[key] += ['; same layer: first ', q('cka', key, 0, 0), ', last ',
+                     q('cka', key, -1, -1)]
     else:
       out[key] = [f'{key}: first vs last layer ', q('cka', key, 0, -1), ' ± ',
                   q('cka_stderr', key, 0, -1), ', mean over distinct layer pairs ',
@@ -98,9 +101,26 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     a, b = _models(key)
     panels.append(plots.Panel(np.asarray(matrix).T, key, layers[a], layers[b],
                               stages.get(a, ()), stages.get(b, ()), f'{a} layer', f'{b} layer'))
-  return [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
-                         f'Linear CKA on {result["num_examples"]} images (one colour scale)',
-                         colorbar_label='linear CKA')]
+  figures = [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
+                            f'Linear CKA on {result["num_examples"]} images (one colour scale)',
+                            colorbar_label='linear CKA')]
+  same = same_layer(result)
+  if same:
+    a = _models(next(iter(same)))[0]
+    figures.append(plots.curves(
+        same, os.path.join(out, 'joint_cka_same_layer.png'),
+        'CKA between the same layer of two models of one architecture', 'layer', 'linear CKA',
+        xlabels=layers[a], stages=stages.get(a, ()),
+        errors={key: np.diag(np.asarray(result['cka_stderr'][key])) for key in same}))
+  return figures
+
+
+def same_layer(result: Mapping) -> Dict[str, np.ndarray]:
+  """For each pair of models with the same layers (seeds, data fractions, a skip
+  removed: a sweep's rows), the CKA of each layer with the same layer of the other."""
+  layers = result['layers']
+  return {key: np.diag(np.asarray(matrix)) for key, matrix in result['cka'].items()
+          if ' vs ' in key and layers[_models(key)[0]] == layers[_models(key)[1]]}
 
 
 TOOL = register(Tool(
