@@ -89,6 +89,37 @@ def test_head_cka_against_another_model_and_a_twin(subjects, tmp_path):
   np.testing.assert_allclose(three['vit vs bit']['cka'], r['cka'], rtol=1e-5, atol=1e-6)
 
 
+def test_nll_and_accuracy_follow_the_formula():
+  """Softmax cross-entropy written out in numpy, for integer labels and for label
+  distributions (mixup), and the accuracy against the most likely class."""
+  from analysis.tools import nll
+  rng = np.random.RandomState(0)
+  logits = rng.randn(6, 4).astype(np.float32)
+  log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  labels = np.array([0, 1, 2, 3, 0, 1])
+  expected = [-log_softmax[np.arange(6), labels].mean(), np.mean(logits.argmax(-1) == labels)]
+  np.testing.assert_allclose(nll.nll_and_accuracy(logits, labels), expected, rtol=1e-5)
+  mixed = 0.7 * np.eye(4)[labels] + 0.3 * np.eye(4)[(labels + 1) % 4]
+  expected = [-(mixed * log_softmax).sum(-1).mean(), np.mean(logits.argmax(-1) == labels)]
+  np.testing.assert_allclose(nll.nll_and_accuracy(logits, mixed), expected, rtol=1e-5)
+
+
+def test_nll_tool_and_its_joint_figure(subjects, tmp_path):
+  def endless(split):  # the training pipeline repeats: the tool takes what it needs
+    while split == features.TRAIN_AUGMENTED:
+      yield from batches(split)
+    yield from batches(split)
+  results = {s.label: TOOLS['nll'].run(s, endless, str(tmp_path)) for s in subjects[:3]}
+  json.dumps(results)
+  for r in results.values():
+    assert r['train_nll'] > 0 and 0 <= r['test_error'] <= 1
+    assert r['num_test'] == 36 and r['num_train'] == 36
+    assert r['test_error_stderr'] == pytest.approx(
+        np.sqrt(r['test_error'] * (1 - r['test_error']) / 36))
+  figure, = TOOLS['nll'].joint(results, {}, str(tmp_path))
+  assert os.path.exists(figure)
+
+
 def test_a_head_compared_with_itself_has_cka_one():
   """The CKA of every head's output with itself, in the tool's accumulator."""
   from analysis import cka
