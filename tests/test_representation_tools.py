@@ -199,7 +199,7 @@ def test_landscape_tools(subjects, index, tmp_path):
   # minibatch, so that the top-k and the density share one compiled product (several
   # minibatches: test_paper_scale_command_on_a_generated_checkpoint).
   result = TOOLS['hessian'].run(s, batches, str(tmp_path), num_minibatches=1, top_k=3, steps_top=4,
-                          steps_density=5, num_probes=1, trace_probes=3)
+                          steps_density=5, num_probes=1, trace_probes=3, block_steps=2)
   json.dumps(result)
   assert np.array(result['top_per_minibatch']).shape == (1, 3)
   # The blocks' traces add up to the whole trace, probe by probe.
@@ -247,7 +247,8 @@ def test_landscape_tools(subjects, index, tmp_path):
 
 def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   s = subjects[0]
-  kwargs = dict(num_minibatches=1, top_k=2, steps_top=6, steps_density=6, num_probes=1)
+  kwargs = dict(num_minibatches=1, top_k=2, steps_top=6, steps_density=6, num_probes=1,
+                trace_probes=2, block_steps=2)
   training = TOOLS['hessian'].run(s, batches, str(tmp_path), **kwargs)
   clean = TOOLS['hessian'].run(s, batches, str(tmp_path), objective='clean', **kwargs)
   assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
