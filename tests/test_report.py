@@ -78,7 +78,8 @@ def analysed(tmp_path_factory):
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
-            {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8)})
+            {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8, trace_probes=2,
+                             block_steps=2)})
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
