@@ -171,6 +171,8 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   params = checkpoint.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   config = models.get_config(model_name, **(overrides or {}))
+  if config.get('scan_layers'):  # the tools read what each block sows, under its own name
+    config.scan_layers = False
   head = [v for k, v in flat.items()
           if k.startswith(models.family_of(config).head) and k.endswith('kernel')]
   config.num_classes = int(head[0].shape[-1]) if head else 0

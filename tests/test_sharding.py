@@ -3,6 +3,7 @@ split equals one device; a fully sharded (fsdp) training step equals the
 replicated one, holds an eighth of the state per device, and its checkpoint
 resumes on another number of devices."""
 import chex
+import flax
 import jax
 import ml_collections
 import numpy as np
@@ -12,7 +13,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import run_state, sharding, steps
+from vit_jax import checkpoint, run_state, sharding, steps
+from vit_jax.models import vit_layouts
 
 
 @pytest.mark.parametrize('make', [tiny_vit, tiny_bit])
@@ -98,6 +100,29 @@ def test_a_fully_sharded_step_equals_the_replicated_one(model):
   assert float(sums['count']) == 16
 
 
+@pytest.mark.numerics
+def test_a_fully_sharded_scanned_step_equals_the_replicated_unrolled_one(tmp_path):
+  """fsdp with `scan_layers`, both fine-tuned from one file (the two forms draw
+  different initial parameters): the stacked leaves are split like any other and
+  the update is the unrolled replicated one."""
+  vit = MODELS[0]
+  start = str(tmp_path / 'start.npz')
+  checkpoint.save(start, jax.device_get(
+      steps.build(_config(vit), 8, 4, jax.devices()[:1]).state.params))
+  _, data_state, data_metrics = _train(_config(vit, sharding='data', pretrained=start),
+                                       jax.devices())
+  scanned = dict(vit, model=dict(vit['model'], scan_layers=True))
+  setup, scan_state, scan_metrics = _train(
+      _config(scanned, sharding='fsdp', pretrained=start), jax.devices())
+  np.testing.assert_allclose(float(scan_metrics['loss']), float(data_metrics['loss']), rtol=1e-5)
+  params = flax.traverse_util.flatten_dict(jax.device_get(data_state.params), sep='/')
+  expected = vit_layouts.module_layout(params, setup.model_cfg)
+  actual = flax.traverse_util.flatten_dict(jax.device_get(scan_state.params), sep='/')
+  assert_close_at_scale(actual, expected, rtol=1e-4)
+  kernel = scan_state.params['Transformer']['encoderblock']['MlpBlock_3']['Dense_0']['kernel']
+  assert kernel.shape[0] == 2 and not kernel.sharding.is_fully_replicated
+
+
 def test_a_fully_sharded_checkpoint_resumes_on_fewer_devices(tmp_path):
   """Written on 8 devices, restored onto 2 (orbax reshards), two more steps: the
   parameters of four uninterrupted steps on 8."""
@@ -121,7 +146,7 @@ def test_the_train_command_runs_fully_sharded(tmp_path):
   """`--config.sharding=fsdp` end to end: trains, evaluates, and writes the whole
   parameters in the published layout."""
   from helpers import make_folder
-  from vit_jax import checkpoint, train
+  from vit_jax import train
   folder = make_folder(str(tmp_path / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
                        size=(10, 10))
   config = _config(MODELS[0], sharding='fsdp', dataset=folder, image_size=8,

@@ -57,7 +57,9 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
   files) load under the published names. Pickled objects are refused. A timm
   state dict (`.safetensors`, or `.pth`/`.pth.tar`/`.pt`/`.bin` with torch
   installed) loads through `from_timm`, which needs the `model_name` it holds
-  and `overrides` of its architecture fields.
+  and `overrides` of its architecture fields. With `model_name`, the tree is
+  that of the model's module (`Family.module_layout`: a ViT with
+  `scan_layers=True` gets its blocks stacked).
   """
   path = epath.Path(path)
   if not path.exists():
@@ -67,7 +69,17 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
     if model_name is None:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
-    return from_timm(read_state_dict(path), model_name, **overrides)
+    flat = _flatten(from_timm(read_state_dict(path), model_name, **overrides))
+  else:
+    flat = published(_read_npz(path))
+  if model_name is None:
+    return _unflatten(flat)
+  config = models.get_config(model_name, **overrides)
+  return _unflatten(models.family_of(config).module_layout(flat, config))
+
+
+def _read_npz(path: epath.Path) -> Flat:
+  """The arrays of an `.npz` file, or a CheckpointError saying what it is instead."""
   source = os.fspath(path) if '://' not in os.fspath(path) else io.BytesIO(path.read_bytes())
   try:
     with np.load(source, allow_pickle=False) as data:
@@ -84,7 +96,7 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
         'truncated or corrupt: download it again or use an earlier copy.') from e
   if not flat:
     raise CheckpointError(f'{path} holds no arrays.')
-  return _unflatten(published(flat))
+  return flat
 
 
 def save(path: str, params: Mapping[str, Any]) -> None:
@@ -183,8 +195,9 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Pa
   fields = family.timm_fields(state, models.get_config(model_name, **overrides))
   image_size = fields.pop('image_size')
   config = models.get_config(model_name, **{**overrides, **fields})
-  shapes = _flatten(jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
-                                   jnp.zeros((1, image_size, image_size, 3)))['params'])
+  model = models.build_model(config)
+  shapes = jax.eval_shape(lambda: published(_flatten(model.init(
+      jax.random.PRNGKey(0), jnp.zeros((1, image_size, image_size, 3)))['params'])))
   # Number every parameter element and export the numbers: each timm array then
   # says which elements it holds, so the import is the export read backwards.
   starts = np.cumsum([0] + [int(np.prod(s.shape)) for s in shapes.values()])

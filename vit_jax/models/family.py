@@ -84,6 +84,10 @@ class Family:
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)
   published: Callable[[Flat], Flat] = dict
+  # A published-layout tree in the tree of the module of a config (the inverse
+  # of `published` for a module whose tree differs: a ViT scanning its blocks).
+  module_layout: Callable[[Flat, ml_collections.ConfigDict], Flat] = (
+      lambda flat, config: dict(flat))
   to_timm: Optional[Callable[[Flat], Dict[str, Any]]] = None
   # From a timm state dict and the named model's config: the fields the state dict
   # fixes (head, classes) and the `image_size` its position embeddings are for.

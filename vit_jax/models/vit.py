@@ -153,8 +153,10 @@ class Encoder1DBlock(nn.Module):
   mlp_skip: bool = True
 
   @nn.compact
-  def __call__(self, x, train: bool = False, relative_table=None):
-    drop_path = nn.Dropout(self.drop_path, broadcast_dims=(1, 2))
+  def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
+    """`drop_path`, when given, overrides the attribute: a scanned block's rate is
+    an array, one entry per layer."""
+    rate = self.drop_path if drop_path is None else drop_path
     self.sow('intermediates', 'input', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
@@ -164,17 +166,28 @@ class Encoder1DBlock(nn.Module):
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     self.sow('intermediates', 'sa', y)
-    y = drop_path(y, deterministic=not train)
+    y = self._drop_path(y, rate, train)
     x = x + y if self.attention_skip else y
     self.sow('intermediates', '+sa', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
     self.sow('intermediates', 'mlp', y)
-    y = drop_path(y, deterministic=not train)
+    y = self._drop_path(y, rate, train)
     x = x + y if self.mlp_skip else y
     self.sow('intermediates', '+mlp', x)
     return x
+
+  def _drop_path(self, y, rate, train: bool):
+    """Drops the branch for whole examples with probability `rate` and rescales
+    the kept ones, as `nn.Dropout(rate, broadcast_dims=(1, 2))`, but `rate` may be
+    traced."""
+    if not train or (isinstance(rate, (int, float)) and rate == 0):
+      return y
+    keep = 1. - jnp.asarray(rate, jnp.float32)
+    mask = jax.random.bernoulli(self.make_rng('dropout'), keep, (y.shape[0],) + (1,) * (y.ndim - 1))
+    # A rate of 1 drops everything: the unselected 1/0 never reaches the output.
+    return y * jnp.where(mask, 1. / keep, 0.).astype(y.dtype)
 
 
 class Encoder(nn.Module):
@@ -187,7 +200,9 @@ class Encoder(nn.Module):
   blocks instead. Stochastic depth grows linearly from 0 at the first block to
   `stochastic_depth` at the last. `remat` (a `REMAT_POLICIES` key) recomputes
   each block's activations in the backward pass instead of storing them;
-  parameter names are unchanged.
+  parameter names are unchanged. `scan_layers` runs identical blocks as one
+  `nn.scan`, their parameters stacked under `encoderblock` (layer axis first);
+  `checkpoint.save` still writes the published per-block names.
   """
   grid: Tuple[int, int]
   num_layers: int
@@ -203,6 +218,7 @@ class Encoder(nn.Module):
   skip_removed: Sequence[Tuple[int, str]] = ()
   attention_impl: str = 'auto'
   remat: str = 'none'
+  scan_layers: bool = False
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -239,6 +255,11 @@ class Encoder(nn.Module):
     if self.remat != 'none':
       # static_argnums counts `self`: `train` (index 2) selects the program.
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat], static_argnums=(2,))
+    rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
+             for i in range(self.num_layers)]
+    if self.scan_layers:
+      x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train)
+      return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
     removed = {(int(b), str(k)) for b, k in self.skip_removed}
     for i in range(self.num_layers):
       table = None
@@ -249,11 +270,35 @@ class Encoder(nn.Module):
           x = position(entries[i])(x)
       x = block(
           self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
-          drop_path=self.stochastic_depth * i / max(self.num_layers - 1, 1),
-          attention_impl=self.attention_impl, dtype=self.dtype, grid=self.grid,
+          drop_path=rates[i], attention_impl=self.attention_impl, dtype=self.dtype, grid=self.grid,
           attention_window=self.attention_window, attention_skip=(i, 'sa') not in removed,
           mlp_skip=(i, 'mlp') not in removed, name=f'encoderblock_{i}')(x, train, table)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+
+  def _scanned_blocks(self, block, x, rates, train: bool):
+    """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
+    axis first, as big_vision scans): one block is compiled whatever the depth.
+    Each block gets its stochastic-depth rate from `rates`; what varies otherwise
+    from block to block cannot be scanned."""
+    varying = [name for name, value in (
+        ('skip_removed', self.skip_removed),
+        ("posemb 'relative'", self.posemb == 'relative'),
+        (f'posemb_where {self.posemb_where!r}',
+         self.posemb != 'none' and self.posemb_where != 'input')) if value]
+    if varying:
+      raise ValueError(f'scan_layers needs identical blocks, but {" and ".join(varying)} '
+                       'makes them differ; set scan_layers=False.')
+
+    def body(layer, carry, rate):
+      return layer(carry, train, None, rate), None
+
+    scan = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
+                   split_rngs={'params': True, 'dropout': True}, length=self.num_layers)
+    x, _ = scan(block(self.mlp_dim, self.num_heads, self.dropout_rate,
+                      self.attention_dropout_rate, attention_impl=self.attention_impl,
+                      dtype=self.dtype, grid=self.grid, attention_window=self.attention_window,
+                      name='encoderblock'), x, rates)
+    return x
 
 
 class VisionTransformer(nn.Module):
@@ -262,12 +307,13 @@ class VisionTransformer(nn.Module):
   Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token` and `gap`
   heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
-  `attention_impl` (`ATTENTION_IMPLS`) and `remat` (`REMAT_POLICIES`) change how,
-  not what, it computes. The papers' ablations: `posemb` (`POSEMBS`) entering
-  where `posemb_where` (`POSEMB_WHERE`) says, `skip_removed` ((block, 'sa' or
-  'mlp') pairs whose residual connection is dropped) and `attention_window`
-  (k > 0: each patch attends to the k x k patches around it; the class token
-  stays global).
+  `attention_impl` (`ATTENTION_IMPLS`), `remat` (`REMAT_POLICIES`) and
+  `scan_layers` (the blocks as one `nn.scan`) change how, not what, it
+  computes. The papers' ablations: `posemb` (`POSEMBS`) entering where
+  `posemb_where` (`POSEMB_WHERE`) says, `skip_removed` ((block, 'sa' or 'mlp')
+  pairs whose residual connection is dropped) and `attention_window` (k > 0:
+  each patch attends to the k x k patches around it; the class token stays
+  global).
   """
   num_classes: Optional[int]
   patch_size: int
@@ -285,6 +331,7 @@ class VisionTransformer(nn.Module):
   resnet_width: float = 1
   attention_impl: str = 'auto'
   remat: str = 'none'
+  scan_layers: bool = False
   dtype: Dtype = jnp.float32
   posemb_where: str = 'input'
   attention_window: int = 0
@@ -323,7 +370,8 @@ class VisionTransformer(nn.Module):
                 stochastic_depth=self.stochastic_depth, posemb=self.posemb,
                 posemb_where=self.posemb_where, attention_window=self.attention_window,
                 skip_removed=self.skip_removed, attention_impl=self.attention_impl,
-                remat=self.remat, dtype=self.dtype, name='Transformer')(x, train=train)
+                remat=self.remat, scan_layers=self.scan_layers, dtype=self.dtype,
+                name='Transformer')(x, train=train)
 
     if self.classifier == 'token':
       x = x[:, 0]
@@ -374,7 +422,7 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               num_layers=layers, classifier='token', representation_size=None, posemb='learn',
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
               resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
-              posemb_where='input', attention_window=0, skip_removed=())
+              scan_layers=False, posemb_where='input', attention_window=0, skip_removed=())
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -533,6 +581,7 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
 
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
                 layers=layers, describe=describe, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
-                published=vit_layouts.published, to_timm=vit_layouts.to_timm,
+                published=vit_layouts.published, module_layout=vit_layouts.module_layout,
+                to_timm=vit_layouts.to_timm,
                 timm_fields=vit_layouts.timm_fields,
                 sequence_fields=('resnet_layers', 'skip_removed'))

@@ -19,6 +19,7 @@ _CURRENT_TO_PUBLISHED = {
     'MlpBlock_0': 'MlpBlock_3',
 }
 _BLOCK = re.compile(r'encoderblock_\d+$')
+_BLOCK_PARAM = re.compile(r'Transformer/encoderblock_\d+/')
 
 
 def published(flat: Flat) -> Flat:
@@ -69,6 +70,24 @@ def from_big_vision(flat: Flat) -> Flat:
       posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
     flat['Transformer/posembed_input/pos_embedding'] = posemb
   return flat
+
+
+def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
+  """A published-layout file in the tree of `config`'s module: with `scan_layers`
+  the per-block parameters stacked along a new first axis under
+  'Transformer/encoderblock/' (what `from_big_vision` unstacks)."""
+  if not config.get('scan_layers'):
+    return dict(flat)
+  stacked = {k: v for k, v in flat.items() if not _BLOCK_PARAM.match(k)}
+  for i in range(config.num_layers):
+    prefix = f'Transformer/encoderblock_{i}/'
+    block = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+    if not block:
+      raise CheckpointError(f'The checkpoint has no {prefix}: it holds fewer than the '
+                            f"model's {config.num_layers} blocks.")
+    for rest, value in block.items():
+      stacked.setdefault(f'Transformer/encoderblock/{rest}', []).append(value)
+  return {k: np.stack(v) if isinstance(v, list) else v for k, v in stacked.items()}
 
 
 def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
