@@ -52,6 +52,9 @@ flags.DEFINE_integer('batch_size', 100, 'Images per forward pass.')
 flags.DEFINE_list('tool_modules', [], 'Importable modules that register more analysis tools '
                   '(`analysis.tool.register`); imported before the flags are read, so their '
                   'tools may define flags too.')
+flags.DEFINE_enum('sharding', 'data', ['data', 'fsdp'], 'data: each device holds the whole '
+                  'parameters; fsdp: they are split over every device as fully sharded training '
+                  'splits them, with the batches and Lanczos vectors, for models too big for one.')
 flags.DEFINE_bool('overwrite', False, 'Replace the analysis of other models in --out.')
 flags.DEFINE_string('time_budget', '', 'A duration (6m, 90s, 1h): before any tool runs, each '
                     "tool's time is estimated from one timed pass of each kind on each model, "
@@ -77,6 +80,8 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
     raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
   subject = features.load_subject(config.model_name, path, config.image_size,
                                   dict(config.model), label=label, recipe=config)
+  if FLAGS.sharding == 'fsdp':
+    subject = features.split_parameters(subject)
   return subject, path, workdir if path == workdir else None
 
 

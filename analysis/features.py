@@ -15,21 +15,25 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis import progress
-from vit_jax import checkpoint, models, workdir as workdirs
+from vit_jax import checkpoint, models, sharding, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
 
 
-def shard_examples(x, axis: int = 0) -> jax.Array:
+def shard_examples(x, axis: int = 0, mesh: Optional[Mesh] = None) -> jax.Array:
   """`x` split along its example axis over the devices, as the training mesh
   splits batches (the most devices that divide the axis; other axes whole), so
-  that jitted analysis runs data-parallel and XLA does the reductions."""
+  that jitted analysis runs data-parallel and XLA does the reductions. With the
+  `mesh` of split parameters (`Subject.mesh`), over that mesh: split where its
+  devices divide the axis, else whole on each of them."""
   size = x.shape[axis]
-  count = max(n for n in range(1, jax.device_count() + 1) if size % n == 0)
   spec = [None] * x.ndim
-  spec[axis] = 'data'
-  mesh = Mesh(np.array(jax.devices()[:count]), ('data',))
+  spec[axis] = sharding.AXIS
+  if mesh is not None:
+    return jax.device_put(x, NamedSharding(mesh, P(*spec) if size % mesh.size == 0 else P()))
+  count = max(n for n in range(1, jax.device_count() + 1) if size % n == 0)
+  mesh = Mesh(np.array(jax.devices()[:count]), (sharding.AXIS,))
   return jax.device_put(x, NamedSharding(mesh, P(*spec)))
 
 
@@ -42,6 +46,7 @@ class Subject:
   image_size: int
   recipe: Optional[ml_collections.ConfigDict] = None  # the training recipe, where known
   class_names: Tuple[str, ...] = ()  # of the data it is analysed on, where known
+  mesh: Optional[Mesh] = None  # the mesh its parameters are split over (`split_parameters`)
 
   def class_name(self, label: int) -> str:
     """The name of class `label`, or 'class <label>' where names are unknown."""
@@ -94,12 +99,23 @@ class Subject:
       model = self.model
       self._compiled[key] = jax.jit(lambda p, x: models.apply_with_intermediates(
           model, {'params': p}, x, names=key)[1])
-    return self._compiled[key](self.params, shard_examples(images))
+    return self._compiled[key](self.params, shard_examples(images, mesh=self.mesh))
 
   def logits(self, images: np.ndarray) -> jax.Array:
     if ('logits',) not in self._compiled:
       self._compiled[('logits',)] = jax.jit(self.model.apply)
-    return self._compiled[('logits',)]({'params': self.params}, shard_examples(images))
+    return self._compiled[('logits',)]({'params': self.params},
+                                       shard_examples(images, mesh=self.mesh))
+
+
+def split_parameters(subject: Subject) -> Subject:
+  """`subject` with its parameters split over every device as fully sharded
+  training splits them (`vit_jax.sharding`, rule 'fsdp'): each device holds about
+  1/n of them; batches and Lanczos vectors follow onto the same mesh. The
+  computations are those of whole parameters, up to the order of float sums."""
+  mesh = Mesh(np.array(jax.devices()), (sharding.AXIS,))
+  params = jax.device_put(subject.params, sharding.state_shardings(subject.params, mesh, 'fsdp'))
+  return dataclasses.replace(subject, params=params, mesh=mesh, _compiled={})
 
 
 def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:

@@ -11,8 +11,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 MatVec = Callable[..., jax.Array]
+
+
+def _split(x: jax.Array, mesh: Optional[Mesh]) -> jax.Array:
+  """`x` (..., n) with its last axis split over `mesh` (left to XLA without one)."""
+  if mesh is None:
+    return x
+  spec = P(*([None] * (x.ndim - 1)), mesh.axis_names)
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def padded_size(n: int, mesh: Optional[Mesh]) -> int:
+  """n rounded up to a multiple of `mesh`'s device count: the length of a Lanczos
+  vector split over it (the operator's n coordinates, then zeros)."""
+  return n if mesh is None else -(-n // mesh.devices.size) * mesh.devices.size
 
 
 def _orthogonalise(w: jax.Array, basis: jax.Array) -> jax.Array:
@@ -22,10 +37,11 @@ def _orthogonalise(w: jax.Array, basis: jax.Array) -> jax.Array:
   return w
 
 
-def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence):
+def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence, size: int,
+                  mesh: Optional[Mesh]):
   basis, alphas, betas = carry
   v = basis[i]
-  w = matvec(v, *operands)
+  w = _split(jnp.pad(matvec(v[:size], *operands), (0, v.shape[0] - size)), mesh)
   alpha = jnp.vdot(w, v)
   w = _orthogonalise(w, basis)  # rows after i are still zero
   beta = jnp.linalg.norm(w)
@@ -34,21 +50,21 @@ def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence):
 
   def restart(_):
     fresh = jax.random.normal(jax.random.fold_in(key, i), w.shape, w.dtype)
-    fresh = _orthogonalise(fresh, basis)
+    fresh = _orthogonalise(jnp.where(jnp.arange(w.shape[0]) < size, fresh, 0.), basis)
     return fresh / jnp.linalg.norm(fresh)
 
   following = jax.lax.cond(broke_down, restart, lambda w: w / beta, w)
-  basis = basis.at[i + 1].set(following)
+  basis = _split(basis.at[i + 1].set(following), mesh)
   return basis, alphas.at[i].set(alpha), betas.at[i].set(jnp.where(broke_down, 0., beta))
 
 
-_jitted_step = jax.jit(_lanczos_step, static_argnames='matvec')
+_jitted_step = jax.jit(_lanczos_step, static_argnames=('matvec', 'size', 'mesh'))
 
 
 def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
                     key: jax.Array = None, operands: Sequence = (), host_loop: bool = False,
-                    on_step: Optional[Callable[[Any], None]] = None
-                    ) -> Tuple[jax.Array, jax.Array, jax.Array]:
+                    on_step: Optional[Callable[[Any], None]] = None,
+                    mesh: Optional[Mesh] = None) -> Tuple[jax.Array, jax.Array, jax.Array]:
   """`num_steps` Lanczos steps from `start`: (alphas (m,), betas (m-1,), vectors (m, n)).
 
   The operator is v -> matvec(v, *operands); arrays it needs are best passed as
@@ -64,28 +80,41 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   same arithmetic): XLA:CPU runs convolutions inside loop bodies several
   times slower, so ResNet Hessians are faster this way on CPU; there `on_step`
   is called with the loop's state after every step (for `progress.Progress`).
+
+  With a `mesh` (the one fully sharded parameters live on), every vector of the
+  basis is split over its devices, as the parameters are: each device holds
+  1/n of the (num_steps + 1) x dim basis. The vectors are padded with zeros to
+  `padded_size`; the operator never sees the padding, so the arithmetic is
+  that of the unpadded vectors.
   """
   key = jax.random.PRNGKey(0) if key is None else key
-  basis = jnp.zeros((num_steps + 1,) + start.shape, start.dtype)
-  basis = basis.at[0].set(start / jnp.linalg.norm(start))
+  size = start.shape[0]
+  basis = jnp.zeros((num_steps + 1, padded_size(size, mesh)), start.dtype)
+  basis = _split(basis.at[0, :size].set(start / jnp.linalg.norm(start)), mesh)
   carry = (basis, jnp.zeros(num_steps, start.dtype), jnp.zeros(num_steps, start.dtype))
   if host_loop:
     for i in range(num_steps):
       carry = _jitted_step(jnp.int32(i), carry, matvec=matvec, key=key,
-                           operands=tuple(operands))
+                           operands=tuple(operands), size=size, mesh=mesh)
       if on_step is not None:
         on_step(carry)
   else:
     carry = jax.lax.fori_loop(
-        0, num_steps, lambda i, c: _lanczos_step(i, c, matvec, key, operands), carry)
+        0, num_steps, lambda i, c: _lanczos_step(i, c, matvec, key, operands, size, mesh),
+        carry)
   basis, alphas, betas = carry
-  return alphas, betas[:-1], basis[:-1]
+  return alphas, betas[:-1], basis[:-1, :size]
+
+
+def _coefficients(*args, **kwargs) -> Tuple[jax.Array, jax.Array]:
+  """`lanczos_tridiag`'s alphas and betas: its basis never leaves the program."""
+  return lanczos_tridiag(*args, **kwargs)[:2]
 
 
 # Compiled once per operator and step count, then reused for new operands
 # (e.g. the minibatches of a Hessian).
-_compiled_tridiag = jax.jit(lanczos_tridiag,
-                            static_argnames=('matvec', 'num_steps', 'host_loop', 'on_step'))
+_compiled_coefficients = jax.jit(_coefficients, static_argnames=(
+    'matvec', 'num_steps', 'host_loop', 'on_step', 'mesh'))
 
 
 def tridiag_eigh(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
@@ -111,34 +140,35 @@ def ritz_summary(alphas, betas, k: int = 5) -> Dict[str, np.ndarray]:
 def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
                         key: jax.Array = None, dtype=jnp.float32,
                         operands: Sequence = (), host_loop: bool = False,
-                        on_step: Optional[Callable[[Any], None]] = None
-                        ) -> Dict[str, np.ndarray]:
+                        on_step: Optional[Callable[[Any], None]] = None,
+                        mesh: Optional[Mesh] = None) -> Dict[str, np.ndarray]:
   """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues,
-  from a random start. `host_loop` and `on_step` as in `lanczos_tridiag`."""
+  from a random start. `host_loop`, `on_step` and `mesh` as in `lanczos_tridiag`."""
   key = jax.random.PRNGKey(0) if key is None else key
   start_key, loop_key = jax.random.split(key)
-  run = lanczos_tridiag if host_loop else _compiled_tridiag
-  alphas, betas, _ = run(matvec=matvec, start=jax.random.normal(start_key, (dim,), dtype),
-                         num_steps=num_steps, key=loop_key, operands=tuple(operands),
-                         host_loop=host_loop, on_step=on_step if host_loop else None)
+  run = _coefficients if host_loop else _compiled_coefficients
+  alphas, betas = run(matvec=matvec, start=jax.random.normal(start_key, (dim,), dtype),
+                      num_steps=num_steps, key=loop_key, operands=tuple(operands),
+                      host_loop=host_loop, on_step=on_step if host_loop else None, mesh=mesh)
   return ritz_summary(alphas, betas, k)
 
 
 def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
         dtype=jnp.float32, operands: Sequence = (), host_loop: bool = False,
-        on_step: Optional[Callable[[Any], None]] = None) -> Tuple[np.ndarray, np.ndarray]:
+        on_step: Optional[Callable[[Any], None]] = None,
+        mesh: Optional[Mesh] = None) -> Tuple[np.ndarray, np.ndarray]:
   """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
   one Rademacher probe per row, the probes run together under `vmap` (one after
-  the other with `host_loop`, as in `lanczos_tridiag`, calling `on_step`)."""
+  the other with `host_loop`, as in `lanczos_tridiag`, calling `on_step`); each
+  probe's basis split over `mesh` as there."""
   key = jax.random.PRNGKey(0) if key is None else key
   probe_keys = jax.random.split(key, num_probes)
 
   def one_probe(probe_key, ops):
     start_key, loop_key = jax.random.split(probe_key)
     start = jax.random.rademacher(start_key, (dim,), dtype)
-    alphas, betas, _ = lanczos_tridiag(matvec, start, num_steps, loop_key, ops, host_loop,
-                                       on_step if host_loop else None)
-    return alphas, betas
+    return _coefficients(matvec, start, num_steps, loop_key, ops, host_loop,
+                         on_step if host_loop else None, mesh)
 
   if host_loop:
     runs = [one_probe(k, tuple(operands)) for k in probe_keys]

@@ -278,6 +278,60 @@ def test_cka_features_sharded_over_devices_equal_one_device(subjects):
   np.testing.assert_allclose(streams[0], streams[1], rtol=1e-5, atol=1e-6)
 
 
+def batches_of_16(split):
+  """Two batches of 16, which 8 devices split evenly."""
+  rng = np.random.RandomState(5)
+  for _ in range(2):
+    labels = np.arange(16) % 3
+    if split == features.TRAIN_AUGMENTED:
+      labels = np.eye(3)[labels]
+    yield rng.uniform(-1, 1, (16, 32, 32, 3)).astype(np.float32), labels
+
+
+def test_hessian_and_cka_on_split_parameters_equal_whole_ones(subjects, tmp_path):
+  """`--sharding fsdp`: parameters split over the 8 devices (each holds about an
+  eighth), batches and Lanczos vectors with them; the tools' results are those of
+  whole parameters up to float32 summation order. (The Lanczos loop run from
+  Python, as for ResNets on CPU, splits its vectors alike: test_hessian_lanczos.py.)"""
+  whole = subjects[0]
+  split = features.split_parameters(whole)
+  largest = max(jax.tree_util.tree_leaves(split.params), key=lambda leaf: leaf.size)
+  assert len(largest.sharding.device_set) == 8 and not largest.sharding.is_fully_replicated
+  kwargs = dict(num_minibatches=2, top_k=2, steps_top=4, steps_density=4, num_probes=1,
+                trace_probes=2, block_steps=2)
+  for name in ('whole', 'split'):
+    (tmp_path / name).mkdir()
+  results = [TOOLS['hessian'].run(s, batches_of_16, str(tmp_path / name), **kwargs)
+             for s, name in ((whole, 'whole'), (split, 'split'))]
+  for key in ('top_per_minibatch', 'trace', 'slq_nodes'):
+    np.testing.assert_allclose(results[1][key], results[0][key], rtol=2e-3, atol=1e-4)
+  other = subjects[3]  # a model whose parameters stay whole
+  ckas = [TOOLS['cka'].run([s, other], batches_of_16, str(tmp_path / name))
+          for s, name in ((whole, 'whole'), (split, 'split'))]
+  assert set(ckas[1]['cka']) == set(ckas[0]['cka']) == {
+      whole.label, other.label, f'{whole.label} vs {other.label}'}
+  for key, matrix in ckas[0]['cka'].items():
+    np.testing.assert_allclose(ckas[1]['cka'][key], matrix, rtol=1e-4, atol=1e-5)
+
+
+def test_the_analysis_command_splits_parameters_when_asked(tmp_path):
+  """`--sharding fsdp` through the command, on two CPU devices (more simulated
+  devices than cores only slow the collectives down)."""
+  folder = make_folder(str(tmp_path / 'images'), {'train': [4, 4], 'test': [4, 4]}, (40, 40))
+  flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
+                   if 'device_count' not in f)
+  out = tmp_path / 'out'
+  subprocess.run(
+      [sys.executable, '-m', 'analysis', 'cka', '--config', 'configs/vit_b16.py:imagenet2012',
+       '--config.model_name=ViT-Ti_16', '--config.image_size=32', '--config.model.dtype=float32',
+       '--config.train_split=train', '--config.eval_split=test',
+       '--checkpoint', published_layout(tmp_path, 'ViT-Ti_16'), '--dataset', folder,
+       '--num_images', '8', '--batch_size', '4', '--sharding', 'fsdp', '--out', str(out)],
+      check=True, cwd=ROOT, env=dict(os.environ, XLA_FLAGS=flags, JAX_NUM_CPU_DEVICES='2'))
+  result = json.loads((out / 'cka.json').read_text())
+  np.testing.assert_allclose(np.diag(result['cka']['vit_b16']), 1., rtol=1e-4)
+
+
 def published_layout(tmp_path, name, num_classes=2):
   """A generated checkpoint of a published model, in the published layout."""
   path = str(tmp_path / f'{name}.npz')

@@ -31,17 +31,18 @@ flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
 FLAGS = flags.FLAGS
 
 
-def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int):
+def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
   """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
   images and (K, B, C) label distributions (integer labels become one-hot), each
-  batch split over the devices."""
+  batch split over the devices (`features.shard_examples`)."""
   fixed = []
   for images, labels in batches(split):
     if labels.ndim == 1:
       labels = jax.nn.one_hot(labels, num_classes)
     fixed.append((images, labels))
     if len(fixed) == count:
-      return tuple(features.shard_examples(x, axis=1) for x in hessian.stack_batches(fixed))
+      return tuple(features.shard_examples(x, axis=1, mesh=mesh)
+                   for x in hessian.stack_batches(fixed))
   raise ValueError(f'The {split} split gave {len(fixed)} batches, fewer than the {count} '
                    'needed; use more images.')
 
@@ -87,7 +88,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.family.convolutional)
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
-  fixed = _fixed_batches(batches, split, num_minibatches, num_classes)
+  fixed = _fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
   ids, blocks = hessian.parameter_blocks(subject.params)
@@ -103,12 +104,13 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
     tops.append(lanczos.extreme_eigenvalues(
         matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
         operands=(subject.params, tuple(x[i:i + 1] for x in fixed)), host_loop=host_loop,
-        on_step=lambda carry: done.advance(1, carry))['top'].tolist())
+        on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'].tolist())
     if not host_loop:
       done.advance(steps_top)
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
                                operands=(subject.params, fixed), host_loop=host_loop,
-                               on_step=lambda carry: done.advance(num_minibatches, carry))
+                               on_step=lambda carry: done.advance(num_minibatches, carry),
+                               mesh=subject.mesh)
   block_top, masked = {}, hessian.block_matvec(matvec)  # one program for every block
   for b, name in enumerate(blocks):
     steps = min(block_steps, sizes[name])
@@ -116,7 +118,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
         masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
         operands=((ids == b).astype(jnp.float32), subject.params,
                   tuple(x[:1] for x in fixed)), host_loop=host_loop,
-        on_step=lambda carry: done.advance(1, carry))['top'][0])
+        on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'][0])
     if not host_loop:
       done.advance(steps)
   signs = jax.random.rademacher(jax.random.PRNGKey(num_minibatches), (trace_probes, dim),
