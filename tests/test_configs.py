@@ -69,7 +69,8 @@ OVERRIDES = {
     'momentum': '0.8', 'lr': '0.0123', 'warmup_steps': '77', 'decay': 'linear',
     'weight_decay': '0.05', 'grad_clip': '2.5', 'loss': 'sigmoid', 'label_smoothing': '0.2',
     'lr_mults': "(('^head/', 0.5),)", 'seed': '7', 'log_every': '9', 'eval_every': '99',
-    'checkpoint_every': '98', 'keep_checkpoints': '4', 'sharding': 'fsdp'}
+    'checkpoint_every': '98', 'keep_checkpoints': '4', 'sharding': 'fsdp',
+    'model_parallel': '2'}
 
 
 def _parse(path, arg, args):

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, run_state, sharding, steps
+from vit_jax import checkpoint, errors, run_state, sharding, steps
 from vit_jax.models import vit_layouts
 
 
@@ -49,6 +49,34 @@ def test_fsdp_splits_the_largest_divisible_axis():
   assert sharding.leaf_spec((256, 64), 8, 'data') == P()
   with pytest.raises(ValueError, match='Unknown sharding'):
     sharding.leaf_spec((8,), 8, 'zero3')
+
+
+def test_tensor_parallel_rules_split_heads_and_hidden_units():
+  """The model axis splits q/k/v and out kernels by head and the MLP by hidden unit
+  (axes counted from the end, so stacked blocks and optimizer state follow); fsdp
+  then takes the largest other axis the data axis divides."""
+  block = 'Transformer/encoderblock_0/'
+  attention, mlp = block + 'MultiHeadDotProductAttention_1/', block + 'MlpBlock_3/'
+  spec = lambda shape, path, devices=1, rule='data': sharding.leaf_spec(shape, devices, rule,
+                                                                        path, model=4)
+  assert spec((32, 4, 8), attention + 'query/kernel') == P(None, 'model', None)
+  assert spec((4, 8), attention + 'value/bias') == P('model', None)
+  assert spec((4, 8, 32), attention + 'out/kernel') == P('model', None, None)
+  assert spec((32,), attention + 'out/bias') == P()
+  assert spec((32, 64), mlp + 'Dense_0/kernel') == P(None, 'model')
+  assert spec((64,), mlp + 'Dense_0/bias') == P('model')
+  assert spec((64, 32), mlp + 'Dense_1/kernel') == P('model', None)
+  assert spec((32,), block + 'LayerNorm_0/scale') == P()
+  # With fsdp over 2 data devices; a scanned block's layer axis comes first.
+  assert spec((32, 4, 8), attention + 'key/kernel', 2, 'fsdp') == P('data', 'model', None)
+  assert spec((2, 64, 32), 'Transformer/encoderblock/MlpBlock_3/Dense_1/kernel', 2,
+              'fsdp') == P(None, 'model', 'data')
+  # The Adam moments of a kernel sit under the optimizer state's own fields.
+  assert spec((32, 64), '1/0/mu/' + mlp + 'Dense_0/kernel') == P(None, 'model')
+  with pytest.raises(errors.ConfigError, match='model_parallel=4 does not divide'):
+    spec((32, 6, 8), attention + 'query/kernel')
+  with pytest.raises(errors.ConfigError, match='model_parallel=3 does not divide the 8'):
+    sharding.make_mesh(jax.devices(), 3)
 
 
 def _config(model, **overrides):
@@ -123,6 +151,33 @@ def test_a_fully_sharded_scanned_step_equals_the_replicated_unrolled_one(tmp_pat
   assert kernel.shape[0] == 2 and not kernel.sharding.is_fully_replicated
 
 
+@pytest.mark.numerics
+@pytest.mark.parametrize('scan', [False, True], ids=['unrolled', 'scanned'])
+def test_a_tensor_parallel_step_equals_the_replicated_one(scan, tmp_path):
+  """A 2 x 4 (data x model) mesh, fsdp over the data axis, heads and hidden units
+  over the model axis: the update of the replicated step on 8 devices."""
+  vit = MODELS[0]
+  start = str(tmp_path / 'start.npz')
+  checkpoint.save(start, jax.device_get(
+      steps.build(_config(vit), 8, 4, jax.devices()[:1]).state.params))
+  _, data_state, data_metrics = _train(_config(vit, pretrained=start), jax.devices())
+  parallel = dict(vit, model=dict(vit['model'], scan_layers=scan))
+  setup, state, metrics = _train(
+      _config(parallel, sharding='fsdp', model_parallel=4, pretrained=start), jax.devices())
+  assert dict(setup.mesh.shape) == {'data': 2, 'model': 4}
+  block = state.params['Transformer']['encoderblock' if scan else 'encoderblock_0']
+  assert 'model' in block['MlpBlock_3']['Dense_0']['kernel'].sharding.spec
+  assert 'model' in block['MultiHeadDotProductAttention_1']['query']['kernel'].sharding.spec
+  moments = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(state.opt_state)
+             if sharding.path_string(path).endswith('MlpBlock_3/Dense_0/kernel')]
+  assert moments and all('model' in m.sharding.spec for m in moments)
+  np.testing.assert_allclose(float(metrics['loss']), float(data_metrics['loss']), rtol=1e-5)
+  params = flax.traverse_util.flatten_dict(jax.device_get(data_state.params), sep='/')
+  expected = vit_layouts.module_layout(params, setup.model_cfg)
+  actual = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep='/')
+  assert_close_at_scale(actual, expected, rtol=1e-4)
+
+
 def test_a_fully_sharded_checkpoint_resumes_on_fewer_devices(tmp_path):
   """Written on 8 devices, restored onto 2 (orbax reshards), two more steps: the
   parameters of four uninterrupted steps on 8."""
@@ -142,14 +197,17 @@ def test_a_fully_sharded_checkpoint_resumes_on_fewer_devices(tmp_path):
   assert_close_at_scale(jax.device_get(resumed.params), jax.device_get(whole.params), rtol=1e-4)
 
 
-def test_the_train_command_runs_fully_sharded(tmp_path):
-  """`--config.sharding=fsdp` end to end: trains, evaluates, and writes the whole
-  parameters in the published layout."""
+@pytest.mark.parametrize('model_parallel', [1, 4])
+def test_the_train_command_runs_fully_sharded(model_parallel, tmp_path):
+  """`--config.sharding=fsdp` end to end, alone and on a 2 x 4 (data x model)
+  mesh: trains, evaluates, and writes the whole parameters in the published
+  layout."""
   from helpers import make_folder
   from vit_jax import train
   folder = make_folder(str(tmp_path / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
                        size=(10, 10))
-  config = _config(MODELS[0], sharding='fsdp', dataset=folder, image_size=8,
+  config = _config(MODELS[0], sharding='fsdp', model_parallel=model_parallel, dataset=folder,
+                   image_size=8,
                    total_steps=2, log_every=1, eval_every=2, checkpoint_every=2)
   summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert summary['eval_examples'] == 13

@@ -119,6 +119,9 @@ FIELDS: Dict[str, Field] = {
     # Where the state lives on the mesh: 'data' replicates it, 'fsdp' splits every
     # leaf over the devices (vit_jax.sharding).
     'sharding': Field('data', *_one_of('data', 'fsdp')),
+    # Devices on the mesh's model axis, which splits attention heads and MLP hidden
+    # units (tensor parallelism); the batch is split over the rest.
+    'model_parallel': Field(1, *_POSITIVE_INT),
 
     # Bookkeeping.
     'seed': Field(0, lambda v: _is_int(v), 'an integer'),

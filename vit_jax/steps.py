@@ -14,7 +14,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 import optax.tree_utils as otu
 from flax.training import train_state
@@ -273,7 +272,7 @@ def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
   schedule = learning_rate_schedule(config, total_steps)
   state = create_train_state(config, model, model_cfg, make_optimizer(config, total_steps),
                              config.image_size)
-  mesh = Mesh(np.array(devices or jax.devices()), (sharding.AXIS,))
+  mesh = sharding.make_mesh(devices, config.model_parallel)
   state_sharding = sharding.state_shardings(state, mesh, config.sharding)
   step_fn, eval_fn = compile_steps(model, config, schedule, mesh, state_sharding)
   state = jax.device_put(state, state_sharding)

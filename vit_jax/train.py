@@ -50,10 +50,14 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
   if config.batch_size % config.accum_steps:
     raise ConfigError(f'config.batch_size {config.batch_size} is not divisible by '
                       f'config.accum_steps {config.accum_steps}.')
-  if (config.batch_size // config.accum_steps) % jax.device_count():
+  if jax.device_count() % config.model_parallel:
+    raise ConfigError(f'config.model_parallel={config.model_parallel} does not divide the '
+                      f'{jax.device_count()} devices; use a divisor of {jax.device_count()}.')
+  shards = jax.device_count() // config.model_parallel  # the mesh's data axis
+  if (config.batch_size // config.accum_steps) % shards:
     raise ConfigError(f'Each of the {config.accum_steps} accumulation pieces of the batch '
                       f'({config.batch_size // config.accum_steps} examples) must split evenly '
-                      f'over the {jax.device_count()} devices; change batch_size.')
+                      f'over the {shards} devices of the data axis; change batch_size.')
 
 
 def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
