@@ -38,7 +38,13 @@ def position_embedding_similarity(posemb: np.ndarray, grid: Tuple[int, int],
   return np.asarray(cosine_similarity(spatial, spatial)).reshape(tuple(grid) * 2)
 
 
-def token_patch_similarity(final_tokens: jax.Array, input_tokens: jax.Array) -> jax.Array:
-  """(B, n, n): for each final-layer spatial token (query position), its cosine
-  similarity to every input patch token; class tokens must be removed first."""
-  return cosine_similarity(final_tokens, input_tokens)
+def image_patches(images: np.ndarray, grid: Tuple[int, int]) -> np.ndarray:
+  """(B, H, W, C) images cut into the non-overlapping patches of a (h, w) grid:
+  (B, h * w, ph * pw * C), patches in row-major order, ph = H // h, pw = W // w;
+  rows and columns beyond h * ph and w * pw (where the grid does not divide the
+  image) are left out."""
+  b, height, width, c = images.shape
+  (h, w) = grid
+  ph, pw = height // h, width // w
+  x = np.asarray(images)[:, :h * ph, :w * pw].reshape(b, h, ph, w, pw, c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(b, h * w, ph * pw * c)

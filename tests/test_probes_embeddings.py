@@ -81,8 +81,11 @@ def test_position_similarity_of_a_sincos_grid_peaks_at_itself():
   np.testing.assert_allclose(similarity, np.transpose(similarity, (2, 3, 0, 1)), atol=1e-6)
 
 
-def test_token_patch_similarity_of_identical_tokens_is_one_on_the_diagonal():
-  tokens = np.random.RandomState(0).randn(2, 9, 16)
-  similarity = np.asarray(embeddings.token_patch_similarity(tokens, tokens))
-  np.testing.assert_allclose(np.diagonal(similarity, axis1=1, axis2=2), 1., rtol=1e-6)
-  assert np.all(similarity <= 1 + 1e-6)
+def test_image_patches_are_the_grid_cells_in_row_major_order():
+  images = np.random.RandomState(0).randn(2, 10, 9, 3)  # a 3 x 2 grid: 3 x 4 px, 1 row/col cut
+  patches = embeddings.image_patches(images, (3, 2))
+  assert patches.shape == (2, 6, 3 * 4 * 3)
+  for r in range(3):
+    for c in range(2):
+      np.testing.assert_array_equal(patches[:, r * 2 + c],
+                                    images[:, 3 * r:3 * r + 3, 4 * c:4 * c + 4].reshape(2, -1))

@@ -315,6 +315,3 @@ def test_accuracy_errors_are_binomial(analysed):
       assert [a is None for a in accuracy] == [s is None for s in stderr]
       np.testing.assert_allclose([s for s in stderr if s is not None],
                                  [se(a, r['num_images']) for a in accuracy if a is not None])
-  for label, r in load('localisation').items():
-    np.testing.assert_allclose(r['own_patch_share_stderr'],
-                               se(r['own_patch_share'], r['num_pairs']))

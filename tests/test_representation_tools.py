@@ -1,4 +1,5 @@
 """The representation tools end to end on tiny models of each family."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from analysis import cka, features
+from analysis import cka, embeddings, features
 from analysis.tools import TOOLS
 from configs import common
 from helpers import TINY_ALTERNET, TINY_MIXER, TINY_VIT, init, make_folder, perturbed
@@ -137,7 +138,7 @@ def test_attention_tools_refuse_models_without_global_attention(subjects, index,
     TOOLS['attention_distance'].run(subjects[index], batches, str(tmp_path))
 
 
-@pytest.mark.parametrize('tool', ['attention_distance', 'localisation', 'vit_figures'])
+@pytest.mark.parametrize('tool', ['attention_distance', 'vit_figures'])
 @pytest.mark.parametrize('index', [0, 1])
 def test_vit_tools(subjects, tool, index, tmp_path):
   result = TOOLS[tool].run(subjects[index], batches, str(tmp_path))
@@ -153,6 +154,73 @@ def test_vit_tools(subjects, tool, index, tmp_path):
       assert np.all(kept < distances + 1e-6)
     else:
       assert 'distance_with_class_key_per_layer_head' not in result
+
+
+@pytest.mark.parametrize('index', FAMILIES + [1, 'hybrid'])
+def test_localisation_on_every_family(subjects, index, tmp_path):
+  """A ViT's, a hybrid's and a Mixer's tokens, a ResNet's and AlterNet's final
+  positions: a CKA map per query over the patches of the same grid, as Raghu et
+  al.'s formula written out in numpy gives it on one batch (the minibatch estimate
+  of one batch is the unbiased linear CKA of that batch)."""
+  s = (subject('R+ViT-Ti_16', 'hybrid', **{**TINY_VIT, 'patch_size': 2})
+       if index == 'hybrid' else subjects[index])
+  result = TOOLS['localisation'].run(s, batches, str(tmp_path))
+  json.dumps(result)
+  h, w = result['grid']
+  assert np.array(result['maps']).shape == (5, h, w) and result['num_images'] == 36
+  assert result['patch_pixels'] == [32 // h, 32 // w]
+  assert np.isfinite(result['own_margin']) and result['own_margin_stderr'] > 0
+  one_batch = lambda split: iter([next(batches(split))])
+  single = TOOLS['localisation'].run(s, one_batch, str(tmp_path))
+  images, _ = next(batches('eval'))
+  last = s.layers.stream[-1]
+  final = np.asarray(features.spatial_map(s, s.intermediates(images, [last])[last]),
+                     np.float64).reshape(12, h * w, -1)
+  patches = np.asarray(images, np.float64)[:, :h * (32 // h), :w * (32 // w)].reshape(
+      12, h, 32 // h, w, 32 // w, 3).transpose(0, 1, 3, 2, 4, 5).reshape(12, h * w, -1)
+  for q, (i, j) in enumerate(single['queries']):
+    expected = [numpy_unbiased_linear_cka(final[:, i * w + j], patches[:, p])
+                for p in range(h * w)]
+    np.testing.assert_allclose(np.ravel(single['maps'][q]), expected, rtol=1e-3, atol=1e-4)
+
+
+def numpy_unbiased_linear_cka(x, y):
+  """CKA with HSIC1 (Song et al. 2012) written out: Gram matrices with zeroed
+  diagonals, HSIC1 = [tr(K L) + 1'K1 1'L1 / ((n-1)(n-2)) - 2/(n-2) 1'K L1] / (n(n-3))."""
+  def hsic(k, l):
+    n = len(k)
+    one = np.ones(n)
+    return (np.trace(k @ l) + one @ k @ one * (one @ l @ one) / ((n - 1) * (n - 2))
+            - 2 / (n - 2) * one @ k @ l @ one) / (n * (n - 3))
+
+  def gram(a):
+    g = a @ a.T
+    np.fill_diagonal(g, 0.)
+    return g
+  k, l = gram(x), gram(y)
+  return hsic(k, l) / np.sqrt(hsic(k, k) * hsic(l, l))
+
+
+class CopyingModel(features.Subject):
+  """A model whose final map at each position is its input patch there (a 4 x 4
+  grid of 8 px patches), as an ideally localising network would keep it."""
+
+  @property
+  def layers(self):
+    return dataclasses.replace(super().layers, stream=('input', 'final'))
+
+  def intermediates(self, images, names):
+    grid = embeddings.image_patches(np.asarray(images), (4, 4)).reshape(len(images), 4, 4, -1)
+    return {'final': jax.numpy.asarray(grid)}
+
+
+def test_localisation_finds_positions_a_model_keeps(subjects, tmp_path):
+  copying = CopyingModel('copying', subjects[2].config, subjects[2].params, 32)
+  result = TOOLS['localisation'].run(copying, batches, str(tmp_path))
+  assert result['grid'] == [4, 4] and result['peak_at_query'] == [1.] * 5
+  for (i, j), m in zip(result['queries'], result['maps']):
+    assert m[i][j] == pytest.approx(1., abs=1e-5)  # the patch itself
+  assert result['own_margin'] > 0.5
 
 
 @pytest.mark.parametrize('index', FAMILIES)

@@ -78,7 +78,13 @@ def _robustness(a, b):  # accuracies a / 4 and b / 4 at f = pi
   return {'vit': entry(a), 'bit': entry(b)}
 
 
+def _localisation_contrast(a, b):
+  entry = lambda e, token: {'own_margin': e[0], 'own_margin_stderr': e[1], 'class_token': token}
+  return {'vit': entry(a, True), 'bit': entry(b, False)}
+
+
 CONTRASTS = [('cka', 'uniform representations', _cka),
+             ('localisation', 'ViT localises more than ResNet', _localisation_contrast),
              ('norm_ratio', 'stronger skips in ViT', _norm_ratio),
              ('erf', 'larger fields low in ViT', _erf),
              ('hessian', 'flatter ViT', _hessian_flat),
@@ -117,8 +123,7 @@ def _probes(value, se):
 
 
 def _localisation(value, se):
-  return {'vit': {'own_patch_share': 0.5 + value, 'own_patch_share_stderr': se,
-                  'class_token': True}}
+  return {'vit': {'own_margin': value, 'own_margin_stderr': se, 'class_token': True}}
 
 
 def _fourier(value, se):

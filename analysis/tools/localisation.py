@@ -1,82 +1,109 @@
-"""Do final-layer tokens still know where they are? Their similarity to every
-input patch token (Raghu et al. Fig. 9)."""
+"""Do final-layer tokens (or a ResNet's final positions) still know where they
+are? Their CKA with every patch of the input image (Raghu et al. Fig. 9, 10)."""
 from typing import Dict, List, Mapping
 
-import jax.numpy as jnp
 import numpy as np
 
-from analysis import embeddings, features, plots, uncertainty, verdict
-from analysis.tool import (ATTENTION, Batches, Subject, Tool, batch_mean, each_model,
-                           figure_path, model_scalars, per_model, register)
+from analysis import cka, embeddings, features, plots, uncertainty, verdict
+from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
+                           per_model, register)
+from vit_jax.models.family import CONVNET, TRANSFORMER
+
+
+def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
+  """Mean over queries of (CKA with the query's own patch) - (largest CKA with any
+  other patch): positive when every map peaks at its own position."""
+  flat = maps.reshape(len(maps), -1)
+  at_own = flat[np.arange(len(flat)), own]
+  others = np.where(np.arange(flat.shape[1])[None] == own[:, None], -np.inf, flat)
+  return float(np.mean(at_own - others.max(axis=1)))
 
 
 def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
-  """Cosine similarity of final-layer tokens at a few query positions to every input
-  patch token, averaged over images: does each token still know where it is? Also
-  the share of (image, query) pairs whose most similar input patch is the query's
-  own, with its binomial standard error."""
-  first, last = subject.layers.stream[0], subject.layers.stream[-1]
-  (h, w), _ = subject.token_grid()
-  queries = [(0, 0), (0, w - 1), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
-  own = jnp.array([i * w + j for i, j in queries])
-  seen = []
+  """Linear CKA (minibatch, unbiased HSIC, as the cka tool) over the evaluation
+  images between the final-layer representation at five query positions of its
+  (h, w) grid (spatial tokens of a ViT or Mixer, positions of a ResNet's or
+  hybrid's final map) and each of the h x w non-overlapping patches of the input
+  image (its pixels), as Raghu et al. compare them: a map per query. The margin
+  of each map's own patch over the best other one, with its standard error over
+  batches, says whether the position is kept."""
+  last = subject.layers.stream[-1]
+  stream, grid, sizes, pixels = cka.MinibatchCKA(), None, [], None
+  for images, _ in batches('eval'):
+    sizes.append(len(images))
+    final = features.spatial_map(subject, subject.intermediates(images, [last])[last])
+    grid = final.shape[1:3]
+    h, w = grid
+    queries = [(0, 0), (0, w - 1), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
+    own = np.array([i * w + j for i, j in queries])
+    tokens = final.reshape(len(images), h * w, -1)
+    patches = embeddings.image_patches(images, grid)
+    pixels = [images.shape[1] // h, images.shape[2] // w]
+    stream.update([tokens[:, q] for q in own] + [patches[:, p] for p in range(h * w)])
+  if grid is None:
+    raise ValueError('The evaluation split gave no batches.')
+  split = len(queries)
 
-  def maps(images, _):
-    seen.append(len(images))
-    inter = subject.intermediates(images, [first, last])
-    final = features.spatial_map(subject, inter[last]).reshape(len(images), h * w, -1)
-    start = features.spatial_map(subject, inter[first]).reshape(len(images), h * w, -1)
-    similarity = embeddings.token_patch_similarity(final, start)[:, own]  # (B, queries, h*w)
-    hits = jnp.mean(jnp.argmax(similarity, -1) == own[None])
-    return jnp.concatenate([jnp.mean(similarity, axis=0).ravel(), hits[None]])
+  def maps_of(matrix):
+    return np.asarray(matrix)[:split, split:].reshape(split, h, w)
 
-  mean, _ = batch_mean(batches('eval'), maps)
-  mean_maps, share = mean[:-1].reshape(len(queries), h, w), float(mean[-1])
-  num_pairs = sum(seen) * len(queries)
-  # How often the most similar input patch of the mean map is the query's own position.
-  on_target = [float(np.argmax(m) == i * w + j) for m, (i, j) in zip(mean_maps, queries)]
+  mean_maps = maps_of(stream.result())
+  per_batch = [own_margin(maps_of(m), own) for m in stream.per_batch]
   figure = plots.image_grid(
       mean_maps, figure_path(out, 'localisation', subject),
-      f'Final tokens vs input patches: {subject.label}', cols=5,
+      f'Final positions vs input patches: {subject.label}', cols=5,
       labels=[f'query (row {i}, col {j})' for i, j in queries], cmap='viridis',
-      colorbar_label='cosine similarity', vmin=float(mean_maps.min()),
-      vmax=float(mean_maps.max()), marks=queries)
-  return {'queries': queries, 'class_token': subject.has_cls, 'maps': mean_maps.tolist(),
-          'peak_at_query': on_target,
-          'own_patch_share': share, 'own_patch_share_stderr':
-              float(uncertainty.binomial_stderr(share, num_pairs)),
-          'num_pairs': num_pairs, 'figures': [figure]}
+      colorbar_label='linear CKA', vmin=float(mean_maps.min()), vmax=float(mean_maps.max()),
+      marks=queries)
+  return {'queries': queries, 'grid': list(grid), 'class_token': subject.has_cls,
+          'patch_pixels': pixels,
+          'maps': mean_maps.tolist(),
+          'peak_at_query': [float(np.argmax(m) == k) for m, k in zip(mean_maps, own)],
+          'own_margin': own_margin(mean_maps, own),
+          'own_margin_stderr': float(uncertainty.weighted_mean_stderr(per_batch, sizes)),
+          'num_images': stream.num_examples, 'figures': [figure]}
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   claim = ('A class-token ViT\'s final-layer tokens are most similar to the input patch at '
            'their own position (Raghu et al. Fig. 9; GAP models localise less, Fig. 10).')
-  what = 'share of (image, query) pairs peaking at their own patch, minus one half'
+  what = 'own-patch CKA minus the best other patch\'s, mean over queries'
+  models_here = per_model(result)
+  estimate = lambda label: (models_here[label]['own_margin'],
+                            models_here[label]['own_margin_stderr'])
   found = []
-  for label, r in per_model(result).items():
-    estimate = (r['own_patch_share'] - 0.5, r['own_patch_share_stderr'])
+  for label, r in models_here.items():
+    if models.get(label, {}).get('architecture') != TRANSFORMER:
+      continue  # the contrast below places the other kinds
     if r['class_token']:
-      found.append(verdict.single('tokens keep their position', claim, what, label, estimate))
+      found.append(verdict.single('tokens keep their position', claim, what, label,
+                                  estimate(label)))
     else:
       found.append(verdict.Verdict(
-          'tokens keep their position', claim, f'{label}: {what} {verdict.show(estimate)}',
+          'tokens keep their position', claim, f'{label}: {what} {verdict.show(estimate(label))}',
           verdict.NOT_COMPARABLE, 'the claim concerns class-token ViTs; this one pools its '
           'tokens'))
+  found.append(verdict.contrast(
+      'ViT localises more than ResNet',
+      'ViT\'s final tokens keep their input position more faithfully than a ResNet\'s final '
+      'positions, whose similarity is spread out (Raghu et al. Fig. 9).', what, models,
+      list(models_here), estimate, higher=TRANSFORMER, lower=CONVNET))
   return found
 
 
 TOOL = register(Tool(
-    name='localisation', title='Localisation of final-layer tokens',
-    quantity='Cosine similarity of final-layer tokens at five query positions (red crosses) to '
-             'every input patch token, averaged over images; the share of (image, query) pairs '
-             'whose most similar patch is their own, with its binomial standard error.',
-    paper='Raghu et al. (Fig. 9): ViT\'s final tokens stay most similar to the input patch at '
-          'their own position; ResNet\'s and GAP models\' less so.',
-    run=run_localisation, runs_on=ATTENTION,
+    name='localisation', title='Localisation of final-layer positions',
+    quantity='Linear CKA over the evaluation images between the final-layer representation at '
+             'five query positions (red crosses) and every non-overlapping patch of the input '
+             'image at the same grid; the margin of the own patch over the best other one, '
+             'with its standard error over batches.',
+    paper='Raghu et al. (Fig. 9, 10): ViT\'s final tokens stay most similar to the input patch '
+          'at their own position; ResNet\'s final positions and GAP models\' tokens less so.',
+    run=run_localisation,
     findings=each_model(lambda label, r, q: [
-        f'{label}: most similar input patch is the query\'s own for ',
-        q('own_patch_share'), ' ± ', q('own_patch_share_stderr'),
-        ' of (image, query) pairs; on the mean maps for ', q('peak_at_query', reduce='mean'),
-        ' of the queries']),
-    scalars=model_scalars(lambda r: {'localisation/peak_at_query': list(r['peak_at_query'])}),
+        f'{label}: own-patch CKA margin ', q('own_margin'), ' ± ', q('own_margin_stderr'),
+        '; the mean maps peak at the query\'s own patch for ',
+        q('peak_at_query', reduce='mean'), ' of the queries']),
+    scalars=model_scalars(lambda r: {'localisation/peak_at_query': list(r['peak_at_query']),
+                                     'localisation/own_margin': [r['own_margin']]}),
     verdicts=verdicts))
