@@ -316,6 +316,27 @@ def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str
   return _save(fig, path)
 
 
+def reliability(count: np.ndarray, accuracy: np.ndarray, edges: np.ndarray, path: Optional[str],
+                title: str, colour: Optional[str] = None):
+  """Park & Kim's calibration figure: the share of predictions in each confidence
+  bin, and each bin's accuracy against the diagonal of perfect calibration."""
+  count, accuracy, edges = map(np.asarray, (count, accuracy, edges))
+  centres, width = (edges[:-1] + edges[1:]) / 2 * 100, np.diff(edges) * 100
+  fig, (left, right) = _figure(1, 2, figsize=(9., 3.9))
+  left.bar(centres, count / max(count.sum(), 1) * 100, width=width, color=colour or 'tab:green',
+           edgecolor='black', alpha=0.8)
+  left.set(title='Predictions per bin', xlabel='confidence (%)', ylabel='share (%)',
+           xlim=(0, 100))
+  right.plot([0, 100], [0, 100], ls=':', color='black', label='calibrated')
+  right.bar(centres, accuracy * 100, width=width, color=colour or 'tab:red', edgecolor='black',
+            alpha=0.8, label='accuracy')
+  right.set(title='Reliability', xlabel='confidence (%)', ylabel='accuracy (%)', xlim=(0, 100),
+            ylim=(0, 100))
+  right.legend(fontsize='small', loc='upper left')
+  fig.suptitle(title)
+  return _save(fig, path)
+
+
 def image_grid(images: np.ndarray, path: Optional[str], title: str, cols: int = 7,
                labels: Optional[Sequence[str]] = None, cmap: Optional[str] = None,
                colorbar_label: str = '', vmin: Optional[float] = None,

@@ -16,3 +16,4 @@ from analysis.tools import hessian  # noqa: F401
 from analysis.tools import fourier  # noqa: F401
 from analysis.tools import robustness  # noqa: F401
 from analysis.tools import nll  # noqa: F401
+from analysis.tools import calibration  # noqa: F401

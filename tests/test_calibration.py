@@ -1,0 +1,97 @@
+"""Calibration metrics against Park & Kim's code written out in numpy
+(`ops/tests.py`: `cm`, `gacc`, `ece`, `brier`), and the calibration tool."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from analysis import calibration
+from analysis.tools import TOOLS
+
+
+def authors_ece(probabilities, labels):
+  """Their `test`: per bin, a confusion matrix of the predictions with confidence in
+  (start, end] gives the count and accuracy, the confidences in [start, end) the
+  summed confidence; ECE = sum |acc - conf| count / (N + 1e-7)."""
+  num_classes = probabilities.shape[1]
+  confidence, predicted = probabilities.max(axis=1), probabilities.argmax(axis=1)
+  counts, accs, confs = [], [], []
+  for start, end in zip(np.linspace(0, 1, 11), np.linspace(0, 1, 11)[1:]):
+    keep = (confidence > start) & (confidence <= end)
+    cm = np.bincount(num_classes * labels[keep] + predicted[keep],
+                     minlength=num_classes ** 2).reshape(num_classes, num_classes)
+    count = cm.sum()
+    acc = np.diag(cm).sum() / count if count else 0.
+    summed = confidence[(confidence >= start) & (confidence < end)].sum()
+    counts.append(count)
+    accs.append(acc)
+    confs.append(summed / (count + 1e-7))
+  counts, accs, confs = map(np.array, (counts, accs, confs))
+  freq = np.nan_to_num(counts / (counts.sum() + 1e-7))
+  return counts, accs, confs, np.sum(np.abs(accs - confs) * freq), np.sum((confs - accs) * freq)
+
+
+def _predictions(n=500, classes=4, seed=0):
+  rng = np.random.RandomState(seed)
+  logits = rng.randn(n, classes) * 3
+  probabilities = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+  # Edge cases: a saturated prediction and confidences on the bin edges.
+  probabilities[0] = [1., 0., 0., 0.]
+  probabilities[1] = [0.5, 0.5, 0., 0.]
+  probabilities[2] = [0.7, 0.1, 0.1, 0.1]
+  return probabilities, rng.randint(0, classes, n)
+
+
+def test_bins_and_ece_are_the_authors():
+  probabilities, labels = _predictions()
+  confidence = probabilities.max(1)
+  binned = calibration.bins(confidence, probabilities.argmax(1) == labels)
+  counts, accs, confs, ece, signed = authors_ece(probabilities, labels)
+  np.testing.assert_array_equal(binned['count'], counts)
+  np.testing.assert_allclose(binned['accuracy'], accs, rtol=1e-12)
+  np.testing.assert_allclose(binned['confidence'], confs, rtol=1e-12)
+  assert calibration.ece(binned) == pytest.approx(ece, rel=1e-12)
+  assert calibration.ece(binned, signed=True) == pytest.approx(signed, rel=1e-12)
+  # The saturated 1.0 counts in the last bin but adds nothing to its confidence sum.
+  assert binned['count'][-1] == np.sum(confidence > 0.9)
+
+
+def test_a_calibrated_predictor_has_no_calibration_error():
+  """Confidence c right with probability c, many examples: ECE near 0, and the
+  bootstrap spread of the order of its sampling noise."""
+  rng = np.random.RandomState(1)
+  confidence = rng.uniform(0.05, 0.95, 20000)
+  correct = rng.uniform(size=20000) < confidence
+  binned = calibration.bins(confidence, correct)
+  assert calibration.ece(binned) < 0.02
+  spread = calibration.bootstrap_stderr(confidence, correct, resamples=50)
+  assert 0 < spread['ece'] < 0.01
+  over = calibration.bins(confidence, rng.uniform(size=20000) < confidence - 0.1)
+  assert calibration.ece(over, signed=True) == pytest.approx(0.1, abs=0.02)
+
+
+def test_brier_is_the_squared_distance_to_the_one_hot_label():
+  np.testing.assert_allclose(calibration.brier(np.array([[1., 0., 0.], [0.25, 0.25, 0.5]]),
+                                               np.array([0, 2])),
+                             [0., 0.25 ** 2 * 2 + 0.5 ** 2])
+  probabilities, labels = _predictions()
+  expected = [np.sum((np.eye(4)[y] - p) ** 2) for p, y in zip(probabilities, labels)]
+  np.testing.assert_allclose(calibration.brier(probabilities, labels), expected, rtol=1e-12)
+
+
+def test_the_calibration_tool(tmp_path):
+  from test_representation_tools import batches, subject
+  from helpers import TINY_VIT
+  s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
+  result = TOOLS['calibration'].run(s, batches, str(tmp_path))
+  json.dumps(result)
+  assert result['num_images'] == 36 and sum(result['bin_count']) == 36
+  nll = TOOLS['nll'].run(s, batches, str(tmp_path))  # the same NLL by optax
+  assert result['nll'] == pytest.approx(nll['test_nll'], rel=1e-5)
+  assert result['accuracy'] == pytest.approx(1 - nll['test_error'])
+  assert 0 <= result['ece'] <= 1 and result['ece_stderr'] > 0
+  assert 0 <= result['brier'] <= 2 and result['brier_stderr'] > 0
+  assert all(os.path.exists(f) for f in result['figures'])
+  joint = TOOLS['calibration'].joint({'a': result, 'b': result}, {}, str(tmp_path))
+  assert len(joint) == 1 and os.path.exists(joint[0])
