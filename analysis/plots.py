@@ -316,6 +316,28 @@ def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str
   return _save(fig, path)
 
 
+def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[str], title: str,
+              xlabel: str, ylabel: str, surface: bool = False):
+  """A loss landscape on the grid (a, b) (values indexed [b, a]): filled contours
+  with their lines, or with `surface` a 3-D surface, as Park & Kim draw them."""
+  a, b, values = map(np.asarray, (a, b, values))
+  x, y = np.meshgrid(a, b)
+  if surface:
+    fig = plt.figure(figsize=(6.2, 4.8), layout='constrained')
+    ax = fig.add_subplot(projection='3d')
+    ax.plot_surface(x, y, values, cmap='viridis', linewidth=0, antialiased=True)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel, zlabel='loss')
+    return _save(fig, path)
+  fig, ax = _figure(figsize=(5.6, 4.6))
+  filled = ax.contourf(x, y, values, levels=20, cmap='viridis')
+  ax.contour(x, y, values, levels=20, colors='k', linewidths=0.4)
+  ax.plot(0, 0, 'r+', ms=10, mew=1.5, label='the trained parameters')
+  fig.colorbar(filled, ax=ax, label='loss')
+  ax.set(title=title, xlabel=xlabel, ylabel=ylabel, aspect='equal')
+  ax.legend(fontsize='small', loc='upper right')
+  return _save(fig, path)
+
+
 def reliability(count: np.ndarray, accuracy: np.ndarray, edges: np.ndarray, path: Optional[str],
                 title: str, colour: Optional[str] = None):
   """Park & Kim's calibration figure: the share of predictions in each confidence

@@ -13,6 +13,7 @@ from analysis.tools import probes  # noqa: F401
 from analysis.tools import localisation  # noqa: F401
 from analysis.tools import vit_figures  # noqa: F401
 from analysis.tools import hessian  # noqa: F401
+from analysis.tools import landscape  # noqa: F401
 from analysis.tools import fourier  # noqa: F401
 from analysis.tools import robustness  # noqa: F401
 from analysis.tools import nll  # noqa: F401

@@ -31,7 +31,7 @@ flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
 FLAGS = flags.FLAGS
 
 
-def _fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
+def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
   """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
   images and (K, B, C) label distributions (integer labels become one-hot), each
   batch split over the devices (`features.shard_examples`)."""
@@ -88,7 +88,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.family.convolutional)
   loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
-  fixed = _fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
+  fixed = fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
   ids, blocks = hessian.parameter_blocks(subject.params)
