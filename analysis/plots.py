@@ -323,10 +323,16 @@ def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[s
   a, b, values = map(np.asarray, (a, b, values))
   x, y = np.meshgrid(a, b)
   if surface:
-    fig = plt.figure(figsize=(6.2, 4.8), layout='constrained')
+    fig = plt.figure(figsize=(6.4, 4.8), layout='constrained')
     ax = fig.add_subplot(projection='3d')
     ax.plot_surface(x, y, values, cmap='viridis', linewidth=0, antialiased=True)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel, zlabel='loss')
+    ax.set_box_aspect(None, zoom=0.8)  # room for the tick labels of the tilted axes
+    # Ticks within the data only: 3-D axes draw those beyond it outside the frame.
+    ax.set_xticks(np.linspace(a.min(), a.max(), 5))
+    ax.set_yticks(np.linspace(b.min(), b.max(), 5))
+    ax.set_zticks(np.linspace(values.min(), values.max(), 4))
+    ax.zaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter('%.3g'))
     return _save(fig, path)
   fig, ax = _figure(figsize=(5.6, 4.6))
   filled = ax.contourf(x, y, values, levels=20, cmap='viridis')

@@ -71,9 +71,10 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11
           lambda w, on: w if on else jnp.zeros_like(w), p, kernel_mask(p)), squared=True),
       subject.params, bases, coordinates, chunk).reshape(points, points)
   total = nll + penalty
-  title = f'{subject.label}, {directions} directions'
-  names = (('filter-normalised direction 1', 'filter-normalised direction 2')
-           if directions == 'random' else ('top eigenvector', 'second eigenvector'))
+  title = f'{subject.label}\n' + ('filter-normalised random directions'
+                                    if directions == 'random' else 'top Hessian eigenvectors')
+  names = ('direction 1', 'direction 2') if directions == 'random' else ('eigenvector 1',
+                                                                           'eigenvector 2')
   figures = [plots.landscape(axis, axis, total, figure_path(out, 'landscape', subject),
                              f'Loss (NLL + L2): {title}', *names),
              plots.landscape(axis, axis, total, figure_path(out, 'landscape_surface', subject),
@@ -81,8 +82,9 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11
              plots.curves({'NLL + L2, along 1': total[points // 2],
                            'NLL + L2, along 2': total[:, points // 2],
                            'NLL along 1': nll[points // 2], 'NLL along 2': nll[:, points // 2]},
-                          figure_path(out, 'landscape_1d', subject), f'Loss along each direction: '
-                          f'{title}', 'step along the direction', 'loss', x=axis)]
+                          figure_path(out, 'landscape_1d', subject),
+                          f'Loss along each direction: {title}', 'step along the direction',
+                          'loss', x=axis)]
   return {'objective': description, 'directions': directions, 'coordinates': axis.tolist(),
           'loss': total.tolist(), 'nll': nll.tolist(), 'l2': penalty.tolist(),
           'centre_loss': float(total[points // 2, points // 2]),
