@@ -33,8 +33,7 @@ def shard_examples(x, axis: int = 0, mesh: Optional[Mesh] = None) -> jax.Array:
   if mesh is not None:
     return jax.device_put(x, NamedSharding(mesh, P(*spec) if size % mesh.size == 0 else P()))
   count = max(n for n in range(1, jax.device_count() + 1) if size % n == 0)
-  mesh = Mesh(np.array(jax.devices()[:count]), (sharding.AXIS,))
-  return jax.device_put(x, NamedSharding(mesh, P(*spec)))
+  return jax.device_put(x, NamedSharding(sharding.make_mesh(jax.devices()[:count]), P(*spec)))
 
 
 @dataclasses.dataclass
@@ -113,7 +112,7 @@ def split_parameters(subject: Subject) -> Subject:
   training splits them (`vit_jax.sharding`, rule 'fsdp'): each device holds about
   1/n of them; batches and Lanczos vectors follow onto the same mesh. The
   computations are those of whole parameters, up to the order of float sums."""
-  mesh = Mesh(np.array(jax.devices()), (sharding.AXIS,))
+  mesh = sharding.make_mesh()
   params = jax.device_put(subject.params, sharding.state_shardings(subject.params, mesh, 'fsdp'))
   return dataclasses.replace(subject, params=params, mesh=mesh, _compiled={})
 

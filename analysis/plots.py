@@ -97,7 +97,8 @@ def describe(fig) -> str:
       what.append('series: ' + ', '.join(t.get_text() for t in legend.get_texts()))
     if what:
       parts.append('; '.join(what) + '.')
-  return ' '.join(dict.fromkeys(parts))
+  # One line: a title of two lines would break the alt text where it is quoted.
+  return ' '.join(' '.join(part.split()) for part in dict.fromkeys(parts))
 
 
 def _save(fig, path: Optional[str]):

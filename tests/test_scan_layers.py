@@ -125,10 +125,14 @@ def test_a_big_vision_scanned_file_loads_into_either_form(tmp_path):
       jax.device_get(_stacked(params, classifier='gap')))
 
 
-def test_a_checkpoint_with_fewer_blocks_is_named():
+def test_a_checkpoint_with_other_blocks_is_named():
+  two_blocks = _flat(init(tiny_vit())['params'])
   config = models.get_config(NAME, **{**TINY_VIT, 'num_layers': 3}, scan_layers=True)
   with pytest.raises(checkpoint.CheckpointError, match='no Transformer/encoderblock_2/'):
-    vit_layouts.module_layout(_flat(init(tiny_vit())['params']), config)
+    vit_layouts.module_layout(two_blocks, config)
+  config = models.get_config(NAME, **{**TINY_VIT, 'num_layers': 1}, scan_layers=True)
+  with pytest.raises(checkpoint.CheckpointError, match="holds 2 blocks, more than the model's 1"):
+    vit_layouts.module_layout(two_blocks, config)
 
 
 def _program_lines(num_layers, scan):

@@ -13,7 +13,7 @@ bias of 10 classes on 8 devices) stay replicated.
 With a model axis longer than 1, attention and MLP kernels are also split over
 it, Megatron-style (tensor parallelism): the query, key and value kernels and
 biases by head, the output projection by head, the MLP's first kernel and bias
-by hidden unit and its second kernel by hidden unit (`TENSOR_PARALLEL`); each
+by hidden unit and its second kernel by hidden unit (each family's `Family.tensor_parallel`); each
 device then computes its heads and hidden units, and GSPMD inserts the
 reductions after the output projection and the second MLP kernel. Stacked
 (scanned) blocks keep their layer axis first, so the rules count axes from the
@@ -26,20 +26,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vit_jax import models
 from vit_jax.errors import ConfigError
 
 RULES = ('data', 'fsdp')
 AXIS = 'data'
 MODEL_AXIS = 'model'
-# Parameter path (its end) -> the axis, counted from the end, split over the model axis.
-TENSOR_PARALLEL = (
-    (re.compile(r'(^|/)(query|key|value)/kernel$'), -2),  # (D, heads, head_dim)
-    (re.compile(r'(^|/)(query|key|value)/bias$'), -2),  # (heads, head_dim)
-    (re.compile(r'(^|/)out/kernel$'), -3),  # (heads, head_dim, D)
-    (re.compile(r'(^|/)MlpBlock_\d+/Dense_0/kernel$'), -1),  # (D, mlp)
-    (re.compile(r'(^|/)MlpBlock_\d+/Dense_0/bias$'), -1),  # (mlp,)
-    (re.compile(r'(^|/)MlpBlock_\d+/Dense_1/kernel$'), -2),  # (mlp, D)
-)
 
 
 def make_mesh(devices: Optional[Sequence[jax.Device]] = None, model_parallel: int = 1) -> Mesh:
@@ -55,9 +47,10 @@ def make_mesh(devices: Optional[Sequence[jax.Device]] = None, model_parallel: in
 def tensor_parallel_axis(path: str, ndim: int) -> Optional[int]:
   """The axis of the parameter (or its optimizer state) at `path` that the model
   axis splits, or None."""
-  for pattern, axis in TENSOR_PARALLEL:
-    if pattern.search(path) and ndim >= -axis:
-      return ndim + axis
+  for family in models.FAMILIES.values():
+    for pattern, axis in family.tensor_parallel:
+      if re.search(pattern, path) and ndim >= -axis:
+        return ndim + axis
   return None
 
 

@@ -45,14 +45,13 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11
   unroll = hessian.loops_on_host(subject.family.convolutional)
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, num_batches,
                          subject.config.num_classes, subject.mesh)
-  _, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
+  total_loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
   l2 = description['l2']
   nll_loss = hessian.training_loss(subject.model, 0., subject.recipe.loss,
                                    subject.recipe.label_smoothing, unroll=unroll)
   if directions == 'random':
     bases = landscape.random_directions(subject.params, jax.random.PRNGKey(0))
   elif directions == 'hessian':
-    total_loss, _ = hessian.recipe_objective(subject.model, subject.recipe, unroll)
     matvec, dim = hessian.flat_hvp(total_loss, subject.params, unroll=unroll)
     check_lanczos(lanczos_steps, dim, subject.label)
     bases = landscape.hessian_directions(matvec, subject.params, lanczos_steps,

@@ -93,6 +93,9 @@ class Family:
   # fixes (head, classes) and the `image_size` its position embeddings are for.
   timm_fields: Optional[Callable[[Mapping[str, Any], ml_collections.ConfigDict],
                                  Dict[str, Any]]] = None
+  # (regex of a parameter path's end, its axis counted from the end) that a mesh's
+  # model axis splits: heads and hidden units, for tensor parallelism.
+  tensor_parallel: Tuple[Tuple[str, int], ...] = ()
   sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
   convolutional: bool = False
 

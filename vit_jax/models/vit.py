@@ -579,9 +579,19 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   return restored
 
 
+# Megatron-style splits: attention by head, the MLP by hidden unit.
+TENSOR_PARALLEL = (
+    (r'(^|/)(query|key|value)/kernel$', -2),  # (D, heads, head_dim)
+    (r'(^|/)(query|key|value)/bias$', -2),  # (heads, head_dim)
+    (r'(^|/)out/kernel$', -3),  # (heads, head_dim, D)
+    (r'(^|/)MlpBlock_\d+/Dense_0/kernel$', -1),  # (D, mlp)
+    (r'(^|/)MlpBlock_\d+/Dense_0/bias$', -1),  # (mlp,)
+    (r'(^|/)MlpBlock_\d+/Dense_1/kernel$', -2),  # (mlp, D)
+)
+
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
                 layers=layers, describe=describe, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
                 published=vit_layouts.published, module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
-                timm_fields=vit_layouts.timm_fields,
+                timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL,
                 sequence_fields=('resnet_layers', 'skip_removed'))

@@ -19,7 +19,7 @@ _CURRENT_TO_PUBLISHED = {
     'MlpBlock_0': 'MlpBlock_3',
 }
 _BLOCK = re.compile(r'encoderblock_\d+$')
-_BLOCK_PARAM = re.compile(r'Transformer/encoderblock_\d+/')
+_BLOCK_PARAM = re.compile(r'Transformer/encoderblock_(\d+)/')
 
 
 def published(flat: Flat) -> Flat:
@@ -78,6 +78,10 @@ def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
   'Transformer/encoderblock/' (what `from_big_vision` unstacks)."""
   if not config.get('scan_layers'):
     return dict(flat)
+  blocks = {int(m.group(1)) for m in map(_BLOCK_PARAM.match, flat) if m}
+  if blocks - set(range(config.num_layers)):
+    raise CheckpointError(f'The checkpoint holds {max(blocks) + 1} blocks, more than the '
+                          f"model's {config.num_layers}: set num_layers to match it.")
   stacked = {k: v for k, v in flat.items() if not _BLOCK_PARAM.match(k)}
   for i in range(config.num_layers):
     prefix = f'Transformer/encoderblock_{i}/'
