@@ -5,7 +5,9 @@
 
 A model is the recipe that trained it (`--config`: model name, architecture,
 image size, dataset) and its parameters (`--workdir` with params.npz, or
-`--checkpoint` with any .npz, published or ours). Tools: the registry
+`--checkpoint` with any .npz, published or ours). `--steps warmup,last` analyses
+a model at several steps of its run (the parameters training kept with
+`--config.keep_params_at`), as one model per step. Tools: the registry
 (`analysis.tool.TOOLS`: the built-in ones of `analysis/tools/`, and those that
 modules named by `--tool_modules` register); `all` runs every one on every
 model it applies to, then writes report.html and report.md (every figure with
@@ -19,14 +21,15 @@ import json
 import os
 import sys
 import time
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from analysis import estimate, events, features, report, tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from vit_jax import budget, entry, sweep_rows
+from vit_jax import budget, entry, run_state, sweep_rows
+from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
 
@@ -45,6 +48,9 @@ flags.DEFINE_string('row2', None, 'The same for --config2.')
 flags.DEFINE_list('rows', None, 'With a sweep recipe as --config and the sweep\'s directory as '
                   '--workdir: analyse these rows together, each from <workdir>/<row> '
                   '(instead of --row and a second model).')
+flags.DEFINE_list('steps', None, 'Analyse each model from a --workdir at these steps of its '
+                  'run, as one model per step: \'warmup\' (the end of warm-up), step numbers '
+                  '(kept by training with --config.keep_params_at) and \'last\' (params.npz).')
 flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
@@ -83,6 +89,49 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
   if FLAGS.sharding == 'fsdp':
     subject = features.split_parameters(subject)
   return subject, path, workdir if path == workdir else None
+
+
+LAST = 'last'
+
+
+def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], words: Sequence[str]
+             ) -> List[Tuple[features.Subject, str, Optional[str]]]:
+  """Each model of `loaded` (subject, source, workdir) as one model per step of
+  `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept."""
+  out = []
+  for subject, _, workdir in loaded:
+    if workdir is None:
+      raise app.UsageError('--steps reads the parameters a training run kept in its workdir: '
+                           'give --workdir, not --checkpoint.')
+    recipe = subject.recipe
+    for word in words:
+      if word == LAST:
+        path = os.path.join(workdir, 'params.npz')
+        results = os.path.join(workdir, workdirs.RESULTS)
+        step = LAST
+        if os.path.exists(results):
+          with open(results) as f:
+            step = json.load(f)['step']
+      else:
+        try:
+          step, = run_state.kept_steps(word, recipe.warmup_steps)
+        except ValueError as e:
+          raise app.UsageError(f'--steps: {e}; give \'warmup\', step numbers or '
+                               f'{LAST!r}.') from None
+        path = run_state.kept_params_path(workdir, step)
+        if not os.path.exists(path):
+          kept = sorted(glob.glob(run_state.kept_params_path(workdir, '*')))
+          raise WorkdirError(
+              f'{path} does not exist: the run in {workdir} kept no parameters at step {step} '
+              f'({word}). Kept there: {", ".join(map(os.path.basename, kept)) or "none"}. '
+              f'Train with --config.keep_params_at={word} (a finished run keeps them when '
+              'trained again into a new workdir).')
+      at = features.load_subject(recipe.model_name, path, recipe.image_size, dict(recipe.model),
+                                 label=f'{subject.label}_step{step}', recipe=recipe)
+      if FLAGS.sharding == 'fsdp':
+        at = features.split_parameters(at)
+      out.append((at, path, None))
+  return out
 
 
 def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
@@ -205,6 +254,8 @@ def run(name: str) -> Dict:
     loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row)]
   if FLAGS.config2 is not None:
     loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2', FLAGS.row2))
+  if FLAGS.steps:
+    loaded = at_steps(loaded, FLAGS.steps)
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
     subjects[1].label += '_2'

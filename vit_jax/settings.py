@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import ml_collections
 from ml_collections import config_dict
 
-from vit_jax import budget, models
+from vit_jax import budget, models, run_state
 from vit_jax.errors import ConfigError
 
 MIN_BUDGET_SECONDS = 30.  # data, compilation and the speed probe take tens of seconds on CPU
@@ -35,6 +35,14 @@ def _lr_mults(value) -> bool:
 
 def _randaugment(value) -> bool:
   return value is None or (len(value) == 2 and all(_is_number(v) and v >= 0 for v in value))
+
+
+def _steps_list(value: str) -> bool:
+  try:
+    run_state.kept_steps(value, 1)
+  except ValueError:
+    return False
+  return True
 
 
 def _budget(value: str) -> bool:
@@ -129,6 +137,10 @@ FIELDS: Dict[str, Field] = {
     'eval_every': Field(1000, *_POSITIVE_INT),
     'checkpoint_every': Field(1000, *_POSITIVE_INT),
     'keep_checkpoints': Field(2, _POSITIVE_INT[0], 'an integer >= 1 (checkpoints kept)'),
+    # Steps whose parameters stay as params_<step>.npz beside the final params.npz
+    # (the analysis's --steps): 'warmup' (the end of warm-up) and step numbers.
+    'keep_params_at': Field('', _steps_list, "'' or steps separated by commas: 'warmup' and "
+                            "integers >= 1, such as 'warmup,1000'"),
 }
 SWEEP_FIELD = 'sweep'  # sweep recipes add their rows (vit_jax.sweep_rows)
 # Names people reach for, and the field they mean.

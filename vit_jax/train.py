@@ -7,7 +7,8 @@ The batch is sharded over a one-axis mesh of every device of every process;
 parameters and optimizer state are replicated (the step itself: `steps.py`).
 Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints and a
 run resumes from the newest one that checks out; the final parameters are also
-written as DIR/params.npz in the published layout. TensorFlow (data, logs) is
+written as DIR/params.npz in the published layout, and those of the steps that
+`keep_params_at` names as DIR/params_<step>.npz. TensorFlow (data, logs) is
 imported only once the settings are checked, so a wrong setting is answered in
 seconds.
 """
@@ -198,6 +199,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
   saved = start_step if start_step else None  # the last good checkpoint
+  kept = run_state.kept_steps(config.keep_params_at, config.warmup_steps)
 
   def evaluate(params) -> Dict[str, float]:
     batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
@@ -246,6 +248,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
           run_state.save(manager, step, state, clock.elapsed())
           manager.wait_until_finished()
         saved = step
+      if step in kept:
+        params = jax.device_get(steps.gathered(state.params, setup.mesh))
+        if jax.process_index() == 0:
+          with workdirs.saving(workdir, f'params_{step}.npz', params_bytes, saved):
+            checkpoint.save(run_state.kept_params_path(workdir, step), params)
       if stopping:
         raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
                         f'{manager.directory}/{step}. Rerun the same command to resume from it.')

@@ -34,7 +34,7 @@ RECORD = 'config.json'
 RESULTS = 'results.json'  # a finished run's final step and evaluation (train.py writes it)
 # Fields a resumed run may change without changing what its checkpoints mean.
 FREE_FIELDS = ('log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints',
-               'eval_batch_size', 'data_dir', 'augreg_dir')
+               'keep_params_at', 'eval_batch_size', 'data_dir', 'augreg_dir')
 
 
 def _alive(pid: int) -> bool:

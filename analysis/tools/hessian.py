@@ -235,7 +235,9 @@ def _scalars(r):
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Every model's SLQ density on one eigenvalue axis, each from its own nodes."""
+  """Every model's SLQ density on one eigenvalue axis, each from its own nodes; and
+  the spectra of the largest eigenvalue over minibatches (Park & Kim's "max
+  eigenvalue spectra": the same model at several steps of its run with --steps)."""
   by_model = per_model(result)
   if len(by_model) < 2:
     return []
@@ -249,7 +251,12 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
                        x=grid, logy=True, decades=DENSITY_DECADES, colours_of=colour_of,
                        rug={label: np.ravel(r['top_per_minibatch'])
                             for label, r in by_model.items()},
-                       rug_label='top eigenvalues per minibatch')]
+                       rug_label='top eigenvalues per minibatch'),
+          plots.histogram({label: np.max(r['top_per_minibatch'], axis=1)
+                           for label, r in by_model.items()},
+                          joint_figures.path(out, 'hessian_max'),
+                          'Largest Hessian eigenvalue of each minibatch', 'eigenvalue',
+                          colours_of=colour_of)]
 
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:

@@ -1,0 +1,84 @@
+"""Parameters kept at named steps of a run (`keep_params_at`) and the analysis of
+one model at several steps (`--steps`), as Park & Kim compare the early phase of
+training with the end."""
+import json
+import os
+import subprocess
+import sys
+
+import chex
+import numpy as np
+import pytest
+
+from helpers import make_folder
+from test_train import tiny_config
+from vit_jax import checkpoint, run_state, settings, train
+from vit_jax.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  """A tiny run of 6 steps (warm-up 2) keeping the parameters of steps 2 and 6."""
+  root = tmp_path_factory.mktemp('phases')
+  folder = make_folder(str(root / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
+                       size=(10, 10))
+  config = tiny_config(folder, keep_params_at='warmup,6')
+  workdir = str(root / 'run')
+  train.train_and_evaluate(config, workdir)
+  recipe = root / 'tiny.py'
+  recipe.write_text('import ml_collections\n\n\ndef get_config():\n  return '
+                    f'ml_collections.ConfigDict({config.to_dict()!r})\n')
+  return workdir, str(recipe), root
+
+
+def test_steps_are_parsed_in_order_once_each():
+  assert run_state.kept_steps('1000, warmup,3,warmup', 500) == (3, 500, 1000)
+  assert run_state.kept_steps('', 500) == ()
+  with pytest.raises(ValueError, match="'warm' is neither 'warmup' nor a step number"):
+    run_state.kept_steps('warm', 500)
+
+
+def test_a_bad_list_of_steps_is_named():
+  with pytest.raises(ConfigError, match="config.keep_params_at is '0'; it must be '' or steps"):
+    settings.check(tiny_config('images', keep_params_at='0'))
+
+
+def test_the_run_keeps_the_parameters_of_the_named_steps(run):
+  workdir, _, _ = run
+  assert sorted(f for f in os.listdir(workdir) if f.startswith('params')) == [
+      'params.npz', 'params_2.npz', 'params_6.npz']
+  # Step 6 is the last: its kept parameters are the final ones exactly, so a kept
+  # file holds the state after that step's update.
+  chex.assert_trees_all_equal(checkpoint.load(os.path.join(workdir, 'params_6.npz')),
+                              checkpoint.load(os.path.join(workdir, 'params.npz')))
+  warmup = checkpoint.load(os.path.join(workdir, 'params_2.npz'))
+  assert not np.array_equal(warmup['head']['kernel'],
+                            checkpoint.load(os.path.join(workdir, 'params.npz'))['head']['kernel'])
+
+
+def test_the_analysis_runs_on_each_step_with_the_joint_max_eigenvalue_spectra(run):
+  workdir, recipe, root = run
+  out = root / 'analysis'
+  subprocess.run([sys.executable, '-m', 'analysis', 'hessian', '--config', recipe,
+                  '--workdir', workdir, '--steps', 'warmup,last', '--num_images', '16',
+                  '--batch_size', '8', '--hessian_batches', '2', '--lanczos_steps', '6',
+                  '--out', str(out)], check=True, cwd=ROOT)
+  result = json.loads((out / 'hessian.json').read_text())
+  assert list(result) == ['tiny_step2', 'tiny_step6']
+  assert result['tiny_step2']['top_per_minibatch'] != result['tiny_step6']['top_per_minibatch']
+  assert (out / 'joint_hessian_max.png').exists()
+  subjects = json.loads((out / 'subjects.json').read_text())
+  assert subjects['tiny_step2']['source'] == os.path.join(workdir, 'params_2.npz')
+
+
+def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
+  workdir, recipe, root = run
+  refused = subprocess.run([sys.executable, '-m', 'analysis', 'hessian', '--config', recipe,
+                            '--workdir', workdir, '--steps', '4', '--out', str(root / 'x')],
+                           cwd=ROOT, capture_output=True, text=True)
+  assert refused.returncode != 0
+  assert 'kept no parameters at step 4' in refused.stderr
+  assert 'Kept there: params_2.npz, params_6.npz' in refused.stderr
+  assert '--config.keep_params_at=4' in refused.stderr
