@@ -1,44 +1,24 @@
 """Calibration as Park & Kim measure it (their `ops/tests.py`): accuracy, NLL,
 the Brier score, and the expected calibration error over 10 equal-width bins of
-the top-class confidence, with its signed form.
-
-Their binning is kept as they wrote it: a prediction counts towards a bin's
-accuracy and size when its confidence c lies in (start, end], and towards the
-bin's summed confidence when c lies in [start, end); a bin's mean confidence is
-that sum over its size (+1e-7). The two differ only for a confidence exactly on
-an edge, such as a saturated 1.0 in float32, which then adds to the last bin's
-size and accuracy but not to its confidence.
+the top-class confidence (`vit_jax.calibration`, which training's evaluations
+use too), with its signed form.
 """
 from typing import Dict
 
 import numpy as np
 
-EDGES = np.linspace(0., 1., 11)  # the authors' 10 bins
-EPS = 1e-7  # the authors' guard against empty bins
+from vit_jax import calibration as _bins
+from vit_jax.calibration import EDGES, ece
+
+__all__ = ['EDGES', 'bins', 'brier', 'bootstrap_stderr', 'ece']
 
 
-def bins(confidence: np.ndarray, correct: np.ndarray, edges: np.ndarray = EDGES
-         ) -> Dict[str, np.ndarray]:
+def bins(confidence: np.ndarray, correct: np.ndarray) -> Dict[str, np.ndarray]:
   """Per bin of the top-class `confidence` (one per example, with whether the
   prediction was `correct`): its size, accuracy (0 where empty) and mean
-  confidence, binned as the authors do (module docstring)."""
-  confidence, correct = np.asarray(confidence, np.float64), np.asarray(correct, bool)
-  starts, ends = np.asarray(edges[:-1])[:, None], np.asarray(edges[1:])[:, None]
-  counted = (confidence[None] > starts) & (confidence[None] <= ends)  # (bins, examples)
-  summed = (confidence[None] >= starts) & (confidence[None] < ends)
-  count = counted.sum(axis=1).astype(np.float64)
-  accuracy = np.divide((counted & correct[None]).sum(axis=1), count,
-                       out=np.zeros_like(count), where=count > 0)
-  return {'count': count, 'accuracy': accuracy,
-          'confidence': (summed * confidence[None]).sum(axis=1) / (count + EPS)}
-
-
-def ece(binned: Dict[str, np.ndarray], signed: bool = False) -> float:
-  """sum_b |acc_b - conf_b| n_b / N, or with `signed` sum_b (conf_b - acc_b) n_b / N
-  (positive: over-confident), from `bins`."""
-  share = binned['count'] / (binned['count'].sum() + EPS)
-  gap = binned['confidence'] - binned['accuracy']
-  return float(np.sum((gap if signed else np.abs(gap)) * share))
+  confidence, in float64, binned as the authors do."""
+  return _bins.bins(_bins.bin_sums(np.asarray(confidence, np.float64),
+                                   np.asarray(correct, bool)))
 
 
 def brier(probabilities: np.ndarray, labels: np.ndarray) -> np.ndarray:

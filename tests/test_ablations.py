@@ -183,8 +183,11 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
   assert [r['label'] for r in results] == ['global', 'k3']
   assert results[1]['fields'] == {'model': {'attention_window': 3}}
   assert all(0 <= r['eval_accuracy'] <= 1 for r in results)
+  assert all(0 <= r['eval_ece'] <= 1 and 0 <= r['eval_brier'] <= 2 for r in results)
   table = open(os.path.join(workdir, 'tiny.md')).read()
-  assert '| k3 | model={\'attention_window\': 3} |' in table
+  assert '| test accuracy | ECE | Brier |' in table
+  assert f"| k3 | model={{'attention_window': 3}} | {100 * results[1]['eval_accuracy']:.1f}% | " \
+         f"{results[1]['eval_ece']:.3f} | {results[1]['eval_brier']:.3f} |" in table
   assert os.path.getsize(os.path.join(workdir, 'tiny.png')) > 0
   assert len(open(os.path.join(workdir, 'tiny.csv')).read().splitlines()) == 3
 
@@ -222,7 +225,8 @@ def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch
   # The data sweep's ResNet rows carry the ResNet recipe's `model`, a ConfigDict.
   config = ablations.get_config('data')
   monkeypatch.setattr(sweep.train, 'train_and_evaluate',
-                      lambda row, workdir: {'eval_accuracy': 0.5, 'eval_loss': 1.})
+                      lambda row, workdir: {'eval_accuracy': 0.5, 'eval_loss': 1.,
+                                           'eval_ece': 0.1, 'eval_brier': 0.6})
   result = sweep.run_row(config, 'resnet-6%', str(tmp_path))
   stored = json.loads((tmp_path / 'resnet-6%' / sweep.RESULT).read_text())
   assert stored == result and stored['fields']['model']['num_layers'] == [1, 1, 1]

@@ -3,11 +3,19 @@
 import json
 import os
 
+import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
 from analysis import calibration
 from analysis.tools import TOOLS
+from helpers import init, tiny_vit
+from vit_jax import calibration as bins
+from vit_jax import steps
+
+SOFTMAX = ml_collections.ConfigDict({'loss': 'softmax'})
 
 
 def authors_ece(probabilities, labels):
@@ -95,3 +103,30 @@ def test_the_calibration_tool(tmp_path):
   assert all(os.path.exists(f) for f in result['figures'])
   joint = TOOLS['calibration'].joint({'a': result, 'b': result}, {}, str(tmp_path))
   assert len(joint) == 1 and os.path.exists(joint[0])
+
+
+def test_training_evaluations_sum_the_authors_bins_over_masked_batches():
+  """The evaluation step's ECE and Brier score (sums over batches, padding masked
+  out) equal the authors' on the real examples; float32 logits, so the tolerances
+  are float32's."""
+  model = tiny_vit(4)
+  params = init(model, 8)['params']
+  rng = np.random.RandomState(0)
+  sums, logits, labels = None, [], []
+  for n in (16, 16, 9):  # the last batch padded to 16, as the evaluation pads it
+    images = rng.uniform(-1, 1, (16, 8, 8, 3)).astype(np.float32)
+    label = rng.randint(0, 4, 16)
+    batch = {'image': images, 'label': np.eye(4, dtype=np.float32)[label],
+             'mask': (np.arange(16) < n).astype(np.float32)}
+    out = jax.jit(lambda p, b: steps.eval_step(p, b, model=model, config=SOFTMAX))(
+        params, batch)
+    sums = out if sums is None else jax.tree_util.tree_map(jnp.add, sums, out)
+    logits.append(np.asarray(model.apply({'params': params}, images, train=False))[:n])
+    labels.append(label[:n])
+  probabilities = np.asarray(jax.nn.softmax(np.concatenate(logits)), np.float64)
+  labels = np.concatenate(labels)
+  counts, _, _, ece, _ = authors_ece(probabilities, labels)
+  np.testing.assert_array_equal(sums['calibration']['count'], counts)
+  assert bins.ece(bins.bins(sums['calibration'])) == pytest.approx(ece, abs=1e-5)
+  assert float(sums['brier'] / sums['count']) == pytest.approx(
+      calibration.brier(probabilities, labels).mean(), rel=1e-5)

@@ -19,7 +19,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import augreg, checkpoint, models, sharding
+from vit_jax import augreg, calibration, checkpoint, models, sharding
 from vit_jax.errors import UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -197,13 +197,17 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Arr
 
 
 def eval_step(params, batch: Dict[str, jax.Array], *, model, config) -> Dict[str, jax.Array]:
-  """Sums over the real (mask 1) examples: correct predictions, loss, count."""
+  """Sums over the real (mask 1) examples: correct predictions, loss, count, the
+  Brier score and the calibration bins of the softmax confidence."""
   logits = model.apply({'params': params}, batch['image'], train=False)
   mask = batch['mask']
   loss = loss_fn(logits, batch['label'], config.loss, 0.)
   correct = jnp.argmax(logits, -1) == jnp.argmax(batch['label'], -1)
+  probabilities = jax.nn.softmax(logits.astype(jnp.float32))
+  brier = jnp.sum((batch['label'] - probabilities) ** 2, axis=-1)
   return {'correct': jnp.sum(correct * mask), 'loss': jnp.sum(loss * mask),
-          'count': jnp.sum(mask)}
+          'count': jnp.sum(mask), 'brier': jnp.sum(brier * mask),
+          'calibration': calibration.bin_sums(jnp.max(probabilities, -1), correct, mask)}
 
 
 # ---------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
 fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
-DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json;
-a row with a result is not trained again, and an interrupted one resumes from
+DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json
+(test accuracy and loss, Park & Kim's ECE and Brier score); a row with a result is not trained again, and an interrupted one resumes from
 its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv
 and DIR/<name>.png hold the table of every row with a result.
 """
@@ -32,6 +32,7 @@ from vit_jax.sweep_rows import row_config
 RESULT = 'result.json'
 ROW_PREFIX = 'row:'  # `pretrained='row:<label>'`: start from another row's trained parameters
 ROW_LABEL = re.compile(r'[\w.%+=-]+')
+CALIBRATION = ('eval_ece', 'eval_brier')  # Park & Kim's calibration metrics of each row
 
 
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
@@ -56,7 +57,7 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
   # A row's fields may hold ConfigDicts (a recipe's `model`): stored as plain JSON.
   fields = json.loads(json.dumps(dict(config.sweep.rows)[label], default=lambda o: o.to_dict()))
   result = {'label': label, 'fields': fields,
-            'eval_accuracy': summary['eval_accuracy'], 'eval_loss': summary['eval_loss'],
+            **{k: summary[k] for k in ('eval_accuracy', 'eval_loss') + CALIBRATION},
             'wall_seconds': round(time.perf_counter() - start, 1)}
   with atomic_write(path) as f:
     json.dump(result, f, indent=1)
@@ -87,19 +88,23 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
 def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
   """The sweep's Markdown and CSV tables and its bar chart; returns their paths."""
   paths = [os.path.join(workdir, f'{name}.{ext}') for ext in ('md', 'csv', 'png')]
-  lines = [f'| {name} | fields | test accuracy | wall time |', '| --- | --- | --- | --- |']
+  lines = [f'| {name} | fields | test accuracy | ECE | Brier | wall time |',
+           '| --- | --- | --- | --- | --- | --- |']
   for r in results:
     fields = ', '.join(f'{k}={v}' for k, v in r['fields'].items()) or '(recipe)'
-    lines.append(f"| {r['label']} | {fields} | {100 * r['eval_accuracy']:.1f}% | "
-                 f"{r['wall_seconds'] / 60:.1f} min |")
+    # Rows trained before the evaluation measured calibration have no ECE and Brier.
+    ece, brier = (f'{r[k]:.3f}' if k in r else '–' for k in CALIBRATION)
+    lines.append(f"| {r['label']} | {fields} | {100 * r['eval_accuracy']:.1f}% | {ece} | "
+                 f"{brier} | {r['wall_seconds'] / 60:.1f} min |")
   with open(paths[0], 'w') as f:
     f.write('\n'.join(lines) + '\n')
   with open(paths[1], 'w', newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(['label', 'fields', 'eval_accuracy', 'eval_loss', 'wall_seconds'])
+    writer.writerow(['label', 'fields', 'eval_accuracy', 'eval_loss', *CALIBRATION,
+                     'wall_seconds'])
     for r in results:
       writer.writerow([r['label'], json.dumps(r['fields']), r['eval_accuracy'], r['eval_loss'],
-                       r['wall_seconds']])
+                       *(r.get(k, '') for k in CALIBRATION), r['wall_seconds']])
   import matplotlib  # only where a figure is drawn
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt

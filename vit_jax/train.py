@@ -32,7 +32,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import augreg, budget, checkpoint, entry, run_state, settings, steps
+from vit_jax import augreg, budget, calibration, checkpoint, entry, run_state, settings, steps
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
@@ -211,6 +211,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     sums = jax.device_get(sums)
     return {'eval_accuracy': float(sums['correct'] / sums['count']),
             'eval_loss': float(sums['loss'] / sums['count']),
+            'eval_ece': calibration.ece(calibration.bins(sums['calibration'])),
+            'eval_brier': float(sums['brier'] / sums['count']),
             'eval_examples': int(sums['count'])}
 
   batches = device_batches(config, train_source, data_sharded, config.seed, start_step)

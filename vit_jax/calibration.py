@@ -1,0 +1,48 @@
+"""Park & Kim's calibration bins (their `ops/tests.py`): 10 equal-width bins of the
+top-class confidence, and the expected calibration error over them.
+
+Their binning is kept as they wrote it: a prediction counts towards a bin's
+accuracy and size when its confidence c lies in (start, end], and towards the
+bin's summed confidence when c lies in [start, end); a bin's mean confidence is
+that sum over its size (+1e-7). The two differ only for a confidence exactly on
+an edge, such as a saturated 1.0 in float32, which then adds to the last bin's
+size and accuracy but not to its confidence.
+
+`bin_sums` uses array operators and methods only, so that the same code sums
+numpy arrays in float64 (the analysis) and traced arrays inside a compiled
+evaluation step (training's evaluations, summed over batches and devices).
+"""
+from typing import Dict, Mapping
+
+import numpy as np
+
+EDGES = np.linspace(0., 1., 11)  # the authors' 10 bins
+EPS = 1e-7  # the authors' guard against empty bins
+
+
+def bin_sums(confidence, correct, weight=1.) -> Dict[str, object]:
+  """Per bin: the (weighted) number of predictions, of correct ones, and their
+  summed confidence, binned as the authors do (module docstring)."""
+  starts, ends = EDGES[:-1, None], EDGES[1:, None]
+  counted = (confidence[None] > starts) & (confidence[None] <= ends)  # (bins, examples)
+  summed = (confidence[None] >= starts) & (confidence[None] < ends)
+  return {'count': (counted * weight).sum(axis=1),
+          'correct': (counted * correct[None] * weight).sum(axis=1),
+          'confidence': (summed * confidence[None] * weight).sum(axis=1)}
+
+
+def bins(sums: Mapping[str, object]) -> Dict[str, np.ndarray]:
+  """Per bin from `bin_sums`: size, accuracy (0 where empty), mean confidence."""
+  count = np.asarray(sums['count'], np.float64)
+  return {'count': count,
+          'accuracy': np.divide(np.asarray(sums['correct'], np.float64), count,
+                                out=np.zeros_like(count), where=count > 0),
+          'confidence': np.asarray(sums['confidence'], np.float64) / (count + EPS)}
+
+
+def ece(binned: Mapping[str, np.ndarray], signed: bool = False) -> float:
+  """sum_b |acc_b - conf_b| n_b / N, or with `signed` sum_b (conf_b - acc_b) n_b / N
+  (positive: over-confident), from `bins`."""
+  share = binned['count'] / (binned['count'].sum() + EPS)
+  gap = binned['confidence'] - binned['accuracy']
+  return float(np.sum((gap if signed else np.abs(gap)) * share))
