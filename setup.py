@@ -15,8 +15,10 @@ setuptools.setup(
         'safetensors',
     ],
     extras_require={
+        # The corruption tool's ImageNet-C corruptions (the build for current numpy).
+        'corruptions': ['imagecorruptions-imaug'],
         'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel',
-                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]'],
+                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]', 'imagecorruptions-imaug'],
         # Accelerators: JAX's own builds for NVIDIA GPUs (CUDA 13 or 12 drivers) and TPUs.
         'cuda': ['jax[cuda13]'],
         'cuda12': ['jax[cuda12]'],

@@ -306,6 +306,24 @@ def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel
   return _save(fig, path)
 
 
+def bars(values: np.ndarray, errors: np.ndarray, labels: Sequence[str], kinds: Sequence[str],
+         path: Optional[str], title: str, ylabel: str, separators: Sequence[int] = ()):
+  """One bar per entry with its error bar, coloured by kind (a legend entry each),
+  dashed lines before the entries in `separators` (stages)."""
+  fig, ax = _figure(figsize=(max(5., 0.35 * len(values) + 2.), 4.))
+  palette = dict(zip(dict.fromkeys(kinds), colours([None] * len(set(kinds)))))
+  for i, (value, error, kind) in enumerate(zip(values, errors, kinds)):
+    ax.bar(i, value, yerr=error, color=palette[kind], capsize=2,
+           label=kind if kinds.index(kind) == i else None)
+  for start in separators:
+    ax.axvline(start - 0.5, color='grey', linestyle='--', linewidth=0.8)
+  ax.axhline(0, color='black', linewidth=0.6)
+  _layer_ticks(ax, 'x', list(labels))
+  ax.set(title=title, ylabel=ylabel)
+  ax.legend(fontsize='small', loc='best')
+  return _save(fig, path)
+
+
 def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str], title: str,
             xlabel: str, ylabel: str):
   """Point clouds, one colour and legend entry per series: name -> (x, y)."""

@@ -21,7 +21,8 @@ import ml_collections
 import numpy as np
 
 from vit_jax.models import conv
-from vit_jax.models.family import HYBRID, Branch, Family, Layers, stage_starts
+from vit_jax.models.family import (HYBRID, Branch, Family, Layers, branch_output,
+                                   stage_starts)
 from vit_jax.models.resnet import GroupNorm
 
 Dtype = Any
@@ -135,7 +136,7 @@ class Block(nn.Module):
       y = conv_(self.features, 3, self.strides, name='conv1')(y)
       y = conv_(out, 3, name='conv2')(nn.relu(norm('norm2')(y)))
     self.sow('intermediates', 'shortcut', shortcut)
-    self.sow('intermediates', 'residual', y)
+    y = branch_output(self, 'residual', y)
     y = nn.Dropout(self.drop_path, broadcast_dims=(1, 2, 3))(y, deterministic=not train)
     x = shortcut + y
     self.sow('intermediates', 'output', x)

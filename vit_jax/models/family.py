@@ -9,8 +9,10 @@ import dataclasses
 import re
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+import flax
 import flax.linen as nn
 import ml_collections
+import numpy as np
 
 from vit_jax.errors import UserError
 
@@ -54,6 +56,28 @@ class Layers:
   # Per global attention map, its heads' outputs (B, T, heads, D/heads) before the
   # output projection.
   head_outputs: Tuple[str, ...] = ()
+
+
+LESION = 'lesion'  # the variable collection that scales residual branches at inference
+
+
+def branch_output(module: nn.Module, name: str, y):
+  """A residual branch's output f(z), as the family adds it to the stream, sown
+  under `name` (a `Branch.output`): times the scale the `lesion` collection holds
+  under that name where `apply` is given one, so that 0 removes the branch at
+  inference and leaves its shortcut (the analysis's lesion tool)."""
+  if module.has_variable(LESION, name):
+    y = y * module.get_variable(LESION, name).astype(y.dtype)
+  module.sow('intermediates', name, y)
+  return y
+
+
+def lesion_scales(layers: 'Layers') -> Dict[str, Any]:
+  """The `lesion` collection with scale 1 for every branch of `layers` (nested by
+  the branches' sown paths); set one to 0 to remove that branch. Every lesion has
+  the same tree, so that a compiled model serves them all."""
+  return flax.traverse_util.unflatten_dict(
+      {tuple(b.output.split('/')): np.float32(1.) for b in layers.branches})
 
 
 def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:

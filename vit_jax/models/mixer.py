@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.models import conv
-from vit_jax.models.family import MLP, Branch, CheckpointError, Family, Flat, Layers
+from vit_jax.models.family import (MLP, Branch, CheckpointError, Family, Flat, Layers,
+                                   branch_output)
 
 Dtype = Any
 
@@ -42,12 +43,12 @@ class MixerBlock(nn.Module):
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MlpBlock(self.tokens_mlp_dim, self.dtype, name='token_mixing')(y.swapaxes(1, 2))
     y = y.swapaxes(1, 2)
-    self.sow('intermediates', 'token_mlp', y)
+    y = branch_output(self, 'token_mlp', y)
     x = x + y
     self.sow('intermediates', '+token_mlp', x)
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_1')(x)
     y = MlpBlock(self.channels_mlp_dim, self.dtype, name='channel_mixing')(y)
-    self.sow('intermediates', 'channel_mlp', y)
+    y = branch_output(self, 'channel_mlp', y)
     x = x + y
     self.sow('intermediates', '+channel_mlp', x)
     return x

@@ -16,7 +16,8 @@ from jax import lax
 
 from vit_jax.models import conv
 from vit_jax.models.conv import oihw
-from vit_jax.models.family import CONVNET, Branch, Family, Flat, Layers, stage_starts
+from vit_jax.models.family import (CONVNET, Branch, Family, Flat, Layers, branch_output,
+                                   stage_starts)
 
 Dtype = Any
 
@@ -99,7 +100,7 @@ class BottleneckV1(nn.Module):
     # Zero-init of the last scale makes every unit start as the identity map.
     y = norm(name='gn3', scale_init=nn.initializers.zeros)(y)
     self.sow('intermediates', 'shortcut', residual)
-    self.sow('intermediates', 'residual', y)
+    y = branch_output(self, 'residual', y)
     out = nn.relu(residual + y)
     self.sow('intermediates', 'output', out)
     return out
@@ -216,7 +217,7 @@ class BottleneckV2(nn.Module):
     y, _ = NormActConv(out, 1, dtype=self.dtype, name='c')(y)
     shortcut = x if shortcut is None else shortcut
     self.sow('intermediates', 'shortcut', shortcut)
-    self.sow('intermediates', 'residual', y)
+    y = branch_output(self, 'residual', y)
     out = y + shortcut
     self.sow('intermediates', 'output', out)
     return out

@@ -20,7 +20,8 @@ import scipy.ndimage
 from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
                                      MultiHeadAttention)
-from vit_jax.models.family import HYBRID, TRANSFORMER, Branch, CheckpointError, Family, Flat, Layers
+from vit_jax.models.family import (HYBRID, TRANSFORMER, Branch, CheckpointError, Family, Flat,
+                                   Layers, branch_output)
 from vit_jax.models.resnet import ResNetV1
 
 Dtype = Any
@@ -165,14 +166,14 @@ class Encoder1DBlock(nn.Module):
                            name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
-    self.sow('intermediates', 'sa', y)
+    y = branch_output(self, 'sa', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.attention_skip else y
     self.sow('intermediates', '+sa', x)
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
-    self.sow('intermediates', 'mlp', y)
+    y = branch_output(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.mlp_skip else y
     self.sow('intermediates', '+mlp', x)
