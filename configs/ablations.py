@@ -13,16 +13,20 @@ Args (one sweep each; `vit_jax.sweep` trains every row, resuming finished ones):
   window  local attention over k x k patches, k = 3, 5, 8, against global
           (Park & Kim);
   data    the quick-start ViT and ResNet on 6%, 25% and 100% of the training
-          split, with the same number of steps (Park & Kim's data scale).
+          split, with the same number of steps (Park & Kim's data scale);
+  buildup the quick-start AlterNet's layout built up as Park & Kim build up
+          AlterNet: from all convolutions, MSA blocks replace conv blocks one
+          at a time from the end of the last stage (alternating), then from the
+          end of each earlier stage; trained for the data sweep's steps.
 Rows train the quick-start ViT for 4 epochs (1,872 steps of 128) so that one
 takes at most about 5 minutes on 2 CPU cores; `--config.dataset=cifar10`
 (with `--config.image_size=32`) and `--config.num_epochs` run them at scale.
 """
 import ml_collections
 
-from configs import quickstart_resnet, quickstart_vit
+from configs import quickstart_alternet, quickstart_resnet, quickstart_vit
 
-SWEEPS = ('posemb', 'pool', 'skip', 'window', 'data')
+SWEEPS = ('posemb', 'pool', 'skip', 'window', 'data', 'buildup')
 EPOCHS = 4
 STEPS = 1_872  # 4 epochs of 60,000 images in batches of 128: the data sweep's fixed budget
 
@@ -50,6 +54,18 @@ def _data_rows(vit: ml_collections.ConfigDict) -> dict:
   return rows
 
 
+def _buildup_rows(depths) -> dict:
+  """'msa-a-b-c' rows: MSA blocks per stage, added one at a time, last stage first;
+  a stage of n blocks takes n // 2 (AlterNet's rule alternates [conv, MSA] at its end)."""
+  msa = [0] * len(depths)
+  rows = {'msa-' + '-'.join(map(str, msa)): dict(model=dict(num_msa=tuple(msa)))}
+  for stage in reversed(range(len(depths))):
+    for _ in range(depths[stage] // 2):
+      msa[stage] += 1
+      rows['msa-' + '-'.join(map(str, msa))] = dict(model=dict(num_msa=tuple(msa)))
+  return rows
+
+
 def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
   if arg not in SWEEPS:
     raise ValueError(f'Unknown sweep {arg!r} for ablations.py; use one of {SWEEPS}.')
@@ -67,8 +83,12 @@ def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
   elif arg == 'window':
     rows = {'global': {}}
     rows.update({f'k{k}': dict(model=dict(attention_window=k)) for k in (3, 5, 8)})
-  else:
+  elif arg == 'data':
     rows = _data_rows(config)
+  else:
+    config = quickstart_alternet.get_config()
+    config.total_steps = STEPS
+    rows = _buildup_rows(config.model.num_layers)
   # (label, fields) pairs in table order; a row's fields override the recipe's (see
   # vit_jax.sweep_rows.row_config).
   config.sweep = ml_collections.ConfigDict(dict(name=arg, rows=tuple(rows.items())))

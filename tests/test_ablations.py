@@ -249,3 +249,19 @@ def test_sweep_rows_build_and_bad_rows_are_named():
     sweep.row_config(config, 'bad')
   with pytest.raises(ValueError, match='Unknown sweep'):
     ablations.get_config('posembs')
+
+
+def test_the_buildup_sweep_adds_msa_blocks_from_the_end_of_the_last_stage():
+  """Park & Kim's build-up order: MSAs replace conv blocks one at a time from the end
+  of the last stage, alternating, then from the end of each earlier stage."""
+  from vit_jax.models import alternet
+  rows = ablations._buildup_rows((2, 2, 4))
+  assert list(rows) == ['msa-0-0-0', 'msa-0-0-1', 'msa-0-0-2', 'msa-0-1-2', 'msa-1-1-2']
+  last_stage = [alternet.block_kinds(4, rows[r]['model']['num_msa'][2]) for r in rows]
+  assert last_stage[:3] == [('conv',) * 4, ('conv', 'conv', 'conv', 'msa'),
+                            ('conv', 'msa', 'conv', 'msa')]
+  # The sweep over the quick-start AlterNet's layout ends at the quick-start AlterNet.
+  config = ablations.get_config('buildup')
+  assert config.model_name == 'AlterNet-50' and config.total_steps == ablations.STEPS
+  assert [label for label, _ in config.sweep.rows] == ['msa-0-0-0', 'msa-0-0-1', 'msa-0-1-1']
+  assert config.sweep.rows[-1][1]['model']['num_msa'] == tuple(config.model.num_msa)
