@@ -97,13 +97,19 @@ LAST = 'last'
 def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], words: Sequence[str]
              ) -> List[Tuple[features.Subject, str, Optional[str]]]:
   """Each model of `loaded` (subject, source, workdir) as one model per step of
-  `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept."""
+  `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept
+  ('warmup' is the run's warm-up as its workdir recorded it)."""
   out = []
   for subject, _, workdir in loaded:
     if workdir is None:
       raise app.UsageError('--steps reads the parameters a training run kept in its workdir: '
                            'give --workdir, not --checkpoint.')
     recipe = subject.recipe
+    warmup = recipe.warmup_steps  # the run's own, where it recorded its settings
+    record = os.path.join(workdir, workdirs.RECORD)
+    if os.path.exists(record):
+      with open(record) as f:
+        warmup = json.load(f).get('warmup_steps', warmup)
     for word in words:
       if word == LAST:
         path = os.path.join(workdir, 'params.npz')
@@ -114,7 +120,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
             step = json.load(f)['step']
       else:
         try:
-          step, = run_state.kept_steps(word, recipe.warmup_steps)
+          step, = run_state.kept_steps(word, warmup)
         except ValueError as e:
           raise app.UsageError(f'--steps: {e}; give \'warmup\', step numbers or '
                                f'{LAST!r}.') from None
