@@ -92,6 +92,10 @@ def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
   assert r['errors']['vit']['fog'][1] == pytest.approx(np.concatenate([wrong] + others).mean())
   assert all(os.path.exists(p) for p in r['figures'])
   assert TOOLS['corruption'].joint(r, {}, str(tmp_path))
+  judged, = TOOLS['corruption'].verdicts(r, {'vit': {'architecture': 'transformer'},
+                                              'bit': {'architecture': 'convnet'}})
+  assert judged.finding == 'robust to corruptions'
+  assert f"vit {-r['mean_error']['vit']:.3f}" in judged.measured
   with pytest.raises(ConfigError, match='--corruption_baseline=resnet is not one of'):
     TOOLS['corruption'].run([vit, bit], batches, str(tmp_path), baseline='resnet')
 
