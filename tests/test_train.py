@@ -431,6 +431,22 @@ def test_cpu_split_leaves_an_explicit_device_count_alone(monkeypatch):
   assert updates == [('jax_num_cpu_devices', 4), ('jax_num_cpu_devices', 2)]
 
 
+def test_split_cpu_devices_wait_for_each_other_at_collectives(monkeypatch):
+  """Several CPU devices get XLA's collective timeouts raised (a core taken by
+  other work made XLA:CPU abort a run after 40 s); a value the user set is kept,
+  and one device changes nothing."""
+  monkeypatch.setattr(cpu_devices.jax.config, 'update', lambda *args: None)
+  monkeypatch.delenv('JAX_NUM_CPU_DEVICES', raising=False)
+  monkeypatch.setenv('XLA_FLAGS', '')
+  cpu_devices.split_cpu_into_devices(tiny_config(), requested=1)
+  assert os.environ['XLA_FLAGS'] == ''
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_collective_timeout_seconds=5')
+  cpu_devices.split_cpu_into_devices(tiny_config(), requested=2)
+  assert os.environ['XLA_FLAGS'].split() == [
+      '--xla_cpu_collective_timeout_seconds=5',
+      '--xla_cpu_collective_call_terminate_timeout_seconds=3600']
+
+
 def symmetric_folder(root, n=16, size=8):
   """Left-right symmetric images: random flips leave them unchanged, so the data a
   process sees does not depend on which process drew which flip."""

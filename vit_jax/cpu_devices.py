@@ -31,4 +31,23 @@ def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
   if forced and not requested:
     return
   count = requested or cpu_device_count(config, len(os.sched_getaffinity(0)), processes)
+  if count > 1:
+    patient_collectives()
   jax.config.update('jax_num_cpu_devices', count)
+
+
+# XLA:CPU aborts the process when one device's thread reaches a collective 40 s
+# after another (a core taken by other work on the machine, a long host step): a
+# lost run where the caller only asked for a slower one.
+COLLECTIVE_TIMEOUTS = {'xla_cpu_collective_call_terminate_timeout_seconds': 3600,
+                       'xla_cpu_collective_timeout_seconds': 3600}
+
+
+def patient_collectives() -> None:
+  """Lets CPU devices wait an hour for each other at a collective (the flags
+  `COLLECTIVE_TIMEOUTS`, unless XLA_FLAGS sets them), before the backend starts."""
+  flags = os.environ.get('XLA_FLAGS', '')
+  extra = [f'--{name}={seconds}' for name, seconds in COLLECTIVE_TIMEOUTS.items()
+           if name not in flags]
+  if extra:
+    os.environ['XLA_FLAGS'] = ' '.join([flags, *extra]).strip()
