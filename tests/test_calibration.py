@@ -105,6 +105,7 @@ def test_the_calibration_tool(tmp_path):
   assert len(joint) == 1 and os.path.exists(joint[0])
 
 
+@pytest.mark.numerics
 def test_training_evaluations_sum_the_authors_bins_over_masked_batches():
   """The evaluation step's ECE and Brier score (sums over batches, padding masked
   out) equal the authors' on the real examples; float32 logits, so the tolerances

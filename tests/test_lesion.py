@@ -13,6 +13,8 @@ from analysis.tools import TOOLS, lesion
 from test_representation_tools import FAMILIES, batches, subjects  # noqa: F401  (fixture)
 from vit_jax.models.family import LESION, lesion_scales
 
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
 
 def flat(tree):
   return flax.traverse_util.flatten_dict(tree, sep='/')
