@@ -69,7 +69,8 @@ OVERRIDES = {
     'momentum': '0.8', 'lr': '0.0123', 'warmup_steps': '77', 'decay': 'linear',
     'weight_decay': '0.05', 'grad_clip': '2.5', 'loss': 'sigmoid', 'label_smoothing': '0.2',
     'lr_mults': "(('^head/', 0.5),)", 'seed': '7', 'log_every': '9', 'eval_every': '99',
-    'checkpoint_every': '98', 'keep_checkpoints': '4', 'sharding': 'fsdp',
+    'checkpoint_every': '98', 'keep_checkpoints': '4', 'keep_params_at': 'warmup,500',
+    'sharding': 'fsdp',
     'model_parallel': '2'}
 
 
@@ -112,6 +113,7 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     ('checkpoint_every=0', 'config.checkpoint_every is 0'),
     ('log_every=0', 'config.log_every is 0'),
     ('keep_checkpoints=0', 'config.keep_checkpoints is 0; it must be an integer >= 1'),
+    ('keep_params_at=warm', "config.keep_params_at is 'warm'; it must be '' or steps"),
     ('time_budget=10s', "config.time_budget is '10s'; it must be a duration of at least 30 s"),
     ('time_budget=15min', "config.time_budget is '15min'"),
     ('optimizer=adamw', "config.optimizer is 'adamw'; it must be one of 'sgd', 'adam'"),
