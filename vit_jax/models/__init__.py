@@ -1,8 +1,11 @@
-"""The model zoo: published ViT, hybrid, BiT, MLP-Mixer and AlterNet variants by name.
+"""The model zoo: published ViT, hybrid, BiT, MLP-Mixer and AlterNet variants by
+name, and the LiT image-text models.
 
     model = get_model('ViT-B_16', num_classes=10)
     variables = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 224, 224, 3)))
     logits, inter = apply_with_intermediates(model, variables, images)
+
+    lit = get_model('LiT-B16B')  # lit.apply(variables, images=..., tokens=...)
 """
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -11,7 +14,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from vit_jax.models import alternet, mixer, resnet, vit
+from vit_jax.models import alternet, lit, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
 from vit_jax.models.family import Family
 
@@ -25,12 +28,17 @@ MODELS: Dict[str, Dict[str, Any]] = {name: dict(fields, family=family.name)
 
 def family_of(config: ml_collections.ConfigDict) -> Family:
   """The family description of a model config from `get_config`."""
+  if config.family == 'lit':
+    raise ValueError(
+        f'{config.name} is a two-tower image-text model, not an image classifier: classify '
+        f'with `python -m vit_jax.zeroshot --model {config.name}`, or use its image tower '
+        f'{config.image_model!r} alone.')
   return FAMILIES[config.family]
 
 
 def list_models() -> List[str]:
   """The published model names `get_model` knows."""
-  return sorted(MODELS)
+  return sorted(list(MODELS) + list(lit.VARIANTS))
 
 
 def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
@@ -39,9 +47,11 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
   `name` is a published name ('ViT-B_16', 'R50+ViT-B_16', 'BiT-M-R50x1'); a '/'
   may stand for the '_' ('ViT-B/16'). Besides the architecture fields, every
   model takes `num_classes` and `dtype` (the compute dtype; parameters stay
-  float32).
+  float32). A LiT model's fields are those of `lit.FIELDS`.
   """
   key = name.replace('/', '_')
+  if key in lit.VARIANTS:
+    return lit.get_config(key, get_config(lit.VARIANTS[key]['image_model']), **overrides)
   if key not in MODELS:
     raise ValueError(f'Unknown model {name!r}. Known models: {", ".join(list_models())}.')
   config = dict(MODELS[key], name=key, num_classes=1000, dtype='float32')
@@ -56,13 +66,18 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
   """The Flax module of a model config from `get_config`."""
+  if config.family == 'lit':
+    return lit.build(config)
   fields = {k: v for k, v in config.items() if k not in ('family', 'name')}
   fields['dtype'] = jnp.dtype(fields['dtype'])
   return family_of(config).build(fields)
 
 
 def get_model(name: str, num_classes: Optional[int] = 1000, **overrides) -> nn.Module:
-  """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`."""
+  """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`. A
+  LiT model has no classes: `num_classes` is not used for it."""
+  if name.replace('/', '_') in lit.VARIANTS:
+    return build_model(get_config(name, **overrides))
   return build_model(get_config(name, num_classes=num_classes, **overrides))
 
 

@@ -1,0 +1,274 @@
+"""LiT (Locked-image text Tuning, Zhai et al. 2022): a ViT image tower and a text
+tower embedding images and texts into one space, with the parameter names of the
+published `gs://vit_models/lit/*.npz` files.
+
+The text tower is BERT (Base or Large, flaxformer's `BertEncoder` names: what
+the LiT-B16B and LiT-L16L files hold) reading the `[CLS]` token, or a small
+pre-LN transformer (the ViT encoder) reading the last token, which the
+SentencePiece tokenizer makes its end-of-sequence token. Both towers run for
+inference only (no dropout): LiT's published models are used frozen.
+"""
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import flax.linen as nn
+import jax.numpy as jnp
+import ml_collections
+
+from vit_jax.models import vit
+
+Dtype = Any
+
+# BERT sizes: hidden, intermediate, layers, heads; the vocabulary, position and
+# segment tables are BERT's (30,522 WordPiece tokens, 512 positions, 2 segments).
+# 'testing' is a small BERT for tests and examples, as the zoo's 'testing' ViT.
+BERT_SIZES = {'base': (768, 3072, 12, 12), 'large': (1024, 4096, 24, 16),
+              'testing': (16, 32, 2, 2)}
+BERT_VOCAB, BERT_POSITIONS, BERT_SEGMENTS = 30_522, 512, 2
+TEXT_MODELS = ('bert', 'text_transformer')
+TOKENIZERS = {'bert': '.txt', 'sentencepiece': '.model'}  # vocabulary file suffix
+
+
+class BertSelfAttention(nn.Module):
+  """`query`, `key`, `value` as (D, heads * D/heads) kernels (flaxformer stores
+  them 2-D); returns (B, L, heads, D/heads). Masked keys get a -1e10 logit."""
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, bias):
+    b, length, width = x.shape
+    heads = (self.num_heads, width // self.num_heads)
+    q, k, v = (nn.Dense(width, dtype=self.dtype, name=name)(x).reshape(b, length, *heads)
+               for name in ('query', 'key', 'value'))
+    q = q / jnp.sqrt(heads[1]).astype(self.dtype)
+    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k) + bias
+    weights = nn.softmax(logits.astype(jnp.float32), axis=-1).astype(self.dtype)
+    return jnp.einsum('bhqk,bkhd->bqhd', weights, v)
+
+
+class AttentionBlock(nn.Module):
+  """LN(x + Dense(attention(x))): flaxformer's post-LN attention block."""
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, bias):
+    b, length, width = x.shape
+    y = BertSelfAttention(self.num_heads, self.dtype, name='attention_layer')(x, bias)
+    y = nn.Dense(width, dtype=self.dtype, name='dense_layer')(y.reshape(b, length, width))
+    return nn.LayerNorm(1e-12, dtype=self.dtype, name='layer_norm')(x + y)
+
+
+class Mlp(nn.Module):
+  """gelu(Dense(x)), the tanh-approximated GELU as flaxformer's `nn.gelu`."""
+  features: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.gelu(nn.Dense(self.features, dtype=self.dtype, name='dense_layer')(x))
+
+
+class MlpBlock(nn.Module):
+  """LN(x + Dense(Mlp(x))): flaxformer's post-LN MLP block."""
+  intermediate_dim: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    y = Mlp(self.intermediate_dim, self.dtype, name='mlp')(x)
+    y = nn.Dense(x.shape[-1], dtype=self.dtype, name='dense_layer')(y)
+    return nn.LayerNorm(1e-12, dtype=self.dtype, name='layer_norm')(x + y)
+
+
+class BertLayer(nn.Module):
+  """One encoder layer: the attention block, then the MLP block."""
+  intermediate_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, bias):
+    x = AttentionBlock(self.num_heads, self.dtype, name='attention_block')(x, bias)
+    return MlpBlock(self.intermediate_dim, self.dtype, name='mlp_block')(x)
+
+
+class LayerSequence(nn.Module):
+  """`layers_0` ... `layers_{n-1}` in turn."""
+  num_layers: int
+  intermediate_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, bias):
+    for i in range(self.num_layers):
+      x = BertLayer(self.intermediate_dim, self.num_heads, self.dtype, name=f'layers_{i}')(x, bias)
+    return x
+
+
+class EncoderBlock(nn.Module):
+  """flaxformer's `encoder_block`, holding only its `layer_sequence`."""
+  num_layers: int
+  intermediate_dim: int
+  num_heads: int
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, bias):
+    return LayerSequence(self.num_layers, self.intermediate_dim, self.num_heads, self.dtype,
+                         name='layer_sequence')(x, bias)
+
+
+class Embedder(nn.Module):
+  """The sum of the token, position and segment embeddings."""
+  hidden_size: int
+
+  @nn.compact
+  def __call__(self, tokens):
+    b, length = tokens.shape
+    init = nn.initializers.truncated_normal(0.02)
+    positions = jnp.broadcast_to(jnp.arange(length), (b, length))
+    return sum(nn.Embed(rows, self.hidden_size, embedding_init=init, name=f'embedders_{key}')(ids)
+               for key, rows, ids in (('token_ids', BERT_VOCAB, tokens),
+                                      ('position_ids', BERT_POSITIONS, positions),
+                                      ('segment_ids', BERT_SEGMENTS, jnp.zeros_like(tokens))))
+
+
+class BertEncoder(nn.Module):
+  """BERT encoder (flaxformer's `BertEncoder`): summed token, position and segment
+  embeddings, LayerNorm, then post-LN layers. (B, L) ids -> (B, L, D); id 0 is
+  padding, masked out of attention as the original's `input_mask` masks it."""
+  size: str = 'base'
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens):
+    hidden, intermediate, layers, heads = BERT_SIZES[self.size]
+    x = Embedder(hidden, name='embedder')(tokens)
+    x = nn.LayerNorm(1e-12, dtype=self.dtype, name='layer_norm')(x.astype(self.dtype))
+    keep = tokens != 0
+    mask = keep[:, None, :, None] & keep[:, None, None, :]  # (B, 1, L, L), as flaxformer's
+    bias = jnp.where(mask, 0., -1e10).astype(self.dtype)
+    return EncoderBlock(layers, intermediate, heads, self.dtype, name='encoder_block')(x, bias)
+
+
+class BertModel(nn.Module):
+  """The BERT text tower: the `[CLS]` token's encoding, projected by `head`."""
+  num_classes: Optional[int]
+  config: str = 'base'
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = BertEncoder(self.config, self.dtype, name='BertEncoder_0')(tokens)[:, 0]
+    if self.num_classes:
+      x = nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x)
+    return x
+
+
+class TextTransformer(nn.Module):
+  """The small text tower: token embedding, a learned position table as long as
+  the token sequence, the ViT encoder, and the last token projected by `head`."""
+  num_classes: int
+  width: int = 512
+  num_layers: int = 12
+  mlp_dim: int = 2048
+  num_heads: int = 8
+  vocab_size: int = 32_000
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens):
+    x = nn.Embed(self.vocab_size, self.width, name='Embed_0')(tokens).astype(self.dtype)
+    length = x.shape[1]
+    x = x + self.param('pos_embedding', nn.initializers.normal(stddev=self.width ** -0.5),
+                       (1, length, self.width)).astype(self.dtype)
+    x = vit.Encoder(grid=(1, length), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
+                    num_heads=self.num_heads, posemb='none', dtype=self.dtype,
+                    name='Encoder_0')(x, train=False)
+    return nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x[:, -1])
+
+
+class LitModel(nn.Module):
+  """Images (B, H, W, 3) in [-1, 1] and/or token ids (B, L) -> (zimg, ztxt, out):
+  L2-normalised embeddings (None for an input not given) and `out` with `t`, the
+  learned temperature exp(t) that scales the similarities, and each tower's
+  embedding norm. `image` holds the ViT tower's fields (`num_classes` its head's
+  width, None for no head); `text` the text tower's."""
+  image: Mapping[str, Any]
+  text_model: str
+  text: Mapping[str, Any]
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, *, images=None, tokens=None):
+    out: Dict[str, Any] = {}
+    zimg = ztxt = None
+    if tokens is not None:
+      tower = {'bert': BertModel, 'text_transformer': TextTransformer}[self.text_model]
+      ztxt = tower(**self.text, dtype=self.dtype, name='txt')(tokens).astype(jnp.float32)
+      out['txt/norm'] = jnp.linalg.norm(ztxt, axis=1, keepdims=True)
+      ztxt = out['txt/normalized'] = ztxt / (out['txt/norm'] + 1e-8)
+    if images is not None:
+      zimg = vit.VisionTransformer(**self.image, dtype=self.dtype, name='img')(images)
+      out['img/norm'] = jnp.linalg.norm(zimg, axis=1, keepdims=True)
+      zimg = out['img/normalized'] = zimg / (out['img/norm'] + 1e-8)
+    out['t'] = jnp.exp(self.param('t', nn.initializers.zeros, (1,), jnp.float32))
+    return zimg, ztxt, out
+
+
+def _lit(image: str, out_dim: Tuple[Optional[int], int], text_model: str,
+         text: Mapping[str, Any], tokenizer: str) -> dict:
+  return dict(image_model=image, out_dim=out_dim, text_model=text_model, text=dict(text),
+              tokenizer=tokenizer, image_size=224, max_len=16)
+
+
+def _small_text(width: int, heads: int) -> dict:
+  return dict(width=width, num_layers=12, mlp_dim=4 * width, num_heads=heads, vocab_size=16_000)
+
+
+# The original code's LiT models (its configs/models.py), and a tiny one for tests.
+VARIANTS = {
+    'LiT-B16B': _lit('ViT-B_16', (768, 768), 'bert', {'config': 'base'}, 'bert'),
+    'LiT-B16B_2': _lit('ViT-B_16', (None, 768), 'bert', {'config': 'base'}, 'bert'),
+    'LiT-L16L': _lit('ViT-L_16', (None, 1024), 'bert', {'config': 'large'}, 'bert'),
+    'LiT-L16S': _lit('ViT-L_16', (None, 1024), 'text_transformer', _small_text(384, 6),
+                     'sentencepiece'),
+    'LiT-L16Ti': _lit('ViT-L_16', (None, 1024), 'text_transformer', _small_text(192, 3),
+                      'sentencepiece'),
+    'LiT-testing': dict(_lit('testing', (8, 8), 'bert', {'config': 'testing'}, 'bert'),
+                        image_size=32),
+}
+FIELDS = ('image_model', 'image', 'out_dim', 'text_model', 'text', 'tokenizer', 'image_size',
+          'max_len', 'dtype')
+
+
+def get_config(name: str, image_fields: Mapping[str, Any], **overrides
+               ) -> ml_collections.ConfigDict:
+  """The config of LiT model `name`; `image_fields` are the image tower's
+  architecture fields (its zoo config). `image` and `text` overrides update
+  those dicts; the other fields are replaced."""
+  config = dict(VARIANTS[name], name=name, family='lit', dtype='float32')
+  config['image'] = {k: v for k, v in image_fields.items() if k not in ('family', 'name', 'dtype')}
+  unknown = sorted(set(overrides) - set(FIELDS))
+  if unknown:
+    raise ValueError(f'{name} has no field(s) {unknown}; the fields you can set are: '
+                     f'{", ".join(FIELDS)}.')
+  for key, value in overrides.items():
+    config[key] = dict(config[key], **value) if key in ('image', 'text') else value
+  if config['text_model'] not in TEXT_MODELS or config['tokenizer'] not in TOKENIZERS:
+    raise ValueError(f'{name}: text_model must be one of {TEXT_MODELS} and tokenizer one of '
+                     f'{tuple(TOKENIZERS)}.')
+  return ml_collections.ConfigDict(config)
+
+
+def build(config: ml_collections.ConfigDict) -> LitModel:
+  """The LitModel of a config from `get_config`."""
+  image = dict(config.image.to_dict(), num_classes=config.out_dim[0])
+  for key in vit.FAMILY.sequence_fields:
+    if image.get(key) is not None:
+      image[key] = tuple(tuple(v) if isinstance(v, list) else v for v in image[key])
+  text = dict(config.text.to_dict(), num_classes=config.out_dim[1])
+  return LitModel(image=image, text_model=config.text_model, text=text,
+                  dtype=jnp.dtype(config.dtype))
