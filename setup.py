@@ -17,8 +17,12 @@ setuptools.setup(
     extras_require={
         # The corruption tool's ImageNet-C corruptions (the build for current numpy).
         'corruptions': ['imagecorruptions-imaug'],
+        # LiT's SentencePiece vocabularies; its tokenizers also need tensorflow-text,
+        # installed without dependencies (requirements-nodeps.txt).
+        'lit': ['sentencepiece'],
         'test': ['pytest', 'pytest-xdist', 'nbclient', 'nbformat', 'ipykernel',
-                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]', 'imagecorruptions-imaug'],
+                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]', 'imagecorruptions-imaug',
+                 'sentencepiece'],
         # Accelerators: JAX's own builds for NVIDIA GPUs (CUDA 13 or 12 drivers) and TPUs.
         'cuda': ['jax[cuda13]'],
         'cuda12': ['jax[cuda12]'],

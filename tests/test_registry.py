@@ -28,9 +28,10 @@ PARAM_COUNTS = {
     'ViT-S_32-gap-norep': 22_878_184, 'ViT-B_32-gap-norep': 88_222_696,
     'testing': 21_390, 'testing-unpooled': 21_370,
 }
-# Counted against closed forms in test_mixer_alternet.py.
+# Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',
-                'AlterNet-34', 'AlterNet-50', 'AlterNet-101', 'AlterNet-152']
+                'AlterNet-34', 'AlterNet-50', 'AlterNet-101', 'AlterNet-152',
+                'LiT-B16B', 'LiT-B16B_2', 'LiT-L16L', 'LiT-L16S', 'LiT-L16Ti', 'LiT-testing']
 
 
 def test_every_published_model_is_listed():

@@ -20,12 +20,13 @@ from etils import epath
 
 from vit_jax import augreg, models
 from vit_jax.atomic import atomic_write
+from vit_jax.models import lit
 from vit_jax.models.family import CheckpointError, Flat
 
 Params = Dict[str, Any]
 # Where the published checkpoints live: ViT (and AugReg ViT), BiT, MLP-Mixer.
 PUBLIC_DIRS = ('gs://vit_models/imagenet21k/', 'gs://vit_models/augreg/', 'gs://bit_models/',
-               'gs://mixer_models/')
+               'gs://mixer_models/', 'gs://vit_models/lit/')
 WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
                 f'{PUBLIC_DIRS[0]}ViT-B_16.npz)')
 # A timm state dict saved by torch.save (with `.safetensors`, the files `load` reads as one).
@@ -57,7 +58,9 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
   files) load under the published names. Pickled objects are refused. A timm
   state dict (`.safetensors`, or `.pth`/`.pth.tar`/`.pt`/`.bin` with torch
   installed) loads through `from_timm`, which needs the `model_name` it holds
-  and `overrides` of its architecture fields. With `model_name`, the tree is
+  and `overrides` of its architecture fields. A LiT file loads whole with a LiT
+  `model_name`; without one (or with a ViT's), its image tower loads alone.
+  With `model_name`, the tree is
   that of the model's module (`Family.module_layout`: a ViT with
   `scan_layers=True` gets its blocks stacked).
   """
@@ -70,6 +73,8 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
     flat = _flatten(from_timm(read_state_dict(path), model_name, **overrides))
+  elif model_name is not None and models.get_config(model_name, **overrides).family == 'lit':
+    return _unflatten(_read_npz(path))  # LiT files have one layout, the published one
   else:
     flat = published(_read_npz(path))
   if model_name is None:
@@ -102,11 +107,14 @@ def _read_npz(path: epath.Path) -> Flat:
 def save(path: str, params: Mapping[str, Any]) -> None:
   """Writes `params` (or `{'params': params}`) as a published-layout `.npz`.
 
-  Floating arrays are stored as float32, as in the public files. The file is
+  Floating arrays are stored as float32, as in the public files. A LiT tree is
+  written as it is (its image tower keeps its 'img/' prefix). The file is
   written beside the target and renamed over it, so a kill never leaves a
   partial file under `path`.
   """
-  flat = published(_flatten(params))
+  flat = _flatten(params)
+  if not lit.is_two_tower(flat):
+    flat = published(flat)
   arrays = {}
   for key, value in flat.items():
     value = np.asarray(value)

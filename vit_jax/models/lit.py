@@ -272,3 +272,8 @@ def build(config: ml_collections.ConfigDict) -> LitModel:
   text = dict(config.text.to_dict(), num_classes=config.out_dim[1])
   return LitModel(image=image, text_model=config.text_model, text=text,
                   dtype=jnp.dtype(config.dtype))
+
+
+def is_two_tower(flat: Mapping[str, Any]) -> bool:
+  """Whether a flat '/'-keyed tree is a LiT model's: both towers and `t` at its root."""
+  return 't' in flat and {'img', 'txt'} <= {key.split('/')[0] for key in flat}

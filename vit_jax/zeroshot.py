@@ -1,0 +1,189 @@
+"""Zero-shot classification with a LiT model: class names into prompts, the text
+tower's embeddings of them, and each image labelled with the most similar class.
+
+    python -m vit_jax.zeroshot --model LiT-B16B --checkpoint LiT-B16B.npz \\
+        --dataset cifar100 --split test
+
+As the LiT authors' notebook does it: each class's embedding is the mean of its
+prompts' normalised text embeddings (not normalised again), images are resized
+to the model's size without cropping (`--crop` keeps the aspect ratio and
+crops the centre) and scaled to [-1, 1], and the predicted class is the one of
+highest dot product. Class names are the dataset's label names (TFDS) or
+folder names (`folder:ROOT`), or one per line from `--classnames`. The
+vocabulary is `<checkpoint stem>.txt` (BERT) or `.model` (SentencePiece) beside
+the checkpoint, as the published files are laid out, unless `--vocab` names it.
+"""
+import json
+import os
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from vit_jax import checkpoint, entry, input_pipeline, models, tokenizers
+from vit_jax.atomic import atomic_write
+from vit_jax.errors import ConfigError
+from vit_jax.models.family import CheckpointError
+
+# The short list of CLIP's ImageNet prompts that the LiT notebook uses by default.
+PROMPTS = ('itap of a {}.', 'a bad photo of the {}.', 'a origami {}.', 'a photo of the large {}.',
+           'a {} in a video game.', 'art of the {}.', 'a photo of the small {}.', '{}')
+
+flags.DEFINE_string('model', None, 'A LiT model name, e.g. LiT-B16B.')
+flags.DEFINE_string('checkpoint', None, 'The LiT .npz (gs://vit_models/lit/<model>.npz).')
+flags.DEFINE_string('vocab', None, 'The tokenizer vocabulary; default: beside the checkpoint.')
+flags.DEFINE_string('dataset', None, 'A TFDS name or folder:ROOT (ROOT/<split>/<class>/*).')
+flags.DEFINE_string('split', 'test', 'The split to classify.')
+flags.DEFINE_string('data_dir', None, 'TFDS data directory.')
+flags.DEFINE_string('classnames', None, 'A text file with one class name per line, in label '
+                    'order (e.g. readable ImageNet names); default: the dataset\'s own.')
+flags.DEFINE_multi_string('prompt', None, 'A prompt template with {} for the class name; '
+                          'repeat for several. Default: the LiT notebook\'s 8 prompts.')
+flags.DEFINE_bool('crop', False, 'Resize the short side and crop the centre instead of '
+                  'resizing to a square.')
+flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
+flags.DEFINE_integer('max_examples', None, 'Classify only the first n images.')
+flags.DEFINE_string('results', None, 'Write the accuracy and settings to this JSON file.')
+
+
+def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tensor:
+  """A uint8 (H, W, C) image as LiT's preprocessing gives it: bilinear resize to
+  size x size (or of the short side to `size`, then the central crop), back to
+  uint8 (truncating), then [-1, 1]. Grey images get three channels."""
+  image = tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
+  if crop:
+    h, w = tf.shape(image)[0], tf.shape(image)[1]
+    ratio = tf.cast(size, tf.float32) / tf.cast(tf.minimum(h, w), tf.float32)
+    new = [tf.cast(tf.round(tf.cast(d, tf.float32) * ratio), tf.int32) for d in (h, w)]
+    image = tf.image.resize(image, new, method='bilinear')
+    image = tf.image.crop_to_bounding_box(image, (new[0] - size) // 2, (new[1] - size) // 2,
+                                          size, size)
+  else:
+    image = tf.image.resize(image, [size, size], method='bilinear')
+  image = tf.cast(tf.cast(image, tf.uint8), tf.float32) / 255
+  return image * 2 - 1
+
+
+def default_vocab(checkpoint_path: str, config: ml_collections.ConfigDict) -> str:
+  """The vocabulary beside a checkpoint: its stem with `.txt` (BERT) or `.model`."""
+  return os.path.splitext(checkpoint_path)[0] + models.lit.TOKENIZERS[config.tokenizer]
+
+
+def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """A LiT checkpoint's parameters, checked against the model's tree."""
+  params = checkpoint.load(path, config.name)
+  images = jnp.zeros((1, config.image_size, config.image_size, 3))
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images=images,
+                                             tokens=jnp.ones((1, config.max_len), jnp.int32)))
+  checkpoint.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
+                           flax.traverse_util.flatten_dict(shapes['params'], sep='/'),
+                           f'{path} (for {config.name})')
+  return params
+
+
+def _check_vocabulary(tokenizer: Any, params: Dict[str, Any], vocab: str, name: str) -> None:
+  """Refuses a vocabulary with more tokens than the text tower's embedding table."""
+  rows = [np.shape(leaf)[0] for path, leaf in flax.traverse_util.flatten_dict(
+      params['txt'], sep='/').items() if path.endswith(('embedders_token_ids/embedding',
+                                                        'Embed_0/embedding'))]
+  if rows and tokenizer.vocab_size > rows[0]:
+    raise CheckpointError(f'The vocabulary {vocab} has {tokenizer.vocab_size} tokens but '
+                          f"{name}'s text tower embeds {rows[0]}: it is another model's "
+                          'vocabulary.')
+
+
+def class_embeddings(model: Any, params: Dict[str, Any], tokenizer: Any,
+                     class_names: Sequence[str], prompts: Sequence[str],
+                     batch_size: int = 256) -> np.ndarray:
+  """(classes, D): for each class the mean of its prompts' text embeddings."""
+  texts = [p.format(c) for c in class_names for p in prompts]
+  embed = jax.jit(lambda v, t: model.apply(v, tokens=t)[1])
+  tokens = tokenizer(texts)
+  ztxt = np.concatenate([np.asarray(embed({'params': params}, tokens[i:i + batch_size]))
+                         for i in range(0, len(texts), batch_size)])
+  return ztxt.reshape(len(class_names), len(prompts), -1).mean(axis=1)
+
+
+def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
+             zclasses: np.ndarray) -> Dict[str, Any]:
+  """Predicted labels of `dataset`'s preprocessed image batches and the accuracy."""
+  embed = jax.jit(lambda v, x: model.apply(v, images=x)[0])
+  predictions, labels = [], []
+  for batch in dataset.as_numpy_iterator():
+    zimg = np.asarray(embed({'params': params}, batch['image']))
+    predictions.append((zimg @ zclasses.T).argmax(axis=1))
+    labels.append(batch['label'])
+  predictions, labels = np.concatenate(predictions), np.concatenate(labels)
+  correct = predictions == labels
+  return {'accuracy': float(correct.mean()), 'num_examples': int(len(labels)),
+          'standard_error': float(np.sqrt(correct.mean() * (1 - correct.mean()) / len(labels))),
+          'predictions': predictions, 'labels': labels}
+
+
+def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str = 'test',
+              vocab: Optional[str] = None, data_dir: Optional[str] = None,
+              class_names: Optional[Sequence[str]] = None,
+              prompts: Sequence[str] = PROMPTS, crop: bool = False, batch_size: int = 64,
+              max_examples: Optional[int] = None) -> Dict[str, Any]:
+  """Zero-shot accuracy of a LiT checkpoint on a dataset split (see the module doc)."""
+  config = models.get_config(model_name)
+  if config.family != 'lit':
+    raise ConfigError(f'{model_name} is not a LiT model; zero-shot needs one of '
+                      f'{", ".join(models.lit.VARIANTS)}.')
+  if any('{}' not in p for p in prompts):
+    raise ConfigError(f'Every prompt needs a {{}} for the class name: {list(prompts)}.')
+  model = models.build_model(config)
+  params = load_params(checkpoint_path, model, config)
+  vocab = vocab or default_vocab(checkpoint_path, config)
+  tokenizer = tokenizers.get_tokenizer(config.tokenizer, vocab, config.max_len, model_name)
+  _check_vocabulary(tokenizer, params, vocab, model_name)
+
+  source = input_pipeline.get_source(dataset, split, data_dir, process_index=0, process_count=1)
+  names = list(class_names) if class_names is not None else list(source.class_names)
+  if len(names) != source.num_classes:
+    raise ConfigError(f'{len(names)} class names for the {source.num_classes} classes of '
+                      f'{dataset}: give one name per line, in label order.')
+  images = source.dataset
+  if max_examples is not None:
+    images = images.take(max_examples)
+  images = images.map(lambda ex: {'image': preprocess_image(ex['image'], config.image_size, crop),
+                                  'label': ex['label']}, tf.data.AUTOTUNE, deterministic=True)
+  zclasses = class_embeddings(model, params, tokenizer, names, prompts)
+  result = classify(model, params, images.batch(batch_size).prefetch(2), zclasses)
+  return dict(result, model=model_name, checkpoint=checkpoint_path, dataset=dataset, split=split,
+              num_classes=len(names), prompts=list(prompts), crop=crop)
+
+
+def main(argv: Sequence[str]) -> None:
+  del argv
+  f = flags.FLAGS
+  for name in ('model', 'checkpoint', 'dataset'):
+    if getattr(f, name) is None:
+      raise ConfigError(f'--{name} is required: python -m vit_jax.zeroshot --model LiT-B16B '
+                        '--checkpoint LiT-B16B.npz --dataset cifar100.')
+  class_names = None
+  if f.classnames:
+    with open(f.classnames) as file:
+      class_names = [line.strip() for line in file if line.strip()]
+  result = zero_shot(f.model, f.checkpoint, f.dataset, split=f.split, vocab=f.vocab,
+                     data_dir=f.data_dir, class_names=class_names,
+                     prompts=tuple(f.prompt or PROMPTS), crop=f.crop, batch_size=f.batch_size,
+                     max_examples=f.max_examples)
+  print(f'{f.model} zero-shot on {f.dataset} {f.split}: {100 * result["accuracy"]:.2f}% '
+        f'± {100 * result["standard_error"]:.2f} ({result["num_examples"]} images, '
+        f'{result["num_classes"]} classes, {len(result["prompts"])} prompts)')
+  if f.results:
+    summary = {k: v for k, v in result.items() if k not in ('predictions', 'labels')}
+    with atomic_write(f.results, 'w') as file:
+      json.dump(summary, file, indent=1)
+  sys.stdout.flush()
+
+
+if __name__ == '__main__':
+  entry.run(main, config_flags=())
