@@ -24,12 +24,29 @@ def _published_file(name: str, folder: str) -> None:
   px, behind a pre-logits layer of the model's width where it has one."""
   from vit_jax import checkpoint, models
   model_name = name[:-len('.npz')]
+  if model_name.startswith('LiT-'):
+    _lit_files(model_name, folder)
+    return
   config = models.get_config(model_name, num_classes=21843)
   if 'representation_size' in config:
     config.representation_size = config.hidden_size
   params = models.build_model(config).init(jax.random.PRNGKey(0),
                                            np.zeros((1, 224, 224, 3), np.float32))['params']
   checkpoint.save(os.path.join(folder, name), params)
+
+
+def _lit_files(model_name: str, folder: str) -> None:
+  """An initialised LiT `<model>.npz` and the BERT vocabulary `<model>.txt` beside it."""
+  from test_lit import VOCAB
+  from vit_jax import checkpoint, models
+  config = models.get_config(model_name)
+  size = config.image_size
+  variables = models.build_model(config).init(
+      jax.random.PRNGKey(0), images=np.zeros((1, size, size, 3), np.float32),
+      tokens=np.ones((1, config.max_len), np.int32))
+  checkpoint.save(os.path.join(folder, f'{model_name}.npz'), variables)
+  with open(os.path.join(folder, f'{model_name}.txt'), 'w') as f:
+    f.write('\n'.join(VOCAB) + '\n')
 
 
 def _workdir(name: str, folder: str) -> None:

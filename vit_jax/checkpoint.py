@@ -73,7 +73,7 @@ def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
     flat = _flatten(from_timm(read_state_dict(path), model_name, **overrides))
-  elif model_name is not None and models.get_config(model_name, **overrides).family == 'lit':
+  elif model_name is not None and lit.is_lit(models.get_config(model_name, **overrides)):
     return _unflatten(_read_npz(path))  # LiT files have one layout, the published one
   else:
     flat = published(_read_npz(path))

@@ -89,12 +89,10 @@ def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dic
 
 def _check_vocabulary(tokenizer: Any, params: Dict[str, Any], vocab: str, name: str) -> None:
   """Refuses a vocabulary with more tokens than the text tower's embedding table."""
-  rows = [np.shape(leaf)[0] for path, leaf in flax.traverse_util.flatten_dict(
-      params['txt'], sep='/').items() if path.endswith(('embedders_token_ids/embedding',
-                                                        'Embed_0/embedding'))]
-  if rows and tokenizer.vocab_size > rows[0]:
+  rows = models.lit.text_vocabulary(params)
+  if tokenizer.vocab_size > rows:
     raise CheckpointError(f'The vocabulary {vocab} has {tokenizer.vocab_size} tokens but '
-                          f"{name}'s text tower embeds {rows[0]}: it is another model's "
+                          f"{name}'s text tower embeds {rows}: it is another model's "
                           'vocabulary.')
 
 
@@ -133,7 +131,7 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
               max_examples: Optional[int] = None) -> Dict[str, Any]:
   """Zero-shot accuracy of a LiT checkpoint on a dataset split (see the module doc)."""
   config = models.get_config(model_name)
-  if config.family != 'lit':
+  if not models.lit.is_lit(config):
     raise ConfigError(f'{model_name} is not a LiT model; zero-shot needs one of '
                       f'{", ".join(models.lit.VARIANTS)}.')
   if any('{}' not in p for p in prompts):

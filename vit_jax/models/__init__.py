@@ -28,7 +28,7 @@ MODELS: Dict[str, Dict[str, Any]] = {name: dict(fields, family=family.name)
 
 def family_of(config: ml_collections.ConfigDict) -> Family:
   """The family description of a model config from `get_config`."""
-  if config.family == 'lit':
+  if lit.is_lit(config):
     raise ValueError(
         f'{config.name} is a two-tower image-text model, not an image classifier: classify '
         f'with `python -m vit_jax.zeroshot --model {config.name}`, or use its image tower '
@@ -66,7 +66,7 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
   """The Flax module of a model config from `get_config`."""
-  if config.family == 'lit':
+  if lit.is_lit(config):
     return lit.build(config)
   fields = {k: v for k, v in config.items() if k not in ('family', 'name')}
   fields['dtype'] = jnp.dtype(fields['dtype'])

@@ -26,6 +26,7 @@ BERT_SIZES = {'base': (768, 3072, 12, 12), 'large': (1024, 4096, 24, 16),
 BERT_VOCAB, BERT_POSITIONS, BERT_SEGMENTS = 30_522, 512, 2
 TEXT_MODELS = ('bert', 'text_transformer')
 TOKENIZERS = {'bert': '.txt', 'sentencepiece': '.model'}  # vocabulary file suffix
+FAMILY = 'lit'  # the `family` of a LiT config: not an image classifier's `Family`
 
 
 class BertSelfAttention(nn.Module):
@@ -249,7 +250,7 @@ def get_config(name: str, image_fields: Mapping[str, Any], **overrides
   """The config of LiT model `name`; `image_fields` are the image tower's
   architecture fields (its zoo config). `image` and `text` overrides update
   those dicts; the other fields are replaced."""
-  config = dict(VARIANTS[name], name=name, family='lit', dtype='float32')
+  config = dict(VARIANTS[name], name=name, family=FAMILY, dtype='float32')
   config['image'] = {k: v for k, v in image_fields.items() if k not in ('family', 'name', 'dtype')}
   unknown = sorted(set(overrides) - set(FIELDS))
   if unknown:
@@ -272,6 +273,19 @@ def build(config: ml_collections.ConfigDict) -> LitModel:
   text = dict(config.text.to_dict(), num_classes=config.out_dim[1])
   return LitModel(image=image, text_model=config.text_model, text=text,
                   dtype=jnp.dtype(config.dtype))
+
+
+def is_lit(config: ml_collections.ConfigDict) -> bool:
+  """Whether a zoo config (`models.get_config`) is a LiT model's."""
+  return config.family == FAMILY
+
+
+def text_vocabulary(params: Mapping[str, Any]) -> int:
+  """The number of token embeddings of a LiT parameter tree's text tower."""
+  text = params['txt']
+  table = (text['BertEncoder_0']['embedder']['embedders_token_ids'] if 'BertEncoder_0' in text
+           else text['Embed_0'])
+  return table['embedding'].shape[0]
 
 
 def is_two_tower(flat: Mapping[str, Any]) -> bool:
