@@ -91,7 +91,7 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     own = load(name, arg).model_name  # another published model of its family
     family = models.MODELS[own]['family']
     overrides = dict(OVERRIDES, model_name=next(
-        n for n in models.list_models() if models.MODELS[n]['family'] == family and n != own))
+        n for n in sorted(models.MODELS) if models.MODELS[n]['family'] == family and n != own))
     config = _parse(path, arg, [f'--config.{k}={v}' for k, v in overrides.items()])
     for key, value in overrides.items():
       expected = value if key == 'time_budget' or value[0] not in '(0123456789TF' else (
@@ -120,6 +120,7 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     ('label_smoothing=1.0', 'config.label_smoothing is 1.0'),
     ('randaugment=(2,)', 'config.randaugment is \\(2,\\)'),
     ('model_name=ViT-Q_16', "Unknown model 'ViT-Q_16'"),
+    ('model_name=LiT-B16B', 'LiT-B16B is a two-tower image-text model.*vit_jax.zeroshot'),
 ])
 def test_a_value_a_field_does_not_allow_is_named(override, says):
   with pytest.raises(errors.ConfigError, match=says):

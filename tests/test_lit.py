@@ -17,6 +17,7 @@ import tensorflow as tf
 from helpers import make_folder, perturbed
 from vit_jax import checkpoint, models, tokenizers, zeroshot
 from vit_jax.models import lit
+from vit_jax.errors import UserError
 from vit_jax.models.family import CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -318,3 +319,9 @@ def test_a_vocabulary_larger_than_the_text_tower_is_refused(tmp_path, bert_vocab
   with pytest.raises(CheckpointError, match="another model's vocabulary"):
     zeroshot.zero_shot('LiT-testing', str(tmp_path / 'LiT-testing.npz'), dataset,
                        vocab=str(vocab))
+
+
+def test_without_tensorflow_text_the_error_says_how_to_install_it(bert_vocab, monkeypatch):
+  monkeypatch.setitem(sys.modules, 'tensorflow_text', None)  # import fails
+  with pytest.raises(UserError, match='pip install --no-deps tensorflow-text=='):
+    tokenizers.get_tokenizer('bert', bert_vocab, 16)

@@ -181,6 +181,7 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if not field.allowed(config[name]):
       raise ConfigError(f'config.{name} is {config[name]!r}; it must be {field.allows}.')
   try:
+    models.family_of(models.get_config(config.model_name))  # trains image classifiers only
     models.get_config(config.model_name, **config.model)
   except ValueError as e:
     raise ConfigError(f'config.model_name / config.model: {e}') from e
