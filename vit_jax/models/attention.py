@@ -135,7 +135,11 @@ class MultiHeadAttention(nn.Module):
     return dense(width, axis=(-2, -1), name='out')(y)
 
   def explicit(self, q, k, v, bias, mask, *, train: bool):
-    logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+    # Heads moved in front of the tokens first: both products are then batched
+    # over (B, heads) with contiguous operands, which XLA:CPU runs 3.5x faster
+    # than the same einsums on (B, N, heads, d) (ViT-B/16, docs/benchmarks.md).
+    q, k, v = (jnp.swapaxes(a, 1, 2) for a in (q, k, v))  # (B, heads, N, d)
+    logits = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32)
     logits = logits / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
     if bias is not None:
       logits = logits + bias
@@ -144,4 +148,4 @@ class MultiHeadAttention(nn.Module):
     weights = jax.nn.softmax(logits)
     self.sow('intermediates', ATTENTION_WEIGHTS, weights)
     weights = nn.Dropout(self.dropout_rate, broadcast_dims=())(weights, deterministic=not train)
-    return jnp.einsum('bhqk,bkhd->bqhd', weights.astype(v.dtype), v)
+    return jnp.swapaxes(jnp.einsum('bhqk,bhkd->bhqd', weights.astype(v.dtype), v), 1, 2)

@@ -50,7 +50,11 @@ class GroupNorm(nn.Module):
   variance as E[x^2] - E[x]^2 as in `nn.GroupNorm`; the normalisation and the
   affine map then fold into a per-(example, channel) scale and shift, whose
   backward pass XLA:CPU runs about three times faster than `nn.GroupNorm`'s.
-  The affine parameters are named `gamma`/`beta` as in BiT's checkpoints, or
+  Every per-element operation keeps the maps' (..., C) layout: the channels'
+  spatial means are reduced to groups on the small (B, C) arrays, since
+  elementwise work on a (..., groups, C/groups) view runs 2-4x slower on
+  XLA:CPU (few channels per group leave its vector units idle). The affine
+  parameters are named `gamma`/`beta` as in BiT's checkpoints, or
   `scale`/`bias` as in the hybrid ones.
   """
   num_groups: int = 32
@@ -62,17 +66,18 @@ class GroupNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    channels = x.shape[-1]
+    batch, channels = x.shape[0], x.shape[-1]
     scale = self.param(self.scale_name, self.scale_init, (channels,))
     bias = self.param(self.bias_name, nn.initializers.zeros, (channels,))
-    stats_dtype = jnp.promote_types(x.dtype, jnp.float32)
-    grouped = x.astype(stats_dtype).reshape(x.shape[:-1] + (self.num_groups, -1))
-    axes = tuple(range(1, grouped.ndim - 2)) + (grouped.ndim - 1,)
-    mean = grouped.mean(axes, keepdims=True)
-    var = jnp.maximum(jnp.square(grouped).mean(axes, keepdims=True) - jnp.square(mean), 0.)
+    xs = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    spatial = tuple(range(1, x.ndim - 1))
+    to_groups = lambda a: a.reshape(batch, self.num_groups, -1).mean(-1, keepdims=True)
+    mean = to_groups(xs.mean(spatial))  # (B, groups, 1)
+    var = jnp.maximum(to_groups(jnp.square(xs).mean(spatial)) - jnp.square(mean), 0.)
     mul = lax.rsqrt(var + self.epsilon) * scale.reshape(self.num_groups, -1)
-    y = grouped * mul + (bias.reshape(self.num_groups, -1) - mean * mul)
-    return y.reshape(x.shape).astype(self.dtype)
+    shift = bias.reshape(self.num_groups, -1) - mean * mul
+    per_channel = (batch,) + (1,) * len(spatial) + (channels,)
+    return (xs * mul.reshape(per_channel) + shift.reshape(per_channel)).astype(self.dtype)
 
 
 # ---------------------------------------------------------------------------
