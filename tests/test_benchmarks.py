@@ -57,3 +57,30 @@ def test_fault_matrix_runs_its_cheap_cases():
   assert [row.split(' | ')[0] for row in rows] == ['| lr', '| misspelt']
   assert 'Error: config.lr is -0.1' in rows[0] and 'Did you mean lr?' in rows[1]
   assert all(row.split(' | ')[2] == '1' for row in rows)
+
+
+@pytest.mark.parametrize('recipe', ['quickstart_vit', 'quickstart_resnet'])
+def test_the_timm_peers_of_the_quick_start_models_have_their_shape(recipe):
+  """benchmarks/peers_cpu.py compares like with like: timm's model holds as many
+  parameters as ours (timm fuses q, k and v into one tensor)."""
+  pytest.importorskip('torch', reason='torch is optional; the CPU peer benchmark needs it')
+  pytest.importorskip('timm', reason='timm is optional; the CPU peer benchmark needs it')
+  import importlib
+  import peers_cpu
+  config = importlib.import_module(f'configs.{recipe}').get_config()
+  ours = models.get_model(config.model_name, 10, **config.model)
+  variables = jax.eval_shape(ours.init, jax.random.PRNGKey(0),
+                             jnp.zeros((1, config.image_size, config.image_size, 3)))
+  theirs = {'quickstart_vit': peers_cpu.quickstart_timm_vit,
+            'quickstart_resnet': peers_cpu.quickstart_timm_resnet}[recipe]()
+  assert (sum(x.size for x in jax.tree.leaves(variables))
+          == sum(p.numel() for p in theirs.parameters()))
+
+
+def test_the_cpu_peer_benchmark_says_why_it_does_not_run_without_torch():
+  code = ("import sys; sys.modules['torch'] = None; sys.argv = ['peers_cpu.py']; "
+          "import peers_cpu; peers_cpu.main()")
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          cwd=os.path.join(REPO, 'benchmarks'), timeout=300)
+  assert result.returncode == 0, result.stderr
+  assert 'Skipped: this benchmark needs torch and timm' in result.stdout
