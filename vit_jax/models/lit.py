@@ -110,15 +110,10 @@ class LayerSequence(nn.Module):
 
 class EncoderBlock(nn.Module):
   """flaxformer's `encoder_block`, holding only its `layer_sequence`."""
-  num_layers: int
-  intermediate_dim: int
-  num_heads: int
-  dtype: Dtype = jnp.float32
+  layer_sequence: LayerSequence
 
-  @nn.compact
   def __call__(self, x, bias):
-    return LayerSequence(self.num_layers, self.intermediate_dim, self.num_heads, self.dtype,
-                         name='layer_sequence')(x, bias)
+    return self.layer_sequence(x, bias)
 
 
 class Embedder(nn.Module):
@@ -151,7 +146,8 @@ class BertEncoder(nn.Module):
     keep = tokens != 0
     mask = keep[:, None, :, None] & keep[:, None, None, :]  # (B, 1, L, L), as flaxformer's
     bias = jnp.where(mask, 0., -1e10).astype(self.dtype)
-    return EncoderBlock(layers, intermediate, heads, self.dtype, name='encoder_block')(x, bias)
+    layer_sequence = LayerSequence(layers, intermediate, heads, self.dtype, parent=None)
+    return EncoderBlock(layer_sequence, name='encoder_block')(x, bias)
 
 
 class BertModel(nn.Module):
