@@ -76,8 +76,7 @@ def test_bit_root_pools_over_zero_padding():
   variables = root.init(jax.random.PRNGKey(0), x)
   out = root.apply(variables, x)
   conv = resnet._bit_conv(32, 7, 2)
-  y = conv.apply({'params': variables['params']['standardized_conv2d']},
-                 jnp.pad(x, ((0, 0), (3, 3), (3, 3), (0, 0))))
+  y = conv.apply({'params': variables['params']['standardized_conv2d']}, x)
   chex.assert_shape(out, (1, 4, 4, 32))
   # The corner window covers one padded zero row/column and 2x2 conv outputs.
   np.testing.assert_allclose(out[0, 0, 0], np.maximum(y[0, :2, :2].max((0, 1)), 0), rtol=1e-6)
@@ -87,10 +86,26 @@ def test_bit_root_without_pool_is_the_strided_conv():
   root = resnet.RootBlock(width=32, pool=False)
   x = np.random.RandomState(0).randn(1, 16, 16, 3).astype(np.float32)
   variables = root.init(jax.random.PRNGKey(0), x)
-  y = resnet._bit_conv(32, 7, 2).apply({'params': variables['params']['standardized_conv2d']},
-                                      jnp.pad(x, ((0, 0), (3, 3), (3, 3), (0, 0))))
+  y = resnet._bit_conv(32, 7, 2).apply({'params': variables['params']['standardized_conv2d']}, x)
   chex.assert_shape(y, (1, 8, 8, 32))
   chex.assert_trees_all_close(root.apply(variables, x), y)
+
+
+@pytest.mark.parametrize('kernel,strides', [(7, 2), (3, 1), (3, 2), (1, 2)])
+def test_bit_conv_pads_half_its_kernel_on_every_side(kernel, strides):
+  """BiT's convs see the input zero-padded by kernel // 2 on each side, also at
+  stride 2 where 'SAME' would pad less before than after."""
+  conv = resnet._bit_conv(8, kernel, strides)
+  x = np.random.RandomState(0).randn(2, 10, 10, 4).astype(np.float32)
+  variables = conv.init(jax.random.PRNGKey(0), x)
+  w = np.asarray(variables['params']['kernel'], np.float64)
+  w = (w - w.mean((0, 1, 2))) / np.sqrt(w.var((0, 1, 2)) + 1e-10)
+  p = kernel // 2
+  expected = jax.lax.conv_general_dilated(
+      np.pad(x, ((0, 0), (p, p), (p, p), (0, 0))), w.astype(np.float32), (strides, strides),
+      'VALID', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  # float32 sums of up to 7 * 7 * 4 products of unit-scale terms.
+  np.testing.assert_allclose(conv.apply(variables, x), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_bit_half_width_unpooled_root_shapes():

@@ -163,8 +163,10 @@ class ResNetV1(nn.Module):
 
 
 def _bit_conv(features, kernel, strides=1, dtype=jnp.float32, name='standardized_conv2d'):
-  return StdConv(features, (kernel, kernel), strides, padding='VALID', use_bias=False,
-                 ws_eps=1e-10, eps_inside_sqrt=True, dtype=dtype, name=name)
+  """BiT's conv, zero-padded by kernel // 2 on each side (for stride 2 not 'SAME')."""
+  pad = kernel // 2
+  return StdConv(features, (kernel, kernel), strides, padding=((pad, pad), (pad, pad)),
+                 use_bias=False, ws_eps=1e-10, eps_inside_sqrt=True, dtype=dtype, name=name)
 
 
 def _pad(x, p):
@@ -202,7 +204,7 @@ class NormActConv(nn.Module):
     shortcut = None
     if self.projection is not None:
       shortcut = Projection(self.projection, self.projection_strides, self.dtype, name='proj')(x)
-    y = _bit_conv(self.features, self.kernel, self.strides, self.dtype)(_pad(x, self.kernel // 2))
+    y = _bit_conv(self.features, self.kernel, self.strides, self.dtype)(x)
     return y, shortcut
 
 
@@ -242,7 +244,7 @@ class RootBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    x = _bit_conv(self.width, 7, 2, self.dtype)(_pad(x, 3))
+    x = _bit_conv(self.width, 7, 2, self.dtype)(x)
     if not self.pool:
       return x
     return nn.max_pool(_pad(x, 1), (3, 3), strides=(2, 2), padding='VALID')
