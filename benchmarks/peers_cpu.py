@@ -13,8 +13,8 @@ Workloads: ViT-B/16 and BiT-M-R50x1 inference (224 px, batch 8 and 32); the
 quick-start ViT and ResNet training steps (their recipes' optimizer, clipping
 and label smoothing, batch 128 at 28 px) against timm's VisionTransformer and
 ResNetV2 built to the same widths, depths and patch size; and ViT-B/16's
-forward pass keeping every block's output (what CKA reads), against timm's
-`forward_intermediates`. torch and timm are optional: without them the
+forward pass keeping its residual stream (what CKA reads: 25 maps, against the
+12 block outputs of timm's `forward_intermediates`). torch and timm are optional: without them the
 benchmark says so and stops.
 """
 import argparse
@@ -83,14 +83,15 @@ def _mesh_put(tree, batch_axis: bool):
 
 def our_forward(name: str, images: np.ndarray, keep_blocks: bool = False) -> Callable:
   """The jitted forward pass of a zoo model (1,000 classes); with `keep_blocks`,
-  every encoder block's output kept, as the CKA tool asks for them."""
+  the whole residual stream kept (every block's input, the stream after each
+  attention and MLP branch), which the CKA tool reads."""
   from vit_jax import models
   model = models.get_model(name, 1000)
   variables = _mesh_put(jax.jit(model.init)(jax.random.PRNGKey(0), images[:1]), False)
   x = _mesh_put(images, True)
   if keep_blocks:
-    depth = models.get_config(name).num_layers
-    names = [f'Transformer/encoderblock_{i}/+mlp' for i in range(depth)]
+    config = models.get_config(name)
+    names = models.family_of(config).layers(config).stream
     forward = jax.jit(lambda v, x: models.apply_with_intermediates(model, v, x, names=names))
   else:
     forward = jax.jit(model.apply)
