@@ -58,13 +58,18 @@ class Workload:
       self.calls['timm compiled'] = compiled
 
 
-def run(workload: Workload, rounds: int) -> Dict[str, float]:
-  """Median seconds per call of each of the workload's calls, in alternating rounds."""
+def run(workload: Workload, rounds: int, pause: float) -> Dict[str, float]:
+  """Median seconds per call of each of the workload's calls, in alternating rounds.
+
+  `pause` seconds pass before each timed call: a framework's worker threads
+  spin a while after its call returns (OpenMP's wait policy, XLA's thread
+  pool), which would take cores from the next call of the other framework."""
   for call in workload.calls.values():
     call()
   times = {key: [] for key in workload.calls}
   for _ in range(rounds):
     for key, call in workload.calls.items():
+      time.sleep(pause)
       start = time.perf_counter()
       call()
       times[key].append(time.perf_counter() - start)
@@ -224,6 +229,8 @@ def workloads(compile_timm: bool):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--rounds', type=int, default=5)
+  parser.add_argument('--pause', type=float, default=0.5,
+                      help='idle seconds before each timed call')
   parser.add_argument('--no-compile', action='store_true', help='skip torch.compile')
   parser.add_argument('--only', default='', help='comma-separated workload names')
   args = parser.parse_args()
@@ -249,7 +256,7 @@ def main():
     if only and name not in only:
       continue
     workload = make()
-    seconds = run(workload, args.rounds)
+    seconds = run(workload, args.rounds, args.pause)
     rates = {key: workload.images / s for key, s in seconds.items()}
     line = f'{workload.name:<26}' + ''.join(f'{rates[c]:20.2f}' for c in columns)
     line += f'{rates["ours"] / rates["timm eager"]:9.2f}x'
