@@ -28,7 +28,7 @@ from ml_collections import config_flags
 
 from analysis import estimate, events, features, report, tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from vit_jax import budget, entry, run_state, sweep_rows
+from vit_jax import budget, entry, sweep_rows
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
@@ -120,13 +120,13 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
             step = json.load(f)['step']
       else:
         try:
-          step, = run_state.kept_steps(word, warmup)
+          step, = workdirs.kept_steps(word, warmup)
         except ValueError as e:
           raise app.UsageError(f'--steps: {e}; give \'warmup\', step numbers or '
                                f'{LAST!r}.') from None
-        path = run_state.kept_params_path(workdir, step)
+        path = workdirs.kept_params_path(workdir, step)
         if not os.path.exists(path):
-          kept = sorted(glob.glob(run_state.kept_params_path(workdir, '*')))
+          kept = sorted(glob.glob(workdirs.kept_params_path(workdir, '*')))
           raise WorkdirError(
               f'{path} does not exist: the run in {workdir} kept no parameters at step {step} '
               f'({word}). Kept there: {", ".join(map(os.path.basename, kept)) or "none"}. '

@@ -12,7 +12,8 @@ import pytest
 
 from helpers import make_folder
 from test_train import tiny_config
-from vit_jax import checkpoint, run_state, settings, train
+from vit_jax import checkpoint, settings, train
+from vit_jax import workdir as workdirs
 from vit_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,15 +36,21 @@ def run(tmp_path_factory):
 
 
 def test_steps_are_parsed_in_order_once_each():
-  assert run_state.kept_steps('1000, warmup,3,warmup', 500) == (3, 500, 1000)
-  assert run_state.kept_steps('', 500) == ()
+  assert workdirs.kept_steps('1000, warmup,3,warmup', 500) == (3, 500, 1000)
+  assert workdirs.kept_steps('', 500) == ()
   with pytest.raises(ValueError, match="'warm' is neither 'warmup' nor a step number"):
-    run_state.kept_steps('warm', 500)
+    workdirs.kept_steps('warm', 500)
 
 
 def test_a_bad_list_of_steps_is_named():
   with pytest.raises(ConfigError, match="config.keep_params_at is '0'; it must be '' or steps"):
     settings.check(tiny_config('images', keep_params_at='0'))
+
+
+def test_warmup_without_a_warm_up_is_refused_before_the_run():
+  with pytest.raises(ConfigError, match="names 'warmup', but config.warmup_steps is 0"):
+    settings.check(tiny_config('images', keep_params_at='10, warmup', warmup_steps=0))
+  settings.check(tiny_config('images', keep_params_at='10', warmup_steps=0))
 
 
 def test_the_run_keeps_the_parameters_of_the_named_steps(run):

@@ -16,28 +16,6 @@ from vit_jax import checkpoint
 from vit_jax.models.family import CheckpointError
 
 STATE, CHECKSUMS, CLOCK = 'state', 'checksums', 'clock'  # the items of one checkpoint
-WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
-
-
-def kept_steps(spec: str, warmup_steps: int) -> Tuple[int, ...]:
-  """The steps a list such as 'warmup,1000' names, in order ('warmup' is
-  `warmup_steps`); a ValueError names a word that is neither."""
-  steps = set()
-  for word in filter(None, (w.strip() for w in spec.split(','))):
-    if word == WARMUP:
-      steps.add(warmup_steps)
-    elif word.isdigit() and int(word) >= 1:
-      steps.add(int(word))
-    else:
-      raise ValueError(f'{word!r} is neither {WARMUP!r} nor a step number >= 1')
-  return tuple(sorted(steps))
-
-
-def kept_params_path(workdir: str, step: int) -> str:
-  """Where a run keeps the parameters of `step` (recipe field `keep_params_at`)."""
-  return os.path.join(workdir, f'params_{step}.npz')
-
-
 def _bytes(leaf) -> bytes:
   """An array's bytes; a scalar's value (the step restores as a Python int)."""
   array = np.asarray(leaf)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import ml_collections
 from ml_collections import config_dict
 
-from vit_jax import budget, models, run_state
+from vit_jax import budget, models
+from vit_jax import workdir as workdirs
 from vit_jax.errors import ConfigError
 
 MIN_BUDGET_SECONDS = 30.  # data, compilation and the speed probe take tens of seconds on CPU
@@ -39,7 +40,7 @@ def _randaugment(value) -> bool:
 
 def _steps_list(value: str) -> bool:
   try:
-    run_state.kept_steps(value, 1)
+    workdirs.kept_steps(value, 1)
   except ValueError:
     return False
   return True
@@ -180,6 +181,9 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           config[name] = value
     if not field.allowed(config[name]):
       raise ConfigError(f'config.{name} is {config[name]!r}; it must be {field.allows}.')
+  if config.warmup_steps == 0 and workdirs.WARMUP in config.keep_params_at.replace(' ', '').split(','):
+    raise ConfigError("config.keep_params_at names 'warmup', but config.warmup_steps is 0: the "
+                      'run has no warm-up to keep the parameters of; name a step number instead.')
   try:
     models.family_of(models.get_config(config.model_name))  # trains image classifiers only
     models.get_config(config.model_name, **config.model)

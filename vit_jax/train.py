@@ -199,7 +199,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
   saved = start_step if start_step else None  # the last good checkpoint
-  kept = run_state.kept_steps(config.keep_params_at, config.warmup_steps)
+  kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
 
   def evaluate(params) -> Dict[str, float]:
     batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
@@ -254,7 +254,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         params = jax.device_get(steps.gathered(state.params, setup.mesh))
         if jax.process_index() == 0:
           with workdirs.saving(workdir, f'params_{step}.npz', params_bytes, saved):
-            checkpoint.save(run_state.kept_params_path(workdir, step), params)
+            checkpoint.save(workdirs.kept_params_path(workdir, step), params)
       if stopping:
         raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
                         f'{manager.directory}/{step}. Rerun the same command to resume from it.')

@@ -32,6 +32,28 @@ from vit_jax.errors import WorkdirError
 LOCK = 'lock.json'
 RECORD = 'config.json'
 RESULTS = 'results.json'  # a finished run's final step and evaluation (train.py writes it)
+WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
+
+
+def kept_steps(spec: str, warmup_steps: int) -> Tuple[int, ...]:
+  """The steps a list such as 'warmup,1000' names, in order ('warmup' is
+  `warmup_steps`); a ValueError names a word that is neither."""
+  steps = set()
+  for word in filter(None, (w.strip() for w in spec.split(','))):
+    if word == WARMUP:
+      steps.add(warmup_steps)
+    elif word.isdigit() and int(word) >= 1:
+      steps.add(int(word))
+    else:
+      raise ValueError(f'{word!r} is neither {WARMUP!r} nor a step number >= 1')
+  return tuple(sorted(steps))
+
+
+def kept_params_path(workdir: str, step: int) -> str:
+  """Where a run keeps the parameters of `step` (recipe field `keep_params_at`)."""
+  return os.path.join(workdir, f'params_{step}.npz')
+
+
 # Fields a resumed run may change without changing what its checkpoints mean.
 FREE_FIELDS = ('log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints',
                'keep_params_at', 'eval_batch_size', 'data_dir', 'augreg_dir')
