@@ -4,7 +4,7 @@ inference.py time this project: timm (PyTorch) eager and `torch.compile`d.
     python benchmarks/peers.py [--models vit_base_patch16_224,resnetv2_50x1_bit] [--batch 256]
 
 A CUDA GPU, torch and timm are needed (neither is a dependency of this
-project). Train step: bfloat16 autocast, cross-entropy, fused AdamW; inference:
+project); on a CPU, benchmarks/peers_cpu.py times timm beside this project. Train step: bfloat16 autocast, cross-entropy, fused AdamW; inference:
 bfloat16 autocast under `no_grad`; random images, channels-last, the median of
 `--repeats` timed calls after warm-up.
 """
