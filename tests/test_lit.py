@@ -17,7 +17,7 @@ import tensorflow as tf
 from helpers import make_folder, perturbed
 from vit_jax import checkpoint, models, tokenizers, zeroshot
 from vit_jax.models import lit
-from vit_jax.errors import UserError
+from vit_jax.errors import ConfigError, UserError
 from vit_jax.models.family import CheckpointError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -325,3 +325,16 @@ def test_without_tensorflow_text_the_error_says_how_to_install_it(bert_vocab, mo
   monkeypatch.setitem(sys.modules, 'tensorflow_text', None)  # import fails
   with pytest.raises(UserError, match='pip install --no-deps tensorflow-text=='):
     tokenizers.get_tokenizer('bert', bert_vocab, 16)
+
+
+def test_zero_shot_refuses_what_it_cannot_classify(tmp_path, bert_vocab):
+  _, _, _, dataset = _setup_zero_shot(tmp_path, bert_vocab)
+  checkpoint_path = str(tmp_path / 'LiT-testing.npz')
+  with pytest.raises(ConfigError, match="Unknown model 'LiT-Q'"):
+    zeroshot.zero_shot('LiT-Q', checkpoint_path, dataset)
+  with pytest.raises(ConfigError, match='ViT-B_16 is not a LiT model'):
+    zeroshot.zero_shot('ViT-B_16', checkpoint_path, dataset)
+  with pytest.raises(ConfigError, match='needs a {} for the class name'):
+    zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, prompts=('a photo',))
+  with pytest.raises(ConfigError, match='3 class names for the 2 classes'):
+    zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, class_names=['a', 'b', 'c'])

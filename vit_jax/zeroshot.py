@@ -28,7 +28,7 @@ from absl import flags
 
 from vit_jax import checkpoint, entry, input_pipeline, models, tokenizers
 from vit_jax.atomic import atomic_write
-from vit_jax.errors import ConfigError
+from vit_jax.errors import ConfigError, DataError
 from vit_jax.models.family import CheckpointError
 
 # The short list of CLIP's ImageNet prompts that the LiT notebook uses by default.
@@ -117,6 +117,8 @@ def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
     zimg = np.asarray(embed({'params': params}, batch['image']))
     predictions.append((zimg @ zclasses.T).argmax(axis=1))
     labels.append(batch['label'])
+  if not labels:
+    raise DataError('The split holds no images to classify.')
   predictions, labels = np.concatenate(predictions), np.concatenate(labels)
   correct = predictions == labels
   return {'accuracy': float(correct.mean()), 'num_examples': int(len(labels)),
@@ -130,7 +132,10 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
               prompts: Sequence[str] = PROMPTS, crop: bool = False, batch_size: int = 64,
               max_examples: Optional[int] = None) -> Dict[str, Any]:
   """Zero-shot accuracy of a LiT checkpoint on a dataset split (see the module doc)."""
-  config = models.get_config(model_name)
+  try:
+    config = models.get_config(model_name)
+  except ValueError as e:
+    raise ConfigError(str(e)) from e
   if not models.lit.is_lit(config):
     raise ConfigError(f'{model_name} is not a LiT model; zero-shot needs one of '
                       f'{", ".join(models.lit.VARIANTS)}.')
@@ -167,6 +172,9 @@ def main(argv: Sequence[str]) -> None:
                         '--checkpoint LiT-B16B.npz --dataset cifar100.')
   class_names = None
   if f.classnames:
+    if not os.path.isfile(f.classnames):
+      raise ConfigError(f'--classnames {f.classnames} does not exist; give a text file with one '
+                        'class name per line, in label order.')
     with open(f.classnames) as file:
       class_names = [line.strip() for line in file if line.strip()]
   result = zero_shot(f.model, f.checkpoint, f.dataset, split=f.split, vocab=f.vocab,
