@@ -35,22 +35,6 @@ from vit_jax.models.family import CheckpointError
 PROMPTS = ('itap of a {}.', 'a bad photo of the {}.', 'a origami {}.', 'a photo of the large {}.',
            'a {} in a video game.', 'art of the {}.', 'a photo of the small {}.', '{}')
 
-flags.DEFINE_string('model', None, 'A LiT model name, e.g. LiT-B16B.')
-flags.DEFINE_string('checkpoint', None, 'The LiT .npz (gs://vit_models/lit/<model>.npz).')
-flags.DEFINE_string('vocab', None, 'The tokenizer vocabulary; default: beside the checkpoint.')
-flags.DEFINE_string('dataset', None, 'A TFDS name or folder:ROOT (ROOT/<split>/<class>/*).')
-flags.DEFINE_string('split', 'test', 'The split to classify.')
-flags.DEFINE_string('data_dir', None, 'TFDS data directory.')
-flags.DEFINE_string('classnames', None, 'A text file with one class name per line, in label '
-                    'order (e.g. readable ImageNet names); default: the dataset\'s own.')
-flags.DEFINE_multi_string('prompt', None, 'A prompt template with {} for the class name; '
-                          'repeat for several. Default: the LiT notebook\'s 8 prompts.')
-flags.DEFINE_bool('crop', False, 'Resize the short side and crop the centre instead of '
-                  'resizing to a square.')
-flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
-flags.DEFINE_integer('max_examples', None, 'Classify only the first n images.')
-flags.DEFINE_string('results', None, 'Write the accuracy and settings to this JSON file.')
-
 
 def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tensor:
   """A uint8 (H, W, C) image as LiT's preprocessing gives it: bilinear resize to
@@ -191,5 +175,26 @@ def main(argv: Sequence[str]) -> None:
   sys.stdout.flush()
 
 
+def define_flags() -> None:
+  """The command's flags, defined only when it runs: the module is also a library
+  imported beside other commands' flags (`--checkpoint` is the analysis's too)."""
+  flags.DEFINE_string('model', None, 'A LiT model name, e.g. LiT-B16B.')
+  flags.DEFINE_string('checkpoint', None, 'The LiT .npz (gs://vit_models/lit/<model>.npz).')
+  flags.DEFINE_string('vocab', None, 'The tokenizer vocabulary; default: beside the checkpoint.')
+  flags.DEFINE_string('dataset', None, 'A TFDS name or folder:ROOT (ROOT/<split>/<class>/*).')
+  flags.DEFINE_string('split', 'test', 'The split to classify.')
+  flags.DEFINE_string('data_dir', None, 'TFDS data directory.')
+  flags.DEFINE_string('classnames', None, 'A text file with one class name per line, in label '
+                      'order (e.g. readable ImageNet names); default: the dataset\'s own.')
+  flags.DEFINE_multi_string('prompt', None, 'A prompt template with {} for the class name; '
+                            'repeat for several. Default: the LiT notebook\'s 8 prompts.')
+  flags.DEFINE_bool('crop', False, 'Resize the short side and crop the centre instead of '
+                    'resizing to a square.')
+  flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
+  flags.DEFINE_integer('max_examples', None, 'Classify only the first n images.')
+  flags.DEFINE_string('results', None, 'Write the accuracy and settings to this JSON file.')
+
+
 if __name__ == '__main__':
+  define_flags()
   entry.run(main, config_flags=())
