@@ -52,7 +52,7 @@ class GroupNorm(nn.Module):
   backward pass XLA:CPU runs about three times faster than `nn.GroupNorm`'s.
   Every per-element operation keeps the maps' (..., C) layout: the channels'
   spatial means are reduced to groups on the small (B, C) arrays, since
-  elementwise work on a (..., groups, C/groups) view runs 2-4x slower on
+  elementwise work on a (..., groups, C/groups) view runs 2-3x slower on
   XLA:CPU (few channels per group leave its vector units idle). The affine
   parameters are named `gamma`/`beta` as in BiT's checkpoints, or
   `scale`/`bias` as in the hybrid ones.
