@@ -105,11 +105,8 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
       raise app.UsageError('--steps reads the parameters a training run kept in its workdir: '
                            'give --workdir, not --checkpoint.')
     recipe = subject.recipe
-    warmup = recipe.warmup_steps  # the run's own, where it recorded its settings
-    record = os.path.join(workdir, workdirs.RECORD)
-    if os.path.exists(record):
-      with open(record) as f:
-        warmup = json.load(f).get('warmup_steps', warmup)
+    # The run's own warm-up, where it recorded its settings.
+    warmup = (workdirs.recorded_settings(workdir) or {}).get('warmup_steps', recipe.warmup_steps)
     for word in words:
       if word == LAST:
         path = os.path.join(workdir, 'params.npz')

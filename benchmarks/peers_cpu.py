@@ -19,7 +19,6 @@ benchmark says so and stops.
 """
 import argparse
 import os
-import platform
 import statistics
 import time
 from typing import Callable, Dict
@@ -33,16 +32,7 @@ from vit_jax import cpu_devices
 
 def cpu_name() -> str:
   """The CPU model and the vector extensions that decide XLA's and oneDNN's kernels."""
-  name, flags = platform.processor() or 'unknown CPU', set()
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          name = line.split(':', 1)[1].strip()
-        elif line.startswith('flags'):
-          flags = set(line.split(':', 1)[1].split())
-  except OSError:
-    pass
+  name, flags = cpu_devices.cpu_info()
   isa = [f for f in ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16') if f in flags]
   return f'{name} ({", ".join(isa) or "no AVX2"})'
 

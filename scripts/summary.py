@@ -8,18 +8,14 @@ time per tool, the report's path, and the CPU it ran on.
 import argparse
 import json
 import os
-import platform
 from typing import List, Optional
+
+from vit_jax import cpu_devices
 
 
 def cpu_name() -> str:
-  """The CPU's model name (from /proc/cpuinfo where there is one) and core count."""
-  name = platform.processor() or platform.machine()
-  if os.path.exists('/proc/cpuinfo'):
-    with open('/proc/cpuinfo') as f:
-      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-    name = names[0] if names else name
-  return f'{name}, {os.cpu_count()} cores'
+  """The CPU's model name and core count."""
+  return f'{cpu_devices.cpu_info()[0]}, {os.cpu_count()} cores'
 
 
 def _load(path: str) -> Optional[dict]:

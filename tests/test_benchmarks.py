@@ -1,5 +1,6 @@
 """The benchmarks' own arithmetic: FLOP counts against closed forms; the fault matrix's
 cheap cases. (docs/benchmarks.md's commands run at tiny size in tests/test_docs.py.)"""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -62,19 +63,30 @@ def test_fault_matrix_runs_its_cheap_cases():
 @pytest.mark.parametrize('recipe', ['quickstart_vit', 'quickstart_resnet'])
 def test_the_timm_peers_of_the_quick_start_models_have_their_shape(recipe):
   """benchmarks/peers_cpu.py compares like with like: timm's model holds as many
-  parameters as ours (timm fuses q, k and v into one tensor)."""
-  pytest.importorskip('torch', reason='torch is optional; the CPU peer benchmark needs it')
-  pytest.importorskip('timm', reason='timm is optional; the CPU peer benchmark needs it')
-  import importlib
-  import peers_cpu
-  config = importlib.import_module(f'configs.{recipe}').get_config()
-  ours = models.get_model(config.model_name, 10, **config.model)
-  variables = jax.eval_shape(ours.init, jax.random.PRNGKey(0),
-                             jnp.zeros((1, config.image_size, config.image_size, 3)))
-  theirs = {'quickstart_vit': peers_cpu.quickstart_timm_vit,
-            'quickstart_resnet': peers_cpu.quickstart_timm_resnet}[recipe]()
-  assert (sum(x.size for x in jax.tree.leaves(variables))
-          == sum(p.numel() for p in theirs.parameters()))
+  parameters as ours (timm fuses q, k and v into one tensor). Counted in a fresh
+  process: torchvision, which timm imports, can crash a process that has run
+  TensorFlow's data pipeline (other tests here)."""
+  missing = [m for m in ('torch', 'timm') if importlib.util.find_spec(m) is None]
+  if missing:
+    pytest.skip(f'{" and ".join(missing)} optional, not installed; the CPU peer benchmark '
+                'needs them')
+  code = f"""
+import importlib, jax, jax.numpy as jnp, peers_cpu
+from vit_jax import models
+config = importlib.import_module('configs.{recipe}').get_config()
+ours = models.get_model(config.model_name, 10, **config.model)
+variables = jax.eval_shape(ours.init, jax.random.PRNGKey(0),
+                           jnp.zeros((1, config.image_size, config.image_size, 3)))
+theirs = peers_cpu.{dict(quickstart_vit='quickstart_timm_vit',
+                          quickstart_resnet='quickstart_timm_resnet')[recipe]}()
+print(sum(x.size for x in jax.tree.leaves(variables)), sum(p.numel() for p in theirs.parameters()))
+"""
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          cwd=os.path.join(REPO, 'benchmarks'), timeout=300,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+  assert result.returncode == 0, result.stderr
+  ours, theirs = result.stdout.split()[-2:]
+  assert int(ours) == int(theirs)
 
 
 def test_the_cpu_peer_benchmark_says_why_it_does_not_run_without_torch():

@@ -3,6 +3,8 @@ step faster as one program per core than as one program threaded over the cores.
 """
 import math
 import os
+import platform
+from typing import FrozenSet, Tuple
 
 import jax
 import ml_collections
@@ -51,3 +53,16 @@ def patient_collectives() -> None:
            if name not in flags]
   if extra:
     os.environ['XLA_FLAGS'] = ' '.join([flags, *extra]).strip()
+
+
+def cpu_info() -> Tuple[str, FrozenSet[str]]:
+  """The CPU's model name and feature flags ('avx512f', ...) from /proc/cpuinfo
+  (its first processor); elsewhere `platform`'s name and no flags."""
+  fields = {}
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        key, _, value = line.partition(':')
+        fields.setdefault(key.strip(), value.strip())
+  return (fields.get('model name') or platform.processor() or platform.machine(),
+          frozenset(fields.get('flags', '').split()))

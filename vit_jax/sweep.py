@@ -73,10 +73,9 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
   except (ValueError, KeyError, TypeError) as e:
     raise WorkdirError(f'{path} is not a sweep result ({type(e).__name__}: {e}); delete '
                        f'{os.path.dirname(path)} to train row {label!r} again.') from e
-  record = os.path.join(workdir, label, workdirs.RECORD)
-  if os.path.exists(record):
-    with open(record) as f:
-      changed = workdirs.differences(json.load(f), workdirs.settings_of(settings.check(row)))
+  recorded = workdirs.recorded_settings(os.path.join(workdir, label))
+  if recorded is not None:
+    changed = workdirs.differences(recorded, workdirs.settings_of(settings.check(row)))
     if changed:
       raise WorkdirError(
           f'Sweep row {label!r} in {workdir} was trained with other settings '

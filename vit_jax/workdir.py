@@ -129,21 +129,28 @@ def has_results(workdir: str) -> bool:
           or (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
+def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
+  """The settings a run recorded in `workdir` (`RECORD`), or None where it recorded none."""
+  path = os.path.join(workdir, RECORD)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except ValueError as e:
+    raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it to '
+                       'record the current settings.') from e
+
+
 def check_record(workdir: str, config: ml_collections.ConfigDict,
                  reconfigure: bool) -> Optional[Dict[str, Any]]:
   """The settings to record in `workdir` (None where they are recorded already);
   in a workdir whose run left results, settings that differ from the recorded
   ones are refused unless `reconfigure`."""
-  path = os.path.join(workdir, RECORD)
   new = settings_of(config)
-  if not os.path.exists(path):
+  recorded = recorded_settings(workdir)
+  if recorded is None:
     return new
-  try:
-    with open(path) as f:
-      recorded = json.load(f)
-  except ValueError as e:
-    raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it to '
-                       'record the current settings.') from e
   changed = differences(recorded, new)
   if not changed:
     return None
