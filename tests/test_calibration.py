@@ -131,3 +131,25 @@ def test_training_evaluations_sum_the_authors_bins_over_masked_batches():
   assert bins.ece(bins.bins(sums['calibration'])) == pytest.approx(ece, abs=1e-5)
   assert float(sums['brier'] / sums['count']) == pytest.approx(
       calibration.brier(probabilities, labels).mean(), rel=1e-5)
+
+
+def test_compiled_float32_bins_compare_with_the_authors_float64_edges():
+  """The authors' numpy compares float32 confidences with np.linspace's float64
+  edges; inside a compiled step the comparison is float32's. Confidences at each
+  edge's float32 neighbours (0.7 is 0.69999999 in float32, below the authors' 0.7)
+  land in the authors' bins."""
+  edges = np.linspace(0., 1., 11)
+  near = edges.astype(np.float32)
+  confidence = np.unique(np.concatenate([near, np.nextafter(near, np.float32(0)),
+                                         np.nextafter(near, np.float32(1))]))
+  # XLA:CPU flushes denormals to zero: the float32 neighbour of 0 is left out.
+  confidence = confidence[(confidence > 1e-30) & (confidence <= 1)].astype(np.float32)
+  correct = np.arange(len(confidence)) % 2 == 0
+  compiled = jax.jit(bins.bin_sums)(jnp.asarray(confidence), jnp.asarray(correct))
+  wide = confidence.astype(np.float64)  # numpy's promotion in the authors' comparisons
+  for i, (start, end) in enumerate(zip(edges, edges[1:])):
+    counted = (wide > start) & (wide <= end)
+    summed = (wide >= start) & (wide < end)
+    assert float(compiled['count'][i]) == counted.sum(), (start, end)
+    assert float(compiled['correct'][i]) == (counted & correct).sum(), (start, end)
+    assert float(compiled['confidence'][i]) == pytest.approx(wide[summed].sum(), rel=1e-6)

@@ -11,8 +11,13 @@ size and accuracy but not to its confidence.
 `bin_sums` uses array operators and methods only, so that the same code sums
 numpy arrays in float64 (the analysis) and traced arrays inside a compiled
 evaluation step (training's evaluations, summed over batches and devices).
+The authors compare float32 confidences with float64 edges (numpy promotes the
+confidence); a compiled step compares in the confidence's dtype, so each edge is
+rounded towards the side that keeps every comparison's answer
+(`edges_for`): 0.7 in float32 is 0.69999999, and a confidence of exactly that
+value lies below the authors' edge, not on it.
 """
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Tuple
 
 import numpy as np
 
@@ -20,12 +25,40 @@ EDGES = np.linspace(0., 1., 11)  # the authors' 10 bins
 EPS = 1e-7  # the authors' guard against empty bins
 
 
+def edges_for(dtype) -> Tuple[np.ndarray, np.ndarray]:
+  """`EDGES` in `dtype` rounded down and rounded up: for any x of that dtype,
+  x > e and x <= e are x > down and x <= down, and x >= e and x < e are x >= up
+  and x < up, exactly as the comparisons with the float64 edges e.
+
+  Args:
+    dtype: a floating dtype numpy knows (float16, float32, float64).
+
+  Returns:
+    (down, up), two arrays of `dtype` like `EDGES`.
+  """
+  dtype = np.dtype(dtype)
+  near = EDGES.astype(dtype)
+  wide = near.astype(np.float64)
+  down = np.where(wide > EDGES, np.nextafter(near, dtype.type(-np.inf)), near)
+  up = np.where(wide < EDGES, np.nextafter(near, dtype.type(np.inf)), near)
+  return down.astype(dtype), up.astype(dtype)
+
+
 def bin_sums(confidence, correct, weight=1.) -> Dict[str, object]:
   """Per bin: the (weighted) number of predictions, of correct ones, and their
-  summed confidence, binned as the authors do (module docstring)."""
-  starts, ends = EDGES[:-1, None], EDGES[1:, None]
-  counted = (confidence[None] > starts) & (confidence[None] <= ends)  # (bins, examples)
-  summed = (confidence[None] >= starts) & (confidence[None] < ends)
+  summed confidence, binned as the authors do (module docstring).
+
+  Args:
+    confidence: (examples,) top-class confidences, a numpy or traced array.
+    correct: (examples,) whether each prediction was right.
+    weight: a weight per example (the evaluation's padding mask), or 1.
+
+  Returns:
+    'count', 'correct' and 'confidence', each (10,) sums per bin.
+  """
+  down, up = edges_for(confidence.dtype)
+  counted = (confidence[None] > down[:-1, None]) & (confidence[None] <= down[1:, None])
+  summed = (confidence[None] >= up[:-1, None]) & (confidence[None] < up[1:, None])
   return {'count': (counted * weight).sum(axis=1),
           'correct': (counted * correct[None] * weight).sum(axis=1),
           'confidence': (summed * confidence[None] * weight).sum(axis=1)}
