@@ -71,19 +71,38 @@ def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing:
   return loss
 
 
-def recipe_objective(model, recipe: ml_collections.ConfigDict, unroll: bool = False
-                     ) -> Tuple[Loss, dict]:
-  """The loss a recipe trains with, as Park & Kim measure the Hessian (NLL plus L2):
-  its loss kind and label smoothing, plus L2 on the kernels that its weight decay
-  touches, with the coupled coefficient l2 = weight_decay / lr. That is the L2 term
-  whose gradient, scaled by the learning rate, is the decay `steps.make_optimizer`
-  applies (exact for SGD; for Adam the decay is decoupled from the moments).
-  Returns the loss and a description of it for the JSON; `unroll` as in
-  `training_loss`."""
+L2_ON = ('all', 'kernels')  # the parameters an L2 term covers
+
+
+def recipe_objective(model, recipe: ml_collections.ConfigDict, unroll: bool = False,
+                     l2_on: str = 'all') -> Tuple[Loss, dict]:
+  """The loss a recipe trains with, as Park & Kim measure the Hessian (NLL plus L2).
+
+  Its loss kind and label smoothing, plus L2 with the coupled coefficient
+  l2 = weight_decay / lr: the L2 term whose gradient, scaled by the learning rate,
+  is the decay the optimizer applies (exact for SGD; for Adam the decay is
+  decoupled from the moments). By default the term covers every parameter, as the
+  authors' AdamW decays all of `model.parameters()` (how-do-vits-work
+  `ops/trains.py`, `get_optimizer`: `optim.AdamW(model.parameters(), ...)`);
+  `l2_on='kernels'` covers the kernels alone, the parameters this project's
+  optimizer decays (`steps.kernel_mask`).
+
+  Args:
+    model: the zoo model.
+    recipe: the training recipe (its loss, label_smoothing, weight_decay, lr).
+    unroll: as in `training_loss`.
+    l2_on: 'all' (the authors') or 'kernels' (this project's decay mask).
+
+  Returns:
+    The loss, and a description of it for the JSON.
+  """
+  if l2_on not in L2_ON:
+    raise ValueError(f'Unknown L2 coverage {l2_on!r}; use one of {", ".join(L2_ON)}.')
   l2 = recipe.weight_decay / recipe.lr if recipe.weight_decay else 0.
-  loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing, steps.kernel_mask, unroll)
+  loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing,
+                       steps.kernel_mask if l2_on == 'kernels' else None, unroll)
   return loss, {'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing, 'l2': l2,
-                'l2_on': 'kernels'}
+                'l2_on': l2_on}
 
 
 def hvp(loss: Loss, params, batches: Batches, vector, unroll: bool = False):

@@ -204,6 +204,40 @@ def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: flo
   return np.mean(np.sum(weights[..., None] * gauss, axis=1), axis=0) / (sigma * np.sqrt(2 * np.pi))
 
 
+DENSITY_WIDTHS = ('pyhessian', 'wide')
+
+
+def density_sigma(nodes: np.ndarray, width: str = 'pyhessian') -> float:
+  """The standard deviation of the Gaussians `density` draws each node with.
+
+  'pyhessian' is PyHessian's (`density_plot.py`, `density_generate`, lines 49-53):
+  a variance of 1e-5 * max(1, lambda_max - lambda_min), where lambda_max and
+  lambda_min are the mean over probes of each probe's largest and smallest node,
+  widened by 0.01 each. 'wide' is span / 100 with span the largest |node|, a
+  smoother curve that shows a few Ritz values as a continuum (a departure).
+
+  Args:
+    nodes: (probes, steps) SLQ nodes.
+    width: 'pyhessian' or 'wide'.
+
+  Returns:
+    The standard deviation.
+  """
+  nodes = np.atleast_2d(np.asarray(nodes, np.float64))
+  if width == 'pyhessian':
+    top, bottom = nodes.max(axis=1).mean() + 0.01, nodes.min(axis=1).mean() - 0.01
+    return float(np.sqrt(1e-5 * max(1., top - bottom)))
+  if width == 'wide':
+    return float(max(np.abs(nodes).max(), 1e-12) / 100)
+  raise ValueError(f'Unknown density width {width!r}; use one of {", ".join(DENSITY_WIDTHS)}.')
+
+
+def density_grid(low: float, high: float, sigma: float, least: int = 400) -> np.ndarray:
+  """Points from `low` to `high` close enough (sigma / 2 apart, at least `least` of
+  them) that every Gaussian of `density` shows its peak."""
+  return np.linspace(low, high, max(least, int(np.ceil((high - low) / (sigma / 2))) + 1))
+
+
 def negative_fraction(nodes: np.ndarray, weights: np.ndarray, below: float = 0.) -> float:
   """Share of the spectral mass below `-below` (0: all negative mass), averaged over
   probes. Ritz values of a bulk at zero scatter to both signs, so a small positive

@@ -2,14 +2,31 @@
 them): a loss evaluated on a grid of points params + a d1 + b d2 along two
 directions, random and filter-normalised or the Hessian's top eigenvectors.
 
-Park & Kim normalise a random Gaussian direction per PyTorch tensor over its
-first axis: each slice along the other axes is rescaled to the norm the weights
-have there (`norm(w, dim=0) / (norm(d, dim=0) + 1e-7) * d`), and every tensor of
-fewer than two axes (biases, normalisation scales) gets a zero direction. PyTorch's
-first axis of a weight is its output axis, so here a kernel is normalised over its
-output axes (the last; the last two of an attention query, key or value kernel,
-whose outputs are heads x head size); other arrays of two or more axes (class
-token, position embeddings) over their first axis, as in PyTorch.
+Park & Kim (how-do-vits-work `ops/loss_landscapes.py`, `create_bases`, lines
+57-65) draw a Gaussian direction per PyTorch tensor of the model's state dict and
+normalise it over the tensor's first axis: each slice along the other axes is
+rescaled to the norm the weights have there (`normalize_filter`, lines 11-21:
+`norm(w, dim=0) / (norm(d, dim=0) + 1e-7) * d`). They then zero the direction of
+every tensor of fewer than two axes (`ignore_bn`, lines 24-31: biases,
+normalisation scales) and of every tensor whose name matches the keywords of
+their landscape notebook (`losslandscape.ipynb`: `kws=["pos_embed",
+"relative_position"]`: position embeddings and relative position biases), so
+these stay where training left them.
+
+PyTorch's first axis of a weight is its output axis, so here a kernel is
+normalised over its output axes (the last; the last two of an attention query,
+key or value kernel, whose outputs are heads x head size); other arrays of two or
+more axes (the class token) over their first axis, as in PyTorch. Their models
+fuse attention projections into one tensor: timm's ViT one `qkv` Linear (3D, D),
+AlterNet's `to_q` and a fused `to_kv` (`models/attentions.py`, `Attention2d`).
+A fused kernel's norm per input column runs over the fused outputs together, and
+its bias (1-D) is zeroed; so the query, key and value kernels of a module that is
+one fused tensor in their layout share one norm per input column here, and their
+biases (2-D here, heads x head size) get zero directions.
+
+`normalisation='per_array'` keeps this project's layout instead (a departure):
+each array normalised alone, q, k and v apart, their biases and the position
+embeddings perturbed like any array of two or more axes.
 """
 import re
 from typing import Any, Callable, Sequence, Tuple
@@ -23,8 +40,17 @@ from jax.flatten_util import ravel_pytree
 from analysis import lanczos
 
 EPS = 1e-7  # the authors' guard
+NORMALISATIONS = ('authors', 'per_array')
 # Kernels whose output is (heads, head size): normalised over both.
 _TWO_OUTPUT_AXES = re.compile(r'(^|/)(query|key|value)/kernel$')
+# The notebook's keywords, and this project's names for what they match: ViT
+# position embeddings (`pos_embedding`, `pos_embedding_row`, ...), AlterNet's
+# `relative_position_bias`, the relative ViT's `relative_embedding`.
+HELD_STILL = re.compile(r'pos_embed|relative_position|relative_embedding')
+_QKV_BIAS = re.compile(r'(^|/)(query|key|value)/bias$')
+# Attention modules and the projections the authors' layout fuses into one tensor.
+_FUSED = ((re.compile(r'(^|/)MultiHeadDotProductAttention_\d+$'), (('query', 'key', 'value'),)),
+          (re.compile(r'(^|/)attention$'), (('query',), ('key', 'value'))))
 
 
 def output_axes(path: str, ndim: int) -> Tuple[int, ...]:
@@ -34,29 +60,79 @@ def output_axes(path: str, ndim: int) -> Tuple[int, ...]:
   return (0,)
 
 
-def filter_normalised(direction: Any, params: Any) -> Any:
-  """`direction` (a tree like `params`) normalised as Park & Kim do (module docstring)."""
-  def normalise(path, d, w):
-    if np.ndim(w) < 2:
+def fused_group(path: str) -> Tuple[str, ...]:
+  """The parameter paths fused with the q/k/v kernel at `path` into one tensor in
+  the authors' layout (itself included), or () when `path` is no such kernel."""
+  match = re.match(r'^(.*)/(query|key|value)/kernel$', path)
+  if not match:
+    return ()
+  module, projection = match.groups()
+  for pattern, groups in _FUSED:
+    if pattern.search(module):
+      group = next(g for g in groups if projection in g)
+      return tuple(f'{module}/{p}/kernel' for p in group)
+  return (path,)
+
+
+def _sum_squares(x, axes):
+  return jnp.sum(jnp.square(x), axis=axes, keepdims=True)
+
+
+def filter_normalised(direction: Any, params: Any, normalisation: str = 'authors') -> Any:
+  """`direction` (a tree like `params`) normalised as Park & Kim do (module
+  docstring), or each array alone with `normalisation='per_array'`.
+
+  Args:
+    direction: a tree like `params`.
+    params: the parameters the landscape is drawn around.
+    normalisation: 'authors' or 'per_array'.
+
+  Returns:
+    The normalised direction, a tree like `params`.
+  """
+  if normalisation not in NORMALISATIONS:
+    raise ValueError(f'Unknown normalisation {normalisation!r}; use one of '
+                     f'{", ".join(NORMALISATIONS)}.')
+  authors = normalisation == 'authors'
+  flat_d = {'/'.join(k): v for k, v in
+            flax.traverse_util.flatten_dict(flax.core.unfreeze(direction)).items()}
+  flat_w = {'/'.join(k): v for k, v in
+            flax.traverse_util.flatten_dict(flax.core.unfreeze(params)).items()}
+
+  def norms(path, tree):
+    axes = output_axes(path, np.ndim(flat_w[path]))
+    group = fused_group(path) if authors else ()
+    return jnp.sqrt(sum(_sum_squares(tree[p], axes) for p in (group or (path,)) if p in tree))
+
+  def normalise(path):
+    w, d = flat_w[path], flat_d[path]
+    if np.ndim(w) < 2 or (authors and (HELD_STILL.search(path) or _QKV_BIAS.search(path))):
       return jnp.zeros_like(w)
-    axes = output_axes('/'.join(path), np.ndim(w))
-    w_norm = jnp.sqrt(jnp.sum(jnp.square(w), axis=axes, keepdims=True))
-    d_norm = jnp.sqrt(jnp.sum(jnp.square(d), axis=axes, keepdims=True))
-    return w_norm / (d_norm + EPS) * d
-  flat_d = flax.traverse_util.flatten_dict(flax.core.unfreeze(direction))
-  flat_w = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
+    return norms(path, flat_w) / (norms(path, flat_d) + EPS) * d
   return flax.traverse_util.unflatten_dict(
-      {k: normalise(k, flat_d[k], flat_w[k]) for k in flat_w})
+      {tuple(path.split('/')): normalise(path) for path in flat_w})
 
 
-def random_directions(params: Any, key: jax.Array, count: int = 2) -> list:
-  """`count` Gaussian directions, filter-normalised (`filter_normalised`)."""
+def authors_l2(params: Any) -> jax.Array:
+  """Park & Kim's L2 term before its coefficient: the sum over every parameter
+  tensor of its unsquared Euclidean norm (how-do-vits-work `ops/norm.py`, `l2`,
+  lines 15-22: `l2_norm += torch.norm(param)` over `model.parameters()`); their
+  landscape notebook adds `weight_decay * l2` to the NLL."""
+  return sum(jnp.sqrt(jnp.sum(jnp.square(p.astype(jnp.float32))))
+             for p in jax.tree_util.tree_leaves(params))
+
+
+def random_directions(params: Any, key: jax.Array, count: int = 2,
+                      normalisation: str = 'authors') -> list:
+  """`count` Gaussian directions, filter-normalised (`filter_normalised` with
+  `normalisation`)."""
   leaves, tree = jax.tree_util.tree_flatten(params)
   directions = []
   for k in jax.random.split(key, count):
     keys = jax.random.split(k, len(leaves))
     noise = [jax.random.normal(kk, np.shape(x), jnp.float32) for kk, x in zip(keys, leaves)]
-    directions.append(filter_normalised(jax.tree_util.tree_unflatten(tree, noise), params))
+    directions.append(filter_normalised(jax.tree_util.tree_unflatten(tree, noise), params,
+                                        normalisation))
   return directions
 
 

@@ -179,6 +179,62 @@ def test_density_matches_the_smoothed_true_density():
                              atol=0.05)
 
 
+def pyhessian_density(eigenvalues, weights, num_bins=10000, sigma_squared=1e-5,
+                      overhead=0.01):
+  """PyHessian's `density_generate` (`density_plot.py`, lines 40-66): Gaussians of
+  variance sigma_squared * max(1, lambda_max - lambda_min) on num_bins points from
+  lambda_min to lambda_max (each the mean over runs of the runs' extremes, widened by
+  `overhead`), averaged over runs and normalised by the sum over the grid."""
+  eigenvalues, weights = np.array(eigenvalues), np.array(weights)
+  lambda_max = np.mean(np.max(eigenvalues, axis=1), axis=0) + overhead
+  lambda_min = np.mean(np.min(eigenvalues, axis=1), axis=0) - overhead
+  grids = np.linspace(lambda_min, lambda_max, num=num_bins)
+  sigma = sigma_squared * max(1, (lambda_max - lambda_min))
+  out = np.zeros((eigenvalues.shape[0], num_bins))
+  for i in range(eigenvalues.shape[0]):
+    for j in range(num_bins):
+      out[i, j] = np.sum(np.exp(-(grids[j] - eigenvalues[i]) ** 2 / (2. * sigma))
+                         / np.sqrt(2 * np.pi * sigma) * weights[i])
+  density = out.mean(0)
+  return density / (np.sum(density) * (grids[1] - grids[0])), grids, sigma
+
+
+@pytest.mark.parametrize('scale', [0.3, 50.])
+def test_the_density_is_drawn_with_pyhessians_width(scale):
+  """A span under 1 and one of 100: the variance, and the density on PyHessian's grid."""
+  rng = np.random.RandomState(3)
+  nodes = np.sort(rng.uniform(-scale, scale, (2, 30)), axis=1)
+  weights = rng.dirichlet(np.ones(30), 2)
+  theirs, grid, variance = pyhessian_density(nodes, weights, num_bins=2000)
+  sigma = lanczos.density_sigma(nodes)
+  assert sigma ** 2 == pytest.approx(variance, rel=1e-12)
+  ours = lanczos.density(nodes, weights, grid, sigma)
+  # Ours integrates to 1 over the real line; theirs is normalised over their grid,
+  # which ends at the mean of the runs' extremes and so cuts off some mass.
+  ours = ours / (np.sum(ours) * (grid[1] - grid[0]))
+  np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12 * theirs.max())
+  assert lanczos.density_sigma(nodes, 'wide') == pytest.approx(np.abs(nodes).max() / 100)
+  dense = lanczos.density_grid(-scale, scale, sigma)
+  assert np.diff(dense)[0] <= sigma / 2
+
+
+def test_the_joint_spectra_keep_every_minibatchs_top_k(monkeypatch, tmp_path):
+  """Park & Kim's max eigenvalue spectra histogram the top-k of each minibatch,
+  its negative members too."""
+  from analysis import plots
+  from analysis.tools import TOOLS
+  drawn = {}
+  monkeypatch.setattr(plots, 'histogram',
+                      lambda values, path, *a, **k: drawn.update(values) or path)
+  monkeypatch.setattr(plots, 'curves', lambda series, path, *a, **k: path)
+  tops = {'vit': [[5., -3., 1.], [4., 2., -1.]], 'resnet': [[9., 8., 7.], [-9.5, 6., 2.]]}
+  result = {label: {'top_per_minibatch': top, 'slq_nodes': [[-1., 2.]],
+                    'slq_weights': [[0.5, 0.5]], 'sigma': 0.1} for label, top in tops.items()}
+  TOOLS['hessian'].joint(result, {}, str(tmp_path))
+  for label, top in tops.items():
+    np.testing.assert_array_equal(drawn[label], np.ravel(top))
+
+
 def test_hessian_top_and_bottom_eigenvalues_match_eigh():
   loss, params, batches = tiny_problem(jnp.float32)
   flat, unravel = ravel_pytree(params)

@@ -3,6 +3,7 @@ PyTorch's layout, the landscape of a quadratic along an eigenvector, the batched
 grid against a loop, and the tool on a tiny ViT."""
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -22,30 +23,117 @@ def authors_normalise(d, w):
       np.linalg.norm(d, axis=0, keepdims=True) + 1e-7) * d
 
 
-def test_filter_normalisation_is_the_authors_in_pytorch_layout():
+def authors_bases(direction, weights, kws=('pos_embed', 'relative_position')):
+  """`create_bases` after its random draw, on PyTorch state dicts: `normalize_filter`
+  (norms over dim 0, keepdim), `ignore_bn` (tensors of fewer than two dims get
+  zeros), `ignore_kw` with the landscape notebook's keywords (matching names get
+  zeros)."""
+  out = {}
+  for k, w in weights.items():
+    d = direction[k]
+    if w.ndim >= 2:
+      d = np.linalg.norm(w, axis=0, keepdims=True) / (
+          np.linalg.norm(d, axis=0, keepdims=True) + 1e-7) * d
+    if w.ndim < 2 or any(re.search(kw, k) for kw in kws):
+      d = np.zeros_like(w)
+    out[k] = d
+  return out
+
+
+def test_filter_normalisation_is_the_authors_in_timms_layout():
+  """A ViT's direction mapped to timm's state dict (fused qkv, 1-D qkv bias,
+  pos_embed), normalised there as the authors' code does, and mapped back."""
+  from helpers import TINY_VIT, init, tiny_vit
+  from vit_jax import checkpoint
+  params = init(tiny_vit(5), 16)['params']
   rng = np.random.RandomState(0)
-  params = {'Dense_0': {'kernel': rng.randn(6, 5), 'bias': rng.randn(5)},
-            'conv': {'kernel': rng.randn(3, 3, 4, 8)},
-            'MultiHeadDotProductAttention_1': {'query': {'kernel': rng.randn(8, 2, 4)},
-                                               'out': {'kernel': rng.randn(2, 4, 8)}},
-            'cls': rng.randn(1, 1, 8), 'LayerNorm_0': {'scale': rng.randn(8)}}
-  direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape), params)
+  params = jax.tree_util.tree_map(lambda x: x + rng.randn(*x.shape).astype(np.float32), params)
+  direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape).astype(np.float32), params)
   ours = landscape.filter_normalised(direction, params)
-  # To PyTorch's layout (output axis first) and back.
-  layouts = {  # ours -> torch, torch -> ours
-      ('Dense_0', 'kernel'): (lambda x: x.T, lambda x: x.T),
-      ('conv', 'kernel'): (lambda x: x.transpose(3, 2, 0, 1), lambda x: x.transpose(2, 3, 1, 0)),
-      ('MultiHeadDotProductAttention_1', 'query', 'kernel'):
-          (lambda x: x.reshape(8, 8).T, lambda x: x.T.reshape(8, 2, 4)),
-      ('MultiHeadDotProductAttention_1', 'out', 'kernel'):
-          (lambda x: x.reshape(8, 8).T, lambda x: x.T.reshape(2, 4, 8))}
-  flat = lambda t: {tuple(getattr(k, 'key', k) for k in path): leaf
+  theirs = checkpoint.from_timm(
+      authors_bases(checkpoint.to_timm(direction, 'ViT-Ti_16'),
+                    checkpoint.to_timm(params, 'ViT-Ti_16')), 'ViT-Ti_16', **TINY_VIT)
+  flat = lambda t: {'/'.join(str(getattr(k, 'key', k)) for k in path): np.asarray(leaf)
                     for path, leaf in jax.tree_util.tree_leaves_with_path(t)}
-  d, w, got = flat(direction), flat(params), flat(ours)
-  for key in w:
-    to_torch, back = layouts.get(key, (lambda x: x, lambda x: x))
-    expected = back(authors_normalise(to_torch(d[key]), to_torch(w[key])))
-    np.testing.assert_allclose(np.asarray(got[key]), expected, rtol=1e-5, atol=1e-7, err_msg=key)
+  ours, theirs = flat(ours), flat(theirs)
+  assert set(ours) == set(theirs)
+  for key in ours:
+    np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-6, err_msg=key)
+  # Held still: the position embedding and the q/k/v biases.
+  held = [k for k in ours if not np.any(ours[k])]
+  assert 'Transformer/posembed_input/pos_embedding' in held
+  assert 'Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias' in held
+  assert not np.any(ours['Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias'])
+
+
+def test_per_array_normalisation_is_each_array_alone():
+  """The departure: every array of two or more axes normalised over its output axes
+  by its own norm, position embeddings and q/k/v biases included."""
+  rng = np.random.RandomState(1)
+  params = {'Transformer': {'posembed_input': {'pos_embedding': rng.randn(1, 5, 8)}},
+            'MultiHeadDotProductAttention_1': {'query': {'kernel': rng.randn(8, 2, 4),
+                                                         'bias': rng.randn(2, 4)},
+                                               'key': {'kernel': 3 * rng.randn(8, 2, 4)}},
+            'LayerNorm_0': {'scale': rng.randn(8)}}
+  direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape), params)
+  ours = landscape.filter_normalised(direction, params, 'per_array')
+
+  def alone(d, w, axes):
+    return (np.sqrt(np.sum(w ** 2, axis=axes, keepdims=True))
+            / (np.sqrt(np.sum(d ** 2, axis=axes, keepdims=True)) + 1e-7) * d)
+  attention, d_attention = params['MultiHeadDotProductAttention_1'], direction[
+      'MultiHeadDotProductAttention_1']
+  for name in ('query', 'key'):
+    np.testing.assert_allclose(
+        ours['MultiHeadDotProductAttention_1'][name]['kernel'],
+        alone(d_attention[name]['kernel'], attention[name]['kernel'], (1, 2)), rtol=1e-5)
+  np.testing.assert_allclose(ours['MultiHeadDotProductAttention_1']['query']['bias'],
+                             alone(d_attention['query']['bias'], attention['query']['bias'], 0),
+                             rtol=1e-5)
+  pos = params['Transformer']['posembed_input']['pos_embedding']
+  np.testing.assert_allclose(ours['Transformer']['posembed_input']['pos_embedding'],
+                             alone(direction['Transformer']['posembed_input']['pos_embedding'],
+                                   pos, 0), rtol=1e-5)
+  assert not np.any(ours['LayerNorm_0']['scale'])
+
+
+def test_alternets_fused_key_value_and_relative_bias():
+  """AlterNet in the authors' code: `to_q` alone, `to_kv` one tensor for key and
+  value, the relative position bias (their `pos_embedding`) held still."""
+  rng = np.random.RandomState(2)
+  attention = {'query': {'kernel': rng.randn(6, 2, 3)}, 'key': {'kernel': rng.randn(6, 2, 3)},
+               'value': {'kernel': 5 * rng.randn(6, 2, 3)},
+               'relative_position_bias': rng.randn(7, 7)}
+  params = {'stage2_unit2': {'attention': attention}}
+  direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape), params)
+  ours = landscape.filter_normalised(direction, params)['stage2_unit2']['attention']
+  d = direction['stage2_unit2']['attention']
+  to_torch = lambda x: x.reshape(6, 6).T  # (in, heads, dim) -> (out, in)
+  kv = authors_bases({'to_kv': np.concatenate([to_torch(d['key']['kernel']),
+                                               to_torch(d['value']['kernel'])])},
+                     {'to_kv': np.concatenate([to_torch(attention['key']['kernel']),
+                                               to_torch(attention['value']['kernel'])])})['to_kv']
+  q = authors_bases({'to_q': to_torch(d['query']['kernel'])},
+                    {'to_q': to_torch(attention['query']['kernel'])})['to_q']
+  back = lambda x: x.T.reshape(6, 2, 3)
+  np.testing.assert_allclose(ours['key']['kernel'], back(kv[:6]), rtol=1e-5)
+  np.testing.assert_allclose(ours['value']['kernel'], back(kv[6:]), rtol=1e-5)
+  np.testing.assert_allclose(ours['query']['kernel'], back(q), rtol=1e-5)
+  assert not np.any(ours['relative_position_bias'])
+
+
+def test_the_l2_term_is_the_authors():
+  """`ops/norm.py` `l2`: the sum over parameter tensors of torch.norm (Frobenius,
+  unsquared); the notebook adds weight_decay times it."""
+  rng = np.random.RandomState(3)
+  params = {'a': {'kernel': rng.randn(4, 5, 6)}, 'b': rng.randn(7), 'c': rng.randn(2, 3)}
+  expected = sum(np.sqrt(np.sum(np.asarray(x, np.float64) ** 2))
+                 for x in jax.tree_util.tree_leaves(params))
+  assert float(landscape.authors_l2(params)) == pytest.approx(expected, rel=1e-6)
+  from analysis.tools.landscape import l2_penalty
+  assert float(l2_penalty('authors', 0.05)(params)) == pytest.approx(0.05 * expected, rel=1e-6)
+  kernels = 0.5 * 0.05 * np.sum(params['a']['kernel'] ** 2)
+  assert float(l2_penalty('objective', 0.05)(params)) == pytest.approx(kernels, rel=1e-5)
 
 
 def test_a_quadratic_along_an_eigenvector_is_half_lambda_t_squared():
@@ -78,21 +166,29 @@ def test_the_batched_grid_is_the_loop_over_points():
   np.testing.assert_allclose(batched, looped, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('directions', ['random', 'hessian'])
-def test_the_landscape_tool(directions, tmp_path):
+@pytest.mark.parametrize('directions,l2_term', [('random', 'authors'), ('hessian', 'objective')])
+def test_the_landscape_tool(directions, l2_term, tmp_path):
   from test_representation_tools import batches, subject
   from helpers import TINY_VIT
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
   result = TOOLS['landscape'].run(s, batches, str(tmp_path), points=5, num_batches=2,
-                                  directions=directions, lanczos_steps=4)
+                                  directions=directions, lanczos_steps=4, l2_term=l2_term)
   json.dumps(result)
   total, nll, l2 = (np.array(result[k]) for k in ('loss', 'nll', 'l2'))
   assert total.shape == (5, 5) and result['num_images'] == 24
+  assert result['objective']['l2_term'] == l2_term
   np.testing.assert_allclose(total, nll + l2, rtol=1e-6)
-  # The centre is the recipe's objective at the trained parameters.
+  # The centre: the recipe's NLL plus the L2 term at the trained parameters.
   from analysis.tools.hessian import fixed_batches
   from analysis import features
-  loss, _ = hessian.recipe_objective(s.model, s.recipe)
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
-  assert result['centre_loss'] == pytest.approx(float(loss(s.params, fixed)), rel=1e-4)
+  coefficient = s.recipe.weight_decay / s.recipe.lr
+  if l2_term == 'authors':
+    nll_loss = hessian.training_loss(s.model, 0., s.recipe.loss, s.recipe.label_smoothing)
+    centre = float(nll_loss(s.params, fixed)) + coefficient * sum(
+        np.linalg.norm(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(s.params))
+  else:  # the Hessian's objective with this project's decay mask
+    loss, _ = hessian.recipe_objective(s.model, s.recipe, l2_on='kernels')
+    centre = float(loss(s.params, fixed))
+  assert result['centre_loss'] == pytest.approx(centre, rel=1e-4)
   assert all(os.path.exists(f) for f in result['figures']) and len(result['figures']) == 3

@@ -274,10 +274,10 @@ def test_landscape_tools(subjects, index, tmp_path):
   assert sum(result['block_traces'].values()) == pytest.approx(result['trace'], rel=1e-5)
   assert result['trace_stderr'] > 0 and len(result['figures']) == 3
   assert set(result['block_top_eigenvalue']) == set(result['block_traces'])
-  # The L2 term (weight_decay / lr on the kernels) holds l2 per kernel parameter.
-  kernels = sum(np.size(v) for k, v in flax.traverse_util.flatten_dict(s.params).items()
-                if k[-1] == 'kernel')
-  assert result['trace_l2'] == pytest.approx(1e-3 * kernels)
+  # The L2 term (weight_decay / lr on every parameter, as the authors' AdamW decays
+  # them all) holds l2 per parameter.
+  assert result['trace_l2'] == pytest.approx(1e-3 * result['num_parameters'])
+  assert result['objective']['l2_on'] == 'all' and result['density_width'] == 'pyhessian'
   np.testing.assert_allclose(np.sum(result['slq_weights'], axis=1), 1., rtol=1e-6)
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr
@@ -322,6 +322,12 @@ def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
   assert 'augmentation' in training['objective']['data']
   assert not np.allclose(training['top_per_minibatch'], clean['top_per_minibatch'])
+  # This project's decay mask: the L2 term on the kernels alone.
+  kernels = TOOLS['hessian'].run(s, batches, str(tmp_path), l2_on='kernels', **kwargs)
+  count = sum(np.size(v) for k, v in flax.traverse_util.flatten_dict(s.params).items()
+              if k[-1] == 'kernel')
+  assert kernels['objective']['l2_on'] == 'kernels'
+  assert kernels['trace_l2'] == pytest.approx(1e-3 * count)
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
     TOOLS['hessian'].run(no_recipe, batches, str(tmp_path), **kwargs)

@@ -25,6 +25,12 @@ DENSITY_DECADES = 8
 flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
 flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
                      'for the density, half as many per parameter block and as trace probes.')
+flags.DEFINE_enum('hessian_l2_on', 'all', list(hessian.L2_ON), 'Parameters the training '
+                  'objective\'s L2 term covers: all (Park & Kim\'s AdamW decays every '
+                  'parameter) or kernels (the parameters this project\'s optimizer decays).')
+flags.DEFINE_enum('hessian_density_width', 'pyhessian', list(lanczos.DENSITY_WIDTHS),
+                  'Width of the Gaussians the SLQ density is drawn with: pyhessian (its '
+                  'variance 1e-5 * max(1, span)) or wide (span / 100, smoother).')
 flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
                   'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
                   'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
@@ -47,12 +53,14 @@ def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, me
                    'needed; use more images.')
 
 
-def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
+def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
+                      l2_on: str = 'all'):
   """(loss, split of its batches, description) for `objective`:
-  'training', the recipe's own loss plus L2 on training batches with its
-  augmentation (Park & Kim's protocol, `hessian.recipe_objective`), or 'clean',
-  plain cross-entropy without L2 on evaluation-preprocessed training images.
-  `unroll` as in `hessian.training_loss`."""
+  'training', the recipe's own loss plus L2 (over the parameters `l2_on` names) on
+  training batches with its augmentation (Park & Kim's protocol,
+  `hessian.recipe_objective`), or 'clean', plain cross-entropy without L2 on
+  evaluation-preprocessed training images. `unroll` as in
+  `hessian.training_loss`."""
   if objective == 'clean':
     return (hessian.training_loss(subject.model, unroll=unroll), 'train',
             {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
@@ -62,7 +70,7 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False):
   if subject.recipe is None:
     raise ValueError(f'The training objective of {subject.label} needs the recipe that '
                      'trained it (load_subject(..., recipe=)); or measure objective="clean".')
-  loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
+  loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll, l2_on)
   return loss, features.TRAIN_AUGMENTED, {**description,
                                           'data': 'training split through the training '
                                                   'pipeline, augmentation drawn once'}
@@ -78,16 +86,19 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                 steps_density: int = DEFAULTS['steps_density'],
                 num_probes: int = DEFAULTS['num_probes'],
                 trace_probes: int = DEFAULTS['trace_probes'],
-                block_steps: int = DEFAULTS['block_steps'], objective: str = 'training') -> Dict:
+                block_steps: int = DEFAULTS['block_steps'], objective: str = 'training',
+                l2_on: str = 'all', density_width: str = 'pyhessian') -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
   an SLQ density with its negative fraction on all of them together, Hutchinson
   traces of the whole Hessian and of each parameter block's diagonal block
   (`hessian.parameter_blocks`), and the largest-magnitude eigenvalue of each
   block's diagonal block on the first minibatch, of the objective
-  `hessian_objective` names (recorded in the JSON)."""
+  `hessian_objective` names with L2 over `l2_on` (recorded in the JSON). The
+  density is drawn with Gaussians of `density_width` (`lanczos.density_sigma`:
+  PyHessian's by default)."""
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.family.convolutional)
-  loss, split, description = hessian_objective(subject, objective, unroll=host_loop)
+  loss, split, description = hessian_objective(subject, objective, host_loop, l2_on)
   fixed = fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
   check_lanczos(max(steps_top, steps_density), dim, subject.label)
@@ -131,8 +142,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                                if description.get('l2_on') == 'kernels' else None)
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
-  grid = np.linspace(-span * 1.05, span * 1.05, 400)
-  sigma = span / 100
+  sigma = lanczos.density_sigma(nodes, density_width)
+  grid = lanczos.density_grid(-span * 1.05, span * 1.05, sigma)
   spectrum = lanczos.density(nodes, weights, grid, sigma)
   beyond = 0.01 * np.abs(nodes).max()
   per_probe = [lanczos.negative_fraction(n, w, beyond) for n, w in zip(nodes, weights)]
@@ -166,17 +177,19 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'trace_l2': float(sum(l2_share.values())), 'block_traces_l2': l2_share,
           'block_top_eigenvalue': block_top, 'block_steps': block_steps,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
+          'density_width': density_width,
           'figures': figures}
 
 
-def options(batches: int, lanczos_steps: int, objective: str) -> Dict:
+def options(batches: int, lanczos_steps: int, objective: str, l2_on: str = 'all',
+            density_width: str = 'pyhessian') -> Dict:
   """`run_hessian`'s options from the command line, checked before any model loads."""
   for flag, value in (('hessian_batches', batches), ('lanczos_steps', lanczos_steps)):
     if value < 1:
       raise ConfigError(f'--{flag} is {value}; it must be at least 1.')
   return dict(num_minibatches=batches, steps_top=lanczos_steps, steps_density=2 * lanczos_steps,
               block_steps=max(1, lanczos_steps // 2), trace_probes=max(2, lanczos_steps // 2),
-              objective=objective)
+              objective=objective, l2_on=l2_on, density_width=density_width)
 
 
 def check_lanczos(steps: int, dim: int, label: str) -> None:
@@ -236,14 +249,16 @@ def _scalars(r):
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   """Every model's SLQ density on one eigenvalue axis, each from its own nodes; and
-  the spectra of the largest eigenvalue over minibatches (Park & Kim's "max
-  eigenvalue spectra": the same model at several steps of its run with --steps)."""
+  Park & Kim's "max eigenvalue spectra" (Fig. 1, 4): the histogram of every
+  minibatch's top-k eigenvalues by magnitude, the negative members of the top-k
+  included (the same model at several steps of its run with --steps)."""
   by_model = per_model(result)
   if len(by_model) < 2:
     return []
   span = max(max(np.abs(np.asarray(r['slq_nodes'])).max(),
                  np.abs(np.asarray(r['top_per_minibatch'])).max()) for r in by_model.values())
-  grid = np.linspace(-1.05 * span, 1.05 * span, 600)
+  grid = lanczos.density_grid(-1.05 * span, 1.05 * span,
+                              min(r['sigma'] for r in by_model.values()), least=600)
   series = {label: lanczos.density(np.asarray(r['slq_nodes']), np.asarray(r['slq_weights']),
                                    grid, r['sigma']) for label, r in by_model.items()}
   return [plots.curves(series, joint_figures.path(out, 'hessian'),
@@ -252,11 +267,11 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
                        rug={label: np.ravel(r['top_per_minibatch'])
                             for label, r in by_model.items()},
                        rug_label='top eigenvalues per minibatch'),
-          plots.histogram({label: np.max(r['top_per_minibatch'], axis=1)
+          plots.histogram({label: np.ravel(r['top_per_minibatch'])
                            for label, r in by_model.items()},
                           joint_figures.path(out, 'hessian_max'),
-                          'Largest Hessian eigenvalue of each minibatch', 'eigenvalue',
-                          colours_of=colour_of)]
+                          'Top Hessian eigenvalues of each minibatch (largest |value|, '
+                          'negative ones kept)', 'eigenvalue', colours_of=colour_of)]
 
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
@@ -290,5 +305,6 @@ TOOL = register(Tool(
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
     options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
-                            FLAGS.hessian_objective),
+                            FLAGS.hessian_objective, FLAGS.hessian_l2_on,
+                            FLAGS.hessian_density_width),
     work=work, shortened_by=('hessian_batches', 'lanczos_steps')))

@@ -2,7 +2,7 @@
 tool on a grid around the trained parameters, along two filter-normalised random
 directions or the Hessian's top eigenvectors; the NLL and the L2 term apart."""
 import time
-from typing import Dict
+from typing import Any, Callable, Dict
 
 import jax
 import jax.numpy as jnp
@@ -17,41 +17,73 @@ from analysis.tools.hessian import fixed_batches, check_lanczos
 from vit_jax.errors import ConfigError
 from vit_jax.steps import kernel_mask
 
-flags.DEFINE_integer('landscape_points', 11, 'Grid points along each direction of a loss '
-                     'landscape (Park & Kim: 11 from -1 to 1).')
+L2_TERMS = ('authors', 'objective')
+
+flags.DEFINE_integer('landscape_points', 21, 'Grid points along each direction of a loss '
+                     'landscape (Park & Kim\'s notebook: 21 from -1 to 1).')
 flags.DEFINE_integer('landscape_batches', 2, 'Training minibatches (of --batch_size) each '
                      'landscape point is evaluated on.')
 flags.DEFINE_enum('landscape_directions', 'random', ['random', 'hessian'],
                   'random: filter-normalised Gaussian directions (the paper); hessian: the top '
                   'two Hessian eigenvectors (unit norm).')
+flags.DEFINE_enum('landscape_l2', 'authors', list(L2_TERMS),
+                  'authors: weight_decay (PyTorch\'s, here weight_decay / lr) times the sum of '
+                  'every parameter tensor\'s unsquared norm (Park & Kim\'s notebook); objective: '
+                  'the L2 term whose gradient is this project\'s decay, (weight_decay / lr) / 2 '
+                  'times the squared norm of the kernels.')
+flags.DEFINE_enum('landscape_normalisation', 'authors', list(landscape.NORMALISATIONS),
+                  'authors: Park & Kim\'s filter normalisation in their layout (position '
+                  'embeddings and q/k/v biases held still, fused q/k/v normalised together); '
+                  'per_array: every array of two or more axes normalised alone.')
 FLAGS = flags.FLAGS
 SPAN = 1.  # the authors' grid runs from -1 to 1 along each direction
 
 
-def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11,
+def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
+  """The landscape's L2 term as a function of the parameters: 'authors',
+  coefficient * the sum of every tensor's unsquared norm (`landscape.authors_l2`),
+  or 'objective', coefficient / 2 * the squared norm of the kernels (the term whose
+  gradient is this project's decay, `steps.kernel_mask`). `coefficient` is
+  weight_decay / lr: PyTorch's AdamW decay, which the authors multiply in."""
+  if term == 'authors':
+    return lambda p: coefficient * landscape.authors_l2(p)
+  if term == 'objective':
+    return lambda p: 0.5 * coefficient * otu.tree_norm(jax.tree_util.tree_map(
+        lambda w, on: w if on else jnp.zeros_like(w), p, kernel_mask(p)), squared=True)
+  raise ValueError(f'Unknown landscape L2 term {term!r}; use one of {", ".join(L2_TERMS)}.')
+
+
+def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21,
                   num_batches: int = 2, directions: str = 'random', lanczos_steps: int = 20,
-                  chunk: int = 8) -> Dict:
-  """The recipe's objective (`hessian.recipe_objective`: its loss and label
-  smoothing, plus L2 = weight_decay / lr on the kernels) on `num_batches` training
-  batches drawn once through its pipeline, at params + a d1 + b d2 on a points x
-  points grid of a, b in [-1, 1]; the NLL part and the L2 part are kept apart.
+                  chunk: int = 8, l2_term: str = 'authors',
+                  normalisation: str = 'authors') -> Dict:
+  """The recipe's NLL (its loss and label smoothing) on `num_batches` training
+  batches drawn once through its pipeline, plus an L2 term (`l2_penalty` of
+  `l2_term`: Park & Kim's by default), at params + a d1 + b d2 on a points x points
+  grid of a, b in [-1, 1]; the NLL part and the L2 part are kept apart.
   `directions` 'random' draws two filter-normalised Gaussian directions (Park &
-  Kim's `create_bases`), 'hessian' takes the Ritz vectors of the two largest
-  eigenvalues (`lanczos_steps` steps on the first batch). Points are evaluated
-  `chunk` at a time in one program."""
+  Kim's `create_bases`, `landscape.filter_normalised` with `normalisation`),
+  'hessian' takes the Ritz vectors of the two largest eigenvalues of the Hessian
+  tool's objective (`lanczos_steps` steps on the first batch). Points are
+  evaluated `chunk` at a time in one program."""
   if subject.recipe is None:
     raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
                      'needs the recipe that trained it (load_subject(..., recipe=)).')
   unroll = hessian.loops_on_host(subject.family.convolutional)
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, num_batches,
                          subject.config.num_classes, subject.mesh)
-  total_loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll)
-  l2 = description['l2']
+  description = {'loss': subject.recipe.loss,
+                 'label_smoothing': subject.recipe.label_smoothing,
+                 'l2': (subject.recipe.weight_decay / subject.recipe.lr
+                        if subject.recipe.weight_decay else 0.), 'l2_term': l2_term}
+  penalty = l2_penalty(l2_term, description['l2'])
   nll_loss = hessian.training_loss(subject.model, 0., subject.recipe.loss,
                                    subject.recipe.label_smoothing, unroll=unroll)
   if directions == 'random':
-    bases = landscape.random_directions(subject.params, jax.random.PRNGKey(0))
+    bases = landscape.random_directions(subject.params, jax.random.PRNGKey(0),
+                                        normalisation=normalisation)
   elif directions == 'hessian':
+    total_loss, _ = hessian.recipe_objective(subject.model, subject.recipe, unroll)
     matvec, dim = hessian.flat_hvp(total_loss, subject.params, unroll=unroll)
     check_lanczos(lanczos_steps, dim, subject.label)
     bases = landscape.hessian_directions(matvec, subject.params, lanczos_steps,
@@ -65,13 +97,15 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11
   nll = landscape.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
                        chunk).reshape(points, points)
   seconds = time.perf_counter() - started
-  penalty = landscape.grid(
-      lambda p: 0.5 * l2 * otu.tree_norm(jax.tree_util.tree_map(
-          lambda w, on: w if on else jnp.zeros_like(w), p, kernel_mask(p)), squared=True),
-      subject.params, bases, coordinates, chunk).reshape(points, points)
-  total = nll + penalty
-  title = f'{subject.label}\n' + ('filter-normalised random directions'
+  l2 = landscape.grid(penalty, subject.params, bases, coordinates,
+                      chunk).reshape(points, points)
+  total = nll + l2
+  title = f'{subject.label}\n' + (f'random directions, {normalisation} normalisation'
                                     if directions == 'random' else 'top Hessian eigenvectors')
+  title += f', {l2_term} L2'
+  if l2_term != 'authors' or (directions == 'random' and normalisation != 'authors'):
+    title += ' (not the authors\')'
+
   names = ('direction 1', 'direction 2') if directions == 'random' else ('eigenvector 1',
                                                                            'eigenvector 2')
   figures = [plots.landscape(axis, axis, total, figure_path(out, 'landscape', subject),
@@ -84,30 +118,35 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 11
                           figure_path(out, 'landscape_1d', subject),
                           f'Loss along each direction: {title}', 'step along the direction',
                           'loss', x=axis)]
-  return {'objective': description, 'directions': directions, 'coordinates': axis.tolist(),
-          'loss': total.tolist(), 'nll': nll.tolist(), 'l2': penalty.tolist(),
+  return {'objective': description, 'directions': directions,
+          'normalisation': normalisation if directions == 'random' else None,
+          'coordinates': axis.tolist(),
+          'loss': total.tolist(), 'nll': nll.tolist(), 'l2': l2.tolist(),
           'centre_loss': float(total[points // 2, points // 2]),
           'num_images': int(fixed[0].shape[0] * fixed[0].shape[1]),
           'grid_seconds': round(seconds, 1), 'figures': figures}
 
 
-def options(points: int, num_batches: int, directions: str, lanczos_steps: int) -> Dict:
+def options(points: int, num_batches: int, directions: str, lanczos_steps: int,
+            l2_term: str = 'authors', normalisation: str = 'authors') -> Dict:
   """`run_landscape`'s options from the command line, checked before any model loads."""
   for flag, value, least in (('landscape_points', points, 3),
                              ('landscape_batches', num_batches, 1)):
     if value < least:
       raise ConfigError(f'--{flag} is {value}; it must be at least {least}.')
   return dict(points=points, num_batches=num_batches, directions=directions,
-              lanczos_steps=lanczos_steps)
+              lanczos_steps=lanczos_steps, l2_term=l2_term, normalisation=normalisation)
 
 
 TOOL = register(Tool(
     name='landscape', title='Loss landscape',
-    quantity='The recipe\'s training objective (NLL with its label smoothing, plus L2 = '
-             'weight_decay / lr on the kernels) on augmented training batches drawn once, on a '
-             'grid around the trained parameters along two filter-normalised random directions '
-             '(Park & Kim\'s normalisation) or the top Hessian eigenvectors; NLL and L2 kept '
-             'apart in the JSON.',
+    quantity='The recipe\'s NLL (with its label smoothing) on augmented training batches '
+             'drawn once plus Park & Kim\'s L2 term (weight_decay, PyTorch\'s, here '
+             'weight_decay / lr, times the sum of every parameter tensor\'s unsquared norm), '
+             'on a grid around the trained parameters along two random directions '
+             'filter-normalised as the authors do (position embeddings and q/k/v biases held '
+             'still, fused q/k/v normalised together) or the top Hessian eigenvectors; NLL and '
+             'L2 kept apart in the JSON, which names the L2 term and normalisation used.',
     paper='Park & Kim (Fig. 1): ViT\'s loss landscape is flatter than ResNet\'s near the '
           'optimum, and its training loss higher.',
     run=run_landscape,
@@ -116,7 +155,8 @@ TOOL = register(Tool(
         q('loss', reduce='min'), ' to ', q('loss', reduce='max'),
         f' ({r["directions"]} directions)']),
     options=lambda: options(FLAGS.landscape_points, FLAGS.landscape_batches,
-                            FLAGS.landscape_directions, FLAGS.lanczos_steps),
+                            FLAGS.landscape_directions, FLAGS.lanczos_steps,
+                            FLAGS.landscape_l2, FLAGS.landscape_normalisation),
     # Every grid point is a forward pass over each of the landscape's batches.
     work=lambda subject, options, amounts: Work(
         {'forward': options['points'] ** 2 * options['num_batches']}, {'forward': 1}),
