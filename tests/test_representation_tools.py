@@ -121,6 +121,45 @@ def test_nll_tool_and_its_joint_figure(subjects, tmp_path):
   assert os.path.exists(figure)
 
 
+def timm_mixup_targets(labels, flipped, lam, num_classes, smoothing):
+  """timm's `mixup_target`: each one-hot label smoothed (off = smoothing / C, on =
+  1 - smoothing + off), then mixed lam : 1 - lam."""
+  off = smoothing / num_classes
+  on = 1. - smoothing + off
+  one_hot = lambda y: np.where(np.eye(num_classes)[y] > 0, on, off)
+  return lam * one_hot(labels) + (1. - lam) * one_hot(flipped)
+
+
+def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
+  """Park & Kim's train/nll: SoftTargetCrossEntropy (sum of -target * log_softmax,
+  mean over the batch) on timm's smoothed Mixup targets, in train mode. The test's
+  training batches mix each label 0.8 : 0.2 with the next class, as Mixup with
+  lam = 0.8 does; this ViT has no dropout, so train mode gives the evaluation
+  logits; a ViT with dropout must differ from them."""
+  s = subjects[0]
+  result = TOOLS['nll'].run(s, batches, str(tmp_path))
+  assert result['train_nll_kind'] == 'training' and result['train_loss']['mode'] == 'train'
+  losses, sizes = [], []
+  for images, _ in batches(features.TRAIN_AUGMENTED):
+    labels = np.arange(12) % 3
+    targets = timm_mixup_targets(labels, (labels + 1) % 3, 0.8, 3, s.recipe.label_smoothing)
+    logits = np.asarray(s.logits(images), np.float64)
+    log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    losses.append(np.mean(np.sum(-targets * log_softmax, axis=-1)))
+    sizes.append(len(images))
+  assert result['train_nll'] == pytest.approx(np.average(losses, weights=sizes), rel=1e-5)
+  plain = TOOLS['nll'].run(s, batches, str(tmp_path), train_nll='plain')
+  assert plain['train_nll'] < result['train_nll']  # smoothing penalises confident fits
+  assert plain['test_nll'] == result['test_nll']
+  noisy = subject('ViT-Ti_16', 'vit', **{**TINY_VIT, 'dropout_rate': 0.5})
+  noisy = features.Subject(noisy.label, noisy.config, s.params, 32, s.recipe)
+  assert TOOLS['nll'].run(noisy, batches, str(tmp_path))['train_nll'] != pytest.approx(
+      result['train_nll'], rel=1e-3)
+  no_recipe = features.Subject('bare', s.config, s.params, 32)
+  with pytest.raises(ValueError, match='needs the recipe'):
+    TOOLS['nll'].run(no_recipe, batches, str(tmp_path))
+
+
 def test_a_head_compared_with_itself_has_cka_one():
   """The CKA of every head's output with itself, in the tool's accumulator."""
   from analysis import cka

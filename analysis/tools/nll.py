@@ -1,17 +1,36 @@
 """Training NLL against test error (Park & Kim Fig. 3): a model that fits its
 augmented training data better also errs less on the test data, where a
-classically overfitting one would not."""
+classically overfitting one would not.
+
+The authors' training NLL is their logged `train/nll` (how-do-vits-work
+`ops/trains.py`, `train_epoch`, lines 135-160): the training loss in train mode
+(`model.train()`: dropout and stochastic depth on), SoftTargetCrossEntropy
+against timm's Mixup targets built with `label_smoothing` (0.1 in every config),
+averaged over the epoch's batches. Their test NLL is plain cross-entropy in eval
+mode (`ops/tests.py`, `test`: `nn.CrossEntropyLoss` without smoothing). Smoothed
+mixup targets are the smoothed mix of one-hot labels, so the recipe's loss on the
+pipeline's mixed labels (`steps.loss_fn`) is theirs.
+"""
 import os
 from typing import Dict, List, Mapping
 
 import jax
 import jax.numpy as jnp
 import optax
+from absl import flags
 
 from analysis import features, plots, uncertainty
 from analysis.estimate import Work
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, per_model, register,
                            take)
+from vit_jax import steps
+
+TRAIN_NLLS = ('training', 'plain')
+flags.DEFINE_enum('nll_train', 'training', list(TRAIN_NLLS), 'training: the recipe\'s loss '
+                  'with its label smoothing on its (mixup) targets in train mode, the loss '
+                  'Park & Kim log as train/nll; plain: cross-entropy without smoothing in '
+                  'evaluation mode.')
+FLAGS = flags.FLAGS
 
 
 def nll_and_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -24,21 +43,59 @@ def nll_and_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   return jnp.stack([nll.mean(), correct.mean()])
 
 
-def run_nll(subject: Subject, batches: Batches, out: str) -> Dict:
-  """NLL and accuracy on the evaluation split and on as many training images drawn
-  through the recipe's training pipeline (its augmentation, as the model trained
-  on them), each with its standard error over batches (the test error's binomial)."""
-  def counted(seen: List[int]):
-    def measure(images, labels):
+def training_loss_and_accuracy(subject: Subject):
+  """(images, labels, batch index) -> [mean training loss, accuracy] of a batch as
+  the authors log `train/nll` (module docstring): the recipe's loss and label
+  smoothing (`steps.loss_fn`) on the batch's label distributions, in train mode
+  with a dropout key per batch."""
+  recipe = subject.recipe
+  if recipe is None:
+    raise ValueError(f'The training NLL of {subject.label} is its recipe\'s loss, which '
+                     'needs the recipe that trained it (load_subject(..., recipe=)); or '
+                     'measure nll_train="plain".')
+
+  @jax.jit
+  def measure(params, images, labels, key):
+    logits = subject.model.apply({'params': params}, images, train=True,
+                                 rngs={'dropout': key}).astype(jnp.float32)
+    targets = labels if labels.ndim == 2 else jax.nn.one_hot(labels, logits.shape[-1])
+    loss = steps.loss_fn(logits, targets, recipe.loss, recipe.label_smoothing)
+    correct = jnp.argmax(logits, -1) == jnp.argmax(targets, -1)
+    return jnp.stack([loss.mean(), correct.mean()])
+  return lambda images, labels, index: measure(
+      subject.params, features.shard_examples(images, mesh=subject.mesh), labels,
+      jax.random.fold_in(jax.random.PRNGKey(0), index))
+
+
+def run_nll(subject: Subject, batches: Batches, out: str, train_nll: str = 'training') -> Dict:
+  """NLL and accuracy on the evaluation split (plain cross-entropy, evaluation mode)
+  and on as many training images drawn through the recipe's training pipeline (its
+  augmentation and mixup, as the model trained on them), each with its standard
+  error over batches (the test error's binomial). `train_nll` 'training' measures
+  the training images as the authors do (`training_loss_and_accuracy`), 'plain'
+  as the test images."""
+  if train_nll not in TRAIN_NLLS:
+    raise ValueError(f'Unknown training NLL {train_nll!r}; use one of {", ".join(TRAIN_NLLS)}.')
+  train_measure = (training_loss_and_accuracy(subject) if train_nll == 'training'
+                   else lambda images, labels, _: nll_and_accuracy(subject.logits(images), labels))
+
+  def counted(seen: List[int], measure):
+    def measured(images, labels):
       seen.append(len(images))
-      return nll_and_accuracy(subject.logits(images), labels)
-    return measure
+      return measure(images, labels, len(seen))
+    return measured
   train_seen, test_seen = [], []
-  test, test_stderr = batch_mean(batches('eval'), counted(test_seen))
+  test, test_stderr = batch_mean(batches('eval'), counted(
+      test_seen, lambda images, labels, _: nll_and_accuracy(subject.logits(images), labels)))
   # The training pipeline repeats: as many of its images as the evaluation split gave.
   train, train_stderr = batch_mean(take(batches(features.TRAIN_AUGMENTED), sum(test_seen)),
-                                   counted(train_seen))
-  return {'train_nll': float(train[0]), 'train_nll_stderr': float(train_stderr[0]),
+                                   counted(train_seen, train_measure))
+  recipe = subject.recipe
+  return {'train_nll_kind': train_nll,
+          'train_loss': ({'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing,
+                          'mode': 'train'} if train_nll == 'training' else
+                         {'loss': 'softmax', 'label_smoothing': 0., 'mode': 'evaluation'}),
+          'train_nll': float(train[0]), 'train_nll_stderr': float(train_stderr[0]),
           'train_accuracy': float(train[1]), 'test_nll': float(test[0]),
           'test_nll_stderr': float(test_stderr[0]), 'test_error': float(1 - test[1]),
           'test_error_stderr': float(uncertainty.binomial_stderr(1 - test[1], sum(test_seen))),
@@ -46,8 +103,10 @@ def run_nll(subject: Subject, batches: Batches, out: str) -> Dict:
 
 
 def _findings(label, r, q):
+  kind = ('the recipe\'s loss in train mode' if r.get('train_nll_kind', 'training') == 'training'
+          else 'plain cross-entropy, evaluation mode')
   return [f'{label}: training NLL ', q('train_nll'), ' ± ', q('train_nll_stderr'),
-          ' (augmented training batches), test error ', q('test_error'), ' ± ',
+          f' (augmented training batches, {kind}), test error ', q('test_error'), ' ± ',
           q('test_error_stderr'), ', test NLL ', q('test_nll')]
 
 
@@ -65,13 +124,15 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 TOOL = register(Tool(
     name='nll', title='Training NLL against test error',
-    quantity='Softmax cross-entropy without label smoothing on training batches drawn through '
-             'the recipe\'s training pipeline (its augmentation and mixup, as the model trained), '
-             'and the error and NLL on the evaluation split; ± standard errors over batches '
-             '(binomial for the error).',
+    quantity='The training NLL as Park & Kim log it (train/nll): the recipe\'s loss with its '
+             'label smoothing, in train mode (dropout, stochastic depth), on training batches '
+             'drawn through the recipe\'s pipeline (its augmentation and mixup targets); and the '
+             'error and plain cross-entropy on the evaluation split; ± standard errors over '
+             'batches (binomial for the error).',
     paper='Park & Kim (Fig. 3): models with a lower NLL on their (augmented) training data err '
           'less on the test data: ViTs do not overfit small training sets, they underfit them.',
     run=run_nll, findings=each_model(_findings), joint=joint,
+    options=lambda: {'train_nll': FLAGS.nll_train},
     scalars=lambda result, label: ({'nll/train': [result[label]['train_nll']],
                                     'nll/test_error': [result[label]['test_error']]}
                                    if label in result else {}),
