@@ -1,20 +1,26 @@
-"""The 15 ImageNet-C corruptions at 5 severities (Hendrycks & Dietterich 2019), as
-the `imagecorruptions` package applies them, on the analysis's images, and the
-mean corruption error.
+"""The 15 corruptions of Hendrycks & Dietterich (2019) at 5 severities on the
+analysis's images, and the mean corruption error.
+
+Two parameter sets: 'cifar', CIFAR-10-C's (`analysis.cifar_c`, written from
+Hendrycks' `make_cifar_c.py` for 32 px images), and 'imagenet', ImageNet-C's as
+the `imagecorruptions` package applies them (written for 224 px: at 32 px its
+Gaussian noise has std 0.08-0.38 where CIFAR-C's has 0.04-0.10). `parameters_for`
+picks CIFAR-C's for images up to 64 px, as Park & Kim's CIFAR-C results use.
 
 The package refuses images under 32 x 32 pixels (one check for every corruption;
-each of the 15 runs at 28 x 28 when called past that check). Smaller images, such
-as Fashion-MNIST's 28 px, are reflect-padded to 32, corrupted and cropped back to
-their centre, so every corruption keeps the package's own parameters; the
-corruption then also sees the reflected border. Greyscale images come as three
-equal channels (the pipeline's), and keep three channels: frost and snow add
-colour as they do to any image. The tool corrupts each batch once and shows the
-same images to every model.
+each of the 15 runs at 28 x 28 when called past that check). With ImageNet-C's
+set, smaller images, such as Fashion-MNIST's 28 px, are reflect-padded to 32,
+corrupted and cropped back to their centre, so every corruption keeps the
+package's own parameters; the corruption then also sees the reflected border.
+Greyscale images come as three equal channels (the pipeline's), and keep three
+channels: frost and snow add colour as they do to any image. The tool corrupts
+each batch once and shows the same images to every model.
 """
 from typing import Dict, Sequence
 
 import numpy as np
 
+from analysis import cifar_c
 from vit_jax.errors import UserError
 
 CORRUPTIONS = ('gaussian_noise', 'shot_noise', 'impulse_noise', 'defocus_blur', 'glass_blur',
@@ -22,6 +28,8 @@ CORRUPTIONS = ('gaussian_noise', 'shot_noise', 'impulse_noise', 'defocus_blur', 
                'elastic_transform', 'pixelate', 'jpeg_compression')
 SEVERITIES = (1, 2, 3, 4, 5)
 MIN_SIZE = 32  # the package's smallest image side
+PARAMETER_SETS = ('cifar', 'imagenet')
+CIFAR_MAX_SIZE = 64  # images up to this side get CIFAR-C's parameters by default
 # Corruptions that draw from generators of their own, seeded through an argument;
 # the others draw from numpy's global generator.
 SEEDED = ('impulse_noise', 'glass_blur')
@@ -49,22 +57,52 @@ def to_model(images: np.ndarray) -> np.ndarray:
   return images.astype(np.float32) / 127.5 - 1.
 
 
-def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarray:
-  """`images` (B, H, W, 3) in [-1, 1] under corruption `name` at `severity`, in
-  [-1, 1]; `seed` fixes the package's random draws, so that a run is repeatable."""
+def parameters_for(image_size: int, parameters: str = 'auto') -> str:
+  """The parameter set for images of side `image_size`: `parameters` itself, or for
+  'auto' CIFAR-C's up to `CIFAR_MAX_SIZE` px and ImageNet-C's above."""
+  if parameters == 'auto':
+    return 'cifar' if image_size <= CIFAR_MAX_SIZE else 'imagenet'
+  if parameters not in PARAMETER_SETS:
+    raise ValueError(f'Unknown corruption parameters {parameters!r}; use auto or one of '
+                     f'{", ".join(PARAMETER_SETS)}.')
+  return parameters
+
+
+def corrupt(images: np.ndarray, name: str, severity: int, seed: int,
+            parameters: str = 'cifar') -> np.ndarray:
+  """`images` under corruption `name` at `severity`.
+
+  Args:
+    images: (B, H, W, 3) in [-1, 1].
+    name: one of `CORRUPTIONS`.
+    severity: one of `SEVERITIES`.
+    seed: fixes the random draws, so that a run is repeatable.
+    parameters: 'cifar' (CIFAR-C's, `analysis.cifar_c`) or 'imagenet'
+      (ImageNet-C's, through the package; module docstring).
+
+  Returns:
+    The corrupted images, (B, H, W, 3) in [-1, 1].
+  """
   if name not in CORRUPTIONS or severity not in SEVERITIES:
     raise ValueError(f'Unknown corruption {name!r} or severity {severity}: the corruptions '
                      f'are {", ".join(CORRUPTIONS)} at severities 1-5.')
-  corrupt_one = package().corrupt
+  if parameters not in PARAMETER_SETS:
+    raise ValueError(f'Unknown corruption parameters {parameters!r}; use one of '
+                     f'{", ".join(PARAMETER_SETS)}.')
+  package()  # both sets use its helpers
   pixels = to_uint8(images)
-  height, width = pixels.shape[1:3]
-  pad_h, pad_w = max(MIN_SIZE - height, 0), max(MIN_SIZE - width, 0)
-  pads = ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0))
   state = np.random.get_state()
   np.random.seed(seed)
   try:
-    out = np.stack([corrupt_one(np.pad(image, pads, mode='reflect'), severity, name,
-                                **({'seed': seed + i} if name in SEEDED else {}))
+    if parameters == 'cifar':
+      # np.uint8 truncates, as the file's `np.uint8(corruption(...))` does.
+      return to_model(np.stack([np.uint8(cifar_c.corrupt_one(image, name, severity))
+                                for image in pixels]))
+    height, width = pixels.shape[1:3]
+    pad_h, pad_w = max(MIN_SIZE - height, 0), max(MIN_SIZE - width, 0)
+    pads = ((pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0))
+    out = np.stack([package().corrupt(np.pad(image, pads, mode='reflect'), severity, name,
+                                      **({'seed': seed + i} if name in SEEDED else {}))
                     for i, image in enumerate(pixels)])
   finally:
     np.random.set_state(state)

@@ -1,6 +1,7 @@
 """Corruption robustness (Park & Kim's `robustness.ipynb`, on CIFAR-10-C and
-CIFAR-100-C): error under the 15 ImageNet-C corruptions at 5 severities, and the
-mean corruption error against a baseline model."""
+CIFAR-100-C): error under the 15 corruptions of Hendrycks & Dietterich at 5
+severities, with CIFAR-C's parameters for small images (ImageNet-C's above 64 px
+or on request), and the mean corruption error against a baseline model."""
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -19,7 +20,14 @@ flags.DEFINE_string('corruption_baseline', None, 'Model label the corruption err
 flags.DEFINE_enum('corruptions_from', 'package', ['package', 'tfds'], 'package: corrupt the '
                   'evaluation images with imagecorruptions; tfds: read TFDS cifar10_corrupted '
                   '(CIFAR-10 models, the data prepared in the recipe\'s data_dir).')
+flags.DEFINE_enum('corruption_parameters', 'auto', ['auto', *corruptions.PARAMETER_SETS],
+                  'auto: CIFAR-C\'s parameters for images up to 64 px (Park & Kim\'s CIFAR-C), '
+                  'ImageNet-C\'s above; cifar or imagenet: that set at any size (ImageNet-C\'s '
+                  'on small images is a departure: its noise and blur are set for 224 px).')
 TFDS_NAME = 'cifar10_corrupted/{}_{}'  # a TFDS config per corruption and severity
+
+
+SET_NAMES = {'cifar': 'CIFAR-C', 'imagenet': 'ImageNet-C'}
 
 
 def _baseline(subjects: Sequence[Subject], baseline: Optional[str]) -> str:
@@ -32,12 +40,13 @@ def _baseline(subjects: Sequence[Subject], baseline: Optional[str]) -> str:
 
 
 def _corrupted_batches(subjects: Sequence[Subject], batches: Batches, source: str,
-                       num_images: int, batch_size: int):
+                       num_images: int, batch_size: int, parameters: str):
   """(corruption, severity) -> a function giving that data's (images, labels) batches."""
   if source == 'package':
     corruptions.package()  # the missing package named before any work
     return lambda name, severity: (
-        (corruptions.corrupt(images, name, severity, seed=1000 * step), labels)
+        (corruptions.corrupt(images, name, severity, seed=1000 * step, parameters=parameters),
+         labels)
         for step, (images, labels) in enumerate(batches('eval')))
   recipe = subjects[0].recipe
   if any(s.recipe.dataset != 'cifar10' for s in subjects):
@@ -50,11 +59,16 @@ def _corrupted_batches(subjects: Sequence[Subject], batches: Batches, source: st
 
 
 def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
-                   baseline: Optional[str] = None, source: str = 'package') -> Dict:
+                   baseline: Optional[str] = None, source: str = 'package',
+                   parameters: str = 'auto') -> Dict:
   """Each model's error on the clean evaluation images and under each corruption
   and severity (every model on the same corrupted images), its mean over them,
-  and Hendrycks & Dietterich's corruption errors against `baseline`."""
+  and Hendrycks & Dietterich's corruption errors against `baseline`. The
+  corruptions' `parameters` set ('auto': `corruptions.parameters_for` the image
+  size; TFDS's cifar10_corrupted is CIFAR-C's) is recorded in the JSON."""
   baseline = _baseline(subjects, baseline)
+  parameters = ('cifar' if source == 'tfds'
+                else corruptions.parameters_for(subjects[0].image_size, parameters))
   clean = {s.label: [] for s in subjects}
   num_images = batch_size = 0
   for images, labels in batches('eval'):
@@ -62,7 +76,7 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
     num_images += len(images)
     for s in subjects:
       clean[s.label].append(np.asarray(s.logits(images)).argmax(-1) != np.asarray(labels))
-  data = _corrupted_batches(subjects, batches, source, num_images, batch_size)
+  data = _corrupted_batches(subjects, batches, source, num_images, batch_size, parameters)
   errors = {s.label: {} for s in subjects}
   for name in corruptions.CORRUPTIONS:
     wrong = {s.label: np.zeros(len(corruptions.SEVERITIES)) for s in subjects}
@@ -79,7 +93,8 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
                                                    errors[baseline], clean_error[baseline])
               for label in errors}
   result = {
-      'baseline': baseline, 'source': source, 'num_images': num_images,
+      'baseline': baseline, 'source': source, 'parameters': parameters,
+      'num_images': num_images,
       'corruptions': list(corruptions.CORRUPTIONS), 'severities': list(corruptions.SEVERITIES),
       'image_size': subjects[0].image_size, 'errors': errors, 'clean_error': clean_error,
       'clean_error_stderr': {label: float(uncertainty.binomial_stderr(e, num_images))
@@ -90,7 +105,8 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
   result['figures'] = [plots.heatmap(
       100 * np.array([errors[s.label][c] for c in corruptions.CORRUPTIONS]),
       os.path.join(out, f'corruption_{s.label}.png'),
-      f'Error under corruption: {s.label} (clean {100 * clean_error[s.label]:.1f}%)',
+      f'Error under {SET_NAMES[parameters]} corruptions: {s.label} '
+      f'(clean {100 * clean_error[s.label]:.1f}%)',
       'severity', 'corruption', vmin=0., vmax=100., xlabels=[str(v) for v in
                                                              corruptions.SEVERITIES],
       ylabels=list(corruptions.CORRUPTIONS), colorbar_label='error (%)') for s in subjects]
@@ -122,7 +138,8 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   series = {label: [result['clean_error'][label]] + list(np.mean(list(e.values()), axis=0))
             for label, e in result['errors'].items()}
   return [plots.curves(series, os.path.join(out, 'joint_corruption.png'),
-                       'Error under the ImageNet-C corruptions', 'severity (0: clean)',
+                       f'Error under the {SET_NAMES[result.get("parameters", "imagenet")]} '
+                       'corruptions', 'severity (0: clean)',
                        'error, mean over corruptions', x=np.arange(6.), colours_of=colour_of)]
 
 
@@ -135,7 +152,8 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
     return -error, float(uncertainty.binomial_stderr(error, result['num_images']))
   return [verdict.contrast(
       'robust to corruptions', 'ViTs err less than ResNets on corrupted images (Park & Kim, '
-      'Sec. 4, CIFAR-C).', 'minus the mean error under the 15 corruptions x 5 severities',
+      'Sec. 4, CIFAR-C).', f'minus the mean error under the 15 '
+      f'{SET_NAMES[result.get("parameters", "imagenet")]} corruptions x 5 severities',
       models, list(result['errors']), estimate, fmt='.3f')]
 
 
@@ -148,9 +166,10 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
 
 TOOL = register(Tool(
     name='corruption', title='Corruption robustness',
-    quantity='Top-1 error under the 15 ImageNet-C corruptions (noise, blur, weather, digital) '
-             'at severities 1-5, applied at the model\'s input resolution by imagecorruptions '
-             '(images under 32 px reflect-padded to 32 and cropped back, `analysis.corruptions`) '
+    quantity='Top-1 error under the 15 corruptions of Hendrycks & Dietterich (noise, blur, '
+             'weather, digital) at severities 1-5, applied at the model\'s input resolution with '
+             'CIFAR-C\'s parameters (Hendrycks\' make_cifar_c.py, `analysis.cifar_c`) for images '
+             'up to 64 px and ImageNet-C\'s (imagecorruptions) above, the set named in the JSON, '
              'or read from TFDS cifar10_corrupted; every model sees the same corrupted images. '
              'CE per corruption is the summed error over severities relative to the baseline '
              'model\'s, mCE its mean over corruptions; the relative mCE subtracts each model\'s '
@@ -161,5 +180,6 @@ TOOL = register(Tool(
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}
                                    if label in result['errors'] else {}),
-    options=lambda: {'baseline': FLAGS.corruption_baseline, 'source': FLAGS.corruptions_from},
+    options=lambda: {'baseline': FLAGS.corruption_baseline, 'source': FLAGS.corruptions_from,
+                     'parameters': FLAGS.corruption_parameters},
     work=work, shortened_by=('num_images',)))
