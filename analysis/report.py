@@ -3,8 +3,9 @@ describes each model, lists its sections, opens with a verdict table (each
 paper's claim, what this run measured with its standard error, and whether they
 agree: `analysis.verdict`), then has a section per tool that ran, its figures
 (joint ones first, each with the alt text its PNG carries) and captions built
-from the tools' JSON: the quantity and its convention, the paper's finding, and
-what these models show. Every number in a caption is a value of the JSON file
+from the tools' JSON: the quantity and its convention (the conventions the JSON
+records named, each the authors' or a departure: `analysis.conventions`), the
+paper's finding, and what these models show. Every number in a caption is a value of the JSON file
 beside it (in the HTML, tagged with its file, path and reduction).
 """
 import html
@@ -15,7 +16,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 from PIL import Image
 
-from analysis import cka, joint_figures, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
+from analysis import cka, conventions, joint_figures, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
 from analysis.verdict import Z, Verdict
 from vit_jax.atomic import atomic_write
 
@@ -190,12 +191,14 @@ def write_report(out: str) -> Dict[str, str]:
                f'{v.verdict} | {cell(v.why)} |' for name, v in verdicts] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
+    used = conventions.caption(name, result)
     page += [f'<section id="{name}"><h2>{html.escape(record.title)}</h2>',
              f'<p class="quantity">{html.escape(record.quantity)}</p>',
+             *([f'<p class="conventions">{html.escape(used)}</p>'] if used else []),
              f'<p class="paper">{html.escape(record.paper)}</p>',
              f'<p>Numbers: <a href="{json_file}">{json_file}</a></p>']
-    markdown += [f'## {record.title}', '', record.quantity, '', f'*{record.paper}*', '',
-                 f'Numbers: [{json_file}]({json_file})', '']
+    markdown += [f'## {record.title}', '', record.quantity, '', *([used, ''] if used else []),
+                 f'*{record.paper}*', '', f'Numbers: [{json_file}]({json_file})', '']
     figures = [(path, list(shown)) for path in joint.get(name, [])]
     figures += [(figure.path, [figure.caption]) for figure in record.figures(result)]
     for path, keys in figures:

@@ -270,8 +270,8 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
           plots.histogram({label: np.ravel(r['top_per_minibatch'])
                            for label, r in by_model.items()},
                           joint_figures.path(out, 'hessian_max'),
-                          'Top Hessian eigenvalues of each minibatch (largest |value|, '
-                          'negative ones kept)', 'eigenvalue', colours_of=colour_of)]
+                          'Top Hessian eigenvalues of each minibatch', 'eigenvalue',
+                          colours_of=colour_of)]
 
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:

@@ -100,11 +100,11 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
   l2 = landscape.grid(penalty, subject.params, bases, coordinates,
                       chunk).reshape(points, points)
   total = nll + l2
-  title = f'{subject.label}\n' + (f'random directions, {normalisation} normalisation'
-                                    if directions == 'random' else 'top Hessian eigenvectors')
-  title += f', {l2_term} L2'
-  if l2_term != 'authors' or (directions == 'random' and normalisation != 'authors'):
-    title += ' (not the authors\')'
+  departures = ([f'{l2_term} L2'] if l2_term != 'authors' else []) + (
+      ['per-array directions'] if directions == 'random' and normalisation != 'authors' else [])
+  title = f'{subject.label}' + (f' ({", ".join(departures)})' if departures else '') + '\n' + (
+      'filter-normalised random directions' if directions == 'random'
+      else 'top Hessian eigenvectors')
 
   names = ('direction 1', 'direction 2') if directions == 'random' else ('eigenvector 1',
                                                                            'eigenvector 2')

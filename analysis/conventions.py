@@ -1,0 +1,165 @@
+"""Every convention an analysis quantity follows: the authors' definition with its
+source, this project's default, and the named options that depart from it.
+
+`CONVENTIONS` is the one list: docs/analysis.md's conventions table is `table()`
+of it (a test keeps the two equal), a test checks each default against the
+tool's `run` signature and flag, and the report names in each tool's section the
+conventions its JSON records (`used`), marking any departure.
+"""
+import dataclasses
+from typing import Dict, List, Mapping, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Convention:
+  """One quantity's convention.
+
+  Attributes:
+    tool: the tool that computes the quantity.
+    quantity: what is computed.
+    authors: the authors' definition.
+    source: where the authors' code defines it (repository, file, lines).
+    option: the keyword argument of the tool's `run` that chooses the convention,
+      or None where there is no other.
+    flag: the command-line flag that sets `option`.
+    default: this project's default value of `option` (the authors').
+    departures: the other values of `option` and what each computes.
+    record: the key path in a model's JSON (or the tool's, for a tool over all
+      models) that records the value used.
+  """
+  tool: str
+  quantity: str
+  authors: str
+  source: str
+  option: Optional[str] = None
+  flag: Optional[str] = None
+  default: Optional[str] = None
+  departures: Tuple[Tuple[str, str], ...] = ()
+  record: Tuple[str, ...] = ()
+
+
+PK = 'xxxnell/how-do-vits-work'
+CONVENTIONS: Tuple[Convention, ...] = (
+    Convention(
+        'hessian', 'L2 term of the training objective',
+        'weight_decay (PyTorch AdamW\'s, here weight_decay / lr) / 2 x the squared norm of '
+        'every parameter: AdamW decays all of model.parameters()',
+        f'{PK} ops/trains.py, get_optimizer', 'l2_on', 'hessian_l2_on', 'all',
+        (('kernels', 'the kernels alone, the parameters this project\'s optimizer decays'),),
+        ('objective', 'l2_on')),
+    Convention(
+        'hessian', 'width of the SLQ density\'s Gaussians',
+        'variance 1e-5 x max(1, lambda_max - lambda_min) (means over probes of the extreme '
+        'nodes, widened by 0.01)', 'amirgholami/PyHessian density_plot.py, lines 40-53',
+        'density_width', 'hessian_density_width', 'pyhessian',
+        (('wide', 'standard deviation span / 100, a smoother curve'),), ('density_width',)),
+    Convention(
+        'hessian', 'max eigenvalue spectra (joint figure)',
+        'the top-k eigenvalues by magnitude of every minibatch, negative members included',
+        'Park & Kim Fig. 1 and 4; PyHessian hessian.eigenvalues(top_n)'),
+    Convention(
+        'hessian', 'trace', 'Hutchinson\'s estimate from Rademacher probes',
+        'amirgholami/PyHessian pyhessian/hessian.py, trace'),
+    Convention(
+        'landscape', 'L2 term',
+        'weight_decay (PyTorch\'s, here weight_decay / lr) x the sum over every parameter '
+        'tensor of its unsquared norm', f'{PK} ops/norm.py, l2, lines 15-22; '
+        'losslandscape.ipynb: loss = NLL + weight_decay * l2', 'l2_term', 'landscape_l2',
+        'authors', (('objective', '(weight_decay / lr) / 2 x the squared norm of the kernels, '
+                     'the term whose gradient is this project\'s decay'),),
+        ('objective', 'l2_term')),
+    Convention(
+        'landscape', 'normalisation of the random directions',
+        'per PyTorch tensor over its first (output) axis; tensors of fewer than two axes and '
+        'names matching pos_embed or relative_position zeroed; fused qkv (timm) and to_kv '
+        '(AlterNet) normalised as one tensor, their 1-D biases zeroed',
+        f'{PK} ops/loss_landscapes.py, create_bases, lines 11-65; losslandscape.ipynb kws',
+        'normalisation', 'landscape_normalisation', 'authors',
+        (('per_array', 'every array of two or more axes alone, q, k and v apart, position '
+                       'embeddings and q/k/v biases perturbed'),), ('normalisation',)),
+    Convention(
+        'landscape', 'grid', '21 x 21 points from -1 to 1 along each direction',
+        f'{PK} losslandscape.ipynb (n = 21)', 'points', 'landscape_points', '21',
+        (('any other count', 'a coarser or finer grid over the same square'),)),
+    Convention(
+        'nll', 'training NLL (Fig. 3)',
+        'the training loss as logged (train/nll): SoftTargetCrossEntropy on timm\'s Mixup '
+        'targets with label_smoothing, train mode', f'{PK} ops/trains.py, train_epoch',
+        'train_nll', 'nll_train', 'training',
+        (('plain', 'cross-entropy without smoothing, evaluation mode'),), ('train_nll_kind',)),
+    Convention(
+        'corruption', 'corruption parameters',
+        'CIFAR-C\'s parameters for 32 px images', 'hendrycks/robustness '
+        'ImageNet-C/create_c/make_cifar_c.py, lines 130-389', 'parameters',
+        'corruption_parameters', 'auto',
+        (('cifar', 'CIFAR-C\'s at any image size'),
+         ('imagenet', 'ImageNet-C\'s (imagecorruptions, set for 224 px images)')),
+        ('parameters',)),
+    Convention(
+        'calibration', 'ECE bins',
+        '10 equal-width bins of the top-class confidence; count and accuracy over (start, '
+        'end], summed confidence over [start, end), float64 edges',
+        f'{PK} ops/tests.py, test and ece'),
+    Convention(
+        'cka', 'minibatch CKA', 'linear CKA from unbiased HSIC summed over minibatches',
+        'Nguyen, Raghu & Kornblith (2021); Kornblith et al. (2019) CKA'),
+    Convention(
+        'fourier', 'relative log amplitude',
+        'log amplitude of the 2-D Fourier transform of the feature maps at frequencies '
+        'along the diagonal, minus that at frequency 0', f'{PK} fourier_analysis.ipynb'),
+)
+# 'auto' resolves to a set by image size; the JSON records the set.
+AUTHORS_VALUES = {('corruption', 'parameters'): ('auto', 'cifar')}
+
+
+def table() -> str:
+  """The conventions as docs/analysis.md's markdown table."""
+  lines = ['| tool | quantity | the authors\' definition | source | default | options |',
+           '|---|---|---|---|---|---|']
+  for c in CONVENTIONS:
+    default = f'`--{c.flag}={c.default}` (the authors\')' if c.option else 'the authors\''
+    options = '; '.join(f'`{value}`: {text}' for value, text in c.departures) or 'none'
+    lines.append(f'| {c.tool} | {c.quantity} | {c.authors} | {c.source} | {default} | '
+                 f'{options} |')
+  return '\n'.join(lines)
+
+
+def _lookup(result: Mapping, path: Tuple[str, ...]):
+  for key in path:
+    if not isinstance(result, Mapping) or key not in result:
+      return None
+    result = result[key]
+  return result
+
+
+def used(tool: str, result: Mapping) -> List[Tuple[Convention, Dict[str, object]]]:
+  """The recorded conventions of `tool` in its JSON `result`: for each, the value
+  used per model label (or under '' for a tool over all models)."""
+  found = []
+  for c in CONVENTIONS:
+    if c.tool != tool or not c.record:
+      continue
+    values = {'': _lookup(result, c.record)}
+    if values[''] is None:
+      values = {label: _lookup(r, c.record) for label, r in result.items()
+                if isinstance(r, Mapping) and _lookup(r, c.record) is not None}
+    if values and any(v is not None for v in values.values()):
+      found.append((c, values))
+  return found
+
+
+def is_authors(convention: Convention, value) -> bool:
+  """Whether `value` of the convention's option is the authors' convention."""
+  return value in AUTHORS_VALUES.get((convention.tool, convention.option), (convention.default,))
+
+
+def caption(tool: str, result: Mapping) -> str:
+  """One sentence naming the conventions `tool`'s JSON records, each the authors'
+  or a named departure; '' where it records none."""
+  parts = []
+  for c, values in used(tool, result):
+    shown = sorted({str(v) for v in values.values()})
+    departs = [v for v in values.values() if not is_authors(c, v)]
+    parts.append(f'{c.quantity}: {", ".join(shown)} '
+                 + ('(a departure from the authors\')' if departs else '(the authors\')'))
+  return ('Conventions: ' + '; '.join(parts) + '.') if parts else ''
