@@ -74,7 +74,7 @@ def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing:
 L2_ON = ('all', 'kernels')  # the parameters an L2 term covers
 
 
-def recipe_objective(model, recipe: ml_collections.ConfigDict, unroll: bool = False,
+def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool = False,
                      l2_on: str = 'all') -> Tuple[Loss, dict]:
   """The loss a recipe trains with, as Park & Kim measure the Hessian (NLL plus L2).
 
