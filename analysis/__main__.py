@@ -181,21 +181,70 @@ def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) 
     s.class_names = tuple(source.class_names)
 
 
+MANIFEST = 'analysis_files.json'  # the files this command wrote into --out
+
+
+def _is_run(out: str) -> bool:
+  """Whether `out` holds a training run: its record, lock, results or parameters."""
+  return workdirs.has_results(out) or any(
+      os.path.exists(os.path.join(out, name))
+      for name in (workdirs.RECORD, workdirs.LOCK, workdirs.RESULTS))
+
+
+def _written_before(out: str) -> List[str]:
+  """The files an earlier analysis wrote into `out`: its manifest's, or for an
+  analysis older than the manifest the names the analysis gives its files."""
+  path = os.path.join(out, MANIFEST)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  named = [f'{n}.json' for n in tool.TOOLS] + [report.SUBJECTS_FILE, 'timings.json',
+                                                'estimates.json', 'report.html', 'report.md']
+  return [n for n in named if os.path.exists(os.path.join(out, n))] + [
+      os.path.basename(p) for p in glob.glob(os.path.join(out, '*.png'))]
+
+
+def files_in(out: str) -> set:
+  """Every file under `out`, as paths relative to it."""
+  return {os.path.relpath(os.path.join(root, name), out)
+          for root, _, names in os.walk(out) for name in names}
+
+
+def record_manifest(out: str, before: set) -> None:
+  """Adds the files that appeared in `out` since `before` (`files_in`) to its
+  manifest, so that --overwrite later removes those and nothing else."""
+  written = set(_written_before(out) if os.path.exists(os.path.join(out, MANIFEST)) else [])
+  written |= files_in(out) - before
+  with atomic_write(os.path.join(out, MANIFEST)) as f:
+    json.dump(sorted(written | {MANIFEST}), f, indent=0)
+
+
 def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
-  """Refuses an --out holding the analysis of other models, unless `overwrite`,
-  which removes it: sections of different models never mix in one report."""
+  """Refuses an --out that holds a training run, or the analysis of other models
+  (another name, source or parameter checksum: a model retrained in place is
+  another model) unless `overwrite`, which removes the files the earlier analysis
+  wrote and nothing else: sections of different models never mix in one report."""
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise WorkdirError(f'--out {out} is a file; give a directory for the analysis.')
+  if os.path.isdir(out) and _is_run(out):
+    raise WorkdirError(f'--out {out} holds a training run (its config.json, parameters or '
+                       'checkpoints); give the analysis a directory of its own.')
   earlier = report.load_subjects(out)
-  same = lambda a, b: {k: (v['model_name'], v['source']) for k, v in a.items()} == {
-      k: (v['model_name'], v['source']) for k, v in b.items()}
-  if not earlier or same(earlier, about):
+  key = lambda subjects: {k: (v['model_name'], v['source']) for k, v in subjects.items()}
+  # A record older than the checksum is compared by name and source alone.
+  sums = lambda subjects: {k: v.get('params_checksum') for k, v in subjects.items()}
+  if not earlier or (key(earlier) == key(about) and all(
+      sums(earlier)[k] in (None, sums(about)[k]) for k in earlier)):
     return
   if not overwrite:
     described = '; '.join(f'{k}: {v["model_name"]} from {v["source"]}' for k, v in earlier.items())
-    raise WorkdirError(f'{out} holds the analysis of other models ({described}). Give another '
-                       '--out, or --overwrite to replace it.')
-  for path in glob.glob(os.path.join(out, '*.json')) + glob.glob(os.path.join(out, '*.png')) + \
-      glob.glob(os.path.join(out, 'report.*')):
-    os.remove(path)
+    raise WorkdirError(f'{out} holds the analysis of other models ({described}; or of these '
+                       'files before they changed). Give another --out, or --overwrite to '
+                       'replace it.')
+  for name in _written_before(out):
+    path = os.path.join(out, name)
+    if os.path.isfile(path):
+      os.remove(path)
 
 
 def check_time(names: Sequence[str], subjects: Sequence[features.Subject],
@@ -281,12 +330,17 @@ def run(name: str) -> Dict:
                            estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started)
     with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
       json.dump({n: round(t, 1) for n, t in estimated.items()}, f)
-  results, timings = run_tools(names, subjects, batches_for, FLAGS.out, options)
-  with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
-    json.dump(timings, f)  # wall seconds per tool, compilation and data included
-  with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
-    json.dump(about, f, indent=1)
-  finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
+  os.makedirs(FLAGS.out, exist_ok=True)
+  before = files_in(FLAGS.out)
+  try:
+    results, timings = run_tools(names, subjects, batches_for, FLAGS.out, options)
+    with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
+      json.dump(timings, f)  # wall seconds per tool, compilation and data included
+    with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
+      json.dump(about, f, indent=1)
+    finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
+  finally:
+    record_manifest(FLAGS.out, before)
   return results
 
 

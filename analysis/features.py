@@ -3,6 +3,7 @@ parameters (`Subject`), the names of its layers, its representations on batches
 of a dataset, and token sequences put back on their 2-D grid.
 """
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -117,6 +118,17 @@ def split_parameters(subject: Subject) -> Subject:
   return dataclasses.replace(subject, params=params, mesh=mesh, _compiled={})
 
 
+def params_checksum(params: Any) -> str:
+  """SHA-256 of the parameters' paths, shapes, dtypes and bytes: the same only for
+  the same parameters (a model retrained in place under one name gets another)."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    array = np.asarray(leaf)
+    digest.update(f'{jax.tree_util.keystr(path)}{array.shape}{array.dtype}'.encode())
+    digest.update(np.ascontiguousarray(array).tobytes())
+  return digest.hexdigest()
+
+
 def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
   """What the report says of a model: its family, architecture kind, shape in words,
   parameter count, image size and, when it comes from a finished training workdir,
@@ -125,6 +137,7 @@ def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
            'architecture': subject.layers.architecture,
            'shape': subject.family.describe(subject.config),
            'parameters': int(sum(np.size(x) for x in jax.tree_util.tree_leaves(subject.params))),
+           'params_checksum': params_checksum(subject.params),
            'image_size': subject.image_size}
   results = os.path.join(workdir, workdirs.RESULTS) if workdir else None
   if results and os.path.exists(results):

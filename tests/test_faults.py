@@ -289,6 +289,50 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
   assert not (out / 'cka.json').exists() and not (out / report.SUBJECTS_FILE).exists()
 
 
+def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
+  """--overwrite removes the files of the manifest alone; an --out holding a run or
+  a file is refused; the same names and sources with other parameters (a model
+  retrained in place) are other models."""
+  import analysis.__main__ as cli
+  from analysis import report
+  out = tmp_path / 'out'
+  out.mkdir()
+  (out / 'notes.json').write_text('{"mine": 1}')  # the user's, before any analysis
+  before = cli.files_in(str(out))
+  about = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'w', 'params_checksum': 'aa'}}
+  (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
+  (out / 'cka.json').write_text('{}')
+  (out / 'cka_vit.png').write_bytes(b'png')
+  cli.record_manifest(str(out), before)
+  assert set(json.loads((out / cli.MANIFEST).read_text())) == {
+      report.SUBJECTS_FILE, 'cka.json', 'cka_vit.png', cli.MANIFEST}
+  retrained = {'vit': {**about['vit'], 'params_checksum': 'bb'}}
+  with pytest.raises(errors.WorkdirError, match='before they changed'):
+    cli.claim_out(str(out), retrained, overwrite=False)
+  cli.claim_out(str(out), about, overwrite=False)  # the same parameters: allowed
+  cli.claim_out(str(out), retrained, overwrite=True)
+  assert sorted(p.name for p in out.iterdir()) == ['notes.json']
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / workdir.RECORD).write_text('{}')
+  (run / 'results.json').write_text('{}')
+  with pytest.raises(errors.WorkdirError, match='holds a training run'):
+    cli.claim_out(str(run), about, overwrite=True)
+  assert (run / workdir.RECORD).exists() and (run / 'results.json').exists()
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(errors.WorkdirError, match='is a file'):
+    cli.claim_out(str(tmp_path / 'file'), about, overwrite=False)
+  import numpy as np
+  from analysis import features
+  zeros = {'a': np.zeros((2, 3), np.float32)}
+  assert features.params_checksum(zeros) == features.params_checksum(
+      {'a': np.zeros((2, 3), np.float32)})
+  assert features.params_checksum(zeros) != features.params_checksum(
+      {'a': np.zeros((3, 2), np.float32)})
+  assert features.params_checksum(zeros) != features.params_checksum(
+      {'a': np.full((2, 3), 1e-8, np.float32)})
+
+
 def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
   import socket
   ended = subprocess.Popen([sys.executable, '-c', 'pass'])
