@@ -192,6 +192,16 @@ def test_sweep_rows_are_checked(folder, tmp_path):
   with pytest.raises(errors.ConfigError, match='is not a plain directory name'):
     sweep.run_sweep(escaping, str(tmp_path))
   assert not (tmp_path.parent.parent / 'x').exists()
+  # Rows checked before the first trains: a repeated label, an unknown field and a
+  # reference to no other row, each in a row after one that would train.
+  for rows, message in (((('c', {}), ('c', dict(lr=2e-2))), "more than one row labelled c"),
+                        ((('c', {}), ('d', dict(lr_typo=1.))), r"sets \['lr_typo'\]"),
+                        ((('c', {}), ('d', dict(pretrained='row:e'))), "not another row")):
+    bad = tiny_config(folder)
+    bad.sweep = ml_collections.ConfigDict(dict(name='t', rows=rows))
+    with pytest.raises(errors.ConfigError, match=message):
+      sweep.run_sweep(bad, str(tmp_path / 'bad'))
+    assert not (tmp_path / 'bad' / 'c').exists()
 
 
 @pytest.mark.slow

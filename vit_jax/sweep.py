@@ -16,7 +16,7 @@ import json
 import os
 import re
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
 from absl import flags
@@ -35,17 +35,30 @@ ROW_LABEL = re.compile(r'[\w.%+=-]+')
 CALIBRATION = ('eval_ece', 'eval_brier')  # Park & Kim's calibration metrics of each row
 
 
+def checked_row(config: ml_collections.ConfigDict, label: str
+                ) -> Tuple[ml_collections.ConfigDict, Optional[str]]:
+  """The row's recipe (`row_config`) and the label of the row it starts from (its
+  `pretrained` is 'row:<label>'), or None; a field the recipe lacks or a reference
+  to no other row is a ConfigError."""
+  try:
+    row = row_config(config, label)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  if not (isinstance(row.pretrained, str) and row.pretrained.startswith(ROW_PREFIX)):
+    return row, None
+  source = row.pretrained[len(ROW_PREFIX):]
+  if source not in dict(config.sweep.rows) or source == label:
+    raise ConfigError(f'Sweep row {label!r} starts from {row.pretrained!r}, which is not '
+                      'another row of the sweep.')
+  return row, source
+
+
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
   """Trains one row (unless it has a result of the same settings) and returns its
   result. A row whose `pretrained` is 'row:<label>' starts from that row's
   parameters, trained first. A result of other settings is refused, naming them."""
-  row = row_config(config, label)
-  source = None
-  if isinstance(row.pretrained, str) and row.pretrained.startswith(ROW_PREFIX):
-    source = row.pretrained[len(ROW_PREFIX):]
-    if source not in dict(config.sweep.rows) or source == label:
-      raise ConfigError(f'Sweep row {label!r} starts from {row.pretrained!r}, which is not '
-                        'another row of the sweep.')
+  row, source = checked_row(config, label)
+  if source is not None:
     row.pretrained = os.path.join(workdir, source, 'params.npz')
   path = os.path.join(workdir, label, RESULT)
   if os.path.exists(path):
@@ -132,6 +145,13 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str,
     if not ROW_LABEL.fullmatch(label) or set(label) == {'.'}:
       raise ConfigError(f'Sweep row label {label!r} is not a plain directory name (letters, '
                         'digits and . _ % + = -): each row trains in <workdir>/<label>.')
+  repeated = sorted({label for label in labels if labels.count(label) > 1})
+  if repeated:
+    raise ConfigError(f'Sweep {config.sweep.name!r} has more than one row labelled '
+                      f'{", ".join(repeated)}: each row trains in <workdir>/<label>, so give '
+                      'each a label of its own.')
+  for label in labels:  # every row's fields and references, before any row trains
+    checked_row(config, label)
   unknown = [label for label in rows or () if label not in labels]
   if unknown:
     raise ConfigError(f'--rows names {", ".join(unknown)}, not a row of sweep '
