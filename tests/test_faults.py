@@ -54,6 +54,8 @@ def _train_command(workdir_path, *overrides, env=None, **kwargs):
     ('--config.eval_every=0', 'Error: config.eval_every is 0; it must be an integer >= 1.'),
     ('--config.keep_checkpoints=0', 'Error: config.keep_checkpoints is 0'),
     ('--config.time_budget=20s', "Error: config.time_budget is '20s'; it must be a duration"),
+    ('--config.lr=inf', 'Error: config.lr is inf; it must be a number > 0.'),
+    ('--config.num_epochs=inf', 'Error: config.num_epochs is inf; it must be a number > 0.'),
     ('--config.learning_rate=0.1', 'Error: --config.learning_rate names no field of the recipe. '
                                    'Did you mean lr?'),
 ])
@@ -170,6 +172,19 @@ def test_a_text_file_named_npz_says_so(tmp_path):
   path.write_text('<html>Not found</html>')
   with pytest.raises(checkpoint.CheckpointError, match='is not an .npz parameter file'):
     checkpoint.load(str(path))
+
+
+def test_a_run_that_could_not_mean_anything_is_refused_before_it_trains(folder, tmp_path):
+  """One class (accuracy 1.0 whatever the model), or parameters kept at a step the
+  run never reaches."""
+  one = make_folder(str(tmp_path / 'one'), {'train': [8], 'test': [4]}, size=(8, 8))
+  with pytest.raises(errors.DataError, match='has 1 class: a classifier needs at least two'):
+    train.train_and_evaluate(tiny_config(one), str(tmp_path / 'a'))
+  with pytest.raises(errors.ConfigError, match="keep_params_at names step 500, beyond the "
+                                               "run's 6 steps"):
+    train.train_and_evaluate(tiny_config(folder, keep_params_at='2,500'), str(tmp_path / 'b'))
+  assert not (tmp_path / 'a' / 'checkpoints').exists()
+  assert not (tmp_path / 'b' / 'params.npz').exists()
 
 
 def test_sweep_rows_are_checked(folder, tmp_path):

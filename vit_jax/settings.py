@@ -9,6 +9,7 @@ that names no field, with the field meant where it can tell.
 """
 import dataclasses
 import difflib
+import math
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import ml_collections
@@ -26,7 +27,8 @@ def _is_int(v) -> bool:
 
 
 def _is_number(v) -> bool:
-  return isinstance(v, (int, float)) and not isinstance(v, bool)
+  """A finite int or float (not a bool): no field takes inf or nan."""
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _lr_mults(value) -> bool:

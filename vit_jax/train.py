@@ -36,7 +36,7 @@ from vit_jax import augreg, budget, calibration, checkpoint, entry, run_state, s
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
-from vit_jax.errors import ConfigError
+from vit_jax.errors import ConfigError, DataError
 from vit_jax.steps import TrainingError
 
 
@@ -179,8 +179,16 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                                            shuffle_files=True, seed=config.seed)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
   input_pipeline.check_same_classes(train_source, eval_source)
+  if train_source.num_classes < 2:
+    raise DataError(f'{config.dataset} has {train_source.num_classes} class: a classifier '
+                    'needs at least two (a folder dataset has one folder per class).')
   steps_per_epoch = max(train_source.num_examples * jax.process_count() // config.batch_size, 1)
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
+  beyond = [s for s in workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+            if s > total_steps]
+  if beyond:
+    raise ConfigError(f'config.keep_params_at names step {", ".join(map(str, beyond))}, beyond '
+                      f'the run\'s {total_steps} steps: name steps up to {total_steps}.')
 
   setup = steps.build(config, train_source.num_classes, total_steps)
   seconds = None  # with a budget: the training seconds, whose end ends the run
