@@ -358,6 +358,56 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
       {'a': np.full((2, 3), 1e-8, np.float32)})
 
 
+def _lock_taker(barrier, path, results, rounds):
+  """A process that tries to take the lock at `path` each round, at once with another."""
+  from vit_jax import errors as errs, workdir as wd
+  for i in range(rounds):
+    barrier.wait()
+    try:
+      wd._take_lock(path)
+      results.put((i, os.getpid()))
+    except errs.WorkdirError:
+      results.put((i, None))
+    except Exception as e:  # a crash is a failure of the test, not a hang
+      results.put((i, repr(e)))
+    barrier.wait()
+
+
+def test_two_processes_taking_a_stale_lock_at_once_one_gets_it(tmp_path):
+  """Two real processes released together on a stale lock, round after round:
+  exactly one takes it over each time, and the file names that one."""
+  import multiprocessing
+  import socket
+  ended = subprocess.Popen([sys.executable, '-c', 'pass'])
+  ended.wait()
+  stale = json.dumps({'host': socket.gethostname(), 'pid': ended.pid, 'since': 'earlier'})
+  path = str(tmp_path / workdir.LOCK)
+  rounds = 500
+  context = multiprocessing.get_context('fork')
+  barrier, results = context.Barrier(3), context.Queue()
+  workers = [context.Process(target=_lock_taker, args=(barrier, path, results, rounds))
+             for _ in range(2)]
+  for w in workers:
+    w.start()
+  try:
+    for i in range(rounds):
+      with open(path, 'w') as f:
+        f.write(stale)
+      barrier.wait(timeout=60)
+      barrier.wait(timeout=60)
+      outcomes = [pid for _, pid in (results.get(timeout=60) for _ in range(2))]
+      assert not [o for o in outcomes if isinstance(o, str)], f'round {i}: {outcomes}'
+      taken = [pid for pid in outcomes if pid]
+      assert len(taken) == 1, f'round {i}: {len(taken)} processes hold the lock'
+      assert json.loads(open(path).read())['pid'] == taken[0]
+  finally:
+    for w in workers:
+      w.join(timeout=10)
+      if w.is_alive():
+        w.kill()
+  assert sorted(os.listdir(tmp_path)) == [workdir.LOCK]
+
+
 def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
   import socket
   ended = subprocess.Popen([sys.executable, '-c', 'pass'])

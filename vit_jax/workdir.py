@@ -14,6 +14,7 @@ where the data lives, may change between runs (`FREE_FIELDS`).
 """
 import contextlib
 import errno
+import fcntl
 import glob
 import json
 import logging
@@ -71,13 +72,28 @@ def _alive(pid: int) -> bool:
 
 def _take_lock(path: str) -> None:
   """Creates the lock file, or raises a WorkdirError naming its live holder; a
-  stale lock (its process gone from this host) is taken over."""
+  stale lock (its process gone from this host) is taken over.
+
+  Takers of one workdir's lock on a host queue on an `flock` of the workdir, so
+  two processes finding one stale lock cannot both take it over; the file appears
+  whole (written aside, then hard-linked to its name, which fails if it exists).
+  """
   me = {'host': socket.gethostname(), 'pid': os.getpid(),
         'since': time.strftime('%Y-%m-%d %H:%M:%S')}
-  for _ in range(2):
-    try:
-      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
+  folder = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
+  try:
+    fcntl.flock(folder, fcntl.LOCK_EX)
+    for _ in range(2):
+      aside = f'{path}.{os.getpid()}'
+      with open(aside, 'w') as f:
+        json.dump(me, f)
+      try:
+        os.link(aside, path)
+        return
+      except FileExistsError:
+        pass
+      finally:
+        os.remove(aside)
       try:
         with open(path) as f:
           holder = json.load(f)
@@ -92,9 +108,8 @@ def _take_lock(path: str) -> None:
           f'{os.path.dirname(path)} is in use by the trainer of process {holder.get("pid")} '
           f'on {holder.get("host")} (since {holder.get("since")}): wait for it to end, or train '
           f'into another workdir. If no such run is alive, delete {path}.')
-    with os.fdopen(fd, 'w') as f:
-      json.dump(me, f)
-    return
+  finally:
+    os.close(folder)  # releases the flock
   raise WorkdirError(f'Could not take the lock {path}; delete it if no run holds it.')
 
 
