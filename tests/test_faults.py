@@ -97,6 +97,19 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6', '9']
   assert 0 <= summary['eval_accuracy'] <= 1
   assert json.loads((tmp_path / workdir.RECORD).read_text())['total_steps'] == 9
+  # A finished run trains nothing more: --reconfigure would only record settings its
+  # parameters were not trained with.
+  before = _files(tmp_path)
+  with pytest.raises(errors.WorkdirError, match=r'is finished \(step 9 of 9\).*lr: 0.01 -> 0.02'):
+    train.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path),
+                             reconfigure=True)
+  assert _files(tmp_path) == before
+  # Without its record, a run's files are refused, unless --reconfigure records anew.
+  (tmp_path / workdir.RECORD).unlink()
+  before = _files(tmp_path)
+  with pytest.raises(errors.WorkdirError, match='no record of the settings'):
+    train.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path))
+  assert _files(tmp_path) == before
 
 
 def _damage(directory, stride=None):

@@ -36,7 +36,7 @@ from vit_jax import augreg, budget, calibration, checkpoint, entry, run_state, s
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
-from vit_jax.errors import ConfigError, DataError
+from vit_jax.errors import ConfigError, DataError, WorkdirError
 from vit_jax.steps import TrainingError
 
 
@@ -201,8 +201,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
   state, spent = run_state.resume(manager, setup.state)
-  record()  # the settings are the run's from here on
   start_step = int(state.step)
+  if record.changes and start_step >= total_steps:
+    raise WorkdirError(
+        f'The run in {workdir} is finished (step {start_step} of {total_steps}): --reconfigure '
+        f'would record settings its parameters were not trained with ({"; ".join(record.changes)}'
+        f'). Train into a new workdir, from these parameters with --config.pretrained='
+        f'{os.path.join(workdir, "params.npz")}, or give more total_steps to go on.')
+  record()  # the settings are the run's from here on
   state_bytes, params_bytes = workdirs.sizes(state)
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)

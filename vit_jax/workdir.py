@@ -153,8 +153,8 @@ def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
     with open(path) as f:
       return json.load(f)
   except ValueError as e:
-    raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it to '
-                       'record the current settings.') from e
+    raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it and rerun '
+                       'with --reconfigure to record the current settings.') from e
 
 
 def check_record(workdir: str, config: ml_collections.ConfigDict,
@@ -165,6 +165,11 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
   new = settings_of(config)
   recorded = recorded_settings(workdir)
   if recorded is None:
+    if has_results(workdir) and not reconfigure:
+      raise WorkdirError(
+          f'{workdir} holds checkpoints or parameters but no record of the settings they were '
+          f'trained with ({RECORD} is missing): restore it, train into a new workdir, or rerun '
+          'with --reconfigure to go on from its checkpoint recording the current settings.')
     return new
   changed = differences(recorded, new)
   if not changed:
@@ -183,23 +188,30 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
           primary: bool = True) -> Iterator[Callable[[], None]]:
   """Holds `workdir` for one run: locked, its settings checked against the record.
   Yields `record()`, which writes the settings once the run has taken on the
-  workdir's state (so a run that fails before never changes the record). Only the
+  workdir's state (so a run that fails before never changes the record); its
+  `changes` lists the recorded fields the new settings change. Only the
   `primary` process (0) locks and records; workdirs on other filesystems (gs://)
   are neither locked nor recorded."""
   if not primary or '://' in workdir:
-    yield lambda: None
+    def record() -> None:
+      pass
+    record.changes = []
+    yield record
     return
   os.makedirs(workdir, exist_ok=True)
   lock = os.path.join(workdir, LOCK)
   _take_lock(lock)
   try:
     settings = check_record(workdir, config, reconfigure)
+    recorded = recorded_settings(workdir)
     remove_partial_files(workdir)
 
     def record() -> None:
       if settings is not None:
         with atomic_write(os.path.join(workdir, RECORD)) as f:
           json.dump(settings, f, indent=1)
+    # The fields a --reconfigure changes in the record (the run checks that it trains).
+    record.changes = differences(recorded, settings) if recorded and settings else []
     yield record
   finally:
     if os.path.exists(lock):
