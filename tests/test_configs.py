@@ -101,7 +101,9 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
       value = config.model[key]
       if isinstance(value, bool) or not isinstance(value, (int, str)):
         continue
-      new = 'bfloat16' if key == 'dtype' else value + 1 if isinstance(value, int) else value
+      # Ints doubled (patches of 1 px), so the architecture still fits the image.
+      new = 'bfloat16' if key == 'dtype' else (1 if key == 'patch_size' else 2 * value) if (
+          isinstance(value, int)) else value
       assert _parse(path, arg, [f'--config.model.{key}={new}']).model[key] == new
     assert _parse(path, arg, ['--config.pretrained=None']).pretrained is None
 

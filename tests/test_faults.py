@@ -55,6 +55,12 @@ def _train_command(workdir_path, *overrides, env=None, **kwargs):
     ('--config.keep_checkpoints=0', 'Error: config.keep_checkpoints is 0'),
     ('--config.time_budget=20s', "Error: config.time_budget is '20s'; it must be a duration"),
     ('--config.lr=inf', 'Error: config.lr is inf; it must be a number > 0.'),
+    ('--config.model.num_heads=5', 'Error: config.model: hidden_size 64 is not divisible by '
+                                   'num_heads 5'),
+    ('--config.image_size=2', 'Error: config.model.patch_size 4 is larger than '
+                              'config.image_size 2'),
+    ('--config.image_size=30', 'Error: config.image_size 30 is not a multiple of '
+                               'config.model.patch_size 4'),
     ('--config.num_epochs=inf', 'Error: config.num_epochs is inf; it must be a number > 0.'),
     ('--config.learning_rate=0.1', 'Error: --config.learning_rate names no field of the recipe. '
                                    'Did you mean lr?'),

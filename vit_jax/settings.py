@@ -188,10 +188,37 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                       'run has no warm-up to keep the parameters of; name a step number instead.')
   try:
     models.family_of(models.get_config(config.model_name))  # trains image classifiers only
-    models.get_config(config.model_name, **config.model)
+    model = models.get_config(config.model_name, **config.model)
   except ValueError as e:
     raise ConfigError(f'config.model_name / config.model: {e}') from e
+  check_geometry(model, config.image_size)
   return config
+
+
+def check_geometry(model: ml_collections.ConfigDict, image_size: int) -> None:
+  """Refuses architecture fields that do not fit each other or the image: attention
+  heads that do not divide the width, and a patch embedding on the image (not a
+  hybrid's feature map) whose patch is larger than the image or does not divide it.
+
+  Args:
+    model: the model's architecture fields (`models.get_config`).
+    image_size: the side of the images it is given.
+  """
+  width, heads = model.get('hidden_size'), model.get('num_heads')
+  if isinstance(width, int) and isinstance(heads, int) and width % heads:
+    raise ConfigError(f'config.model: hidden_size {width} is not divisible by num_heads {heads} '
+                      '(each head takes hidden_size / num_heads channels); choose a number of '
+                      'heads that divides it.')
+  patch = model.get('patch_size')
+  if isinstance(patch, int) and not model.get('resnet_layers'):
+    if patch > image_size:
+      raise ConfigError(f'config.model.patch_size {patch} is larger than config.image_size '
+                        f'{image_size}: the image would have no patch; use a smaller patch or '
+                        'larger images.')
+    if image_size % patch:
+      raise ConfigError(f'config.image_size {image_size} is not a multiple of '
+                        f'config.model.patch_size {patch}: the last {image_size % patch} rows '
+                        'and columns would be dropped; choose a size the patch divides.')
 
 
 def _meant(name: str, fields: Sequence[str] = tuple(FIELDS)) -> str:
