@@ -196,6 +196,9 @@ def test_a_text_file_named_npz_says_so(tmp_path):
 def test_a_run_that_could_not_mean_anything_is_refused_before_it_trains(folder, tmp_path):
   """One class (accuracy 1.0 whatever the model), or parameters kept at a step the
   run never reaches."""
+  with pytest.raises(errors.DataError, match="Split 'train\\[:0\\]' of fashion_mnist holds no"):
+    train.train_and_evaluate(tiny_config('fashion_mnist', train_split='train[:0]'),
+                             str(tmp_path / 'z'))
   one = make_folder(str(tmp_path / 'one'), {'train': [8], 'test': [4]}, size=(8, 8))
   with pytest.raises(errors.DataError, match='has 1 class: a classifier needs at least two'):
     train.train_and_evaluate(tiny_config(one), str(tmp_path / 'a'))

@@ -338,3 +338,5 @@ def test_zero_shot_refuses_what_it_cannot_classify(tmp_path, bert_vocab):
     zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, prompts=('a photo',))
   with pytest.raises(ConfigError, match='3 class names for the 2 classes'):
     zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, class_names=['a', 'b', 'c'])
+  with pytest.raises(ConfigError, match='--batch_size is 0; it must be at least 1'):
+    zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, batch_size=0)

@@ -138,6 +138,10 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
                       f'{sorted(builder.info.splits)}.') from e
   else:  # No split metadata (as with tfds.testing.mock_data): count the examples.
     sizes = [int(builder.as_dataset(split=s).reduce(0, lambda n, _: n + 1)) for s in splits]
+  if sizes[process_index] == 0:
+    raise DataError(f'Split {split!r} of {name} holds no images' + (
+        ' for this process' if process_count > 1 else '') + '; give a split with images, such '
+        'as train or train[:10%].')
   # No TFDS auto-cache: splits are often read in part (the budget's probe, one
   # evaluation batch, the analysis's first n images, a run ending mid-epoch), which
   # discards a partial cache with a warning each time; and decoding is cheap here

@@ -125,6 +125,9 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
                       f'{", ".join(models.lit.VARIANTS)}.')
   if any('{}' not in p for p in prompts):
     raise ConfigError(f'Every prompt needs a {{}} for the class name: {list(prompts)}.')
+  for name, value in (('batch_size', batch_size), ('max_examples', max_examples)):
+    if value is not None and value < 1:
+      raise ConfigError(f'--{name} is {value}; it must be at least 1.')
   model = models.build_model(config)
   params = load_params(checkpoint_path, model, config)
   vocab = vocab or default_vocab(checkpoint_path, config)
