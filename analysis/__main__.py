@@ -18,6 +18,7 @@ figures from the JSON already in --out.
 import glob
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from analysis import tools  # noqa: F401  (registers the built-in tools and thei
 from vit_jax import budget, entry, sweep_rows
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
-from vit_jax.errors import ConfigError, DataError, WorkdirError
+from vit_jax.errors import ConfigError, DataError, UserError, WorkdirError
 
 TOOL_MODULES_FLAG = '--tool_modules='
 
@@ -139,22 +140,39 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
 
 def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
               batches_for: Callable[[features.Subject], tool.Batches], out: str,
-              options: Optional[Mapping[str, Mapping]] = None) -> Tuple[Dict, Dict]:
+              options: Optional[Mapping[str, Mapping]] = None
+              ) -> Tuple[Dict, Dict, Dict[str, str]]:
   """Runs the registered tools `names` on every subject they apply to, with their
   `options` (tool name -> keyword arguments), writing `<tool>.json` and the
-  figures into `out`; returns the results and the wall seconds of each tool."""
+  figures into `out`. A tool that fails leaves the others running: its reason
+  goes into `failures.json` (which forgets the tools that now ran) for the report.
+  Returns the results, the wall seconds of each tool, and the failures."""
   os.makedirs(out, exist_ok=True)
-  results, seconds = {}, {}
+  results, seconds, failed = {}, {}, {}
   for name in names:
     start = time.perf_counter()
     print(f'{name}: running', flush=True)
-    results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
-                                (options or {}).get(name))
+    try:
+      results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
+                                  (options or {}).get(name))
+    except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
+      failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
+      logging.exception('The %s tool failed.', name)
+      print(f'{name}: failed ({failed[name]})', flush=True)
+      continue
     with atomic_write(os.path.join(out, f'{name}.json')) as f:
       json.dump(tool.to_json(results[name]), f, allow_nan=False)
     seconds[name] = round(time.perf_counter() - start, 1)
     print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
-  return results, seconds
+  path = os.path.join(out, report.FAILURES_FILE)
+  earlier = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      earlier = json.load(f)
+  now = {n: why for n, why in earlier.items() if n not in results} | failed
+  with atomic_write(path) as f:
+    json.dump(now, f, indent=1)
+  return results, seconds, failed
 
 
 def check_amounts(num_images: int, batch_size: int) -> None:
@@ -182,6 +200,10 @@ def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) 
 
 
 MANIFEST = 'analysis_files.json'  # the files this command wrote into --out
+
+
+class ToolsFailed(UserError):
+  """Some tools failed; the others' results and report were written."""
 
 
 def _is_run(out: str) -> bool:
@@ -247,40 +269,58 @@ def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
       os.remove(path)
 
 
-def check_time(names: Sequence[str], subjects: Sequence[features.Subject],
-               batches_for: Callable[[features.Subject], tool.Batches],
-               options: Mapping[str, Mapping], amounts: estimate.Amounts, seconds: float,
-               started: float) -> Dict[str, float]:
-  """Each tool's estimated seconds (`analysis.estimate`), printed; refuses a total
-  beyond what is left of `seconds` since `started`, naming what shortens it."""
+def plan_time(names: Sequence[str], subjects: Sequence[features.Subject],
+              batches_for: Callable[[features.Subject], tool.Batches],
+              options: Dict[str, Dict], amounts: estimate.Amounts, seconds: float,
+              started: float, budget_text: str
+              ) -> Tuple[Dict[str, float], Dict[str, Dict[str, list]]]:
+  """Fits the tools into what is left of `seconds` (`budget_text`, as the user wrote it)
+  since `started`: each tool's
+  seconds are estimated (`analysis.estimate`); while their total is beyond it, the
+  costliest tool that can (`Tool.shrink`) takes a smaller sample, its `options`
+  changed in place. Prints the plan and returns the estimates and each shrunk
+  tool's changed options ({option: [asked, planned]}); refuses, naming each
+  tool's minimum, where even the minimums do not fit."""
   def work_on(name):
     registered = tool.TOOLS[name]
     return lambda s: (registered.work(s, options[name], amounts)
                       if registered.applies_to(s) else None)
-  works = {name: work_on(name) for name in names}
-  kinds = estimate.kinds_needed([w for work in works.values() for s in subjects
-                                 if (w := work(s)) is not None])
+  kinds = estimate.kinds_needed([w for name in names for s in subjects
+                                 if (w := work_on(name)(s)) is not None])
   prices = {}
   for s in subjects:
     images, labels = next(iter(batches_for(s)('eval')))
     prices[s.label] = estimate.price(s, images, labels, kinds)
-  estimated = estimate.estimates(works, subjects, prices)
+  asked = {name: dict(options[name]) for name in names}
   left = seconds - (time.perf_counter() - started)
-  listed = ', '.join(f'{n} {estimate.duration(t)}' for n, t in estimated.items())
-  total = sum(estimated.values())
-  if total > left:
-    longest = sorted(estimated, key=estimated.get, reverse=True)
-    shorter = '; '.join(f'{n} {estimate.duration(estimated[n])}' + (
-        f' (shorter with {", ".join("--" + f for f in tool.TOOLS[n].shortened_by)})'
-        if tool.TOOLS[n].shortened_by else '') for n in longest)
-    raise ConfigError(
-        f'The analysis would take about {estimate.duration(total)}, more than the '
-        f'{estimate.duration(left)} left of --time_budget={FLAGS.time_budget}: {shorter}. '
-        'Shorten the longest, run fewer tools (python -m analysis <tool>), or give a longer '
-        '--time_budget.')
-  print(f'Estimated: {listed}; {estimate.duration(total)} of the {estimate.duration(left)} '
-        f'left of --time_budget={FLAGS.time_budget}.', flush=True)
-  return estimated
+  while True:
+    estimated = estimate.estimates({n: work_on(n) for n in names}, subjects, prices)
+    total = sum(estimated.values())
+    if total <= left:
+      break
+    smaller = [n for n in sorted(estimated, key=estimated.get, reverse=True)
+               if tool.TOOLS[n].shrink and tool.TOOLS[n].shrink(options[n]) is not None]
+    if not smaller:
+      listed = '; '.join(f'{n} {estimate.duration(estimated[n])}' + (
+          f' (at its minimum, {tool.TOOLS[n].minimum})' if tool.TOOLS[n].minimum else '')
+          for n in sorted(estimated, key=estimated.get, reverse=True))
+      raise ConfigError(
+          f'The analysis would take about {estimate.duration(total)} even with the smallest '
+          f'samples, more than the {estimate.duration(left)} left of '
+          f'--time_budget={budget_text}: {listed}. Run fewer tools (python -m analysis '
+          '<tool>), fewer --num_images, or give a longer --time_budget.')
+    options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(options[smaller[0]])
+  smaller = {}
+  for n in names:
+    changed = {k: [asked[n].get(k), v] for k, v in options[n].items() if asked[n].get(k) != v}
+    if changed:
+      smaller[n] = changed
+      print(f'{n}: a smaller sample for --time_budget={budget_text}: ' +
+            ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)
+  print(f'Estimated: {", ".join(f"{n} {estimate.duration(t)}" for n, t in estimated.items())}; '
+        f'{estimate.duration(total)} of the {estimate.duration(left)} left of '
+        f'--time_budget={budget_text}.', flush=True)
+  return estimated, smaller
 
 
 def run(name: str) -> Dict:
@@ -326,21 +366,30 @@ def run(name: str) -> Dict:
                                    FLAGS.dataset)
 
   if seconds is not None:
-    estimated = check_time(names, subjects, batches_for, options,
-                           estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started)
+    estimated, smaller = plan_time(names, subjects, batches_for, options,
+                          estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started,
+                          FLAGS.time_budget)
     with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
       json.dump({n: round(t, 1) for n, t in estimated.items()}, f)
+    report.record_plan(FLAGS.out, FLAGS.time_budget, smaller, names)
   os.makedirs(FLAGS.out, exist_ok=True)
   before = files_in(FLAGS.out)
   try:
-    results, timings = run_tools(names, subjects, batches_for, FLAGS.out, options)
+    results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options)
     with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
       json.dump(timings, f)  # wall seconds per tool, compilation and data included
     with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
       json.dump(about, f, indent=1)
-    finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
+    page = (finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
+            if report.load_results(FLAGS.out) else None)
   finally:
     record_manifest(FLAGS.out, before)
+  if failed:
+    raise ToolsFailed(
+        f'{len(failed)} of {len(names)} tools failed (' + '; '.join(
+            f'{n}: {why}' for n, why in failed.items()) + ')' + (
+            f'; the report of the others: {page}' if page else '') +
+        '. Run the tool alone with --traceback for the details.')
   return results
 
 

@@ -21,6 +21,8 @@ from analysis.verdict import Z, Verdict
 from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
+FAILURES_FILE = 'failures.json'  # tool name -> why it failed
+PLAN_FILE = 'plan.json'  # tool name -> the smaller samples it took for a time budget
 REDUCTIONS = ('value', 'mean', 'min', 'max', 'offdiag_mean')
 NO_VALUE = 'n/a'  # a quoted value without support (null in the JSON)
 
@@ -80,12 +82,42 @@ def load_results(out: str) -> Dict[str, Mapping]:
   return results
 
 
-def load_subjects(out: str) -> Dict[str, Mapping]:
-  path = os.path.join(out, SUBJECTS_FILE)
+def load_failures(out: str) -> Dict[str, str]:
+  """The tools that failed in `out`'s last runs, with why (`failures.json`)."""
+  return _load_json(os.path.join(out, FAILURES_FILE))
+
+
+def record_plan(out: str, budget: str, smaller: Mapping[str, Mapping[str, list]],
+                names: Sequence[str]) -> None:
+  """Keeps in `out` (`plan.json`) the options each of `names` took smaller samples
+  of to fit `budget` ({option: [asked, planned]}; tools run at their asked sizes
+  are dropped from it), for the report's sections."""
+  plan = {k: v for k, v in _load_json(os.path.join(out, PLAN_FILE)).items() if k not in names}
+  plan.update({n: {'time_budget': budget, 'options': dict(o)} for n, o in smaller.items()})
+  with atomic_write(os.path.join(out, PLAN_FILE)) as f:
+    json.dump(plan, f, indent=1)
+
+
+def plan_note(out: str, name: str) -> str:
+  """One sentence on the smaller samples tool `name` took for a time budget, or ''."""
+  planned = _load_json(os.path.join(out, PLAN_FILE)).get(name)
+  if not planned:
+    return ''
+  return (f'Smaller samples to fit --time_budget={planned["time_budget"]}: ' + ', '.join(
+      f'{k} {a} instead of {b}' for k, (b, a) in planned['options'].items()) +
+      '; the standard errors are those of these samples.')
+
+
+def _load_json(path: str) -> Dict:
   if not os.path.exists(path):
     return {}
   with open(path) as f:
     return json.load(f)
+
+
+def load_subjects(out: str) -> Dict[str, Mapping]:
+  """What the report knows of each model analysed in `out` (`subjects.json`)."""
+  return _load_json(os.path.join(out, SUBJECTS_FILE))
 
 
 def _html(fragments: Sequence[Fragment]) -> str:
@@ -174,6 +206,14 @@ def write_report(out: str) -> Dict[str, str]:
       [('verdicts', 'Verdicts')] + contents) + '</ol></nav>')
   markdown += ['## Contents', ''] + [f'1. [{text}](#{name})' for name, text in
                                      [('verdicts', 'Verdicts')] + contents] + ['']
+  failed = load_failures(out)
+  if failed:
+    page.append('<section id="failed"><h2>Tools that failed</h2><ul>' + ''.join(
+        f'<li>{html.escape(tool.TOOLS[n].title if n in tool.TOOLS else n)} ({html.escape(n)}): '
+        f'{html.escape(why)}</li>' for n, why in failed.items()) + '</ul></section>')
+    markdown += ['## Tools that failed', ''] + [
+        f'- {tool.TOOLS[n].title if n in tool.TOOLS else n} ({n}): {why}'
+        for n, why in failed.items()] + ['']
   verdicts = all_verdicts(results, subjects)
   head = ('<tr><th>finding</th><th>the paper</th><th>measured here</th><th>verdict</th>'
           '<th>why</th></tr>')
@@ -191,7 +231,7 @@ def write_report(out: str) -> Dict[str, str]:
                f'{v.verdict} | {cell(v.why)} |' for name, v in verdicts] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
-    used = conventions.caption(name, result)
+    used = ' '.join(filter(None, [conventions.caption(name, result), plan_note(out, name)]))
     page += [f'<section id="{name}"><h2>{html.escape(record.title)}</h2>',
              f'<p class="quantity">{html.escape(record.quantity)}</p>',
              *([f'<p class="conventions">{html.escape(used)}</p>'] if used else []),

@@ -69,7 +69,9 @@ class Tool:
   `models` being what the report knows of each model label. `work(subject, options,
   amounts)` counts the model passes a run makes (`analysis.estimate`), which
   `--time_budget` prices before any tool runs; `shortened_by` names the flags
-  that make it shorter.
+  that make it shorter; `shrink(options)` gives the options of a smaller sample
+  (about two thirds of the work, or less), or None at the smallest sample the tool
+  still reports, which `minimum` states: the analysis plans a budget with it.
   """
   name: str
   title: str
@@ -86,6 +88,8 @@ class Tool:
   work: Callable[[Subject, Mapping[str, Any], estimate.Amounts], estimate.Work] = \
       estimate.one_pass_over_the_data
   shortened_by: Tuple[str, ...] = ('num_images',)
+  shrink: Optional[Callable[[Mapping[str, Any]], Optional[Dict[str, Any]]]] = None
+  minimum: str = ''
 
   def applies_to(self, subject: Subject) -> bool:
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)

@@ -70,6 +70,48 @@ def test_pricing_times_only_the_kinds_asked_for(vit):
       'forward', 'hvp']
 
 
+def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, monkeypatch, capsys,
+                                                                   tmp_path):
+  """Every pass priced at 10 ms: the Hessian (510 products) and the landscape (21 x
+  21 points on 2 batches) shrink, the costliest first, until the whole fits; a
+  budget below their minimums is refused naming them."""
+  import time
+  import analysis.__main__ as cli
+  from analysis.tools import landscape
+  monkeypatch.setattr(estimate, 'price', lambda *a, **k: estimate.Prices(
+      run={'forward': 0.01, 'gradient': 0.01, 'hvp': 0.01},
+      compile={'forward': 0., 'gradient': 0., 'hvp': 0.}))
+  names = ['hessian', 'landscape', 'cka']
+
+  def asked():
+    return {'hessian': hessian.options(4, 20, 'training'),
+            'landscape': landscape.options(21, 2, 'random', 20), 'cka': {}}
+  options = asked()
+  planned = cli.plan_time(names, [vit], lambda s: batches, options, AMOUNTS, 7.,
+                          time.perf_counter(), '7s')
+  assert sum(planned[0].values()) <= 7.
+  assert options['hessian']['num_minibatches'] == 2 and options['landscape']['points'] < 21
+  assert options['cka'] == {}
+  said = capsys.readouterr().out
+  assert 'hessian: a smaller sample for --time_budget=7s: num_minibatches 4 -> 2' in said
+  from analysis import report
+  report.record_plan(str(tmp_path), '7s', planned[1], names)
+  assert report.plan_note(str(tmp_path), 'hessian').startswith(
+      'Smaller samples to fit --time_budget=7s: num_minibatches 2 instead of 4')
+  assert report.plan_note(str(tmp_path), 'cka') == ''
+  report.record_plan(str(tmp_path), '1h', {}, ['hessian'])  # run again at its asked size
+  assert report.plan_note(str(tmp_path), 'hessian') == ''
+  assert report.plan_note(str(tmp_path), 'landscape').startswith('Smaller samples')
+  # Enough time: nothing changes.
+  options = asked()
+  cli.plan_time(names, [vit], lambda s: batches, options, AMOUNTS, 1e4, time.perf_counter(), '3h')
+  assert options == asked()
+  with pytest.raises(cli.ConfigError, match=r'even with the smallest samples.*at its minimum, '
+                                            r'11 x 11 points on one batch'):
+    cli.plan_time(names, [vit], lambda s: batches, asked(), AMOUNTS, 1., time.perf_counter(),
+                  '1s')
+
+
 def _analysis(tmp_path, *args):
   path = quickstart_vit_checkpoint(tmp_path)
   return subprocess.run(
@@ -85,7 +127,8 @@ def test_a_budget_the_tools_do_not_fit_is_refused_before_any_runs(tmp_path):
   assert done.returncode != 0
   message = done.stderr.strip().splitlines()[-1]
   assert 'more than the' in message and '--time_budget=2s' in message, done.stderr[-2000:]
-  assert 'hessian' in message and '--hessian_batches, --lanczos_steps' in message
+  assert 'even with the smallest samples' in message
+  assert 'hessian' in message and 'at its minimum, 2 minibatches and 10 Lanczos steps' in message
   assert not list((tmp_path / 'out').glob('*.json'))  # no tool ran
 
 

@@ -77,9 +77,10 @@ def analysed(tmp_path_factory):
   out = tmp_path_factory.mktemp('analysis')
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
-  run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
-            {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8, trace_probes=2,
-                             block_steps=2)})
+  _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
+                           {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8,
+                                            trace_probes=2, block_steps=2)})
+  assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
@@ -315,3 +316,29 @@ def test_accuracy_errors_are_binomial(analysed):
       assert [a is None for a in accuracy] == [s is None for s in stderr]
       np.testing.assert_allclose([s for s in stderr if s is not None],
                                  [se(a, r['num_images']) for a in accuracy if a is not None])
+
+
+def test_a_failing_tool_leaves_the_others_and_the_report_says_why(tmp_path, monkeypatch):
+  import dataclasses
+  from analysis import tool
+
+  def broken(*args, **kwargs):
+    raise RuntimeError('out of memory in the test')
+  genuine = TOOLS['norm_ratio']
+  monkeypatch.setitem(tool.TOOLS, 'norm_ratio', dataclasses.replace(genuine, run=broken))
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
+  results, _, failed = run_tools(['norm_ratio', 'attention_distance'], subjects,
+                                 lambda s: batches, str(tmp_path))
+  assert failed == {'norm_ratio': 'RuntimeError: out of memory in the test'}
+  assert set(results) == {'attention_distance'}
+  assert (tmp_path / 'attention_distance.json').exists()
+  assert not (tmp_path / 'norm_ratio.json').exists()
+  (tmp_path / report.SUBJECTS_FILE).write_text(json.dumps(
+      {'vit': {**features.describe(subjects[0]), 'source': 'generated'}}))
+  text = open(report.write_report(str(tmp_path))['md']).read()
+  assert '## Tools that failed' in text and 'out of memory in the test' in text
+  # Run again, working: the failure is forgotten.
+  monkeypatch.setitem(tool.TOOLS, 'norm_ratio', genuine)
+  assert run_tools(['norm_ratio'], subjects, lambda s: batches, str(tmp_path))[2] == {}
+  assert report.load_failures(str(tmp_path)) == {}
+  assert 'Tools that failed' not in open(report.write_report(str(tmp_path))['md']).read()

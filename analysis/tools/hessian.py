@@ -2,7 +2,7 @@
 density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and of
 each parameter block's diagonal block."""
 import os
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -163,6 +163,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                    errors={'trace of the block': block_stderr})]
   return {'objective': {'name': objective, **description},
           'top_per_minibatch': tops, 'num_parameters': dim,
+          'num_minibatches': num_minibatches, 'lanczos_steps': steps_top,
+          'density_steps': steps_density, 'density_probes': num_probes,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
           # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
           'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
@@ -190,6 +192,24 @@ def options(batches: int, lanczos_steps: int, objective: str, l2_on: str = 'all'
   return dict(num_minibatches=batches, steps_top=lanczos_steps, steps_density=2 * lanczos_steps,
               block_steps=max(1, lanczos_steps // 2), trace_probes=max(2, lanczos_steps // 2),
               objective=objective, l2_on=l2_on, density_width=density_width)
+
+
+MINIMUM = dict(num_minibatches=2, steps_top=10)
+
+
+def shrink(options: Mapping) -> Optional[Dict]:
+  """A smaller sample for a time budget: fewer minibatches (down to 2), then fewer
+  Lanczos steps (down to 10; the density's, the blocks' and the trace probes
+  follow as `options` sets them), or None at that minimum."""
+  o = {**DEFAULTS, **options}
+  if o['num_minibatches'] > MINIMUM['num_minibatches']:
+    return {**options, 'num_minibatches': max(MINIMUM['num_minibatches'],
+                                              o['num_minibatches'] * 2 // 3)}
+  if o['steps_top'] > MINIMUM['steps_top']:
+    steps = max(MINIMUM['steps_top'], o['steps_top'] * 2 // 3)
+    return {**options, 'steps_top': steps, 'steps_density': 2 * steps,
+            'block_steps': max(1, steps // 2), 'trace_probes': max(2, steps // 2)}
+  return None
 
 
 def check_lanczos(steps: int, dim: int, label: str) -> None:
@@ -307,4 +327,5 @@ TOOL = register(Tool(
     options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
                             FLAGS.hessian_objective, FLAGS.hessian_l2_on,
                             FLAGS.hessian_density_width),
-    work=work, shortened_by=('hessian_batches', 'lanczos_steps')))
+    work=work, shortened_by=('hessian_batches', 'lanczos_steps'), shrink=shrink,
+    minimum='2 minibatches and 10 Lanczos steps'))

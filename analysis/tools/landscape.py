@@ -2,7 +2,7 @@
 tool on a grid around the trained parameters, along two filter-normalised random
 directions or the Hessian's top eigenvectors; the NLL and the L2 term apart."""
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -138,6 +138,21 @@ def options(points: int, num_batches: int, directions: str, lanczos_steps: int,
               lanczos_steps=lanczos_steps, l2_term=l2_term, normalisation=normalisation)
 
 
+MIN_POINTS = 11  # the authors' `get_loss_landscape` default
+
+
+def shrink(options: Dict) -> Optional[Dict]:
+  """A smaller sample for a time budget: fewer grid points a side (odd, so the
+  trained parameters stay a point; down to 11), then one batch a point, or None
+  at that minimum."""
+  if options['points'] > MIN_POINTS:
+    fewer = max(MIN_POINTS, int(options['points'] * 0.8) // 2 * 2 + 1)
+    return {**options, 'points': min(fewer, options['points'] - 2)}
+  if options['num_batches'] > 1:
+    return {**options, 'num_batches': 1}
+  return None
+
+
 TOOL = register(Tool(
     name='landscape', title='Loss landscape',
     quantity='The recipe\'s NLL (with its label smoothing) on augmented training batches '
@@ -160,4 +175,5 @@ TOOL = register(Tool(
     # Every grid point is a forward pass over each of the landscape's batches.
     work=lambda subject, options, amounts: Work(
         {'forward': options['points'] ** 2 * options['num_batches']}, {'forward': 1}),
-    shortened_by=('landscape_points', 'landscape_batches')))
+    shortened_by=('landscape_points', 'landscape_batches'), shrink=shrink,
+    minimum=f'{MIN_POINTS} x {MIN_POINTS} points on one batch'))
