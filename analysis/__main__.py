@@ -360,21 +360,23 @@ def run(name: str) -> Dict:
 
   check_classes(subjects, FLAGS.dataset)
   claim_out(FLAGS.out, about, FLAGS.overwrite)
+  os.makedirs(FLAGS.out, exist_ok=True)
+  before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there
 
   def batches_for(subject):
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
+  smaller = {}  # the tools that take smaller samples to fit a time budget
   if seconds is not None:
-    estimated, smaller = plan_time(names, subjects, batches_for, options,
-                          estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started,
-                          FLAGS.time_budget)
+    estimated, smaller = plan_time(
+        names, subjects, batches_for, options,
+        estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started,
+        FLAGS.time_budget)
     with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
       json.dump({n: round(t, 1) for n, t in estimated.items()}, f)
-    report.record_plan(FLAGS.out, FLAGS.time_budget, smaller, names)
-  os.makedirs(FLAGS.out, exist_ok=True)
-  before = files_in(FLAGS.out)
   try:
+    report.record_plan(FLAGS.out, FLAGS.time_budget, smaller, names)
     results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options)
     with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
       json.dump(timings, f)  # wall seconds per tool, compilation and data included
