@@ -40,6 +40,7 @@ def authors_bases(direction, weights, kws=('pos_embed', 'relative_position')):
   return out
 
 
+@pytest.mark.numerics
 def test_filter_normalisation_is_the_authors_in_timms_layout():
   """A ViT's direction mapped to timm's state dict (fused qkv, 1-D qkv bias,
   pos_embed), normalised there as the authors' code does, and mapped back."""
@@ -97,6 +98,7 @@ def test_per_array_normalisation_is_each_array_alone():
   assert not np.any(ours['LayerNorm_0']['scale'])
 
 
+@pytest.mark.numerics
 def test_alternets_fused_key_value_and_relative_bias():
   """AlterNet in the authors' code: `to_q` alone, `to_kv` one tensor for key and
   value, the relative position bias (their `pos_embedding`) held still."""
@@ -122,6 +124,7 @@ def test_alternets_fused_key_value_and_relative_bias():
   assert not np.any(ours['relative_position_bias'])
 
 
+@pytest.mark.numerics
 def test_the_l2_term_is_the_authors():
   """`ops/norm.py` `l2`: the sum over parameter tensors of torch.norm (Frobenius,
   unsquared); the notebook adds weight_decay times it."""

@@ -130,6 +130,7 @@ def timm_mixup_targets(labels, flipped, lam, num_classes, smoothing):
   return lam * one_hot(labels) + (1. - lam) * one_hot(flipped)
 
 
+@pytest.mark.numerics
 def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
   """Park & Kim's train/nll: SoftTargetCrossEntropy (sum of -target * log_softmax,
   mean over the batch) on timm's smoothed Mixup targets, in train mode. The test's
