@@ -221,6 +221,11 @@ def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
   assert f"vit {-r['mean_error']['vit']:.3f}" in judged.measured
   with pytest.raises(ConfigError, match='--corruption_baseline=resnet is not one of'):
     TOOLS['corruption'].run([vit, bit], batches, str(tmp_path), baseline='resnet')
+  # A time budget's smaller sample: the first half of the images (whole batches of 12).
+  half = TOOLS['corruption'].run([vit, bit], batches, str(tmp_path), fraction=0.5)
+  assert half['num_images'] == 24 and half['fraction'] == 0.5
+  assert half['clean_error']['vit'] == pytest.approx(np.mean(np.concatenate([
+      np.asarray(vit.logits(x)).argmax(-1) != y for x, y in list(batches('eval'))[:2]])))
 
 
 def test_tfds_corruptions_need_cifar10_models(subjects, tmp_path):  # noqa: F811

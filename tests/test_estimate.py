@@ -112,6 +112,24 @@ def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, monkeypa
                   '1s')
 
 
+@pytest.mark.parametrize('name,options,smallest', [
+    ('hessian', hessian.options(10, 30, 'training'),
+     dict(num_minibatches=2, steps_top=10, steps_density=20, num_probes=1, trace_probes=2,
+          block_steps=4)),
+    ('landscape', dict(points=21, num_batches=2), dict(points=11, num_batches=1)),
+    ('corruption', {}, dict(fraction=0.2)),
+    ('robustness', {}, dict(frequencies=list(np.linspace(0, np.pi, 5))))])
+def test_each_tool_shrinks_to_its_stated_minimum(vit, name, options, smallest):
+  """Every step takes less work, and the last stops at the minimum the tool states."""
+  shrink, work = TOOLS[name].shrink, lambda o: sum(TOOLS[name].work(vit, o, AMOUNTS).passes.values())
+  while (smaller := shrink(options)) is not None:
+    assert work(smaller) < work(options), (options, smaller)
+    options = smaller
+  for key, value in smallest.items():
+    np.testing.assert_allclose(options[key], value)
+  assert TOOLS[name].minimum
+
+
 def _analysis(tmp_path, *args):
   path = quickstart_vit_checkpoint(tmp_path)
   return subprocess.run(

@@ -194,13 +194,14 @@ def options(batches: int, lanczos_steps: int, objective: str, l2_on: str = 'all'
               objective=objective, l2_on=l2_on, density_width=density_width)
 
 
-MINIMUM = dict(num_minibatches=2, steps_top=10)
+MINIMUM = dict(num_minibatches=2, steps_top=10, num_probes=1, trace_probes=2, block_steps=4)
 
 
 def shrink(options: Mapping) -> Optional[Dict]:
   """A smaller sample for a time budget: fewer minibatches (down to 2), then fewer
   Lanczos steps (down to 10; the density's, the blocks' and the trace probes
-  follow as `options` sets them), or None at that minimum."""
+  follow as `options` sets them), then one density probe, then 2 trace probes and
+  4 Lanczos steps per block; None at that minimum."""
   o = {**DEFAULTS, **options}
   if o['num_minibatches'] > MINIMUM['num_minibatches']:
     return {**options, 'num_minibatches': max(MINIMUM['num_minibatches'],
@@ -209,6 +210,11 @@ def shrink(options: Mapping) -> Optional[Dict]:
     steps = max(MINIMUM['steps_top'], o['steps_top'] * 2 // 3)
     return {**options, 'steps_top': steps, 'steps_density': 2 * steps,
             'block_steps': max(1, steps // 2), 'trace_probes': max(2, steps // 2)}
+  if o['num_probes'] > MINIMUM['num_probes']:
+    return {**options, 'num_probes': MINIMUM['num_probes']}
+  if o['trace_probes'] > MINIMUM['trace_probes'] or o['block_steps'] > MINIMUM['block_steps']:
+    return {**options, 'trace_probes': min(o['trace_probes'], MINIMUM['trace_probes']),
+            'block_steps': min(o['block_steps'], MINIMUM['block_steps'])}
   return None
 
 
@@ -328,4 +334,5 @@ TOOL = register(Tool(
                             FLAGS.hessian_objective, FLAGS.hessian_l2_on,
                             FLAGS.hessian_density_width),
     work=work, shortened_by=('hessian_batches', 'lanczos_steps'), shrink=shrink,
-    minimum='2 minibatches and 10 Lanczos steps'))
+    minimum='2 minibatches, 10 Lanczos steps, one density probe, 2 trace probes and 4 steps '
+            'per block'))
