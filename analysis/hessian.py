@@ -74,6 +74,13 @@ def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing:
 L2_ON = ('all', 'kernels')  # the parameters an L2 term covers
 
 
+def l2_coefficient(recipe: ml_collections.ConfigDict) -> float:
+  """weight_decay / lr: the coefficient of the L2 term whose gradient, scaled by the
+  learning rate, is the decay the recipe's optimizer applies each step (PyTorch's
+  AdamW weight_decay, which Park & Kim's code multiplies in)."""
+  return recipe.weight_decay / recipe.lr if recipe.weight_decay else 0.
+
+
 def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool = False,
                      l2_on: str = 'all') -> Tuple[Loss, dict]:
   """The loss a recipe trains with, as Park & Kim measure the Hessian (NLL plus L2).
@@ -98,7 +105,7 @@ def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool
   """
   if l2_on not in L2_ON:
     raise ValueError(f'Unknown L2 coverage {l2_on!r}; use one of {", ".join(L2_ON)}.')
-  l2 = recipe.weight_decay / recipe.lr if recipe.weight_decay else 0.
+  l2 = l2_coefficient(recipe)
   loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing,
                        steps.kernel_mask if l2_on == 'kernels' else None, unroll)
   return loss, {'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing, 'l2': l2,

@@ -74,8 +74,7 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
                          subject.config.num_classes, subject.mesh)
   description = {'loss': subject.recipe.loss,
                  'label_smoothing': subject.recipe.label_smoothing,
-                 'l2': (subject.recipe.weight_decay / subject.recipe.lr
-                        if subject.recipe.weight_decay else 0.), 'l2_term': l2_term}
+                 'l2': hessian.l2_coefficient(subject.recipe), 'l2_term': l2_term}
   penalty = l2_penalty(l2_term, description['l2'])
   nll_loss = hessian.training_loss(subject.model, 0., subject.recipe.loss,
                                    subject.recipe.label_smoothing, unroll=unroll)
