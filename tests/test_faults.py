@@ -209,6 +209,23 @@ def test_a_run_that_could_not_mean_anything_is_refused_before_it_trains(folder, 
   assert not (tmp_path / 'b' / 'params.npz').exists()
 
 
+def test_a_workdir_that_is_a_file_or_cannot_be_written_is_refused(tmp_path):
+  (tmp_path / 'file').write_text('mine')
+  with pytest.raises(errors.WorkdirError, match='is a file; give a directory'):
+    with workdir.claim(str(tmp_path / 'file'), tiny_config('fashion_mnist')):
+      pass
+  assert (tmp_path / 'file').read_text() == 'mine'
+  with pytest.raises(errors.WorkdirError, match='cannot be created'):
+    with workdir.claim(str(tmp_path / 'file' / 'run'), tiny_config('fashion_mnist')):
+      pass
+  if os.geteuid() != 0:  # root writes anywhere
+    locked = tmp_path / 'locked'
+    locked.mkdir(mode=0o500)
+    with pytest.raises(errors.WorkdirError, match='is not writable'):
+      with workdir.claim(str(locked), tiny_config('fashion_mnist')):
+        pass
+
+
 def test_sweep_rows_are_checked(folder, tmp_path):
   import ml_collections
   config = tiny_config(folder)

@@ -198,7 +198,15 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
     record.changes = []
     yield record
     return
-  os.makedirs(workdir, exist_ok=True)
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f'--workdir {workdir} is a file; give a directory for the run.')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise WorkdirError(f'--workdir {workdir} cannot be created ({e.strerror}); give a directory '
+                       'you can write to.') from None
+  if not os.access(workdir, os.W_OK | os.X_OK):
+    raise WorkdirError(f'--workdir {workdir} is not writable; give a directory you can write to.')
   lock = os.path.join(workdir, LOCK)
   _take_lock(lock)
   try:
