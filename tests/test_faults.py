@@ -298,6 +298,24 @@ def test_a_second_trainer_is_refused_and_sigterm_saves_a_checkpoint_to_resume(fo
                               checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
 
 
+def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
+  """Ctrl-C while training is noted as SIGTERM is (the loop saves at the next step
+  and stops); pressed again, it interrupts at once; the handlers are restored."""
+  before = signal.getsignal(signal.SIGINT)
+  with train.Preemption() as preemption:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.1)
+    assert preemption.signalled and preemption.name == 'Ctrl-C'
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.1)
+  assert signal.getsignal(signal.SIGINT) is before
+  with train.Preemption() as preemption:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    assert preemption.signalled and preemption.name == 'SIGTERM'
+
+
 def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
   from analysis import __main__ as cli
   from analysis.tools import hessian as hessian_tool

@@ -270,8 +270,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
           with workdirs.saving(workdir, f'params_{step}.npz', params_bytes, saved):
             checkpoint.save(workdirs.kept_params_path(workdir, step), params)
       if stopping:
-        raise Preempted(f'Stopped by SIGTERM at step {step} of {total_steps}; the checkpoint is '
-                        f'{manager.directory}/{step}. Rerun the same command to resume from it.')
+        raise Preempted(
+            f'Stopped by {preemption.name or "another process"} at step {step} of '
+            f'{total_steps}; the checkpoint is {manager.directory}/{step}. Rerun the same '
+            'command to resume from it.')
       if itstime(step, config.eval_every, last):
         summary = evaluate(state.params)
         writer.write_scalars(step, summary)
@@ -312,29 +314,35 @@ def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, fl
 
 
 class Preempted(TrainingError):
-  """A run stopped by SIGTERM after saving its checkpoint."""
+  """A run stopped by SIGTERM or Ctrl-C after saving its checkpoint."""
 
 
 class Preemption:
-  """SIGTERM (how Cloud TPUs and most schedulers preempt) noted while training, so
-  the loop saves and stops at the next step; processes of a multi-process run
-  agree on it every `log_every` steps. The previous handler comes back on exit."""
+  """SIGTERM (how Cloud TPUs and most schedulers preempt) or Ctrl-C (SIGINT) noted
+  while training, so the loop saves and stops at the next step; a second Ctrl-C
+  stops at once. Processes of a multi-process run agree on it every `log_every`
+  steps. The previous handlers come back on exit."""
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
-    self.signalled, self._previous = False, None
+    self.signalled, self.name, self._previous = False, '', {}
 
   def __enter__(self) -> 'Preemption':
     if threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._note)
+      self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
     return self
 
   def __exit__(self, *exc) -> None:
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for s, previous in self._previous.items():
+      signal.signal(s, previous)
 
   def _note(self, signum, frame) -> None:
-    del signum, frame
-    logging.warning('SIGTERM: saving a checkpoint at the next step, then stopping.')
+    del frame
+    if signum == signal.SIGINT and self.signalled:
+      raise KeyboardInterrupt
+    self.name = 'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name
+    logging.warning('%s: saving a checkpoint at the next step, then stopping%s.', self.name,
+                    ' (Ctrl-C again stops at once)' if signum == signal.SIGINT else '')
     self.signalled = True
 
   def requested(self, step: int, every: int) -> bool:
