@@ -164,13 +164,8 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
       json.dump(tool.to_json(results[name]), f, allow_nan=False)
     seconds[name] = round(time.perf_counter() - start, 1)
     print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
-  path = os.path.join(out, report.FAILURES_FILE)
-  earlier = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      earlier = json.load(f)
-  now = {n: why for n, why in earlier.items() if n not in results} | failed
-  with atomic_write(path) as f:
+  now = {n: why for n, why in report.load_failures(out).items() if n not in results} | failed
+  with atomic_write(os.path.join(out, report.FAILURES_FILE)) as f:
     json.dump(now, f, indent=1)
   return results, seconds, failed
 
