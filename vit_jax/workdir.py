@@ -158,10 +158,11 @@ def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
 
 
 def check_record(workdir: str, config: ml_collections.ConfigDict,
-                 reconfigure: bool) -> Optional[Dict[str, Any]]:
-  """The settings to record in `workdir` (None where they are recorded already);
-  in a workdir whose run left results, settings that differ from the recorded
-  ones are refused unless `reconfigure`."""
+                 reconfigure: bool) -> Tuple[Optional[Dict[str, Any]], List[str]]:
+  """The settings to record in `workdir` (None where they are recorded already),
+  and the recorded fields they change ('field: old -> new'); in a workdir whose
+  run left results, settings that differ from the recorded ones are refused
+  unless `reconfigure`."""
   new = settings_of(config)
   recorded = recorded_settings(workdir)
   if recorded is None:
@@ -170,17 +171,17 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
           f'{workdir} holds checkpoints or parameters but no record of the settings they were '
           f'trained with ({RECORD} is missing): restore it, train into a new workdir, or rerun '
           'with --reconfigure to go on from its checkpoint recording the current settings.')
-    return new
+    return new, []
   changed = differences(recorded, new)
   if not changed:
-    return None
+    return None, []
   if not reconfigure and has_results(workdir):
     raise WorkdirError(
         f'{workdir} holds a run with other settings ({"; ".join(changed)}). Train into a new '
         'workdir, or rerun with --reconfigure to go on from its checkpoint with the new '
         'settings.')
   logging.warning('Settings recorded in %s changed: %s', workdir, '; '.join(changed))
-  return new
+  return new, changed
 
 
 @contextlib.contextmanager
@@ -210,8 +211,7 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
   lock = os.path.join(workdir, LOCK)
   _take_lock(lock)
   try:
-    settings = check_record(workdir, config, reconfigure)
-    recorded = recorded_settings(workdir)
+    settings, changes = check_record(workdir, config, reconfigure)
     remove_partial_files(workdir)
 
     def record() -> None:
@@ -219,7 +219,7 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
         with atomic_write(os.path.join(workdir, RECORD)) as f:
           json.dump(settings, f, indent=1)
     # The fields a --reconfigure changes in the record (the run checks that it trains).
-    record.changes = differences(recorded, settings) if recorded and settings else []
+    record.changes = changes
     yield record
   finally:
     if os.path.exists(lock):
