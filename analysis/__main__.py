@@ -34,6 +34,8 @@ from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, UserError, WorkdirError
 
+log = logging.getLogger('analysis')  # run as __main__
+
 TOOL_MODULES_FLAG = '--tool_modules='
 
 FLAGS = flags.FLAGS
@@ -157,7 +159,7 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
                                   (options or {}).get(name))
     except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
       failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
-      logging.exception('The %s tool failed.', name)
+      log.exception('The %s tool failed.', name)
       print(f'{name}: failed ({failed[name]})', flush=True)
       continue
     with atomic_write(os.path.join(out, f'{name}.json')) as f:

@@ -1,6 +1,7 @@
 """What the command-line entry points share: recipe overrides checked before the
-flag parser reads them, and a user's error (`errors.UserError`) said in its own
-words without a traceback, unless --traceback asks for it."""
+flag parser reads them, a console that prints the project's lines and the
+libraries' only at a higher `--verbosity`, and a user's error (`errors.UserError`)
+said in its own words without a traceback, unless --traceback asks for it."""
 import importlib.util
 import os
 import sys
@@ -8,7 +9,7 @@ from typing import Callable, Sequence
 
 from absl import app, flags
 
-from vit_jax import settings
+from vit_jax import console, settings
 from vit_jax.errors import ConfigError, UserError
 
 flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wrong setting, '
@@ -53,9 +54,12 @@ def _say(error: UserError, traceback: bool) -> None:
 
 
 def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
-  """`app.run(main)`, with the recipe overrides checked first and user errors
-  printed as one message (exit status 1)."""
+  """`app.run(main)`, with the recipe overrides checked first, the console set by
+  `--verbosity` (`console.configure`) and user errors printed as one message
+  (exit status 1)."""
   def guarded(argv):
+    # absl's app.run raises an unset --verbosity to 0 (INFO); unset is quiet here.
+    console.configure(flags.FLAGS.verbosity if flags.FLAGS['verbosity'].present else -1)
     try:
       return main(argv)
     except UserError as e:

@@ -68,9 +68,12 @@ def unavailable(dataset: str, data_dir: Optional[str] = None) -> Optional[str]:
     if not os.path.isdir(root):
       return f'the image folder {root} does not exist (expected {root}/train/<class>/*.jpg).'
     return None
+  if os.path.isdir(dataset):
+    return (f'{dataset!r} is a directory, not a TFDS dataset name: for a folder of images '
+            f'write "{FOLDER_PREFIX}{dataset}".')
   try:
     builder = tfds.builder(dataset, data_dir=data_dir)
-  except tfds.core.registered.DatasetNotFoundError:
+  except (tfds.core.registered.DatasetNotFoundError, ValueError):  # unknown, or not a name
     return (f'{dataset!r} is not a TFDS dataset name: use a name from tfds.list_builders() or '
             f'"{FOLDER_PREFIX}/path/to/images".')
   offline = datasets.OFFLINE.get(dataset)
@@ -92,7 +95,7 @@ def _prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBu
   the project's offline builder when its files are there, else TFDS's download."""
   try:
     builder = tfds.builder(name, data_dir=data_dir)
-  except tfds.core.registered.DatasetNotFoundError as e:
+  except (tfds.core.registered.DatasetNotFoundError, ValueError) as e:  # unknown, not a name
     raise DataError(f'Unknown dataset {name!r}: not a TFDS dataset name. Use a name from '
                     f'tfds.list_builders() or "{FOLDER_PREFIX}/path/to/images".') from e
   # TFDS warns of a missing version folder when asked about one never prepared.

@@ -15,6 +15,8 @@ import orbax.checkpoint as ocp
 from vit_jax import checkpoint
 from vit_jax.models.family import CheckpointError
 
+log = logging.getLogger(__name__)
+
 STATE, CHECKSUMS, CLOCK = 'state', 'checksums', 'clock'  # the items of one checkpoint
 def _bytes(leaf) -> bytes:
   """An array's bytes; a scalar's value (the step restores as a Python int)."""
@@ -75,7 +77,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any,
       problem = f'{type(e).__name__}: {str(e)[:300]}'
     if problem is None:
       return state, seconds
-    logging.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',
+    log.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',
                     step, manager.directory, problem)
     problems.append(f'step {step}: {problem}')
   if steps:
@@ -94,5 +96,5 @@ def resume(manager: ocp.CheckpointManager, state) -> Tuple[Any, float]:
       manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   if restored is None:
     return state, 0.
-  logging.info('Resumed from step %d.', int(restored.step))
+  log.info('Resumed from step %d.', int(restored.step))
   return jax.device_put(restored, jax.tree_util.tree_map(lambda x: x.sharding, state)), seconds

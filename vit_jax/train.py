@@ -32,12 +32,15 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_flags
 
-from vit_jax import augreg, budget, calibration, checkpoint, entry, run_state, settings, steps
+from vit_jax import augreg, budget, calibration, checkpoint, console, entry, run_state, settings
+from vit_jax import steps
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
 from vit_jax.errors import ConfigError, DataError, WorkdirError
 from vit_jax.steps import TrainingError
+
+log = logging.getLogger('vit_jax.train')  # also when run as __main__
 
 
 # ---------------------------------------------------------------------------
@@ -139,11 +142,11 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
   expected = budget.fit_steps(timing, seconds - set_up, config.eval_every,
                               config.checkpoint_every, save_seconds=1. + timing.step_seconds,
                               margin_seconds=0.)
-  logging.info('Time budget %s: training ends %.0f s after the start (set-up took %.0f s); a '
-               'step takes %.3f s, an evaluation %.1f s, compiling %.1f s: about %d of the '
-               'recipe\'s %d steps fit. The schedule follows the clock.', config.time_budget,
-               training, set_up, timing.step_seconds, timing.eval_seconds,
-               timing.compile_seconds, expected, recipe_steps)
+  log.info('Time budget %s: training ends %s after the start (set-up took %s); a step takes '
+           '%.3f s, an evaluation %.1f s, compiling %.1f s: about %d of the recipe\'s %d steps '
+           'fit, and the schedule follows the clock.', config.time_budget,
+           console.duration(training), console.duration(set_up), timing.step_seconds,
+           timing.eval_seconds, timing.compile_seconds, expected, recipe_steps)
   record = {'time_budget': config.time_budget, 'train_seconds': training,
             'recipe_steps': recipe_steps, 'expected_steps': expected,
             **dataclasses.asdict(timing)}
@@ -173,7 +176,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
            preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
-  from clu import metric_writers, periodic_actions  # TensorFlow, as the data below
+  from clu import metric_writers  # TensorFlow, as the data below
   from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
                                            shuffle_files=True, seed=config.seed)
@@ -231,8 +234,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
 
   batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
-  progress = periodic_actions.ReportProgress(num_train_steps=total_steps, writer=writer,
-                                             every_secs=30)
   try:  # the writer is closed on every way out, so its files are released
     throughput = Throughput(config.batch_size)
     clock = budget.Clock(total_steps, seconds, spent, started, agree=(
@@ -247,23 +248,31 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         jax.block_until_ready(metrics)  # the clock reads time trained, not time dispatched
       state, metrics = setup.train_step(state, next(batches), np.float32(clock.progress(step - 1)))
       throughput.started(step, metrics)
-      progress(step)
       stopping = preemption.requested(step, config.log_every)
       last = clock.done(step)
       if last and step < total_steps:
-        logging.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has '
-                     'run to its end; evaluating, saving and stopping.', config.time_budget, step,
-                     total_steps)
+        log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run to '
+                 'its end; evaluating, saving and stopping.', config.time_budget, step,
+                 total_steps)
       saving = itstime(step, config.checkpoint_every, last or stopping)
       # Checked before every save too, so that no checkpoint holds a diverged state.
       if itstime(step, config.log_every, saving):
-        writer.write_scalars(step, {**finite(jax.device_get(metrics), step, manager.directory),
-                                    **throughput.rate(step)})
+        scalars = finite(jax.device_get(metrics), step, manager.directory)
+        rate = throughput.rate(step)
+        writer.write_scalars(step, {**scalars, **(
+            {'images_per_sec_per_core': rate / jax.device_count()} if rate else {})})
+        left = (clock.seconds - clock.elapsed() if clock.budgeted else
+                (total_steps - step) * config.batch_size / rate if rate else 0.)
+        log.info(console.training_line(step, total_steps, clock.progress(step), scalars, rate,
+                                       left, clock.budgeted))
       if saving:  # before the evaluation, which may fail: training is never lost to it
+        began = time.perf_counter()
         with workdirs.saving(workdir, 'checkpoint', state_bytes, saved):
           run_state.save(manager, step, state, clock.elapsed())
           manager.wait_until_finished()
         saved = step
+        log.info('step %d: checkpoint saved in %s (%s)', step, manager.directory,
+                 console.duration(time.perf_counter() - began))
       if step in kept:
         params = jax.device_get(steps.gathered(state.params, setup.mesh))
         if jax.process_index() == 0:
@@ -275,9 +284,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
             f'{total_steps}; the checkpoint is {manager.directory}/{step}. Rerun the same '
             'command to resume from it.')
       if itstime(step, config.eval_every, last):
+        began = time.perf_counter()
         summary = evaluate(state.params)
         writer.write_scalars(step, summary)
-        logging.info('Step %d: %s', step, summary)
+        log.info('step %d: %s (%s)', step, evaluation_line(summary),
+                 console.duration(time.perf_counter() - began))
       if itstime(step, config.eval_every, saving):
         throughput.restart(step)  # evaluations and saves are not training time
       if last:
@@ -287,6 +298,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     if jax.process_index() == 0:
       with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
         checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(params))
+      log.info('step %d: parameters written to %s', int(state.step),
+               os.path.join(workdir, 'params.npz'))
     if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
       summary = evaluate(state.params)
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
@@ -296,6 +309,13 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     return summary
   finally:
     writer.close()
+
+
+def evaluation_line(summary: Dict[str, float]) -> str:
+  """An evaluation's metrics as a person reads them."""
+  return (f'evaluation on {summary["eval_examples"]} images: accuracy '
+          f'{100 * summary["eval_accuracy"]:.2f}%, loss {summary["eval_loss"]:.4f}, ECE '
+          f'{summary["eval_ece"]:.4f}, Brier {summary["eval_brier"]:.4f}')
 
 
 def itstime(step: int, every: int, also: bool = False) -> bool:
@@ -341,7 +361,7 @@ class Preemption:
     if signum == signal.SIGINT and self.signalled:
       raise KeyboardInterrupt
     self.name = 'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name
-    logging.warning('%s: saving a checkpoint at the next step, then stopping%s.', self.name,
+    log.warning('%s: saving a checkpoint at the next step, then stopping%s.', self.name,
                     ' (Ctrl-C again stops at once)' if signum == signal.SIGINT else '')
     self.signalled = True
 
@@ -354,8 +374,8 @@ class Preemption:
 
 
 class Throughput:
-  """Images per second per device over the training steps between two reports,
-  from the first compiled step on, evaluations and saves left out."""
+  """Images per second over the training steps between two reports, from the
+  first compiled step on, evaluations and saves left out."""
 
   def __init__(self, batch_size: int):
     self.batch_size, self.since = batch_size, None  # since: (step, time) counted from
@@ -368,14 +388,11 @@ class Throughput:
   def restart(self, step: int) -> None:
     self.since = (step, time.perf_counter())
 
-  def rate(self, step: int) -> Dict[str, float]:
-    """The rate since the last report (none on the step it started), then restarts."""
+  def rate(self, step: int) -> float:
+    """The rate since the last report (0 on the step it started), then restarts."""
     (first, start), now = self.since, time.perf_counter()
     self.restart(step)
-    if step <= first:
-      return {}
-    return {'images_per_sec_per_core':
-            (step - first) * self.batch_size / (now - start) / jax.device_count()}
+    return (step - first) * self.batch_size / (now - start) if step > first else 0.
 
 
 FLAGS = flags.FLAGS
@@ -406,11 +423,10 @@ def main(argv):
     # CPU processes need gloo for cross-process collectives; TPUs and GPUs ignore it.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-  logging.getLogger().setLevel(logging.INFO)
   print(f'Process {jax.process_index()} of {jax.process_count()}, '
         f'{jax.device_count()} devices in all.', flush=True)
   summary = train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)
-  print(f'Final: {summary}')
+  print(f'Final {evaluation_line(summary)}; the run\'s files are in {FLAGS.workdir}.')
 
 
 if __name__ == '__main__':

@@ -30,6 +30,8 @@ import ml_collections
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import WorkdirError
 
+log = logging.getLogger(__name__)
+
 LOCK = 'lock.json'
 RECORD = 'config.json'
 RESULTS = 'results.json'  # a finished run's final step and evaluation (train.py writes it)
@@ -100,7 +102,7 @@ def _take_lock(path: str) -> None:
       except (OSError, ValueError):
         holder = {}
       if holder.get('host') == me['host'] and not _alive(int(holder.get('pid', -1))):
-        logging.warning('Taking over the stale lock %s of process %s, which has ended.', path,
+        log.warning('Taking over the stale lock %s of process %s, which has ended.', path,
                         holder.get('pid'))
         os.remove(path)
         continue
@@ -180,7 +182,7 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
         f'{workdir} holds a run with other settings ({"; ".join(changed)}). Train into a new '
         'workdir, or rerun with --reconfigure to go on from its checkpoint with the new '
         'settings.')
-  logging.warning('Settings recorded in %s changed: %s', workdir, '; '.join(changed))
+  log.warning('Settings recorded in %s changed: %s', workdir, '; '.join(changed))
   return new, changed
 
 
@@ -232,7 +234,7 @@ def remove_partial_files(workdir: str) -> None:
   workdir is held, so no live writer owns them."""
   for path in (glob.glob(os.path.join(workdir, '.*.tmp-*')) +
                glob.glob(os.path.join(workdir, 'checkpoints', '*.orbax-checkpoint-tmp*'))):
-    logging.warning('Removing %s, left by an interrupted write.', path)
+    log.warning('Removing %s, left by an interrupted write.', path)
     if os.path.isdir(path):
       shutil.rmtree(path, ignore_errors=True)
     else:

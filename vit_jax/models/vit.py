@@ -24,6 +24,8 @@ from vit_jax.models.family import (HYBRID, TRANSFORMER, Branch, CheckpointError,
                                    Layers, branch_output)
 from vit_jax.models.resnet import ResNetV1
 
+log = logging.getLogger(__name__)
+
 Dtype = Any
 CLASSIFIERS = ('token', 'gap', 'map', 'unpooled', 'token_unpooled')
 POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
@@ -527,7 +529,7 @@ def _fit_posembed(posemb: np.ndarray, target: np.ndarray, has_token: bool,
   grid = posemb[:, old_extra:]
   if old_grid != tuple(grid_shape):
     grid = interpolate_posembed(grid, old_grid, tuple(grid_shape))
-    logging.info('Resized position embeddings from grid %s to %s.', old_grid, grid_shape)
+    log.info('Resized position embeddings from grid %s to %s.', old_grid, grid_shape)
   # A class-token row comes from the checkpoint when it has one, else from init.
   token = posemb[:, :1] if old_extra else np.asarray(target[:, :1])
   return np.concatenate([token, grid], axis=1) if new_extra else grid
@@ -561,7 +563,7 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   if config.representation_size is None:
     restored = {k: v for k, v in restored.items() if not k.startswith('pre_logits/')}
   elif not any(k.startswith('pre_logits/') for k in restored):
-    logging.info('%s has no pre_logits; they start from initialisation.', source)
+    log.info('%s has no pre_logits; they start from initialisation.', source)
     restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
   # The class token and its learn2d position row exist only with a token head.
   for key in [k for k in set(restored) | set(init)
