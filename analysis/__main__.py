@@ -27,12 +27,16 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from absl import app, flags
 from ml_collections import config_flags
 
-from analysis import estimate, events, features, report, tool
-from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from vit_jax import budget, entry, sweep_rows
-from vit_jax import workdir as workdirs
-from vit_jax.atomic import atomic_write
-from vit_jax.errors import ConfigError, DataError, UserError, WorkdirError
+from vit_jax import console
+
+console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
+
+from analysis import estimate, events, features, report, tool  # noqa: E402
+from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
+from vit_jax import budget, entry, sweep_rows  # noqa: E402
+from vit_jax import workdir as workdirs  # noqa: E402
+from vit_jax.atomic import atomic_write  # noqa: E402
+from vit_jax.errors import ConfigError, DataError, UserError, WorkdirError  # noqa: E402
 
 log = logging.getLogger('analysis')  # run as __main__
 
@@ -298,12 +302,12 @@ def plan_time(names: Sequence[str], subjects: Sequence[features.Subject],
     smaller = [n for n in sorted(estimated, key=estimated.get, reverse=True)
                if tool.TOOLS[n].shrink and tool.TOOLS[n].shrink(options[n]) is not None]
     if not smaller:
-      listed = '; '.join(f'{n} {estimate.duration(estimated[n])}' + (
+      listed = '; '.join(f'{n} {console.duration(estimated[n])}' + (
           f' (at its minimum, {tool.TOOLS[n].minimum})' if tool.TOOLS[n].minimum else '')
           for n in sorted(estimated, key=estimated.get, reverse=True))
       raise ConfigError(
-          f'The analysis would take about {estimate.duration(total)} even with the smallest '
-          f'samples, more than the {estimate.duration(left)} left of '
+          f'The analysis would take about {console.duration(total)} even with the smallest '
+          f'samples, more than the {console.duration(left)} left of '
           f'--time_budget={budget_text}: {listed}. Run fewer tools (python -m analysis '
           '<tool>), fewer --num_images, or give a longer --time_budget.')
     options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(options[smaller[0]])
@@ -314,8 +318,8 @@ def plan_time(names: Sequence[str], subjects: Sequence[features.Subject],
       smaller[n] = changed
       print(f'{n}: a smaller sample for --time_budget={budget_text}: ' +
             ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)
-  print(f'Estimated: {", ".join(f"{n} {estimate.duration(t)}" for n, t in estimated.items())}; '
-        f'{estimate.duration(total)} of the {estimate.duration(left)} left of '
+  print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}; '
+        f'{console.duration(total)} of the {console.duration(left)} left of '
         f'--time_budget={budget_text}.', flush=True)
   return estimated, smaller
 

@@ -101,12 +101,6 @@ def kinds_needed(works: Sequence[Work]) -> Sequence[str]:
   return [kind for kind in KINDS if kind in used]
 
 
-def duration(seconds: float) -> str:
-  """'3m05s', '42s'."""
-  seconds = int(round(seconds))
-  return f'{seconds // 60}m{seconds % 60:02d}s' if seconds >= 60 else f'{seconds}s'
-
-
 def estimates(tools: Mapping[str, Callable[[features.Subject], Work]],
               subjects: Sequence[features.Subject],
               prices: Mapping[str, Prices]) -> Dict[str, float]:

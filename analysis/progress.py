@@ -6,17 +6,9 @@ from typing import Any, Callable, Optional
 
 import jax
 
+from vit_jax.console import duration
+
 REPORT_EVERY = 30.  # seconds
-
-
-def duration(seconds: float) -> str:
-  """'42 s', '3m05s' or '1h02m'."""
-  seconds = int(round(seconds))
-  if seconds < 60:
-    return f'{seconds} s'
-  if seconds < 3600:
-    return f'{seconds // 60}m{seconds % 60:02d}s'
-  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
 
 
 class Progress:

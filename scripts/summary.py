@@ -10,7 +10,7 @@ import json
 import os
 from typing import List, Optional
 
-from vit_jax import cpu_devices
+from vit_jax import console, cpu_devices
 
 
 def cpu_name() -> str:
@@ -25,10 +25,6 @@ def _load(path: str) -> Optional[dict]:
     return json.load(f)
 
 
-def minutes(seconds: float) -> str:
-  return f'{int(seconds // 60)}m{int(round(seconds % 60)):02d}s'
-
-
 def summary(workdirs: List[str], analysis: Optional[str]) -> str:
   lines = [f'Summary (CPU: {cpu_name()})']
   for workdir in workdirs:
@@ -40,13 +36,13 @@ def summary(workdirs: List[str], analysis: Optional[str]) -> str:
     within = f' under a {budget["time_budget"]} budget' if budget else ''
     lines.append(f'  {workdir}: {ended["step"]:,} of {ended["total_steps"]:,} steps{within}, '
                  f'accuracy {100 * ended["eval_accuracy"]:.1f}% on {ended["eval_examples"]:,} '
-                 f'images, {minutes(ended["wall_seconds"])}')
+                 f'images, {console.duration(ended["wall_seconds"])}')
   if analysis is not None:
     timings = _load(os.path.join(analysis, 'timings.json')) or {}
     report = os.path.abspath(os.path.join(analysis, 'report.html'))
-    slowest = ', '.join(f'{name} {minutes(s)}' for name, s in
+    slowest = ', '.join(f'{name} {console.duration(s)}' for name, s in
                         sorted(timings.items(), key=lambda item: -item[1])[:3])
-    lines.append(f'  analysis: {minutes(sum(timings.values()))} ({slowest})' if timings else
+    lines.append(f'  analysis: {console.duration(sum(timings.values()))} ({slowest})' if timings else
                  f'  analysis: no timings.json in {analysis}')
     lines.append(f'  report: {report}' if os.path.exists(report) else
                  f'  report: none in {analysis}')

@@ -13,6 +13,7 @@ from analysis import estimate
 from analysis.tools import TOOLS, erf, hessian, robustness
 from test_representation_tools import batches, quickstart_vit_checkpoint, subject
 from helpers import TINY_VIT
+from vit_jax import console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AMOUNTS = estimate.Amounts(num_images=1000, batch_size=100)
@@ -57,7 +58,7 @@ def test_prices_add_passes_and_compilations():
   assert prices.seconds(estimate.Work({'forward': 10})) == 5. + 3.
   with pytest.raises(ValueError, match='Unknown kinds'):
     estimate.Work({'backward': 1})
-  assert estimate.duration(185.2) == '3m05s' and estimate.duration(42.4) == '42s'
+  assert console.duration(185.2) == '3m05s' and console.duration(42.4) == '42s'
 
 
 def test_pricing_times_only_the_kinds_asked_for(vit):

@@ -18,8 +18,8 @@ def test_progress_lines_come_with_an_estimate_of_the_time_left(monkeypatch):
   done.advance(1)  # at 31 s: 2 of 10 done in 31 s, 8 left at that rate
   done.advance(3)  # at 40 s: 9 s after the last line
   done.advance(2)  # at 65 s: 7 of 10
-  assert lines == ['hessian vit: 2/10 products, 31 s so far, about 2m04s left',
-                   'hessian vit: 7/10 products, 1m05s so far, about 28 s left']
+  assert lines == ['hessian vit: 2/10 products, 31s so far, about 2m04s left',
+                   'hessian vit: 7/10 products, 1m05s so far, about 28s left']
   # The Lanczos host loop reports every step to the callback.
   seen = []
   lanczos.lanczos_tridiag(lambda v: 2. * v, jnp.ones(6), 4, host_loop=True,

@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import tempfile
+from typing import Sequence
 
 PROJECT_LOGGERS = ('vit_jax', 'analysis')
 _LIBRARY_NOTES = ('tensorflow_datasets',)  # their warnings are construction notes too
@@ -38,8 +39,7 @@ def configure(verbosity: int) -> None:
     for handler in logging.getLogger().handlers:
       handler.addFilter(_drop_library_notes)
     sys.unraisablehook = _quiet_unraisable
-    if 'tensorflow' not in sys.modules:
-      sys.meta_path.insert(0, _QuietTensorFlowImport())
+    hide_tensorflow_startup(())
   handler = logging.StreamHandler(sys.stderr)
   handler.setFormatter(logging.Formatter('%(asctime)s %(message)s', datefmt='%H:%M:%S'))
   for name in PROJECT_LOGGERS:
@@ -64,6 +64,21 @@ def _quiet_unraisable(unraisable) -> None:
       str(unraisable.exc_value) == 'Event loop is closed'):
     return
   sys.__unraisablehook__(unraisable)
+
+
+def hide_tensorflow_startup(argv: Sequence[str]) -> None:
+  """Makes TensorFlow's import, when it comes, leave out its start-up notes, unless
+  `argv` sets absl's --verbosity. For entry points whose imports load TensorFlow
+  before their flags are parsed; `configure` does it for the others.
+
+  Args:
+    argv: the command line (sys.argv).
+  """
+  if any(arg.startswith(('--verbosity', '-v')) for arg in argv[1:]):
+    return
+  if 'tensorflow' not in sys.modules and not any(
+      isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _QuietTensorFlowImport())
 
 
 # TensorFlow's C++ notes as it loads: the absl preamble, INFO lines, the CPU-feature advice.
