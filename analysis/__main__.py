@@ -185,13 +185,26 @@ def check_amounts(num_images: int, batch_size: int) -> None:
                       f'({num_images}).')
 
 
-def check_classes(subjects: Sequence[features.Subject], dataset: Optional[str]) -> None:
-  """Each model's head against the classes of the data it is analysed on; records
-  their names in the subject (figures name classes by them)."""
+def check_data(subjects: Sequence[features.Subject], dataset: Optional[str],
+               num_images: int) -> None:
+  """Each model's head against the classes of the data it is analysed on, and each
+  split the tools read against `num_images`; records the classes' names in the
+  subject (figures name classes by them).
+
+  Args:
+    subjects: the models analysed.
+    dataset: the dataset given instead of each recipe's own, or None.
+    num_images: the images per split the tools use (--num_images).
+  """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   for s in subjects:
-    source = input_pipeline.get_source(dataset or s.recipe.dataset, s.recipe.eval_split,
-                                       s.recipe.data_dir)
+    name = dataset or s.recipe.dataset
+    for split in (s.recipe.train_split, s.recipe.eval_split):
+      source = input_pipeline.get_source(name, split, s.recipe.data_dir)
+      if source.num_examples < num_images:
+        raise DataError(f'{name}:{split} has {source.num_examples} images, fewer than '
+                        f'--num_images={num_images}: give --num_images={source.num_examples} '
+                        'or fewer.')
     if s.config.num_classes and s.config.num_classes != source.num_classes:
       raise DataError(
           f'The head of {s.label} has {s.config.num_classes} classes but {source.name} has '
@@ -359,7 +372,7 @@ def run(name: str) -> Dict:
                      os.path.join(FLAGS.out, 'tensorboard', s.label)}
            for s, source, workdir in loaded}
 
-  check_classes(subjects, FLAGS.dataset)
+  check_data(subjects, FLAGS.dataset, FLAGS.num_images)
   claim_out(FLAGS.out, about, FLAGS.overwrite)
   os.makedirs(FLAGS.out, exist_ok=True)
   before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there

@@ -192,9 +192,9 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   if os.path.isdir(path):
     npz = os.path.join(path, 'params.npz')
     if not os.path.exists(npz):
-      raise FileNotFoundError(
-          f'{path} is a directory without params.npz: train into it to the end first, or pass '
-          'the path of a .npz.')
+      raise checkpoint.CheckpointError(
+          f'{path} holds no params.npz: finish its training first (rerun the training '
+          'command, which resumes from its checkpoint), or name a .npz instead.')
     path = npz
   params = checkpoint.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import make_folder
 from test_train import tiny_config
-from vit_jax import checkpoint, errors, run_state, sweep, train, workdir
+from vit_jax import checkpoint, entry, errors, run_state, sweep, train, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +64,11 @@ def _train_command(workdir_path, *overrides, env=None, **kwargs):
     ('--config.num_epochs=inf', 'Error: config.num_epochs is inf; it must be a number > 0.'),
     ('--config.learning_rate=0.1', 'Error: --config.learning_rate names no field of the recipe. '
                                    'Did you mean lr?'),
+    ('--config.batch_size=abc', 'Error: --config.batch_size=abc is not an integer; the recipe '
+                                'has 128, e.g. --config.batch_size=128.'),
+    ('--config.lr=fast', 'Error: --config.lr=fast is not a number; the recipe has 0.002'),
+    ("--config.lr_mults=(('[abc', 0.),)", "Error: config.lr_mults is (('[abc', 0.0),); it must "
+                                          'be (regex, factor >= 0) pairs, each regex valid.'),
 ])
 def test_a_wrong_setting_is_one_line_within_seconds_and_touches_nothing(tmp_path, override,
                                                                          says):
@@ -77,6 +82,34 @@ def test_a_wrong_setting_is_one_line_within_seconds_and_touches_nothing(tmp_path
   assert 'Traceback' not in output
   assert seconds < 10, seconds  # imports included
   assert not (tmp_path / 'w').exists()
+
+
+def test_a_recipe_that_is_not_one_is_named(tmp_path):
+  broken, bare = tmp_path / 'broken.py', tmp_path / 'bare.py'
+  broken.write_text('def get_config(:\n')
+  bare.write_text('x = 1\n')
+  with pytest.raises(errors.ConfigError, match=r'broken.py is not valid Python \(invalid syntax, '
+                                               r'line 1\); correct it.'):
+    entry.load_recipe(str(broken))
+  with pytest.raises(errors.ConfigError, match='bare.py defines no get_config'):
+    entry.load_recipe(str(bare))
+
+
+def test_a_pretrained_file_with_inf_is_named_with_its_array(tmp_path):
+  import jax
+  import numpy as np
+  from helpers import TINY_VIT, init
+  from vit_jax import models
+  config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT)
+  params = init(models.build_model(config), 16)['params']
+  broken = jax.tree_util.tree_map(np.array, params)
+  broken['Transformer']['encoderblock_0']['MlpBlock_3']['Dense_0']['kernel'][0, 0] = np.inf
+  path = str(tmp_path / 'inf.npz')
+  checkpoint.save(path, broken)
+  with pytest.raises(checkpoint.CheckpointError,
+                     match=r"inf.npz holds NaN or infinity in 1 array\(s\), first "
+                           r"\['Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel'\]"):
+    checkpoint.load_pretrained(path, params, config)
 
 
 def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tmp_path):
@@ -352,7 +385,13 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
   checkpoint.save(path, params)
   subject = features.load_subject(recipe.model_name, path, 28, dict(recipe.model), 'vit', recipe)
   with pytest.raises(errors.DataError, match='head of vit has 3 classes but fashion_mnist has 10'):
-    cli.check_classes([subject], None)
+    cli.check_data([subject], None, 100)
+  with pytest.raises(errors.DataError, match=r'^fashion_mnist:test has 10000 images, fewer than '
+                                             r'--num_images=20000: give --num_images=10000 or'):
+    cli.check_data([subject], None, 20000)
+  (tmp_path / 'unfinished').mkdir()
+  with pytest.raises(checkpoint.CheckpointError, match='holds no params.npz: finish its training'):
+    features.load_subject(recipe.model_name, str(tmp_path / 'unfinished'), 28)
   params['head']['bias'] = np.full_like(params['head']['bias'], np.nan)
   checkpoint.save(path, params)
   with pytest.raises(checkpoint.CheckpointError, match='NaN or infinite parameters in 1 arrays'):

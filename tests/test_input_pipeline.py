@@ -183,30 +183,25 @@ def test_image_folder_errors(tmp_path):
     input_pipeline.get_source(f'folder:{tmp_path}/empty', 'train')
   name = make_folder(str(tmp_path / 'bad'), {'train': [2]})
   bad = tmp_path / 'bad' / 'train' / 'class_0' / 'broken.jpg'
-  bad.write_text('not an image')
-  source = input_pipeline.get_source(name, 'train')
-  with pytest.raises(tf.errors.InvalidArgumentError, match='Unreadable image file.*broken.jpg'):
-    list(input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator())
+  for text in ('not an image', ''):  # an empty file too
+    bad.write_text(text)
+    with pytest.raises(input_pipeline.DataError, match=f'^Unreadable image file {bad} '):
+      input_pipeline.get_source(name, 'train')
 
 
 @pytest.mark.parametrize('kind', ['0.JPEG', '1.png'])
-def test_a_truncated_image_names_its_file(tmp_path, kind):
+def test_a_truncated_image_is_named_when_its_split_is_opened(tmp_path, kind):
   name = make_folder(str(tmp_path), {'train': [3]}, size=(16, 16))
   path = tmp_path / 'train' / 'class_0' / kind
   data = path.read_bytes()
   path.write_bytes(data[:len(data) * 2 // 3])
-  source = input_pipeline.get_source(name, 'train')
-  with pytest.raises(tf.errors.InvalidArgumentError, match=f'Truncated image file.*{kind}'):
-    list(input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator())
-  on_devices = input_pipeline.prefetch_to_devices(
-      input_pipeline.eval_dataset(source, batch_size=8, image_size=8).as_numpy_iterator(),
-      NamedSharding(Mesh(np.array(jax.devices()), ('data',)), P('data')))
   with pytest.raises(input_pipeline.DataError,
                      match=f'^Truncated image file {path} \\(it ends before its last byte\\): '
                            'replace or remove it.$'):
-    list(on_devices)
-  path.write_bytes(data + b'\0' * 10)  # bytes after JPEG's end marker are allowed
-  if kind.endswith('JPEG'):
+    input_pipeline.get_source(name, 'train')
+  # What the check passes, TensorFlow decodes; bytes after JPEG's end marker are allowed.
+  for whole in (data, data + b'\0' * 10 if kind.endswith('JPEG') else data):
+    path.write_bytes(whole)
     assert len(list(input_pipeline.eval_dataset(
         input_pipeline.get_source(name, 'train'), batch_size=8, image_size=8
     ).as_numpy_iterator())) == 1

@@ -135,7 +135,8 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   ViT, `pre_logits` dropped without a representation size and position
   embeddings resized to the new grid, `grid_shape` inferred when square).
   Anything else that differs raises a CheckpointError listing missing,
-  unexpected and wrongly shaped keys. `keep_head` keeps the checkpoint's head
+  unexpected and wrongly shaped keys, and so does an array (the head aside) with
+  NaN or infinity. `keep_head` keeps the checkpoint's head
   instead (a second stage of fine-tuning on the same classes).
   """
   fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
@@ -145,6 +146,11 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   if not keep_head:
     restored = {k: v for k, v in restored.items() if not k.startswith(family.head)}
     restored.update({k: v for k, v in init.items() if k.startswith(family.head)})
+  broken = non_finite(restored)
+  if broken:
+    raise CheckpointError(
+        f'{path} holds NaN or infinity in {len(broken)} array(s), first {broken[0]}: it is '
+        'damaged or from a diverged run; fine-tune from another checkpoint.')
   restored = family.fit_checkpoint(restored, init, model_config, grid_shape, str(path))
   check_matches(restored, init, str(path))
   return _unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})

@@ -24,7 +24,14 @@ def load_recipe(spec: str):
                       'configs/quickstart_vit.py.')
   module_spec = importlib.util.spec_from_file_location('recipe', path)
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  try:
+    module_spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ConfigError(f'The recipe {path} is not valid Python ({e.msg}, line {e.lineno}); '
+                      'correct it.') from e
+  if not callable(getattr(module, 'get_config', None)):
+    raise ConfigError(f'The recipe {path} defines no get_config(): a recipe is a module whose '
+                      'get_config() returns the ConfigDict, as configs/quickstart_vit.py does.')
   try:
     return module.get_config(arg) if arg else module.get_config()
   except ValueError as e:  # recipes refuse an argument they do not know this way

@@ -10,6 +10,7 @@ that names no field, with the field meant where it can tell.
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import ml_collections
@@ -31,9 +32,17 @@ def _is_number(v) -> bool:
   return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _is_regex(text) -> bool:
+  try:
+    re.compile(text)
+  except (re.error, TypeError):
+    return False
+  return True
+
+
 def _lr_mults(value) -> bool:
   return all(isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)
-             and _is_number(pair[1]) and pair[1] >= 0 for pair in value)
+             and _is_regex(pair[0]) and _is_number(pair[1]) and pair[1] >= 0 for pair in value)
 
 
 def _randaugment(value) -> bool:
@@ -125,7 +134,7 @@ FIELDS: Dict[str, Field] = {
     'label_smoothing': Field(0., lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
     # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds
     # in trains at factor x lr; 0 freezes it. E.g. ((Family.body, 0.1),): body at lr/10.
-    'lr_mults': Field((), _lr_mults, '(regex, factor >= 0) pairs'),
+    'lr_mults': Field((), _lr_mults, '(regex, factor >= 0) pairs, each regex valid'),
 
     # Where the state lives on the mesh: 'data' replicates it, 'fsdp' splits every
     # leaf over the devices (vit_jax.sharding).
@@ -233,12 +242,15 @@ def _meant(name: str, fields: Sequence[str] = tuple(FIELDS)) -> str:
 def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
                     flag: str = 'config') -> None:
   """Raises a ConfigError for a `--config.a.b=...` in `argv` that names no field of
-  `config` (before the flag parser fails on it with a traceback)."""
+  `config`, or gives a number field a value that is not one (before the flag
+  parser fails on it)."""
   prefix = f'--{flag}.'
-  for arg in argv:
+  for i, arg in enumerate(argv):
     if not arg.startswith(prefix):
       continue
-    path = arg[len(prefix):].split('=', 1)[0]
+    path, equals, given = arg[len(prefix):].partition('=')
+    if not equals and i + 1 < len(argv):
+      given = argv[i + 1]
     node = config
     for i, key in enumerate(path.split('.')):
       if not isinstance(node, (ml_collections.ConfigDict, dict)):
@@ -248,3 +260,17 @@ def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
         hint = _meant(key) if i == 0 else _meant(key, tuple(node))
         raise ConfigError(f'{prefix}{path} names no field of the recipe. {hint}')
       node = node[key]
+    _check_number(f'{prefix}{path}', node, given)
+
+
+def _check_number(flag: str, default, given: str) -> None:
+  """A ConfigError when a field whose recipe value is an integer or a float is
+  given text that is not one."""
+  kind = int if _is_int(default) else float if isinstance(default, float) else None
+  if kind is None:
+    return
+  try:
+    kind(given)
+  except ValueError:
+    raise ConfigError(f'{flag}={given} is not {"an integer" if kind is int else "a number"}; '
+                      f'the recipe has {default!r}, e.g. {flag}={default!r}.') from None

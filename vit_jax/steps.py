@@ -20,7 +20,7 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vit_jax import augreg, calibration, checkpoint, models, sharding
-from vit_jax.errors import UserError
+from vit_jax.errors import ConfigError, UserError
 
 class TrainingError(UserError, RuntimeError):
   """A run that cannot go on (a non-finite loss, a missing checkpoint, ...)."""
@@ -103,8 +103,8 @@ def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
   unused = [lr_mults[i][0] for i in range(len(patterns)) if i not in used]
   if unused:
     example = '/'.join(next(iter(flax.traverse_util.flatten_dict(params))))
-    raise ValueError(f'lr_mults patterns {unused} match no parameter path (paths look like '
-                     f'{example!r}).')
+    raise ConfigError(f'config.lr_mults patterns {unused} match no parameter path: paths look '
+                      f'like {example!r}; correct the patterns or remove them.')
   return labels
 
 
