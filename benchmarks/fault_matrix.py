@@ -41,8 +41,9 @@ def finish(process: subprocess.Popen, started: float):
   """(seconds since `started`, exit status, the error line or the last line)."""
   output, _ = process.communicate()
   lines = output.splitlines() or ['']
-  said = [line for line in lines if line.startswith('Error:')]
-  return time.perf_counter() - started, process.returncode, (said or lines)[-1]
+  said = [i for i, line in enumerate(lines) if line.startswith('Error:')]
+  message = ' '.join(lines[said[-1]:]) if said else lines[-1]  # an error may span lines
+  return time.perf_counter() - started, process.returncode, message
 
 
 def timed(module: str, *args):
@@ -130,6 +131,67 @@ def cases(work: str):
 
   analysis = lambda *extra: timed('analysis', 'hessian', '--config', 'configs/quickstart_vit.py',
                                   '--checkpoint', os.path.join(work, 'none.npz'), *extra)
+
+  def on_trained(*extra):
+    """The analysis of the trained tiny model, its recipe's fields given, on 60 images."""
+    return timed('analysis', 'calibration', '--config', 'configs/quickstart_vit.py',
+                 '--workdir', trained(), *tiny(folder)[:6], '--num_images', '60', *extra)
+
+  def recipe(text):
+    path = os.path.join(work, f'recipe_{abs(hash(text))}.py')
+    open(path, 'w').write(text)
+    return timed('vit_jax.train', '--workdir', os.path.join(work, 'r'), '--config', path)
+
+  def sweep(rows):
+    path = os.path.join(work, f'sweep_{abs(hash(rows))}.py')
+    open(path, 'w').write(
+        'from configs import quickstart_vit\n\ndef get_config():\n'
+        '  config = quickstart_vit.get_config()\n'
+        f'  config.sweep = dict(name="s", rows={rows})\n  return config\n')
+    return timed('vit_jax.sweep', '--config', path, '--workdir', os.path.join(work, 'sweep'),
+                 *tiny(folder))
+
+  def reconfigure_finished():
+    copy = os.path.join(work, 'finished')
+    shutil.copytree(trained(), copy)
+    return train(copy, '--config.lr=0.01', '--reconfigure')
+
+  def record_deleted():
+    copy = os.path.join(work, 'unrecorded')
+    shutil.copytree(trained(), copy)
+    os.remove(os.path.join(copy, 'config.json'))
+    return train(copy)
+
+  def ctrl_c():
+    run = os.path.join(work, 'interrupted')
+    process = start('vit_jax.train', '--workdir', run, *tiny(folder, 100_000),
+                    '--config.log_every=1')
+    while not any(n.startswith('events') for n in (os.listdir(run) if os.path.isdir(run) else [])):
+      time.sleep(0.1)
+    time.sleep(3)
+    signalled = time.perf_counter()
+    process.send_signal(signal.SIGINT)
+    return finish(process, signalled)
+
+  def inf_npz():
+    import numpy as np
+    params = dict(np.load(os.path.join(trained(), 'params.npz')))
+    kernel = next(k for k in params if k.endswith('kernel'))
+    params[kernel] = params[kernel].copy()
+    params[kernel].flat[0] = np.inf
+    path = os.path.join(work, 'inf.npz')
+    np.savez(path, **params)
+    return train(os.path.join(work, 'i'), f'--config.pretrained={path}')
+
+  def workdir_file():
+    path = os.path.join(work, 'a_file')
+    open(path, 'w').close()
+    return train(path)
+
+  def out_file():
+    path = os.path.join(work, 'out_file')
+    open(path, 'w').close()
+    return on_trained('--out', path)
   return {
       'lr': lambda: train(os.path.join(work, 'a'), '--config.lr=-0.1'),
       'misspelt': lambda: train(os.path.join(work, 'a'), '--config.learning_rate=0.1'),
@@ -151,6 +213,42 @@ def cases(work: str):
       'small_disk': small_disk,
       'analysis_num_images': lambda: analysis('--num_images', '0'),
       'analysis_lanczos_steps': lambda: analysis('--lanczos_steps', '0'),
+      'not_an_integer': lambda: train(os.path.join(work, 'a'), '--config.batch_size=abc'),
+      'lr_inf': lambda: train(os.path.join(work, 'a'), '--config.lr=inf'),
+      'epochs_inf': lambda: train(os.path.join(work, 'a'), '--config.num_epochs=inf'),
+      'heads_width': lambda: train(os.path.join(work, 'a'), '--config.model.num_heads=3'),
+      'patch_image': lambda: train(os.path.join(work, 'a'), '--config.image_size=2'),
+      'image_patch': lambda: train(os.path.join(work, 'a'), '--config.image_size=10'),
+      'recipe_syntax': lambda: recipe('def get_config(:\n'),
+      'recipe_no_get_config': lambda: recipe('x = 1\n'),
+      'lr_mults_regex': lambda: train(os.path.join(work, 'a'), "--config.lr_mults=(('[a', 0.),)"),
+      'lr_mults_nothing': lambda: train(os.path.join(work, 'a'),
+                                        "--config.lr_mults=(('Transformr/', 0.),)"),
+      'keep_params_beyond': lambda: train(os.path.join(work, 'k'), '--config.keep_params_at=500'),
+      'reconfigure_finished': reconfigure_finished,
+      'record_deleted': record_deleted,
+      'ctrl_c': ctrl_c,
+      'workdir_file': workdir_file,
+      'inf_npz': inf_npz,
+      'one_class': lambda: train(os.path.join(work, 'c'), '--config.dataset=' + make_folder(
+          os.path.join(work, 'one'), {'train': [4], 'test': [4]}, size=(8, 8))),
+      'empty_test_image': lambda: folder_case('zero', lambda r: open(
+          os.path.join(r, 'test', 'class_0', 'zero.jpg'), 'w').close()),
+      'dataset_is_a_path': lambda: train(os.path.join(work, 'd'),
+                                         f'--config.dataset={folder[len("folder:"):]}'),
+      'empty_split': lambda: train(os.path.join(work, 'e'), '--config.dataset=fashion_mnist',
+                                   '--config.train_split=train[:0]'),
+      'sweep_duplicate': lambda: sweep("(('c', {}), ('c', dict(lr=2e-2)))"),
+      'sweep_bad_field': lambda: sweep("(('c', {}), ('d', dict(lr_typo=1.)))"),
+      'analysis_no_params': lambda: timed(
+          'analysis', 'calibration', '--config', 'configs/quickstart_vit.py', '--workdir',
+          os.path.join(work, 'images')),
+      'analysis_num_images_beyond': lambda: on_trained('--num_images', '100000'),
+      'analysis_out_file': out_file,
+      'analysis_out_run': lambda: on_trained('--out', trained(), '--overwrite'),
+      'zeroshot_batch_size': lambda: timed(
+          'vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint', os.path.join(work, 'x.npz'),
+          '--dataset', folder, '--batch_size', '0'),
   }
 
 
