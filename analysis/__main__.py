@@ -163,7 +163,7 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
                                   (options or {}).get(name))
     except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
       failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
-      log.exception('The %s tool failed.', name)
+      log.debug('The %s tool failed.', name, exc_info=True)  # shown with --verbosity=1
       print(f'{name}: failed ({failed[name]})', flush=True)
       continue
     with atomic_write(os.path.join(out, f'{name}.json')) as f:
@@ -405,7 +405,7 @@ def run(name: str) -> Dict:
         f'{len(failed)} of {len(names)} tools failed (' + '; '.join(
             f'{n}: {why}' for n, why in failed.items()) + ')' + (
             f'; the report of the others: {page}' if page else '') +
-        '. Run the tool alone with --traceback for the details.')
+        '. Run again with --verbosity=1 for their tracebacks.')
   return results
 
 

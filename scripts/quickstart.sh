@@ -9,20 +9,22 @@
 # CPU), which prints whatever the analysis did. Each trainer
 # keeps to 15 minutes (--config.time_budget=15m: its schedule follows the clock,
 # fewer steps on slower or busier CPUs). Extra arguments go to both trainers,
-# e.g. --config.num_epochs=1.
+# e.g. --config.num_epochs=1. WORKDIRS=DIR puts the three directories in DIR
+# instead of workdirs/ (benchmarks/quickstart_load.py uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+work="${WORKDIRS:-workdirs}"
 scripts/setup.sh
 scripts/get_data.sh
 for model in vit resnet; do
   .venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py" \
-    --workdir "workdirs/quickstart_${model}" --config.time_budget=15m "$@"
+    --workdir "$work/quickstart_${model}" --config.time_budget=15m "$@"
 done
 status=0
 .venv/bin/python -m analysis all \
-  --config configs/quickstart_vit.py --workdir workdirs/quickstart_vit \
-  --config2 configs/quickstart_resnet.py --workdir2 workdirs/quickstart_resnet \
-  --out workdirs/analysis --time_budget=15m || status=$?
-.venv/bin/python scripts/summary.py workdirs/quickstart_vit workdirs/quickstart_resnet \
-  --analysis workdirs/analysis
+  --config configs/quickstart_vit.py --workdir "$work/quickstart_vit" \
+  --config2 configs/quickstart_resnet.py --workdir2 "$work/quickstart_resnet" \
+  --out "$work/analysis" --time_budget=15m || status=$?
+.venv/bin/python scripts/summary.py "$work/quickstart_vit" "$work/quickstart_resnet" \
+  --analysis "$work/analysis"
 exit "$status"

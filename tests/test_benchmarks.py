@@ -96,3 +96,26 @@ def test_the_cpu_peer_benchmark_says_why_it_does_not_run_without_torch():
                           cwd=os.path.join(REPO, 'benchmarks'), timeout=300)
   assert result.returncode == 0, result.stderr
   assert 'Skipped: this benchmark needs torch and timm' in result.stdout
+
+
+def test_the_quick_start_under_load_reads_what_each_phase_wrote(tmp_path):
+  """benchmarks/quickstart_load.py's table, from the files the quick start writes."""
+  import json
+  import quickstart_load
+  for model, steps in (('vit', 2812), ('resnet', 2980)):
+    (tmp_path / f'quickstart_{model}').mkdir()
+    (tmp_path / f'quickstart_{model}' / 'results.json').write_text(json.dumps(
+        {'step': steps, 'total_steps': 6084, 'eval_accuracy': 0.877, 'wall_seconds': 897.}))
+    (tmp_path / f'quickstart_{model}' / 'budget.json').write_text(json.dumps(
+        {'expected_steps': 3000}))
+  (tmp_path / 'analysis').mkdir()
+  (tmp_path / 'analysis' / 'timings.json').write_text(json.dumps({'cka': 60., 'hessian': 400.}))
+  (tmp_path / 'analysis' / 'plan.json').write_text(json.dumps(
+      {'hessian': {'time_budget': '15m', 'options': {'hessian_batches': [8, 3]}}}))
+  (tmp_path / 'analysis' / 'report.html').write_text('')
+  rows = quickstart_load.table(str(tmp_path), 1900., 0, 'Summary (CPU: x)').splitlines()
+  assert rows[2] == ('| train vit | 14m57s | 2,812 of 6,084 steps (about 3,000 expected at the '
+                     'probed speed), accuracy 87.7% |')
+  assert rows[4] == ('| analysis | 7m40s | 2 tools, 0 failed; smaller samples: hessian: '
+                     'hessian_batches 3 instead of 8 |')
+  assert rows[5] == '| quick start | 31m40s | exit status 0; ended with its summary and report |'
