@@ -255,16 +255,22 @@ def record_manifest(out: str, before: set) -> None:
     json.dump(sorted(written | {MANIFEST}), f, indent=0)
 
 
-def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
-  """Refuses an --out that holds a training run, or the analysis of other models
-  (another name, source or parameter checksum: a model retrained in place is
-  another model) unless `overwrite`, which removes the files the earlier analysis
-  wrote and nothing else: sections of different models never mix in one report."""
+def check_out(out: str) -> None:
+  """Refuses an --out that is a file or holds a training run, before any model loads."""
   if os.path.exists(out) and not os.path.isdir(out):
     raise WorkdirError(f'--out {out} is a file; give a directory for the analysis.')
   if os.path.isdir(out) and _is_run(out):
     raise WorkdirError(f'--out {out} holds a training run (its config.json, parameters or '
                        'checkpoints); give the analysis a directory of its own.')
+
+
+def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
+  """Refuses an --out that holds a training run (`check_out`), or the analysis of
+  other models (another name, source or parameter checksum: a model retrained in
+  place is another model) unless `overwrite`, which removes the files the earlier
+  analysis wrote and nothing else: sections of different models never mix in one
+  report."""
+  check_out(out)
   earlier = report.load_subjects(out)
   key = lambda subjects: {k: (v['model_name'], v['source']) for k, v in subjects.items()}
   # A record older than the checksum is compared by name and source alone.
@@ -342,6 +348,7 @@ def run(name: str) -> Dict:
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
   check_amounts(FLAGS.num_images, FLAGS.batch_size)
+  check_out(FLAGS.out)
   try:
     seconds = budget.parse_duration(FLAGS.time_budget) if FLAGS.time_budget else None
   except ValueError:

@@ -135,7 +135,8 @@ def cases(work: str):
   def on_trained(*extra):
     """The analysis of the trained tiny model, its recipe's fields given, on 60 images."""
     return timed('analysis', 'calibration', '--config', 'configs/quickstart_vit.py',
-                 '--workdir', trained(), *tiny(folder)[:6], '--num_images', '60', *extra)
+                 '--workdir', trained(), *tiny(folder)[:6], '--num_images', '60',
+                 '--batch_size', '30', *extra)
 
   def recipe(text):
     path = os.path.join(work, f'recipe_{abs(hash(text))}.py')
