@@ -185,8 +185,8 @@ def check_amounts(num_images: int, batch_size: int) -> None:
                       f'({num_images}).')
 
 
-def check_data(subjects: Sequence[features.Subject], dataset: Optional[str],
-               num_images: int) -> None:
+def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num_images: int,
+               splits: Sequence[str]) -> None:
   """Each model's head against the classes of the data it is analysed on, and each
   split the tools read against `num_images`; records the classes' names in the
   subject (figures name classes by them).
@@ -195,15 +195,18 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str],
     subjects: the models analysed.
     dataset: the dataset given instead of each recipe's own, or None.
     num_images: the images per split the tools use (--num_images).
+    splits: the splits the tools read ('train', 'eval': `Tool.splits`).
   """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   for s in subjects:
     name = dataset or s.recipe.dataset
-    for split in (s.recipe.train_split, s.recipe.eval_split):
-      source = input_pipeline.get_source(name, split, s.recipe.data_dir)
-      if source.num_examples < num_images:
-        raise DataError(f'{name}:{split} has {source.num_examples} images, fewer than '
-                        f'--num_images={num_images}: give --num_images={source.num_examples} '
+    source = input_pipeline.get_source(name, s.recipe.eval_split, s.recipe.data_dir)
+    for split in [{'train': s.recipe.train_split, 'eval': s.recipe.eval_split}[k]
+                  for k in ('train', 'eval') if k in splits]:
+      read = input_pipeline.get_source(name, split, s.recipe.data_dir)
+      if read.num_examples < num_images:
+        raise DataError(f'{name}:{split} has {read.num_examples} images, fewer than '
+                        f'--num_images={num_images}: give --num_images={read.num_examples} '
                         'or fewer.')
     if s.config.num_classes and s.config.num_classes != source.num_classes:
       raise DataError(
@@ -379,7 +382,8 @@ def run(name: str) -> Dict:
                      os.path.join(FLAGS.out, 'tensorboard', s.label)}
            for s, source, workdir in loaded}
 
-  check_data(subjects, FLAGS.dataset, FLAGS.num_images)
+  check_data(subjects, FLAGS.dataset, FLAGS.num_images,
+             sorted({split for n in names for split in tool.TOOLS[n].splits}))
   claim_out(FLAGS.out, about, FLAGS.overwrite)
   os.makedirs(FLAGS.out, exist_ok=True)
   before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there

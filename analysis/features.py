@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis import progress
-from vit_jax import checkpoint, models, sharding, workdir as workdirs
+from vit_jax import checkpoint, layout, models, sharding, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -206,8 +206,8 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   config.num_classes = int(head[0].shape[-1]) if head else 0
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']
-  checkpoint.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
-  broken = checkpoint.non_finite(params)
+  layout.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
+  broken = layout.non_finite(params)
   if broken:
     raise checkpoint.CheckpointError(
         f'{path} holds NaN or infinite parameters in {len(broken)} arrays (e.g. {broken[0]}): '

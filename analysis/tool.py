@@ -72,6 +72,8 @@ class Tool:
   that make it shorter; `shrink(options)` gives the options of a smaller sample
   (about two thirds of the work, or less), or None at the smallest sample the tool
   still reports, which `minimum` states: the analysis plans a budget with it.
+  `splits` are those of `batches` it reads ('train', 'eval'), each of which must
+  hold `--num_images` (checked before any tool runs).
   """
   name: str
   title: str
@@ -90,6 +92,7 @@ class Tool:
   shortened_by: Tuple[str, ...] = ('num_images',)
   shrink: Optional[Callable[[Mapping[str, Any]], Optional[Dict[str, Any]]]] = None
   minimum: str = ''
+  splits: Tuple[str, ...] = ('eval',)
 
   def applies_to(self, subject: Subject) -> bool:
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)

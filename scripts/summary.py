@@ -42,7 +42,8 @@ def summary(workdirs: List[str], analysis: Optional[str]) -> str:
     report = os.path.abspath(os.path.join(analysis, 'report.html'))
     slowest = ', '.join(f'{name} {console.duration(s)}' for name, s in
                         sorted(timings.items(), key=lambda item: -item[1])[:3])
-    lines.append(f'  analysis: {console.duration(sum(timings.values()))} ({slowest})' if timings else
+    total = console.duration(sum(timings.values()))
+    lines.append(f'  analysis: {total} ({slowest})' if timings else
                  f'  analysis: no timings.json in {analysis}')
     lines.append(f'  report: {report}' if os.path.exists(report) else
                  f'  report: none in {analysis}')

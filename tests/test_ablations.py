@@ -16,7 +16,7 @@ import pytest
 from configs import ablations, common
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, make_folder, \
     perturbed, tiny_vit
-from vit_jax import checkpoint, models, sweep
+from vit_jax import checkpoint, finetune, models, sweep
 from vit_jax.models import attention, vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -142,7 +142,7 @@ def test_fine_tuning_resizes_every_learned_kind(posemb, tmp_path):
   path = str(tmp_path / 'upstream.npz')
   checkpoint.save(path, flax.traverse_util.unflatten_dict(upstream, sep='/'))
   fresh = init(models.build_model(config), 48)['params']  # a 6x6 grid
-  fitted = flat(checkpoint.load_pretrained(path, fresh, config))
+  fitted = flat(finetune.load_pretrained(path, fresh, config))
   for key, value in fitted.items():
     assert value.shape == flat(fresh)[key].shape, key
   if posemb == 'learn2d':

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import augreg, checkpoint, models
+from vit_jax import augreg, checkpoint, finetune, layout, models
 from vit_jax.models import vit
 
 PUBLISHED_TO_CURRENT = {'LayerNorm_2': 'LayerNorm_1',
@@ -110,7 +110,7 @@ def test_load_pretrained_for_fine_tuning(tmp_path):
   config = models.get_config('ViT-Ti_16', num_classes=5, **{
       'hidden_size': 32, 'mlp_dim': 64, 'num_heads': 4, 'num_layers': 2, 'patch_size': 8})
   fresh = init(models.build_model(config), 48, seed=7)['params']
-  params = checkpoint.load_pretrained(path, fresh, config)
+  params = finetune.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal_shapes(params, fresh)
   chex.assert_trees_all_equal(params['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
   assert 'pre_logits' not in params
@@ -132,7 +132,7 @@ def test_load_pretrained_for_fine_tuning(tmp_path):
   gap_config = config.copy_and_resolve_references()
   gap_config.classifier = 'gap'
   gap_fresh = init(models.build_model(gap_config), 32)['params']
-  gap = checkpoint.load_pretrained(path, gap_fresh, gap_config)
+  gap = finetune.load_pretrained(path, gap_fresh, gap_config)
   assert 'cls' not in gap
   np.testing.assert_array_equal(gap['Transformer']['posembed_input']['pos_embedding'],
                                 old_pe[:, 1:])
@@ -145,7 +145,7 @@ def test_load_pretrained_bit_reinitialises_the_head(tmp_path):
   checkpoint.save(path, upstream)
   config.num_classes = 3
   fresh = init(models.build_model(config), 32)['params']
-  params = checkpoint.load_pretrained(path, fresh, config)
+  params = finetune.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(params['resnet']['head'],
                               jax.tree_util.tree_map(np.asarray, fresh['resnet']['head']))
   chex.assert_trees_all_equal(params['resnet']['block2'], jax.tree_util.tree_map(
@@ -163,7 +163,7 @@ def test_mismatch_lists_missing_unexpected_and_misshaped_keys(tmp_path):
   path = str(tmp_path / 'broken.npz')
   np.savez(path, **{k: np.asarray(v) for k, v in broken.items()})
   with pytest.raises(checkpoint.CheckpointError) as e:
-    checkpoint.load_pretrained(path, fresh, config)
+    finetune.load_pretrained(path, fresh, config)
   message = str(e.value)
   assert '1 missing: Transformer/encoder_norm/scale' in message
   assert '1 unexpected: Transformer/extra/kernel' in message
@@ -293,9 +293,9 @@ def test_a_siglip_image_tower_loads_and_fine_tunes_with_another_head(tmp_path):
   # A token-head model takes the body and drops the MAP head; a MAP model keeps it.
   config = models.get_config('ViT-Ti_16', num_classes=4, **{**TINY_VIT, 'classifier': 'token'})
   fresh = init(models.build_model(config), 32)['params']
-  token = checkpoint.load_pretrained(path, fresh, config)
+  token = finetune.load_pretrained(path, fresh, config)
   assert 'MAPHead_0' not in token and 'cls' in token
   config.classifier = 'map'
-  kept = checkpoint.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
+  kept = finetune.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
   chex.assert_trees_all_close(kept['MAPHead_0'], jax.tree_util.tree_map(
       np.asarray, params['MAPHead_0']), rtol=0, atol=0)

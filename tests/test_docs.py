@@ -68,11 +68,11 @@ def _timm_file(name: str, folder: str) -> None:
   """`<model>.safetensors`: the timm state dict of an initialised model, 1,000 classes at
   224 px."""
   from safetensors.numpy import save_file
-  from vit_jax import checkpoint, models
+  from vit_jax import models, timm_files
   model_name = name[:-len('.safetensors')]
   model = models.get_model(model_name, num_classes=1000)
   params = model.init(jax.random.PRNGKey(0), np.zeros((1, 224, 224, 3), np.float32))['params']
-  save_file(checkpoint.to_timm(params, model_name), os.path.join(folder, name))
+  save_file(timm_files.to_timm(params, model_name), os.path.join(folder, name))
 
 
 def _make(name: str, folder: str) -> None:

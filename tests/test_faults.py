@@ -16,7 +16,7 @@ import pytest
 
 from helpers import make_folder
 from test_train import tiny_config
-from vit_jax import checkpoint, entry, errors, run_state, sweep, train, workdir
+from vit_jax import checkpoint, entry, errors, finetune, loop, run_state, sweep, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,29 +109,29 @@ def test_a_pretrained_file_with_inf_is_named_with_its_array(tmp_path):
   with pytest.raises(checkpoint.CheckpointError,
                      match=r"inf.npz holds NaN or infinity in 1 array\(s\), first "
                            r"\['Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel'\]"):
-    checkpoint.load_pretrained(path, params, config)
+    finetune.load_pretrained(path, params, config)
 
 
 def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tmp_path):
   config = tiny_config(folder)
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   before = _files(tmp_path)
   for changed, says in ((dict(lr=2e-2), 'lr: 0.01 -> 0.02'),
                         (dict(total_steps=9), 'total_steps: 6 -> 9'),
                         (dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))),
                          "model_name: 'ViT-Ti_16' -> 'BiT-M-R50x1'")):
     with pytest.raises(errors.WorkdirError, match=f'other settings \\(.*{says}.*--reconfigure'):
-      train.train_and_evaluate(tiny_config(folder, **changed), str(tmp_path))
+      loop.train_and_evaluate(tiny_config(folder, **changed), str(tmp_path))
     assert _files(tmp_path) == before
   # Free fields change nothing the files mean: the run goes on (here: nothing left to train).
-  train.train_and_evaluate(tiny_config(folder, log_every=2, eval_every=2), str(tmp_path))
+  loop.train_and_evaluate(tiny_config(folder, log_every=2, eval_every=2), str(tmp_path))
   # Asked to go on with another model, no checkpoint fits it: refused, never a silent restart.
   with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
-    train.train_and_evaluate(
+    loop.train_and_evaluate(
         tiny_config(folder, model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))),
         str(tmp_path), reconfigure=True)
   # With a longer schedule the run goes on from its checkpoint.
-  summary = train.train_and_evaluate(tiny_config(folder, total_steps=9), str(tmp_path),
+  summary = loop.train_and_evaluate(tiny_config(folder, total_steps=9), str(tmp_path),
                                      reconfigure=True)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6', '9']
   assert 0 <= summary['eval_accuracy'] <= 1
@@ -140,14 +140,14 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
   # parameters were not trained with.
   before = _files(tmp_path)
   with pytest.raises(errors.WorkdirError, match=r'is finished \(step 9 of 9\).*lr: 0.01 -> 0.02'):
-    train.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path),
+    loop.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path),
                              reconfigure=True)
   assert _files(tmp_path) == before
   # Without its record, a run's files are refused, unless --reconfigure records anew.
   (tmp_path / workdir.RECORD).unlink()
   before = _files(tmp_path)
   with pytest.raises(errors.WorkdirError, match='no record of the settings'):
-    train.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path))
+    loop.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path))
   assert _files(tmp_path) == before
 
 
@@ -166,18 +166,18 @@ def _damage(directory, stride=None):
 
 def test_damaged_checkpoints_are_skipped_and_none_usable_is_refused(folder, tmp_path, caplog):
   config = tiny_config(folder)
-  train.train_and_evaluate(config, str(tmp_path / 'straight'))
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path / 'straight'))
+  loop.train_and_evaluate(config, str(tmp_path))
   _damage(tmp_path / 'checkpoints' / '6')
   os.remove(tmp_path / 'params.npz')
-  train.train_and_evaluate(config, str(tmp_path))  # from step 3, the same steps again
+  loop.train_and_evaluate(config, str(tmp_path))  # from step 3, the same steps again
   assert 'Checkpoint at step 6' in caplog.text and 'cannot be used' in caplog.text
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')),
                               checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
   for step in os.listdir(tmp_path / 'checkpoints'):
     _damage(tmp_path / 'checkpoints' / step, stride=256)
   with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
-    train.train_and_evaluate(config, str(tmp_path))
+    loop.train_and_evaluate(config, str(tmp_path))
 
 
 def test_a_restored_state_that_is_not_finite_is_not_used():
@@ -206,13 +206,13 @@ def small_filesystem(path, size):
 def test_a_full_disk_is_named_before_training_or_when_it_fills(folder, tmp_path, monkeypatch):
   with small_filesystem(tmp_path / 'small', '300k') as small:
     with pytest.raises(errors.WorkdirError, match=r'has \d+\.\d KB free, and this run needs about'):
-      train.train_and_evaluate(tiny_config(folder), str(small / 'w'))
+      loop.train_and_evaluate(tiny_config(folder), str(small / 'w'))
     assert not os.path.exists(small / 'w' / 'checkpoints' / '3')
     # The check passed, the disk then fills during a save: one sentence, partial files gone.
     monkeypatch.setattr(workdir, 'check_space', lambda *args: None)
     with pytest.raises(errors.WorkdirError, match='No space left under .*: (no checkpoint was '
                        'saved yet|the last good checkpoint is step 3)'):
-      train.train_and_evaluate(tiny_config(folder), str(small / 'w'))
+      loop.train_and_evaluate(tiny_config(folder), str(small / 'w'))
     left = os.listdir(small / 'w' / 'checkpoints') if os.path.isdir(
         small / 'w' / 'checkpoints') else []
     assert not [name for name in left if 'tmp' in name]
@@ -230,14 +230,14 @@ def test_a_run_that_could_not_mean_anything_is_refused_before_it_trains(folder, 
   """One class (accuracy 1.0 whatever the model), or parameters kept at a step the
   run never reaches."""
   with pytest.raises(errors.DataError, match="Split 'train\\[:0\\]' of fashion_mnist holds no"):
-    train.train_and_evaluate(tiny_config('fashion_mnist', train_split='train[:0]'),
+    loop.train_and_evaluate(tiny_config('fashion_mnist', train_split='train[:0]'),
                              str(tmp_path / 'z'))
   one = make_folder(str(tmp_path / 'one'), {'train': [8], 'test': [4]}, size=(8, 8))
   with pytest.raises(errors.DataError, match='has 1 class: a classifier needs at least two'):
-    train.train_and_evaluate(tiny_config(one), str(tmp_path / 'a'))
+    loop.train_and_evaluate(tiny_config(one), str(tmp_path / 'a'))
   with pytest.raises(errors.ConfigError, match="keep_params_at names step 500, beyond the "
                                                "run's 6 steps"):
-    train.train_and_evaluate(tiny_config(folder, keep_params_at='2,500'), str(tmp_path / 'b'))
+    loop.train_and_evaluate(tiny_config(folder, keep_params_at='2,500'), str(tmp_path / 'b'))
   assert not (tmp_path / 'a' / 'checkpoints').exists()
   assert not (tmp_path / 'b' / 'params.npz').exists()
 
@@ -335,7 +335,7 @@ def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
   """Ctrl-C while training is noted as SIGTERM is (the loop saves at the next step
   and stops); pressed again, it interrupts at once; the handlers are restored."""
   before = signal.getsignal(signal.SIGINT)
-  with train.Preemption() as preemption:
+  with loop.Preemption() as preemption:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.1)
     assert preemption.signalled and preemption.name == 'Ctrl-C'
@@ -343,7 +343,7 @@ def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.1)
   assert signal.getsignal(signal.SIGINT) is before
-  with train.Preemption() as preemption:
+  with loop.Preemption() as preemption:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.1)
     assert preemption.signalled and preemption.name == 'SIGTERM'
@@ -385,10 +385,10 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
   checkpoint.save(path, params)
   subject = features.load_subject(recipe.model_name, path, 28, dict(recipe.model), 'vit', recipe)
   with pytest.raises(errors.DataError, match='head of vit has 3 classes but fashion_mnist has 10'):
-    cli.check_data([subject], None, 100)
+    cli.check_data([subject], None, 100, ['eval'])
   with pytest.raises(errors.DataError, match=r'^fashion_mnist:test has 10000 images, fewer than '
                                              r'--num_images=20000: give --num_images=10000 or'):
-    cli.check_data([subject], None, 20000)
+    cli.check_data([subject], None, 20000, ['train', 'eval'])
   (tmp_path / 'unfinished').mkdir()
   with pytest.raises(checkpoint.CheckpointError, match='holds no params.npz: finish its training'):
     features.load_subject(recipe.model_name, str(tmp_path / 'unfinished'), 28)

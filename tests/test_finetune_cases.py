@@ -14,7 +14,7 @@ from configs import finetune_cases
 from helpers import TINY_VIT, init, make_folder, perturbed, tiny_vit
 from test_ablations import tiny_sweep
 from test_train import tiny_config
-from vit_jax import checkpoint, models, steps, sweep
+from vit_jax import checkpoint, finetune, models, steps, sweep
 
 BODY = finetune_cases.BODY
 
@@ -91,9 +91,9 @@ def test_keep_head_keeps_the_checkpoint_head(tmp_path):
   checkpoint.save(path, trained)
   config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT)
   fresh = init(models.build_model(config), 16, seed=5)['params']
-  kept = checkpoint.load_pretrained(path, fresh, config, keep_head=True)
+  kept = finetune.load_pretrained(path, fresh, config, keep_head=True)
   chex.assert_trees_all_equal(kept['head'], jax.tree_util.tree_map(np.asarray, trained['head']))
-  new = checkpoint.load_pretrained(path, fresh, config)
+  new = finetune.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(new['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
 
 

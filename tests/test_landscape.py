@@ -45,15 +45,15 @@ def test_filter_normalisation_is_the_authors_in_timms_layout():
   """A ViT's direction mapped to timm's state dict (fused qkv, 1-D qkv bias,
   pos_embed), normalised there as the authors' code does, and mapped back."""
   from helpers import TINY_VIT, init, tiny_vit
-  from vit_jax import checkpoint
+  from vit_jax import timm_files
   params = init(tiny_vit(5), 16)['params']
   rng = np.random.RandomState(0)
   params = jax.tree_util.tree_map(lambda x: x + rng.randn(*x.shape).astype(np.float32), params)
   direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape).astype(np.float32), params)
   ours = landscape.filter_normalised(direction, params)
-  theirs = checkpoint.from_timm(
-      authors_bases(checkpoint.to_timm(direction, 'ViT-Ti_16'),
-                    checkpoint.to_timm(params, 'ViT-Ti_16')), 'ViT-Ti_16', **TINY_VIT)
+  theirs = timm_files.from_timm(
+      authors_bases(timm_files.to_timm(direction, 'ViT-Ti_16'),
+                    timm_files.to_timm(params, 'ViT-Ti_16')), 'ViT-Ti_16', **TINY_VIT)
   flat = lambda t: {'/'.join(str(getattr(k, 'key', k)) for k in path): np.asarray(leaf)
                     for path, leaf in jax.tree_util.tree_leaves_with_path(t)}
   ours, theirs = flat(ours), flat(theirs)

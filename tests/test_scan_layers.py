@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_vit
-from vit_jax import checkpoint, models
+from vit_jax import checkpoint, finetune, models, timm_files
 from vit_jax.models import vit_layouts
 
 NAME = 'ViT-Ti_16'
@@ -99,7 +99,7 @@ def test_checkpoints_keep_the_published_per_block_names(tmp_path):
   def fine_tuned(scan):
     config = models.get_config(NAME, **TINY_VIT, num_classes=5, scan_layers=scan)
     fresh = init(models.build_model(config), image_size=48)['params']
-    return checkpoint.load_pretrained(str(tmp_path / 'unrolled.npz'), fresh, config)
+    return finetune.load_pretrained(str(tmp_path / 'unrolled.npz'), fresh, config)
 
   chex.assert_trees_all_close(fine_tuned(True),
                               jax.device_get(_stacked(fine_tuned(False))), rtol=1e-6)
@@ -152,8 +152,8 @@ def test_the_scanned_program_does_not_grow_with_depth():
 def test_timm_state_dicts_go_to_and_from_the_scanned_tree(tmp_path):
   from safetensors.numpy import save_file
   params = jax.device_get(perturbed(init(tiny_vit()))['params'])
-  state = checkpoint.to_timm(_stacked(params), NAME)
-  chex.assert_trees_all_equal(state, checkpoint.to_timm(params, NAME))
+  state = timm_files.to_timm(_stacked(params), NAME)
+  chex.assert_trees_all_equal(state, timm_files.to_timm(params, NAME))
   save_file(state, str(tmp_path / 'vit.safetensors'))
   loaded = checkpoint.load(str(tmp_path / 'vit.safetensors'), NAME, **TINY_VIT,
                            scan_layers=True)

@@ -203,13 +203,13 @@ def test_the_train_command_runs_fully_sharded(model_parallel, tmp_path):
   mesh: trains, evaluates, and writes the whole parameters in the published
   layout."""
   from helpers import make_folder
-  from vit_jax import train
+  from vit_jax import loop
   folder = make_folder(str(tmp_path / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
                        size=(10, 10))
   config = _config(MODELS[0], sharding='fsdp', model_parallel=model_parallel, dataset=folder,
                    image_size=8,
                    total_steps=2, log_every=1, eval_every=2, checkpoint_every=2)
-  summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  summary = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert summary['eval_examples'] == 13
   params = checkpoint.load(str(tmp_path / 'run' / 'params.npz'))
   assert params['head']['kernel'].shape == (32, 3)

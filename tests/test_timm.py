@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, models
+from vit_jax import checkpoint, finetune, models, timm_files
 from vit_jax.models.family import CheckpointError
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec('torch') is None,
@@ -95,7 +95,7 @@ def assert_same_state(ours, expected):
 def test_vit_exports_as_timm_loads_it(tmp_path, classifier):
   model = tiny_vit(num_classes=3, classifier=classifier)
   params = perturbed(init(model, 32))['params']
-  ours = checkpoint.to_timm(params, 'ViT-Ti_16')
+  ours = timm_files.to_timm(params, 'ViT-Ti_16')
   expected, logits = run_timm(tmp_path, params, ours, family='vit', classifier=classifier,
                               size=timm_size(TINY_VIT['patch_size']))
   assert_same_state(ours, expected)
@@ -108,7 +108,7 @@ def test_vit_exports_as_timm_loads_it(tmp_path, classifier):
 def test_hybrid_exports_as_timm_loads_it(tmp_path):
   model = tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1)
   params = perturbed(init(model, 32))['params']
-  ours = checkpoint.to_timm(params, 'R50+ViT-B_16')
+  ours = timm_files.to_timm(params, 'R50+ViT-B_16')
   expected, logits = run_timm(tmp_path, params, ours, family='hybrid', layers=[1],
                               size=timm_size(1))
   assert_same_state(ours, expected)
@@ -120,7 +120,7 @@ def test_hybrid_exports_as_timm_loads_it(tmp_path):
 @needs_timm
 def test_bit_exports_as_timm_loads_it(tmp_path):
   params = perturbed(init(tiny_bit(num_classes=3), 32))['params']
-  ours = checkpoint.to_timm(params, 'BiT-M-R50x1')
+  ours = timm_files.to_timm(params, 'BiT-M-R50x1')
   expected, _ = run_timm(tmp_path, params, ours, family='bit')
   assert_same_state(ours, expected)
 
@@ -128,13 +128,13 @@ def test_bit_exports_as_timm_loads_it(tmp_path):
 def test_what_timm_cannot_hold_is_refused():
   params = init(tiny_vit(num_classes=3, representation_size=16), 32)['params']
   with pytest.raises(ValueError, match='no pre_logits'):
-    checkpoint.to_timm(params, 'ViT-Ti_16')
+    timm_files.to_timm(params, 'ViT-Ti_16')
   for posemb in ('sincos2d', 'learn2d', 'none'):
     params = init(tiny_vit(num_classes=3, posemb=posemb), 32)['params']
     with pytest.raises(ValueError, match='one learned 1-D position embedding'):
-      checkpoint.to_timm(params, 'ViT-Ti_16')
+      timm_files.to_timm(params, 'ViT-Ti_16')
   with pytest.raises(ValueError, match='timm layouts cover the ViT, hybrid and BiT'):
-    checkpoint.to_timm(params, 'Mixer-B_16')
+    timm_files.to_timm(params, 'Mixer-B_16')
 
 
 # The tiny models' fields besides what a state dict fixes (head, classes, image size).
@@ -153,38 +153,38 @@ TINY_HYBRID_FIELDS = dict(TINY_VIT, resnet_layers=(1,), patch_size=1)
 def test_from_timm_is_the_exact_inverse_of_to_timm(model_name, model, fields):
   """At 48 px (a 6x6 grid for the ViT), the head, classes and size read from the dict."""
   params = perturbed(init(model(), 48))['params']
-  state = checkpoint.to_timm(params, model_name)
-  back = checkpoint.from_timm(state, model_name, **fields)
+  state = timm_files.to_timm(params, model_name)
+  back = timm_files.from_timm(state, model_name, **fields)
   chex.assert_trees_all_equal(back, jax.tree_util.tree_map(np.asarray, params))
 
 
 def test_a_vit_without_qkv_biases_loads_them_as_zeros():
   """timm's qkv_bias=False, as Park & Kim's CIFAR ViT-Ti."""
   params = init(tiny_vit(num_classes=3), 32)['params']
-  state = {k: v for k, v in checkpoint.to_timm(params, 'ViT-Ti_16').items()
+  state = {k: v for k, v in timm_files.to_timm(params, 'ViT-Ti_16').items()
            if not k.endswith('qkv.bias')}
-  back = checkpoint.from_timm(state, 'ViT-Ti_16', **TINY_VIT)
+  back = timm_files.from_timm(state, 'ViT-Ti_16', **TINY_VIT)
   attention = back['Transformer']['encoderblock_0']['MultiHeadDotProductAttention_1']
   for name in ('query', 'key', 'value'):
     chex.assert_trees_all_equal(attention[name]['bias'], np.zeros((4, 8), np.float32))
 
 
 def test_a_state_dict_of_another_model_is_named_key_by_key():
-  state = checkpoint.to_timm(init(tiny_vit(num_classes=3), 32)['params'], 'ViT-Ti_16')
+  state = timm_files.to_timm(init(tiny_vit(num_classes=3), 32)['params'], 'ViT-Ti_16')
   with pytest.raises(CheckpointError, match=r'state dict of ViT-Ti_16 \(12 blocks.*\n.*missing: '
                      r'blocks\.10\..*\n.*wrongly shaped: blocks\.0\.attn'):
-    checkpoint.from_timm(state, 'ViT-Ti_16')
+    timm_files.from_timm(state, 'ViT-Ti_16')
   with pytest.raises(CheckpointError, match='fc_norm'):
-    checkpoint.from_timm({**state, 'fc_norm.weight': np.ones(32)}, 'ViT-Ti_16', **TINY_VIT)
+    timm_files.from_timm({**state, 'fc_norm.weight': np.ones(32)}, 'ViT-Ti_16', **TINY_VIT)
   with pytest.raises(ValueError, match='timm layouts cover'):
-    checkpoint.from_timm(state, 'Mixer-B_16')
+    timm_files.from_timm(state, 'Mixer-B_16')
 
 
 def test_load_reads_a_safetensors_file_and_asks_for_the_model(tmp_path):
   from safetensors.numpy import save_file
   params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
   path = str(tmp_path / 'vit.safetensors')
-  save_file(checkpoint.to_timm(params, 'ViT-Ti_16'), path)
+  save_file(timm_files.to_timm(params, 'ViT-Ti_16'), path)
   chex.assert_trees_all_equal(checkpoint.load(path, 'ViT-Ti_16', **TINY_VIT),
                               jax.tree_util.tree_map(np.asarray, params))
   with pytest.raises(CheckpointError, match="name the model it holds, "
@@ -201,10 +201,10 @@ def test_fine_tuning_starts_from_a_timm_file(tmp_path):
   from safetensors.numpy import save_file
   params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
   path = str(tmp_path / 'vit.safetensors')
-  save_file(checkpoint.to_timm(params, 'ViT-Ti_16'), path)
+  save_file(timm_files.to_timm(params, 'ViT-Ti_16'), path)
   config = models.get_config('ViT-Ti_16', num_classes=5, **TINY_VIT)
   fresh = init(models.build_model(config), 48)['params']
-  fitted = checkpoint.load_pretrained(path, fresh, config)
+  fitted = finetune.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(fitted['Transformer']['encoderblock_1'],
                               jax.tree_util.tree_map(np.asarray,
                                                      params['Transformer']['encoderblock_1']))
@@ -227,7 +227,7 @@ def test_load_reads_a_pth_file(tmp_path):
              'torch.save({"state_dict": {k: torch.from_numpy(v) for k, v in state.items()}, '
              '"epoch": 3}, sys.argv[2])')
   params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
-  np.savez(tmp_path / 'state.npz', **checkpoint.to_timm(params, 'ViT-Ti_16'))
+  np.savez(tmp_path / 'state.npz', **timm_files.to_timm(params, 'ViT-Ti_16'))
   subprocess.run([sys.executable, '-c', program, str(tmp_path / 'state.npz'),
                   str(tmp_path / 'vit.pth.tar')], check=True, timeout=300)
   chex.assert_trees_all_equal(
@@ -275,9 +275,9 @@ def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias):
                  check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   state = dict(np.load(files['state']))
   if family == 'vit':
-    params, model = checkpoint.from_timm(state, 'ViT-Ti_16', **TINY_VIT), tiny_vit(num_classes=3)
+    params, model = timm_files.from_timm(state, 'ViT-Ti_16', **TINY_VIT), tiny_vit(num_classes=3)
   else:
-    params = checkpoint.from_timm(state, 'BiT-M-R50x1', num_layers=(1, 1))
+    params = timm_files.from_timm(state, 'BiT-M-R50x1', num_layers=(1, 1))
     model = tiny_bit(num_classes=3)
   np.testing.assert_allclose(apply(model, {'params': params}, images(2, 32)),
                              np.load(files['logits']), rtol=1e-3, atol=1e-4)

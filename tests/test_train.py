@@ -18,8 +18,8 @@ import tensorflow as tf
 
 from configs import common
 from helpers import TINY_VIT, images, make_folder
-from vit_jax import (budget, checkpoint, cpu_devices, input_pipeline, models, run_state, steps,
-                     train, workdir as workdirs)
+from vit_jax import (budget, checkpoint, cpu_devices, finetune, input_pipeline, loop, models,
+                     run_state, steps, workdir as workdirs)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +117,7 @@ def logged_scalars(workdir):
 
 
 def test_train_and_evaluate_writes_everything(folder, tmp_path):
-  summary = train.train_and_evaluate(tiny_config(folder), str(tmp_path))
+  summary = loop.train_and_evaluate(tiny_config(folder), str(tmp_path))
   assert summary['eval_examples'] == 13
   assert 0 <= summary['eval_accuracy'] <= 1
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6']
@@ -133,7 +133,7 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   assert ended['step'] == ended['total_steps'] == 6 and ended['wall_seconds'] > 0
   assert ended['eval_accuracy'] == summary['eval_accuracy']
   # Rerun on the finished workdir: nothing trains, the restored model is evaluated.
-  assert train.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
+  assert loop.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')), params)
 
 
@@ -143,7 +143,7 @@ class Interrupted(Exception):
 
 def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch):
   config = tiny_config(folder)
-  train.train_and_evaluate(config, str(tmp_path / 'straight'))
+  loop.train_and_evaluate(config, str(tmp_path / 'straight'))
 
   prefetch = input_pipeline.prefetch_to_devices
   def killed_after_three(batches, sharding, size=2):
@@ -153,17 +153,17 @@ def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypa
       yield batch
   monkeypatch.setattr(input_pipeline, 'prefetch_to_devices', killed_after_three)
   with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, str(tmp_path / 'resumed'))
+    loop.train_and_evaluate(config, str(tmp_path / 'resumed'))
   monkeypatch.undo()
   assert os.listdir(tmp_path / 'resumed' / 'checkpoints') == ['3']
-  train.train_and_evaluate(config, str(tmp_path / 'resumed'))
+  loop.train_and_evaluate(config, str(tmp_path / 'resumed'))
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'resumed' / 'params.npz')),
                               checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
 
 
 def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
   config = tiny_config(folder)
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   newest = tmp_path / 'checkpoints' / '6'
   for root, _, files in os.walk(newest):
     for f in files:
@@ -182,25 +182,25 @@ def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
 def test_non_finite_loss_stops_the_run(folder, tmp_path):
   # A learning rate so large that the first update overflows the parameters.
   diverging = dict(lr=1e38, optimizer='sgd', grad_clip=0., warmup_steps=0)
-  with pytest.raises(train.TrainingError, match='Loss is (nan|inf) .* at step 2'):
-    train.train_and_evaluate(tiny_config(folder, **diverging), str(tmp_path))
+  with pytest.raises(loop.TrainingError, match='Loss is (nan|inf) .* at step 2'):
+    loop.train_and_evaluate(tiny_config(folder, **diverging), str(tmp_path))
   assert not os.path.exists(tmp_path / 'checkpoints' / '3')
   # Checked before a save even between logging steps.
-  with pytest.raises(train.TrainingError, match='at step 3'):
-    train.train_and_evaluate(tiny_config(folder, log_every=100, **diverging),
+  with pytest.raises(loop.TrainingError, match='at step 3'):
+    loop.train_and_evaluate(tiny_config(folder, log_every=100, **diverging),
                              str(tmp_path / 'quiet'))
   assert not os.path.exists(tmp_path / 'quiet' / 'checkpoints' / '3')
 
 
 def test_fine_tune_from_npz_at_another_resolution(folder, tmp_path):
-  train.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
-  summary = train.train_and_evaluate(
+  loop.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
+  summary = loop.train_and_evaluate(
       tiny_config(folder, pretrained=str(tmp_path / 'up' / 'params.npz'), image_size=16,
                   optimizer='sgd', weight_decay=0., total_steps=3),
       str(tmp_path / 'down'))
   assert summary['eval_examples'] == 13
-  with pytest.raises(train.TrainingError, match='gs://vit_models/imagenet21k/'):
-    train.train_and_evaluate(tiny_config(folder, pretrained=str(tmp_path / 'none.npz')),
+  with pytest.raises(loop.TrainingError, match='gs://vit_models/imagenet21k/'):
+    loop.train_and_evaluate(tiny_config(folder, pretrained=str(tmp_path / 'none.npz')),
                              str(tmp_path / 'missing'))
 
 
@@ -208,19 +208,19 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   from test_checkpoint import AUGREG_ROWS, write_augreg_index
   augreg = tmp_path / 'augreg'
   write_augreg_index(augreg, AUGREG_ROWS)
-  train.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
+  loop.train_and_evaluate(tiny_config(folder), str(tmp_path / 'up'))
   shutil.copy(tmp_path / 'up' / 'params.npz', augreg / 'Ti_16-i21k-best.npz')
   config = lambda name, **kw: tiny_config(folder, **{
       'pretrained': f'augreg:{name}', 'augreg_dir': str(augreg), 'total_steps': 3, **kw})
-  assert checkpoint.missing_pretrained(config('Ti/16')) is None
-  assert 'Ti_16-i1k.npz does not exist' in checkpoint.missing_pretrained(config('Ti/16@i1k'))
-  assert 'set --config.model_name=R26+ViT-S_32' in checkpoint.missing_pretrained(config('R26+S/32'))
-  assert 'No AugReg checkpoint' in checkpoint.missing_pretrained(config('B/16'))
+  assert finetune.missing_pretrained(config('Ti/16')) is None
+  assert 'Ti_16-i1k.npz does not exist' in finetune.missing_pretrained(config('Ti/16@i1k'))
+  assert 'set --config.model_name=R26+ViT-S_32' in finetune.missing_pretrained(config('R26+S/32'))
+  assert 'No AugReg checkpoint' in finetune.missing_pretrained(config('B/16'))
   monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
-  with pytest.raises(train.TrainingError, match='index in gs://vit_models/augreg, which '
+  with pytest.raises(loop.TrainingError, match='index in gs://vit_models/augreg, which '
                      'cannot be reached'):
-    train.check_inputs(config('Ti/16', augreg_dir=None), str(tmp_path / 'offline'))
-  summary = train.train_and_evaluate(config('Ti/16'), str(tmp_path / 'down'))
+    loop.check_inputs(config('Ti/16', augreg_dir=None), str(tmp_path / 'offline'))
+  summary = loop.train_and_evaluate(config('Ti/16'), str(tmp_path / 'down'))
   assert summary['eval_examples'] == 13
 
 
@@ -250,17 +250,17 @@ def test_a_time_budget_is_decided_once_per_workdir(folder, tmp_path, monkeypatch
   slow = budget.Timing(compile_seconds=0., step_seconds=1., eval_seconds=1.)
   monkeypatch.setattr(budget, 'time_steps', lambda *args: slow)
   config = tiny_config(folder, total_steps=50, time_budget='30s')
-  summary = train.train_and_evaluate(config, str(tmp_path))
-  record = json.loads((tmp_path / train.BUDGET_FILE).read_text())
+  summary = loop.train_and_evaluate(config, str(tmp_path))
+  record = json.loads((tmp_path / loop.BUDGET_FILE).read_text())
   assert record['recipe_steps'] == 50 and 0 < record['train_seconds'] < 30
   assert 1 <= record['expected_steps'] < 30
   # Resumed or rerun, the workdir keeps its budget without timing again.
   monkeypatch.setattr(budget, 'time_steps', lambda *args: pytest.fail('timed again'))
-  assert train.train_and_evaluate(config, str(tmp_path)) == summary
+  assert loop.train_and_evaluate(config, str(tmp_path)) == summary
   # A machine where compiling alone outlasts the budget.
   monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(60., 1., 1.))
-  with pytest.raises(train.TrainingError, match='leaves no time to train'):
-    train.train_and_evaluate(tiny_config(folder, time_budget='30s'), str(tmp_path / 'short'))
+  with pytest.raises(loop.TrainingError, match='leaves no time to train'):
+    loop.train_and_evaluate(tiny_config(folder, time_budget='30s'), str(tmp_path / 'short'))
 
 
 def _steps_that_change_speed(monkeypatch, after: int, delay: float):
@@ -295,7 +295,7 @@ def test_a_run_slowed_after_the_probe_stops_at_its_seconds_with_its_schedule_don
   config = tiny_config(folder, total_steps=100_000, time_budget='60s', log_every=1,
                        eval_every=100_000, checkpoint_every=100_000, warmup_steps=1000)
   start = time.perf_counter()
-  summary = train.train_and_evaluate(config, str(tmp_path))
+  summary = loop.train_and_evaluate(config, str(tmp_path))
   wall = time.perf_counter() - start
   stopped = max(int(d) for d in os.listdir(tmp_path / 'checkpoints'))
   assert 20 < stopped < 100_000
@@ -303,7 +303,7 @@ def test_a_run_slowed_after_the_probe_stops_at_its_seconds_with_its_schedule_don
   assert len(rates) == stopped and max(rates) > 0.5 * config.lr  # warm-up then decay
   assert rates[-1] <= 0.01 * config.lr
   # The clock at the last checkpoint: training ended within a step of its seconds.
-  seconds = json.loads((tmp_path / train.BUDGET_FILE).read_text())['train_seconds']
+  seconds = json.loads((tmp_path / loop.BUDGET_FILE).read_text())['train_seconds']
   clock = json.loads((tmp_path / 'checkpoints' / str(stopped) / 'clock' / 'metadata').read_text())
   assert seconds <= clock['train_seconds'] <= seconds + 1.
   # Whether the final evaluation and saves fit the budget's reserve is measured by
@@ -312,7 +312,7 @@ def test_a_run_slowed_after_the_probe_stops_at_its_seconds_with_its_schedule_don
   assert wall < 5 * 60., wall
   assert summary['eval_examples'] == 13 and (tmp_path / 'params.npz').exists()
   # Rerun, the workdir's clock has run out (kept in its checkpoint): nothing trains.
-  assert train.train_and_evaluate(config, str(tmp_path)) == summary
+  assert loop.train_and_evaluate(config, str(tmp_path)) == summary
   assert max(int(d) for d in os.listdir(tmp_path / 'checkpoints')) == stopped
 
 
@@ -321,7 +321,7 @@ def test_a_run_faster_than_its_probe_finishes_the_recipe(folder, tmp_path, monke
   the run trains the recipe's steps, its schedule that of the steps."""
   monkeypatch.setattr(budget, 'time_steps', lambda *args: budget.Timing(0., 1., 1.))
   config = tiny_config(folder, total_steps=40, time_budget='1h', log_every=1, warmup_steps=0)
-  train.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path))
   assert max(int(d) for d in os.listdir(tmp_path / 'checkpoints')) == 40
   rates = logged_scalars(tmp_path)['learning_rate']
   schedule = steps.learning_rate_schedule(config, 40)
@@ -376,7 +376,7 @@ def test_a_run_without_its_inputs_names_all_of_them_before_any_work(tmp_path, mo
   config = tiny_config('cifar10', pretrained=str(tmp_path / 'ViT-B_16.npz'),
                        data_dir=str(tmp_path / 'tfds'))
   with pytest.raises(steps.TrainingError) as error:
-    train.train_and_evaluate(config, str(tmp_path / 'work'))
+    loop.train_and_evaluate(config, str(tmp_path / 'work'))
   message = str(error.value)
   assert 'ViT-B_16.npz does not exist' in message and 'gs://vit_models/imagenet21k/' in message
   assert "TFDS dataset 'cifar10' is not prepared" in message and 'storage.googleapis.com' in message
@@ -414,7 +414,7 @@ def test_non_positive_batch_or_accumulation_is_named(tmp_path):
   for fields in (dict(accum_steps=0), dict(batch_size=0)):
     with pytest.raises(ValueError, match=f'config.{next(iter(fields))} is 0; it must be an '
                                          'integer >= 1'):
-      train.train_and_evaluate(tiny_config('fashion_mnist', **fields), str(tmp_path))
+      loop.train_and_evaluate(tiny_config('fashion_mnist', **fields), str(tmp_path))
 
 
 def test_cpu_split_leaves_an_explicit_device_count_alone(monkeypatch):
@@ -505,7 +505,7 @@ import sys
 sys.modules['tensorflow'] = None  # any import of TensorFlow now fails
 import numpy as np
 from configs import common
-from vit_jax import checkpoint, models, steps
+from vit_jax import checkpoint, finetune, models, steps
 config = common.base_config()
 config.update(model_name='ViT-Ti_16', image_size=8, batch_size=16, optimizer='adam', lr=1e-2)
 config.model.update({dict(TINY_VIT, patch_size=4)!r})

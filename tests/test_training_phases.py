@@ -12,7 +12,7 @@ import pytest
 
 from helpers import make_folder
 from test_train import tiny_config
-from vit_jax import checkpoint, settings, train
+from vit_jax import checkpoint, loop, settings
 from vit_jax import workdir as workdirs
 from vit_jax.errors import ConfigError
 
@@ -27,7 +27,7 @@ def run(tmp_path_factory):
                        size=(10, 10))
   config = tiny_config(folder, keep_params_at='warmup,6')
   workdir = str(root / 'run')
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   # The analysis's recipe says another warm-up: 'warmup' is the run's own (recorded).
   recipe = root / 'tiny.py'
   recipe.write_text('import ml_collections\n\n\ndef get_config():\n  return '

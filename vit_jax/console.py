@@ -27,9 +27,11 @@ _LIBRARY_NOTES = ('tensorflow_datasets',)  # their warnings are construction not
 
 
 def configure(verbosity: int) -> None:
-  """Sets what the command prints for absl's `verbosity` (see the module's
-  docstring). Call it before TensorFlow is imported: its C++ start-up lines are
-  set by the environment it reads then."""
+  """Sets what the command prints (see the module's docstring).
+
+  Args:
+    verbosity: absl's --verbosity, -1 where it was not given.
+  """
   libraries = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else
                                                      logging.DEBUG)
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2' if verbosity < 0 else '0')
@@ -127,8 +129,15 @@ class _QuietTensorFlowImport(importlib.abc.MetaPathFinder, importlib.abc.Loader)
 
 
 def duration(seconds: float) -> str:
-  """'42s', '3m05s' or '1h02m05s': how `--config.time_budget` and `--time_budget`
-  are written (`budget.parse_duration` reads it back)."""
+  """Seconds as `--config.time_budget` and `--time_budget` are written.
+
+  Args:
+    seconds: a duration.
+
+  Returns:
+    '42s', '3m05s' or '1h02m05s', rounded to the second
+    (`budget.parse_duration` reads it back).
+  """
   seconds = int(round(seconds))
   hours, rest = divmod(seconds, 3600)
   if hours:

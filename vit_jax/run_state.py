@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vit_jax import checkpoint
+from vit_jax import layout
 from vit_jax.models.family import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
     altered = [k for k, v in checksums(restored).items() if expected.get(k) != v]
     if altered:
       return f'{len(altered)} arrays differ from what was saved (e.g. {altered[0]})'
-  bad = checkpoint.non_finite(restored)
+  bad = layout.non_finite(restored)
   return f'{len(bad)} arrays hold NaN or infinity (e.g. {bad[0]})' if bad else None
 
 

@@ -19,7 +19,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import augreg, calibration, checkpoint, models, sharding
+from vit_jax import augreg, calibration, finetune, layout, models, sharding
 from vit_jax.errors import ConfigError, UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -223,10 +223,10 @@ def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> 
   init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
   if config.pretrained:
-    problem = checkpoint.missing_pretrained(config)
+    problem = finetune.missing_pretrained(config)
     if problem:
       raise TrainingError(problem)
-    params = checkpoint.load_pretrained(
+    params = finetune.load_pretrained(
         augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
         keep_head=config.keep_head)
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)

@@ -6,7 +6,7 @@
 The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
 fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
-DIR/<label> with `train.train_and_evaluate` and leaves DIR/<label>/result.json
+DIR/<label> with `loop.train_and_evaluate` and leaves DIR/<label>/result.json
 (test accuracy and loss, Park & Kim's ECE and Brier score); a row with a result is not trained again, and an interrupted one resumes from
 its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv
 and DIR/<name>.png hold the table of every row with a result.
@@ -22,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import entry, settings, train
+from vit_jax import entry, loop, settings
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
@@ -66,7 +66,7 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
   if source is not None:
     run_row(config, source, workdir)
   start = time.perf_counter()
-  summary = train.train_and_evaluate(row, os.path.join(workdir, label))
+  summary = loop.train_and_evaluate(row, os.path.join(workdir, label))
   # A row's fields may hold ConfigDicts (a recipe's `model`): stored as plain JSON.
   fields = json.loads(json.dumps(dict(config.sweep.rows)[label], default=lambda o: o.to_dict()))
   result = {'label': label, 'fields': fields,

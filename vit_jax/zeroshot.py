@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from vit_jax import checkpoint, entry, input_pipeline, models, tokenizers
+from vit_jax import checkpoint, entry, input_pipeline, layout, models, tokenizers
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError
 from vit_jax.models.family import CheckpointError
@@ -65,7 +65,7 @@ def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dic
   images = jnp.zeros((1, config.image_size, config.image_size, 3))
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images=images,
                                              tokens=jnp.ones((1, config.max_len), jnp.int32)))
-  checkpoint.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
+  layout.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
                            flax.traverse_util.flatten_dict(shapes['params'], sep='/'),
                            f'{path} (for {config.name})')
   return params

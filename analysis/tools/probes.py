@@ -151,7 +151,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 TOOL = register(Tool(
-    name='probes', title='Linear probes',
+    name='probes', title='Linear probes', splits=('train', 'eval'),
     quantity='Ridge linear probes per layer on the class token, the centre token and the token '
              'mean; few-shot linear accuracy on the pre-logits; a 10-shot probe on each '
              'final-layer token (a grid); ± and error bars are binomial standard errors on the '

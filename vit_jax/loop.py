@@ -1,0 +1,461 @@
+"""The training loop: pretraining from scratch and fine-tuning, data-parallel over
+all devices (`train_and_evaluate`; the command line is `vit_jax.train`).
+
+The batch is sharded over a one-axis mesh of every device of every process;
+parameters and optimizer state are replicated (the step itself: `steps.py`).
+Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints and a
+run resumes from the newest one that checks out; the final parameters are also
+written as DIR/params.npz in the published layout, and those of the steps that
+`keep_params_at` names as DIR/params_<step>.npz. TensorFlow (data, logs) is
+imported only once the settings are checked, so a wrong setting is answered in
+seconds.
+"""
+import dataclasses
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+import optax.tree_utils as otu
+import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, run_state,
+                     settings, steps)
+from vit_jax import workdir as workdirs
+from vit_jax.atomic import atomic_write
+from vit_jax.errors import ConfigError, DataError, WorkdirError
+from vit_jax.steps import TrainingError
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------
+# The loop
+
+
+def _check_config(config: ml_collections.ConfigDict) -> None:
+  """Every field's own constraint (`settings.check`), then how they fit together and
+  with the devices."""
+  settings.check(config)
+  if config.batch_size % config.accum_steps:
+    raise ConfigError(f'config.batch_size {config.batch_size} is not divisible by '
+                      f'config.accum_steps {config.accum_steps}.')
+  if jax.device_count() % config.model_parallel:
+    raise ConfigError(f'config.model_parallel={config.model_parallel} does not divide the '
+                      f'{jax.device_count()} devices; use a divisor of {jax.device_count()}.')
+  shards = jax.device_count() // config.model_parallel  # the mesh's data axis
+  if (config.batch_size // config.accum_steps) % shards:
+    raise ConfigError(f'Each of the {config.accum_steps} accumulation pieces of the batch '
+                      f'({config.batch_size // config.accum_steps} examples) must split evenly '
+                      f'over the {shards} devices of the data axis; change batch_size.')
+
+
+def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Every input of a run, checked in seconds before any download or compilation:
+  the pretrained file, the dataset and a writable workdir.
+
+  Args:
+    config: the recipe.
+    workdir: the run's directory (created if missing).
+
+  Raises:
+    TrainingError: naming all that is missing and what to do.
+  """
+  from vit_jax import input_pipeline  # TensorFlow: imported once the settings are checked
+  augreg_dir = config.augreg_dir or augreg.AUGREG_DIR
+  if (str(config.pretrained).startswith(augreg.AUGREG_PREFIX) and '://' in augreg_dir
+      and not input_pipeline.can_download()):
+    missing = (f'{config.pretrained} needs the AugReg index in {augreg_dir}, which cannot be '
+               f'reached. Copy {augreg.AUGREG_DIR}/index.csv and the files you need to a '
+               'directory and set --config.augreg_dir=<directory>.')
+  else:
+    missing = finetune.missing_pretrained(config)
+  problems = [missing, input_pipeline.unavailable(config.dataset, config.data_dir)]
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    problems.append(f'the workdir {workdir} is not writable ({e}).')
+  problems = [p for p in problems if p]
+  if problems:
+    raise TrainingError(
+        'This run cannot start:\n' + '\n'.join(f'- {p}' for p in problems) +
+        '\nWithout network, train on the offline Fashion-MNIST instead: scripts/get_data.sh, '
+        'then --config.dataset=fashion_mnist, or the quick start (configs/quickstart_vit.py).')
+
+
+BUDGET_FILE = 'budget.json'
+
+
+def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: int,
+                   start_step: int = 0) -> Iterator:
+  """The recipe's training batches on the devices.
+
+  Args:
+    config: the recipe (batch size, image size, augmentation).
+    source: the training split (`input_pipeline.get_source`).
+    sharding: where a batch goes (split over the mesh's data axis).
+    seed: the order of the examples and of the augmentation draws.
+    start_step: the first step to give a batch for (a resumed run's).
+
+  Returns:
+    An iterator of batches on the devices.
+  """
+  from vit_jax import input_pipeline
+  batches = input_pipeline.train_dataset(
+      source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
+      mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
+      crop=config.inception_crop, crop_padding=config.crop_padding, start_step=start_step)
+  return input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), sharding)
+
+
+def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
+                     train_source, eval_source, recipe_steps: int, started: float) -> Dict:
+  """When a run with `config.time_budget` ends its training. Decided once per
+  workdir (kept in budget.json), so a resumed run goes on with the same clock.
+
+  Args:
+    config: the recipe.
+    workdir: the run's directory.
+    setup: the built steps and state, timed on copies.
+    train_source: the training split, for the timed steps.
+    eval_source: the evaluation split, for the timed evaluation.
+    recipe_steps: the recipe's steps.
+    started: `time.perf_counter()` at the run's start.
+
+  Returns:
+    budget.json's record: 'train_seconds' (after `started`, the final evaluation
+    and save set aside: `budget.train_seconds`) and the timing it rests on.
+  """
+  path = os.path.join(workdir, BUDGET_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      record = json.load(f)
+    if 'train_seconds' in record:
+      return record
+  from vit_jax import input_pipeline
+  seconds = budget.parse_duration(config.time_budget)
+  data_sharded = NamedSharding(setup.mesh, P('data'))
+  probe = device_batches(config, train_source, data_sharded, config.seed + 1)
+  eval_batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
+                                             image_size=config.image_size)
+  eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
+                                                       data_sharded))
+  timing = budget.time_steps(
+      lambda state, batch: setup.train_step(state, batch, np.float32(0.)), setup.state, probe,
+      lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
+      -(-eval_source.num_examples // config.eval_batch_size))
+  set_up = time.perf_counter() - started
+  training = budget.train_seconds(seconds, timing)
+  if training <= set_up + timing.compile_seconds + timing.step_seconds:
+    raise TrainingError(
+        f'time_budget {config.time_budget} leaves no time to train: set-up took '
+        f'{set_up:.0f} s, a step takes {timing.step_seconds:.3f} s and an evaluation '
+        f'{timing.eval_seconds:.1f} s. Give a longer budget.')
+  # At the probed speed; the clock, not this estimate, ends the run.
+  expected = budget.fit_steps(timing, seconds - set_up, config.eval_every,
+                              config.checkpoint_every, save_seconds=1. + timing.step_seconds,
+                              margin_seconds=0.)
+  log.info('Time budget %s: training ends %s after the start (set-up took %s); a step takes '
+           '%.3f s, an evaluation %.1f s, compiling %.1f s: about %d of the recipe\'s %d steps '
+           'fit, and the schedule follows the clock.', config.time_budget,
+           console.duration(training), console.duration(set_up), timing.step_seconds,
+           timing.eval_seconds, timing.compile_seconds, expected, recipe_steps)
+  record = {'time_budget': config.time_budget, 'train_seconds': training,
+            'recipe_steps': recipe_steps, 'expected_steps': expected,
+            **dataclasses.asdict(timing)}
+  if jax.process_index() == 0:
+    with atomic_write(path) as f:
+      json.dump(record, f, indent=1)
+  return record
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       reconfigure: bool = False) -> Dict[str, float]:
+  """Trains, evaluates every `eval_every` steps and at the end; returns final metrics.
+
+  The settings and inputs are checked before any work; the workdir is held for
+  this run (`workdir.claim`: a second trainer is refused, and so are settings that
+  differ from those it was trained with, unless `reconfigure`). SIGTERM saves a
+  checkpoint at the current step and stops with a `Preempted` error naming it.
+
+  Args:
+    config: the recipe (`settings.FIELDS`).
+    workdir: the run's directory: checkpoints, params.npz, results.json, logs.
+    reconfigure: go on from the workdir's checkpoint with settings other than
+      those it recorded.
+
+  Returns:
+    The final evaluation: eval_accuracy, eval_loss, eval_ece, eval_brier and
+    eval_examples.
+  """
+  started = time.perf_counter()
+  _check_config(config)
+  primary = jax.process_index() == 0
+  with workdirs.claim(workdir, config, reconfigure, primary) as record, \
+      Preemption() as preemption:
+    check_inputs(config, workdir)
+    return _train(config, workdir, started, preemption, record)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
+           preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
+  from clu import metric_writers  # TensorFlow, as the data below
+  from vit_jax import input_pipeline
+  train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
+                                           shuffle_files=True, seed=config.seed)
+  eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
+  input_pipeline.check_same_classes(train_source, eval_source)
+  if train_source.num_classes < 2:
+    raise DataError(f'{config.dataset} has {train_source.num_classes} class: a classifier '
+                    'needs at least two (a folder dataset has one folder per class).')
+  steps_per_epoch = max(train_source.num_examples * jax.process_count() // config.batch_size, 1)
+  total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
+  beyond = [s for s in workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+            if s > total_steps]
+  if beyond:
+    raise ConfigError(f'config.keep_params_at names step {", ".join(map(str, beyond))}, beyond '
+                      f'the run\'s {total_steps} steps: name steps up to {total_steps}.')
+
+  setup = steps.build(config, train_source.num_classes, total_steps)
+  seconds = None  # with a budget: the training seconds, whose end ends the run
+  if config.time_budget:
+    seconds = budgeted_seconds(config, workdir, setup, train_source, eval_source, total_steps,
+                               started)['train_seconds']
+  data_sharded = NamedSharding(setup.mesh, P('data'))
+  manager = ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), 'checkpoints'),
+      options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
+                                           enable_async_checkpointing=False))
+  state, spent = run_state.resume(manager, setup.state)
+  start_step = int(state.step)
+  if record.changes and start_step >= total_steps:
+    raise WorkdirError(
+        f'The run in {workdir} is finished (step {start_step} of {total_steps}): --reconfigure '
+        f'would record settings its parameters were not trained with ({"; ".join(record.changes)}'
+        f'). Train into a new workdir, from these parameters with --config.pretrained='
+        f'{os.path.join(workdir, "params.npz")}, or give more total_steps to go on.')
+  record()  # the settings are the run's from here on
+  state_bytes, params_bytes = workdirs.sizes(state)
+  if jax.process_index() == 0:
+    workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
+  saved = start_step if start_step else None  # the last good checkpoint
+  kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+
+  def evaluate(params) -> Dict[str, float]:
+    batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
+                                          image_size=config.image_size)
+    sums = None
+    for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), data_sharded):
+      out = setup.eval_step(params, batch)
+      sums = out if sums is None else otu.tree_add(sums, out)
+    sums = jax.device_get(sums)
+    return {'eval_accuracy': float(sums['correct'] / sums['count']),
+            'eval_loss': float(sums['loss'] / sums['count']),
+            'eval_ece': calibration.ece(calibration.bins(sums['calibration'])),
+            'eval_brier': float(sums['brier'] / sums['count']),
+            'eval_examples': int(sums['count'])}
+
+  batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
+  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  try:  # the writer is closed on every way out, so its files are released
+    throughput = Throughput(config.batch_size)
+    clock = budget.Clock(total_steps, seconds, spent, started, agree=(
+        (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
+        if seconds and jax.process_count() > 1 else float))
+    summary: Dict[str, float] = {}
+    metrics = None
+    # A budgeted run resumed after its clock ran out has nothing left to train.
+    to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
+    for step in to_train:
+      if clock.budgeted and metrics is not None:
+        jax.block_until_ready(metrics)  # the clock reads time trained, not time dispatched
+      state, metrics = setup.train_step(state, next(batches), np.float32(clock.progress(step - 1)))
+      throughput.started(step, metrics)
+      stopping = preemption.requested(step, config.log_every)
+      last = clock.done(step)
+      if last and step < total_steps:
+        log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run to '
+                 'its end; evaluating, saving and stopping.', config.time_budget, step,
+                 total_steps)
+      saving = itstime(step, config.checkpoint_every, last or stopping)
+      # Checked before every save too, so that no checkpoint holds a diverged state.
+      if itstime(step, config.log_every, saving):
+        scalars = finite(jax.device_get(metrics), step, manager.directory)
+        rate = throughput.rate(step)
+        writer.write_scalars(step, {**scalars, **(
+            {'images_per_sec_per_core': rate / jax.device_count()} if rate else {})})
+        left = (clock.seconds - clock.elapsed() if clock.budgeted else
+                (total_steps - step) * config.batch_size / rate if rate else 0.)
+        log.info(console.training_line(step, total_steps, clock.progress(step), scalars, rate,
+                                       left, clock.budgeted))
+      if saving:  # before the evaluation, which may fail: training is never lost to it
+        began = time.perf_counter()
+        with workdirs.saving(workdir, 'checkpoint', state_bytes, saved):
+          run_state.save(manager, step, state, clock.elapsed())
+          manager.wait_until_finished()
+        saved = step
+        log.info('step %d: checkpoint saved in %s (%s)', step, manager.directory,
+                 console.duration(time.perf_counter() - began))
+      if step in kept:
+        params = jax.device_get(steps.gathered(state.params, setup.mesh))
+        if jax.process_index() == 0:
+          with workdirs.saving(workdir, f'params_{step}.npz', params_bytes, saved):
+            checkpoint.save(workdirs.kept_params_path(workdir, step), params)
+      if stopping:
+        raise Preempted(
+            f'Stopped by {preemption.name or "another process"} at step {step} of '
+            f'{total_steps}; the checkpoint is {manager.directory}/{step}. Rerun the same '
+            'command to resume from it.')
+      if itstime(step, config.eval_every, last):
+        began = time.perf_counter()
+        summary = evaluate(state.params)
+        writer.write_scalars(step, summary)
+        log.info('step %d: %s (%s)', step, evaluation_line(summary),
+                 console.duration(time.perf_counter() - began))
+      if itstime(step, config.eval_every, saving):
+        throughput.restart(step)  # evaluations and saves are not training time
+      if last:
+        break
+    manager.wait_until_finished()
+    params = steps.gathered(state.params, setup.mesh)
+    if jax.process_index() == 0:
+      with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
+        checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(params))
+      log.info('step %d: parameters written to %s', int(state.step),
+               os.path.join(workdir, 'params.npz'))
+    if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
+      summary = evaluate(state.params)
+    if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
+      with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
+        json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
+                   'wall_seconds': round(time.perf_counter() - started, 1)}, f, indent=1)
+    return summary
+  finally:
+    writer.close()
+
+
+def evaluation_line(summary: Dict[str, float]) -> str:
+  """An evaluation's metrics as a person reads them.
+
+  Args:
+    summary: what `train_and_evaluate` returns.
+
+  Returns:
+    'evaluation on N images: accuracy A%, loss L, ECE E, Brier B'.
+  """
+  return (f'evaluation on {summary["eval_examples"]} images: accuracy '
+          f'{100 * summary["eval_accuracy"]:.2f}%, loss {summary["eval_loss"]:.4f}, ECE '
+          f'{summary["eval_ece"]:.4f}, Brier {summary["eval_brier"]:.4f}')
+
+
+def itstime(step: int, every: int, also: bool = False) -> bool:
+  """Whether periodic work falls on `step`.
+
+  Args:
+    step: the step just trained.
+    every: the work's period in steps.
+    also: a reason to do it now anyway (the last step, a save).
+
+  Returns:
+    True every `every` steps, or when `also`.
+  """
+  return step % every == 0 or also
+
+
+def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, float]:
+  """The step's metrics as floats; a non-finite loss or gradient stops the run.
+
+  Args:
+    metrics: the step's metrics on the host.
+    step: the step, for the message.
+    checkpoints: the checkpoint directory, for the message.
+
+  Returns:
+    The metrics as floats.
+
+  Raises:
+    TrainingError: when the loss or the gradient norm is not finite.
+  """
+  if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
+    raise TrainingError(
+        f'Loss is {metrics["loss"]} (gradient norm {metrics["grad_norm"]}) at step {step}; '
+        f'stopped without saving, the last good checkpoint in {checkpoints} is intact. Lower '
+        'lr or check the data.')
+  return {k: float(v) for k, v in metrics.items()}
+
+
+class Preempted(TrainingError):
+  """A run stopped by SIGTERM or Ctrl-C after saving its checkpoint."""
+
+
+class Preemption:
+  """SIGTERM (how Cloud TPUs and most schedulers preempt) or Ctrl-C (SIGINT) noted
+  while training, so the loop saves and stops at the next step; a second Ctrl-C
+  stops at once. Processes of a multi-process run agree on it every `log_every`
+  steps. The previous handlers come back on exit."""
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self):
+    self.signalled, self.name, self._previous = False, '', {}
+
+  def __enter__(self) -> 'Preemption':
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for s, previous in self._previous.items():
+      signal.signal(s, previous)
+
+  def _note(self, signum, frame) -> None:
+    del frame
+    if signum == signal.SIGINT and self.signalled:
+      raise KeyboardInterrupt
+    self.name = 'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name
+    log.warning('%s: saving a checkpoint at the next step, then stopping%s.', self.name,
+                    ' (Ctrl-C again stops at once)' if signum == signal.SIGINT else '')
+    self.signalled = True
+
+  def requested(self, step: int, every: int) -> bool:
+    """Whether to save and stop after `step`: a signal came, to this process or,
+    checked every `every` steps, to any process of the run."""
+    if jax.process_count() == 1:
+      return self.signalled
+    if step % every:
+      return False
+    return bool(np.any(multihost_utils.process_allgather(np.array(self.signalled))))
+
+
+class Throughput:
+  """Images per second over the training steps between two reports, from the
+  first compiled step on, evaluations and saves left out."""
+
+  def __init__(self, batch_size: int):
+    self.batch_size, self.since = batch_size, None  # since: (step, time) counted from
+
+  def started(self, step: int, metrics) -> None:
+    """Starts the clock after the run's first step (its compilation) is done."""
+    if self.since is None:  # the first step of the run compiles: time from its end
+      jax.block_until_ready(metrics)
+      self.restart(step)
+
+  def restart(self, step: int) -> None:
+    """Counts from `step` now (after an evaluation or a save)."""
+    self.since = (step, time.perf_counter())
+
+  def rate(self, step: int) -> float:
+    """The rate since the last report (0 on the step it started), then restarts."""
+    (first, start), now = self.since, time.perf_counter()
+    self.restart(step)
+    return (step - first) * self.batch_size / (now - start) if step > first else 0.

@@ -1,0 +1,127 @@
+"""timm's PyTorch files and ours: a parameter tree exported as the state dict
+timm builds for the same model (`to_timm`), a state dict read back as our tree
+(`from_timm`, the exact inverse), and the reading of `.safetensors` and
+`torch.save` files (`read_state_dict`). Each family that timm covers gives its
+name mapping (`Family.to_timm`, `Family.timm_fields`)."""
+import io
+import os
+from typing import Any, Dict, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from etils import epath
+
+from vit_jax import models
+from vit_jax.layout import Params, check_matches, flatten, published, unflatten
+from vit_jax.models.family import CheckpointError
+
+# A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
+TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
+
+
+def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
+  """A parameter tree as the state dict timm builds for the same model.
+
+  Args:
+    params: the tree of a `model_name` model (any layout `checkpoint.load` reads).
+    model_name: a ViT, hybrid or BiT name.
+
+  Returns:
+    name -> float32 array in PyTorch's layout, from the family's `to_timm`:
+    what timm's own `.npz` loader makes of our saved file. Wrap the arrays with
+    `torch.from_numpy` to load them.
+  """
+  state = _timm_family(model_name).to_timm({k: np.asarray(v, np.float32)
+                                            for k, v in published(flatten(params)).items()})
+  # C order, as file writers that take the raw buffer (safetensors) need.
+  return {k: np.ascontiguousarray(v) for k, v in state.items()}
+
+
+def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Params:
+  """The published parameter tree of `model_name` from a timm `state_dict` (name ->
+  array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
+
+  The head (class token, attention pooling or mean), the classes and the image
+  size come from the state dict; `overrides` set the other architecture fields
+  (a CIFAR model's `patch_size`). A qkv bias the state dict lacks (timm's
+  `qkv_bias=False`) loads as zeros; any other difference from the model is a
+  CheckpointError listing the keys.
+
+  Args:
+    state_dict: name -> array or CPU tensor.
+    model_name: the model it holds.
+    **overrides: architecture fields the state dict does not fix.
+
+  Returns:
+    The nested parameter tree in the published layout.
+  """
+  state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
+           if not k.endswith('num_batches_tracked')}
+  family = _timm_family(model_name)
+  fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+  image_size = fields.pop('image_size')
+  config = models.get_config(model_name, **{**overrides, **fields})
+  model = models.build_model(config)
+  shapes = jax.eval_shape(lambda: published(flatten(model.init(
+      jax.random.PRNGKey(0), jnp.zeros((1, image_size, image_size, 3)))['params'])))
+  # Number every parameter element and export the numbers: each timm array then
+  # says which elements it holds, so the import is the export read backwards.
+  starts = np.cumsum([0] + [int(np.prod(s.shape)) for s in shapes.values()])
+  index = np.int32 if starts[-1] < 2**31 else np.int64  # ViT-G/14 still fits int32
+  numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=index).reshape(s.shape)
+              for (k, s), start in zip(shapes.items(), starts)}
+  template = family.to_timm(numbered)
+  # timm's qkv_bias=False: the biases are zeros.
+  expected = {k: v for k, v in template.items() if k in state or not k.endswith('qkv.bias')}
+  check_matches(state, expected, f'The state dict of {model_name} '
+                f'({models.family_of(config).describe(config)})')
+  values = np.zeros(starts[-1], np.float32)
+  for key, where in template.items():
+    if key in state:
+      values[where.ravel()] = state[key].ravel()
+  return unflatten({k: values[start:start + np.prod(s.shape)].reshape(s.shape)
+                     for (k, s), start in zip(shapes.items(), starts)})
+
+
+def read_state_dict(path: str) -> Dict[str, np.ndarray]:
+  """The arrays of a PyTorch state dict file.
+
+  Args:
+    path: a `.safetensors` file (no torch needed), or a `torch.save` file (torch
+      needed; a checkpoint dict holding the weights under 'state_dict', 'model'
+      or 'state_dict_ema' is unwrapped).
+
+  Returns:
+    name -> float32 numpy array.
+  """
+  path = epath.Path(path)
+  if os.fspath(path).endswith('.safetensors'):
+    from safetensors.numpy import load as load_safetensors
+    try:
+      return load_safetensors(path.read_bytes())
+    except Exception as e:  # safetensors raises its own error types
+      raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+  try:
+    import torch
+  except ImportError as e:
+    raise CheckpointError(
+        f'{path} is a torch.save file, and reading it needs PyTorch, which is not installed: '
+        'pip install torch (the CPU build is enough), or save the state dict as .safetensors '
+        '(safetensors.torch.save_file) and load that.') from e
+  with path.open('rb') as f:
+    data = torch.load(io.BytesIO(f.read()), map_location='cpu', weights_only=True)
+  for key in ('state_dict', 'model', 'state_dict_ema'):
+    if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
+      data = data[key]
+      break
+  return {k: v.float().numpy() for k, v in data.items() if hasattr(v, 'numpy')}
+
+
+def _timm_family(model_name: str):
+  family = models.family_of(models.get_config(model_name))
+  if family.to_timm is None:
+    exported = [f.title for f in models.FAMILIES.values() if f.to_timm is not None]
+    raise ValueError(f'timm layouts cover the {" and ".join(exported)} families, not '
+                     f'{model_name}.')
+  return family
