@@ -85,16 +85,17 @@ def cases(work: str):
     first.communicate()
     return result
 
-  def sigterm():
-    run = os.path.join(work, 'preempted')
+  def signalled(name, signum):
+    """A long run sent `signum` 3 s after its first log: seconds from the signal."""
+    run = os.path.join(work, name)
     process = start('vit_jax.train', '--workdir', run, *tiny(folder, 100_000),
                     '--config.log_every=1')
     while not any(n.startswith('events') for n in (os.listdir(run) if os.path.isdir(run) else [])):
       time.sleep(0.1)
     time.sleep(3)
-    signalled = time.perf_counter()
-    process.send_signal(signal.SIGTERM)
-    return finish(process, signalled)
+    sent = time.perf_counter()
+    process.send_signal(signum)
+    return finish(process, sent)
 
   def all_damaged():
     copy = os.path.join(work, 'damaged')
@@ -163,17 +164,6 @@ def cases(work: str):
     os.remove(os.path.join(copy, 'config.json'))
     return train(copy)
 
-  def ctrl_c():
-    run = os.path.join(work, 'interrupted')
-    process = start('vit_jax.train', '--workdir', run, *tiny(folder, 100_000),
-                    '--config.log_every=1')
-    while not any(n.startswith('events') for n in (os.listdir(run) if os.path.isdir(run) else [])):
-      time.sleep(0.1)
-    time.sleep(3)
-    signalled = time.perf_counter()
-    process.send_signal(signal.SIGINT)
-    return finish(process, signalled)
-
   def inf_npz():
     import numpy as np
     params = dict(np.load(os.path.join(trained(), 'params.npz')))
@@ -202,7 +192,7 @@ def cases(work: str):
       'reconfigure_model': lambda: train(trained(), '--config.model.num_layers=2',
                                          '--reconfigure'),
       'second_trainer': second_trainer,
-      'sigterm': sigterm,
+      'sigterm': lambda: signalled('preempted', signal.SIGTERM),
       'all_damaged': all_damaged,
       'classes_differ': lambda: folder_case('mismatch', lambda r: os.rename(
           os.path.join(r, 'test', 'class_1'), os.path.join(r, 'test', 'other'))),
@@ -228,7 +218,7 @@ def cases(work: str):
       'keep_params_beyond': lambda: train(os.path.join(work, 'k'), '--config.keep_params_at=500'),
       'reconfigure_finished': reconfigure_finished,
       'record_deleted': record_deleted,
-      'ctrl_c': ctrl_c,
+      'ctrl_c': lambda: signalled('interrupted', signal.SIGINT),
       'workdir_file': workdir_file,
       'inf_npz': inf_npz,
       'one_class': lambda: train(os.path.join(work, 'c'), '--config.dataset=' + make_folder(
