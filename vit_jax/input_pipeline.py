@@ -14,10 +14,11 @@ Images leave in [-1, 1] with 3 channels; labels one-hot.
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import math
 import os
 import socket
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, Optional, Tuple
 
 import jax
 import numpy as np
@@ -190,7 +191,7 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
                     'in class sub-directories.')
   start, end = _process_slice(len(files), process_index, process_count)
   largest = -(-len(files) // process_count)  # the biggest slice _process_slice makes
-  check_images(files[start:end])
+  check_images(tuple(files[start:end]))
   dataset = tf.data.Dataset.from_tensor_slices((files[start:end], labels[start:end]))
   if shuffle_files:
     dataset = dataset.shuffle(end - start, seed=seed, reshuffle_each_iteration=True)
@@ -223,10 +224,13 @@ def image_problem(path: str) -> Optional[str]:
                              'replace or remove it.')
 
 
-def check_images(paths: Sequence[str]) -> None:
+@functools.lru_cache(maxsize=None)
+def check_images(paths: Tuple[str, ...]) -> None:
   """Raises a DataError naming the first of `paths` that is not a whole JPEG or
   PNG file (`image_problem`), and how many are not; reads 68 bytes of each, so
-  a bad file is found before training rather than when its batch comes."""
+  a bad file is found before training rather than when its batch comes. A split
+  is checked once per process, however often it is opened (the analysis opens
+  it for every pass)."""
   with concurrent.futures.ThreadPoolExecutor(16) as pool:
     problems = [p for p in pool.map(image_problem, paths) if p]
   if problems:
