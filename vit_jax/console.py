@@ -34,7 +34,7 @@ def configure(verbosity: int) -> None:
   """
   libraries = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else
                                                      logging.DEBUG)
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2' if verbosity < 0 else '0')
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1' if verbosity < 0 else '0')  # warnings show
   logging.getLogger().setLevel(libraries)
   logging.getLogger('absl').setLevel(logging.NOTSET)  # as the root logger
   if verbosity < 0:
