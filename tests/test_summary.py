@@ -25,5 +25,5 @@ def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path)
   assert f'{vit}: 3,049 of 6,084 steps under a 15m budget, accuracy 88.5% on 10,000 images, ' \
          '14m52s' in out
   assert f'{resnet}: no results.json' in out
-  assert 'analysis: 3m42s (hessian 3m20s, erf 0m15s, probes 0m04s)' in out
+  assert 'analysis: 3m42s (hessian 3m20s, erf 15s, probes 4s)' in out
   assert f'report: {analysis / "report.html"}' in out
