@@ -193,7 +193,7 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
 
   def no_training(*args, **kwargs):
     raise AssertionError('a finished row was trained again')
-  monkeypatch.setattr(sweep.train, 'train_and_evaluate', no_training)
+  monkeypatch.setattr(sweep.loop, 'train_and_evaluate', no_training)
   assert sweep.run_sweep(tiny_sweep(folder), workdir) == results
 
   # The analysis command reads a row's model from the sweep recipe and its workdir.
@@ -224,7 +224,7 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
 def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch):
   # The data sweep's ResNet rows carry the ResNet recipe's `model`, a ConfigDict.
   config = ablations.get_config('data')
-  monkeypatch.setattr(sweep.train, 'train_and_evaluate',
+  monkeypatch.setattr(sweep.loop, 'train_and_evaluate',
                       lambda row, workdir: {'eval_accuracy': 0.5, 'eval_loss': 1.,
                                            'eval_ece': 0.1, 'eval_brier': 0.6})
   result = sweep.run_row(config, 'resnet-6%', str(tmp_path))

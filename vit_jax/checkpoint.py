@@ -31,7 +31,7 @@ WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
                 f'{PUBLIC_DIRS[0]}ViT-B_16.npz)')
 
 
-def load(path: str, model_name: Optional[str] = None, **overrides) -> Params:
+def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Params:
   """Reads a published (or our) `.npz` as a nested parameter dict of numpy arrays.
 
   Files in a family's other layouts (current-Flax block names, big_vision ViT

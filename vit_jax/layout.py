@@ -57,7 +57,7 @@ def unflatten(flat: Mapping[str, Any]) -> Params:
   return flax.traverse_util.unflatten_dict(dict(flat), sep='/')
 
 
-def non_finite(tree) -> List[str]:
+def non_finite(tree: Any) -> List[str]:
   """The arrays of a tree that hold NaN or infinity.
 
   Args:

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator
 
 import jax
 import ml_collections
@@ -34,6 +34,9 @@ from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
 from vit_jax.steps import TrainingError
+
+if TYPE_CHECKING:  # the data's module imports TensorFlow
+  from vit_jax.input_pipeline import Source
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +100,8 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
 BUDGET_FILE = 'budget.json'
 
 
-def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: int,
-                   start_step: int = 0) -> Iterator:
+def device_batches(config: ml_collections.ConfigDict, source: 'Source', sharding: NamedSharding,
+                   seed: int, start_step: int = 0) -> Iterator:
   """The recipe's training batches on the devices.
 
   Args:
@@ -120,7 +123,8 @@ def device_batches(config: ml_collections.ConfigDict, source, sharding, seed: in
 
 
 def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
-                     train_source, eval_source, recipe_steps: int, started: float) -> Dict:
+                     train_source: 'Source', eval_source: 'Source', recipe_steps: int,
+                     started: float) -> Dict:
   """When a run with `config.time_budget` ends its training. Decided once per
   workdir (kept in budget.json), so a resumed run goes on with the same clock.
 

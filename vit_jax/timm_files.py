@@ -38,7 +38,7 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
   return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 
-def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides) -> Params:
+def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) -> Params:
   """The published parameter tree of `model_name` from a timm `state_dict` (name ->
   array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
 
