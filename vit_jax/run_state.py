@@ -74,7 +74,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any,
       state, expected, seconds = _restore_step(manager, step, abstract_state)
       problem = _problem(state, expected)
     except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
-      problem = f'{type(e).__name__}: {str(e)[:300]}'
+      problem = f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'  # one line
     if problem is None:
       return state, seconds
     log.warning('Checkpoint at step %d in %s cannot be used (%s); trying an earlier one.',
