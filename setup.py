@@ -12,7 +12,7 @@ setuptools.setup(
         'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
         'einops', 'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
         'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
-        'safetensors',
+        'safetensors', 'threadpoolctl',
     ],
     extras_require={
         # The corruption tool's ImageNet-C corruptions (the build for current numpy).

@@ -31,7 +31,7 @@ from vit_jax import console
 
 console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
-from analysis import estimate, events, features, report, tool  # noqa: E402
+from analysis import estimate, events, features, planning, report, tool  # noqa: E402
 from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
 from vit_jax import budget, entry, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
@@ -70,8 +70,10 @@ flags.DEFINE_enum('sharding', 'data', ['data', 'fsdp'], 'data: each device holds
                   'splits them, with the batches and Lanczos vectors, for models too big for one.')
 flags.DEFINE_bool('overwrite', False, 'Replace the analysis of other models in --out.')
 flags.DEFINE_string('time_budget', '', 'A duration (6m, 90s, 1h): before any tool runs, each '
-                    "tool's time is estimated from one timed pass of each kind on each model, "
-                    'and a total beyond it is refused, naming the options that shorten it.')
+                    "tool's time is estimated from one timed pass of each kind on each model "
+                    'and a sample of its host work, and the costliest tools take smaller samples '
+                    'until the whole fits (re-planned between tools against the clock); only a '
+                    'budget the smallest samples exceed is refused.')
 flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard events in '
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 
@@ -146,16 +148,22 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
 
 def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
               batches_for: Callable[[features.Subject], tool.Batches], out: str,
-              options: Optional[Mapping[str, Mapping]] = None
+              options: Optional[Mapping[str, Mapping]] = None,
+              planner: Optional[planning.Planner] = None
               ) -> Tuple[Dict, Dict, Dict[str, str]]:
   """Runs the registered tools `names` on every subject they apply to, with their
   `options` (tool name -> keyword arguments), writing `<tool>.json` and the
   figures into `out`. A tool that fails leaves the others running: its reason
   goes into `failures.json` (which forgets the tools that now ran) for the report.
+  Under a time budget (`planner`, sharing `options`) the tools still to run are
+  fitted to the time left before each one, and `plan.json` kept up to date.
   Returns the results, the wall seconds of each tool, and the failures."""
   os.makedirs(out, exist_ok=True)
   results, seconds, failed = {}, {}, {}
-  for name in names:
+  for i, name in enumerate(names):
+    if planner is not None and i:
+      planner.fit(names[i:])
+      report.record_plan(out, planner.budget_text, planner.changed(), names)
     start = time.perf_counter()
     print(f'{name}: running', flush=True)
     try:
@@ -169,6 +177,8 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
     with atomic_write(os.path.join(out, f'{name}.json')) as f:
       json.dump(tool.to_json(results[name]), f, allow_nan=False)
     seconds[name] = round(time.perf_counter() - start, 1)
+    if planner is not None:
+      planner.record(name, seconds[name])
     print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
   now = {n: why for n, why in report.load_failures(out).items() if n not in results} | failed
   with atomic_write(os.path.join(out, report.FAILURES_FILE)) as f:
@@ -292,60 +302,6 @@ def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
       os.remove(path)
 
 
-def plan_time(names: Sequence[str], subjects: Sequence[features.Subject],
-              batches_for: Callable[[features.Subject], tool.Batches],
-              options: Dict[str, Dict], amounts: estimate.Amounts, seconds: float,
-              started: float, budget_text: str
-              ) -> Tuple[Dict[str, float], Dict[str, Dict[str, list]]]:
-  """Fits the tools into what is left of `seconds` (`budget_text`, as the user wrote it)
-  since `started`: each tool's
-  seconds are estimated (`analysis.estimate`); while their total is beyond it, the
-  costliest tool that can (`Tool.shrink`) takes a smaller sample, its `options`
-  changed in place. Prints the plan and returns the estimates and each shrunk
-  tool's changed options ({option: [asked, planned]}); refuses, naming each
-  tool's minimum, where even the minimums do not fit."""
-  def work_on(name):
-    registered = tool.TOOLS[name]
-    return lambda s: (registered.work(s, options[name], amounts)
-                      if registered.applies_to(s) else None)
-  kinds = estimate.kinds_needed([w for name in names for s in subjects
-                                 if (w := work_on(name)(s)) is not None])
-  prices = {}
-  for s in subjects:
-    images, labels = next(iter(batches_for(s)('eval')))
-    prices[s.label] = estimate.price(s, images, labels, kinds)
-  asked = {name: dict(options[name]) for name in names}
-  left = seconds - (time.perf_counter() - started)
-  while True:
-    estimated = estimate.estimates({n: work_on(n) for n in names}, subjects, prices)
-    total = sum(estimated.values())
-    if total <= left:
-      break
-    smaller = [n for n in sorted(estimated, key=estimated.get, reverse=True)
-               if tool.TOOLS[n].shrink and tool.TOOLS[n].shrink(options[n]) is not None]
-    if not smaller:
-      listed = '; '.join(f'{n} {console.duration(estimated[n])}' + (
-          f' (at its minimum, {tool.TOOLS[n].minimum})' if tool.TOOLS[n].minimum else '')
-          for n in sorted(estimated, key=estimated.get, reverse=True))
-      raise ConfigError(
-          f'The analysis would take about {console.duration(total)} even with the smallest '
-          f'samples, more than the {console.duration(left)} left of '
-          f'--time_budget={budget_text}: {listed}. Run fewer tools (python -m analysis '
-          '<tool>), fewer --num_images, or give a longer --time_budget.')
-    options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(options[smaller[0]])
-  smaller = {}
-  for n in names:
-    changed = {k: [asked[n].get(k), v] for k, v in options[n].items() if asked[n].get(k) != v}
-    if changed:
-      smaller[n] = changed
-      print(f'{n}: a smaller sample for --time_budget={budget_text}: ' +
-            ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)
-  print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}; '
-        f'{console.duration(total)} of the {console.duration(left)} left of '
-        f'--time_budget={budget_text}.', flush=True)
-  return estimated, smaller
-
-
 def run(name: str) -> Dict:
   started = time.perf_counter()
   if FLAGS.config is None:
@@ -392,19 +348,23 @@ def run(name: str) -> Dict:
     return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
                                    FLAGS.dataset)
 
-  smaller = {}  # the tools that take smaller samples to fit a time budget
+  planner = None
   if seconds is not None:
-    estimated, smaller = plan_time(
-        names, subjects, batches_for, options,
-        estimate.Amounts(FLAGS.num_images, FLAGS.batch_size), seconds, started,
-        FLAGS.time_budget)
-    with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
-      json.dump({n: round(t, 1) for n, t in estimated.items()}, f)
+    amounts = estimate.Amounts(FLAGS.num_images, FLAGS.batch_size)
+    planner = planning.Planner(names, subjects,
+                               planning.price(names, subjects, batches_for, options, amounts),
+                               options, amounts, started + seconds, FLAGS.time_budget)
+    planner.fit(names)
   try:
-    report.record_plan(FLAGS.out, FLAGS.time_budget, smaller, names)
-    results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options)
+    report.record_plan(FLAGS.out, FLAGS.time_budget, planner.changed() if planner else {},
+                       names)
+    results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options,
+                                         planner)
     with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
       json.dump(timings, f)  # wall seconds per tool, compilation and data included
+    if planner is not None:
+      with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
+        json.dump({n: round(t, 1) for n, t in planner.estimated.items()}, f)
     with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
       json.dump(about, f, indent=1)
     page = (finish(FLAGS.out, tensorboard=FLAGS.tensorboard)

@@ -2,14 +2,17 @@
 
 Each tool counts the model passes it makes (`Tool.work`: forward passes,
 gradients and Hessian-vector products over one batch, and the programs it
-compiles); one timed pass of each kind on each model prices them. The estimate
-leaves out what is not a model pass (the CKA products, the probes' solves,
-figures), which on the quick-start models is a small part; the docs compare
-estimates with the measured times.
+compiles); one timed pass of each kind on each model prices them. A tool whose
+host-side work is a large part of its time (the probes' solves, corrupting
+images) counts that work in units of its own (`Work.host`) and times a sample of
+one unit (`Tool.host_prices`). What neither counts (the CKA products, figures)
+is a small part on the quick-start models; the docs compare estimates with the
+measured times, and the analysis re-plans between tools against the clock
+(`analysis.planning`).
 """
 import dataclasses
 import time
-from typing import Callable, Dict, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -33,9 +36,11 @@ class Amounts:
 @dataclasses.dataclass(frozen=True)
 class Work:
   """A tool's passes over one batch of the command's size, and its compilations,
-  by kind ('forward', 'gradient', 'hvp')."""
+  by kind ('forward', 'gradient', 'hvp'); and units of its host-side work, by
+  names its `Tool.host_prices` prices."""
   passes: Mapping[str, float]
   compiles: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  host: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     unknown = (set(self.passes) | set(self.compiles)) - set(KINDS)
@@ -50,14 +55,18 @@ def one_pass_over_the_data(subject: features.Subject, options: Mapping, amounts:
 
 @dataclasses.dataclass(frozen=True)
 class Prices:
-  """Seconds of one pass over one batch, and of compiling it, by kind."""
+  """Seconds of one pass over one batch, and of compiling it, by kind; and of one
+  unit of each tool's host work, by the unit's name."""
   run: Mapping[str, float]
   compile: Mapping[str, float]
+  host: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
   def seconds(self, work: Work) -> float:
+    """The estimated seconds of `work`."""
     compiles = dict(work.compiles) or {kind: 1 for kind, n in work.passes.items() if n}
     return (sum(n * self.run[kind] for kind, n in work.passes.items()) +
-            sum(n * self.compile[kind] for kind, n in compiles.items()))
+            sum(n * self.compile[kind] for kind, n in compiles.items()) +
+            sum(n * self.host[unit] for unit, n in work.host.items()))
 
 
 def _timed(fn: Callable, *args) -> tuple:
@@ -99,18 +108,3 @@ def kinds_needed(works: Sequence[Work]) -> Sequence[str]:
   """The kinds of pass the works use, in KINDS order."""
   used = {kind for w in works for kind, n in {**w.passes, **w.compiles}.items() if n}
   return [kind for kind in KINDS if kind in used]
-
-
-def estimates(tools: Mapping[str, Callable[[features.Subject], Work]],
-              subjects: Sequence[features.Subject],
-              prices: Mapping[str, Prices]) -> Dict[str, float]:
-  """Seconds of each tool, summed over the subjects it runs on: `tools` maps a
-  tool's name to its work on one subject (None where it does not apply)."""
-  total = {}
-  for name, work_on in tools.items():
-    total[name] = 0.
-    for s in subjects:
-      work = work_on(s)
-      if work is not None:
-        total[name] += prices[s.label].seconds(work)
-  return total

@@ -1,10 +1,14 @@
 """Linear probes in closed form: ridge regression from features to {-1, 1} class
 targets, the few-shot evaluation of the ViT paper and the per-layer probes of
 Raghu et al. 2021. Host-side float64 numpy: the solves are small and must be exact.
+They run on one BLAS thread: at these sizes a second thread gains little on an
+idle machine, and beside other work OpenBLAS's waiting threads make them ten
+times slower or worse.
 """
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
+import threadpoolctl
 
 DEFAULT_L2 = (1e-4, 1e-2, 1., 1e2, 1e4)
 
@@ -27,6 +31,7 @@ def signed_one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
   return 2. * np.eye(num_classes)[labels] - 1.
 
 
+@threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def ridge_accuracies(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                      test_y: np.ndarray, num_classes: int,
                      l2s: Sequence[float] = DEFAULT_L2) -> np.ndarray:

@@ -72,6 +72,10 @@ class Tool:
   that make it shorter; `shrink(options)` gives the options of a smaller sample
   (about two thirds of the work, or less), or None at the smallest sample the tool
   still reports, which `minimum` states: the analysis plans a budget with it.
+  `host_prices(subject, images, labels, options, amounts)` times a sample of the tool's
+  host-side work on one evaluation batch: the seconds of one unit of each kind
+  its `work` counts in `Work.host` (for ALL_MODELS, work done once for all models,
+  on the first).
   `splits` are those of `batches` it reads ('train', 'eval'), each of which must
   hold `--num_images` (checked before any tool runs).
   """
@@ -92,6 +96,8 @@ class Tool:
   shortened_by: Tuple[str, ...] = ('num_images',)
   shrink: Optional[Callable[[Mapping[str, Any]], Optional[Dict[str, Any]]]] = None
   minimum: str = ''
+  host_prices: Optional[Callable[[Subject, np.ndarray, np.ndarray, Mapping[str, Any],
+                                  estimate.Amounts], Mapping[str, float]]] = None
   splits: Tuple[str, ...] = ('eval',)
 
   def applies_to(self, subject: Subject) -> bool:

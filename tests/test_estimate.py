@@ -1,19 +1,22 @@
 """Time estimates of the analysis tools (`analysis.estimate`, `--time_budget`): each
 tool's count of model passes against what its runner does, the pricing, and the
 command refusing a budget its tools do not fit before any of them runs."""
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
-from analysis import estimate
-from analysis.tools import TOOLS, erf, hessian, robustness
+from analysis import estimate, planning, report
+from analysis.tools import TOOLS, erf, hessian, landscape, robustness
 from test_representation_tools import batches, quickstart_vit_checkpoint, subject
 from helpers import TINY_VIT
 from vit_jax import console
+from vit_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 AMOUNTS = estimate.Amounts(num_images=1000, batch_size=100)
@@ -71,32 +74,39 @@ def test_pricing_times_only_the_kinds_asked_for(vit):
       'forward', 'hvp']
 
 
-def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, monkeypatch, capsys,
+@pytest.fixture
+def passes_at_10ms(monkeypatch):
+  """Every pass of every kind priced at 10 ms, compiling free."""
+  monkeypatch.setattr(estimate, 'price', lambda *a, **k: estimate.Prices(
+      run={'forward': 0.01, 'gradient': 0.01, 'hvp': 0.01},
+      compile={'forward': 0., 'gradient': 0., 'hvp': 0.}))
+
+
+def _planner(vit, names, options, seconds):
+  prices = planning.price(names, [vit], lambda s: batches, options, AMOUNTS)
+  return planning.Planner(names, [vit], prices, options, AMOUNTS, time.perf_counter() + seconds,
+                          console.duration(seconds))
+
+
+def _asked():
+  return {'hessian': hessian.options(4, 20, 'training'),
+          'landscape': landscape.options(21, 2, 'random', 20), 'cka': {}}
+
+
+def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, passes_at_10ms, capsys,
                                                                    tmp_path):
   """Every pass priced at 10 ms: the Hessian (510 products) and the landscape (21 x
   21 points on 2 batches) shrink, the costliest first, until the whole fits; a
   budget below their minimums is refused naming them."""
-  import time
-  import analysis.__main__ as cli
-  from analysis.tools import landscape
-  monkeypatch.setattr(estimate, 'price', lambda *a, **k: estimate.Prices(
-      run={'forward': 0.01, 'gradient': 0.01, 'hvp': 0.01},
-      compile={'forward': 0., 'gradient': 0., 'hvp': 0.}))
   names = ['hessian', 'landscape', 'cka']
-
-  def asked():
-    return {'hessian': hessian.options(4, 20, 'training'),
-            'landscape': landscape.options(21, 2, 'random', 20), 'cka': {}}
-  options = asked()
-  planned = cli.plan_time(names, [vit], lambda s: batches, options, AMOUNTS, 7.,
-                          time.perf_counter(), '7s')
-  assert sum(planned[0].values()) <= 7.
+  options = _asked()
+  planner = _planner(vit, names, options, 7.)
+  assert sum(planner.fit(names).values()) <= 7.
   assert options['hessian']['num_minibatches'] == 2 and options['landscape']['points'] < 21
   assert options['cka'] == {}
   said = capsys.readouterr().out
   assert 'hessian: a smaller sample for --time_budget=7s: num_minibatches 4 -> 2' in said
-  from analysis import report
-  report.record_plan(str(tmp_path), '7s', planned[1], names)
+  report.record_plan(str(tmp_path), '7s', planner.changed(), names)
   assert report.plan_note(str(tmp_path), 'hessian').startswith(
       'Smaller samples to fit --time_budget=7s: num_minibatches 2 instead of 4')
   assert report.plan_note(str(tmp_path), 'cka') == ''
@@ -104,13 +114,63 @@ def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, monkeypa
   assert report.plan_note(str(tmp_path), 'hessian') == ''
   assert report.plan_note(str(tmp_path), 'landscape').startswith('Smaller samples')
   # Enough time: nothing changes.
-  options = asked()
-  cli.plan_time(names, [vit], lambda s: batches, options, AMOUNTS, 1e4, time.perf_counter(), '3h')
-  assert options == asked()
-  with pytest.raises(cli.ConfigError, match=r'even with the smallest samples.*at its minimum, '
-                                            r'11 x 11 points on one batch'):
-    cli.plan_time(names, [vit], lambda s: batches, asked(), AMOUNTS, 1., time.perf_counter(),
-                  '1s')
+  options = _asked()
+  _planner(vit, names, options, 1e4).fit(names)
+  assert options == _asked()
+  with pytest.raises(ConfigError, match=r'even with the smallest samples.*at its minimum, '
+                                        r'11 x 11 points on one batch'):
+    _planner(vit, names, _asked(), 1.).fit(names)
+
+
+def test_between_tools_the_rest_is_planned_against_the_clock(vit, passes_at_10ms, capsys):
+  """A first tool that took three times its estimate scales the others' estimates
+  by three, and they shrink to fit what is left; where even their minimums do not
+  fit, they run at those and the overrun is said, nothing refused."""
+  names = ['cka', 'hessian', 'landscape']
+  options = _asked()
+  planner = _planner(vit, names, options, 60.)
+  planner.fit(names)
+  assert options == _asked()  # 5.1 + 5.1 + 8.8 s fit a minute
+  assert planner.slowdown() == 1.
+  planner.record('cka', 3 * planning.EVIDENCE_SECONDS)  # priced 0.1 s: too little to judge
+  assert planner.slowdown() == 1.
+  planner.ran['cka'] = [planning.EVIDENCE_SECONDS, 3 * planning.EVIDENCE_SECONDS]
+  assert planner.slowdown() == pytest.approx(3.)
+  planner.deadline = time.perf_counter() + 20.
+  estimated = planner.fit(['hessian', 'landscape'])
+  assert sum(estimated.values()) <= 20.
+  assert estimated['hessian'] == pytest.approx(3 * planner.seconds('hessian'))
+  assert options['hessian']['num_minibatches'] < 4 and options['cka'] == {}
+  said = capsys.readouterr().out
+  assert 'left of --time_budget=1m00s (the tools so far took 3.0x their estimates)' in said
+  assert 'hessian: a smaller sample for the ' in said
+  assert set(planner.changed()) <= {'hessian', 'landscape'} and planner.changed()
+  planner.deadline = time.perf_counter() + 1.
+  planner.fit(['hessian', 'landscape'])  # no refusal once tools have run
+  assert 'at their smallest samples would take about' in capsys.readouterr().out
+
+
+def test_host_work_is_priced_by_the_tools_that_count_it(vit):
+  """The probes' solves and the corruptions are timed on a sample and counted in
+  their units; a tool run once for all models prices its host work once."""
+  images, labels = next(batches('eval'))
+  for name, units in (('probes', {'layer probes', 'few-shot probes'}),
+                      ('corruption', {'corrupted image'})):
+    registered = TOOLS[name]
+    prices = registered.host_prices(vit, images, labels, {}, AMOUNTS)
+    work = registered.work(vit, {}, AMOUNTS)
+    assert set(prices) == set(work.host) == units
+    assert all(p > 0 for p in prices.values()), prices
+  work = TOOLS['corruption'].work(vit, {'fraction': 0.5}, AMOUNTS)
+  assert work.host == {'corrupted image': 15 * 5 * 1000 * 0.5}
+  assert TOOLS['corruption'].work(vit, {'source': 'tfds'}, AMOUNTS).host == {'corrupted image': 0}
+  priced = estimate.Prices(run={'forward': 0.}, compile={'forward': 0.},
+                           host={'corrupted image': 0.002})
+  assert priced.seconds(work) == pytest.approx(0.002 * 37500)
+  twice = planning.price(['corruption'], [vit, dataclasses.replace(vit, label='b')],
+                         lambda s: batches, {'corruption': {}},
+                         AMOUNTS)
+  assert twice[vit.label].host['corrupted image'] > 0 == twice['b'].host['corrupted image']
 
 
 @pytest.mark.parametrize('name,options,smallest', [

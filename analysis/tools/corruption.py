@@ -3,6 +3,7 @@ CIFAR-100-C): error under the 15 corruptions of Hendrycks & Dietterich at 5
 severities, with CIFAR-C's parameters for small images (ImageNet-C's above 64 px
 or on request), and the mean corruption error against a baseline model."""
 import os
+import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -164,11 +165,36 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """A forward pass over the clean and each corrupted evaluation set, or the
-  `fraction` of it the options keep (the corrupting itself, about 2 ms an image
-  at 32 px, is not priced)."""
+  `fraction` of it the options keep, and (corrupting with the package) each
+  corrupted image."""
   corrupted = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
-  return Work({'forward': (1 + corrupted) * amounts.batches * options.get('fraction', 1.)},
-              {'forward': 1})
+  fraction = options.get('fraction', 1.)
+  return Work({'forward': (1 + corrupted) * amounts.batches * fraction}, {'forward': 1},
+              host={CORRUPTED_IMAGE: corrupted * amounts.num_images * fraction
+                    if options.get('source', 'package') == 'package' else 0.})
+
+
+CORRUPTED_IMAGE = 'corrupted image'
+TIMED_IMAGES = 2
+
+
+def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Mapping,
+                amounts: Amounts) -> Dict[str, float]:
+  """Seconds of corrupting one image, the mean over the corruptions at the middle
+  severity, timed on `TIMED_IMAGES` of `images` after a first call of each (the
+  package's imports and tables); none when the corrupted images are read."""
+  if options.get('source', 'package') != 'package':
+    return {CORRUPTED_IMAGE: 0.}
+  parameters = corruptions.parameters_for(subject.image_size, options.get('parameters', 'auto'))
+  middle = corruptions.SEVERITIES[len(corruptions.SEVERITIES) // 2]
+  sample = np.asarray(images[:TIMED_IMAGES])
+  seconds = []
+  for name in corruptions.CORRUPTIONS:
+    corruptions.corrupt(sample[:1], name, middle, seed=0, parameters=parameters)
+    start = time.perf_counter()
+    corruptions.corrupt(sample, name, middle, seed=0, parameters=parameters)
+    seconds.append((time.perf_counter() - start) / len(sample))
+  return {CORRUPTED_IMAGE: float(np.mean(seconds))}
 
 
 MIN_FRACTION = 0.2
@@ -201,5 +227,5 @@ TOOL = register(Tool(
                                    if label in result['errors'] else {}),
     options=lambda: {'baseline': FLAGS.corruption_baseline, 'source': FLAGS.corruptions_from,
                      'parameters': FLAGS.corruption_parameters},
-    work=work, shortened_by=('num_images',), shrink=shrink,
+    work=work, host_prices=host_prices, shortened_by=('num_images',), shrink=shrink,
     minimum='a fifth of the evaluation images'))

@@ -1,5 +1,6 @@
 """Linear probes per layer and token kind, few-shot accuracy on the pre-logits
 (Raghu et al. Fig. 12-13), and a few-shot probe on each final-layer token (Fig. 11)."""
+import time
 from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import jax
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis import features, joint_figures, plots, probes, uncertainty, verdict
-from analysis.estimate import Work
+from analysis.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
@@ -64,8 +65,11 @@ def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, sh
 TOKEN_SHOTS = 10  # Raghu et al.'s per-token probes are 10-shot
 
 
+SHOTS = (1, 5, 10, 25)  # the few-shot probes on the pre-logits
+
+
 def run_probes(subject: Subject, batches: Batches, out: str,
-               shots: Sequence[int] = (1, 5, 10, 25)) -> Dict:
+               shots: Sequence[int] = SHOTS) -> Dict:
   """Ridge probes per layer and token kind, few-shot accuracy on pre-logits, and a
   10-shot probe on each final-layer token."""
   names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
@@ -150,6 +154,44 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
       'test accuracy', errors=lambda r: [row['stderr'] for row in r['probes']['token mean']])
 
 
+LAYER_PROBES, FEW_SHOT_PROBES = 'layer probes', 'few-shot probes'
+
+
+def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+  """A pass over the training and one over the evaluation split; the ridge probes
+  of every layer for each token kind, and the few-shot probes."""
+  kinds = 2 + subject.has_cls  # the centre token, the token mean (and the class token)
+  return Work({'forward': 2 * amounts.batches}, {'forward': 1},
+              host={LAYER_PROBES: kinds, FEW_SHOT_PROBES: 1})
+
+
+def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Mapping,
+                amounts: Amounts) -> Dict[str, float]:
+  """Seconds of one token kind's probes over every layer, and of all the few-shot
+  probes, timed on random features of each layer's width at the command's number
+  of images (a solve's time depends only on the shapes): a `probe_accuracy` per
+  distinct width, and a `few_shot_accuracy` at the final layer's width times the
+  few-shot probes run (the pre-logits' shots, the pooled tokens' and every
+  final-layer position's)."""
+  inter = subject.intermediates(images, subject.layers.stream)
+  widths = [np.shape(inter[name])[-1] for name in subject.layers.stream]
+  h, w = features.spatial_map(subject, inter[subject.layers.stream[-1]]).shape[1:3]
+  num_classes = subject.config.num_classes or len(np.unique(labels))
+  labels = np.arange(amounts.num_images) % num_classes
+  random = np.random.RandomState(0)
+
+  def timed(fn, width):
+    x = random.normal(size=(amounts.num_images, width)).astype(np.float32)
+    start = time.perf_counter()
+    fn(x, labels, x, labels, num_classes)
+    return time.perf_counter() - start
+  per_width = {d: timed(probes.probe_accuracy, d) for d in set(widths)}
+  shots = max(1, min(TOKEN_SHOTS, amounts.num_images // num_classes))
+  few_shot = timed(lambda *a: probes.few_shot_accuracy(*a, shots), widths[-1])
+  return {LAYER_PROBES: sum(per_width[d] for d in widths),
+          FEW_SHOT_PROBES: few_shot * (len(SHOTS) + 2 + h * w)}
+
+
 TOOL = register(Tool(
     name='probes', title='Linear probes', splits=('train', 'eval'),
     quantity='Ridge linear probes per layer on the class token, the centre token and the token '
@@ -160,7 +202,4 @@ TOOL = register(Tool(
           'the last layers, while the spatial tokens\' mean is decodable earlier; its single '
           'spatial tokens classify poorly, a GAP ViT\'s and a ResNet\'s well.',
     run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
-    joint=joint, verdicts=verdicts,
-    # A pass over the training and one over the evaluation split (the solves are small).
-    work=lambda subject, options, amounts: Work({'forward': 2 * amounts.batches},
-                                                {'forward': 1})))
+    joint=joint, verdicts=verdicts, work=work, host_prices=host_prices))
