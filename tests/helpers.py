@@ -1,4 +1,5 @@
-"""Small models, parameters and image folders shared by the tests."""
+"""Small models, parameters, recipes and image folders shared by the tests (the
+fixtures built from them are in conftest.py)."""
 import os
 import shutil
 
@@ -6,18 +7,24 @@ import chex
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from vit_jax import models
+from analysis import features
+from configs import common
+from vit_jax import checkpoint, models
 
-TINY_VIT = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2, patch_size=8)
-TINY_MIXER = dict(patch_size=8, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
-                  channels_mlp_dim=64)
-# Basic blocks, stages of 1 and 2 blocks, the second ending in an MSA block; no
-# max-pool, so 32 px images give 16x16 and 8x8 maps (the 7x7 windows pad the 8x8).
-TINY_ALTERNET = dict(block='basic', num_layers=(1, 2), num_msa=(0, 1), num_heads=(1, 2),
-                     width=32, head_dim=16, stem_pool=False)
+# The tiny models the families declare (`Family.tiny`), by the names tests use.
+TINY_VIT = dict(models.FAMILIES['vit'].tiny[1])
+TINY_MIXER = dict(models.FAMILIES['mixer'].tiny[1])
+TINY_ALTERNET = dict(models.FAMILIES['alternet'].tiny[1])
+
+
+def tiny_family_config(family: str, num_classes: int = 3, **overrides):
+  """The model config of a registered family's tiny model (`Family.tiny`)."""
+  name, fields = models.FAMILIES[family].tiny
+  return models.get_config(name, num_classes=num_classes, **{**fields, **overrides})
 
 
 def tiny_vit(num_classes=10, **overrides):
@@ -118,3 +125,100 @@ def chromium():
     if shutil.which(name):
       return shutil.which(name)
   return None
+
+
+def subject(name, label, **overrides):
+  """A 3-class analysis subject of zoo model `name` with perturbed fresh parameters
+  at 32 px, with a recipe for the tools that need its training objective."""
+  return subject_of(models.get_config(name, num_classes=3, **overrides), label)
+
+
+def subject_of(config, label):
+  """An analysis subject of model `config` (3 classes) with perturbed fresh parameters."""
+  params = perturbed(init(models.build_model(config), 32))['params']
+  recipe = common.base_config()
+  recipe.update(lr=0.1, weight_decay=1e-4, label_smoothing=0.1)
+  return features.Subject(label, config, params, 32, recipe)
+
+
+def batches(split):
+  """Three batches of 12 random 32 px images of 3 classes per split (mixup-like
+  label distributions for the augmented training split)."""
+  rng = np.random.RandomState({'train': 0, 'eval': 1, features.TRAIN_AUGMENTED: 2}[split])
+  for _ in range(3):
+    labels = np.arange(12) % 3
+    if split == features.TRAIN_AUGMENTED:  # label distributions, as mixup gives
+      labels = 0.8 * np.eye(3)[labels] + 0.2 * np.eye(3)[(labels + 1) % 3]
+    yield rng.uniform(-1, 1, (12, 32, 32, 3)).astype(np.float32), labels
+
+
+def quickstart_vit_checkpoint(tmp_path) -> str:
+  """A .npz of the quick-start ViT recipe's model with fresh, perturbed parameters."""
+  from configs import quickstart_vit
+  config = quickstart_vit.get_config()
+  model = models.get_model(config.model_name, 10, **config.model)
+  path = str(tmp_path / 'vit.npz')
+  checkpoint.save(path, perturbed(init(model, 28), scale=0.02)['params'])
+  return path
+
+
+def tiny_config(dataset='', **overrides):
+  """The recipe fields of configs/common.py set for a tiny ViT on 8 px images."""
+  fields = common.base_config().to_dict()
+  fields.update(
+      model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), dataset=dataset,
+      image_size=8, batch_size=16, eval_batch_size=16, total_steps=6, optimizer='adam',
+      lr=1e-2, warmup_steps=2, weight_decay=1e-4, log_every=1, eval_every=3,
+      checkpoint_every=3, keep_checkpoints=3)
+  fields.update(overrides)
+  return ml_collections.ConfigDict(fields)
+
+
+def damage(directory, stride=None):
+  """In every data file of a checkpoint (orbax's `d/` directories), the middle byte
+  inverted, or with `stride` every stride-th byte."""
+  for base, _, names in os.walk(directory):
+    for name in names if os.path.basename(base) == 'd' else ():
+      path = os.path.join(base, name)
+      data = bytearray(open(path, 'rb').read())
+      for i in range(len(data) // 2, len(data), len(data)) if stride is None else range(
+          0, len(data), stride):
+        data[i] ^= 0xFF
+      open(path, 'wb').write(bytes(data))
+
+
+def tiny_sweep(folder):
+  """A two-row sweep (global attention, a 3x3 window) of the tiny 8 px ViT on `folder`."""
+  fields = common.base_config().to_dict()
+  fields.update(model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), dataset=folder,
+                image_size=8, batch_size=16, eval_batch_size=16, total_steps=2,
+                optimizer='adam', lr=1e-2, warmup_steps=1, log_every=1, eval_every=2,
+                checkpoint_every=2)
+  config = ml_collections.ConfigDict(fields)
+  config.sweep = ml_collections.ConfigDict(dict(name='tiny', rows=(
+      ('global', {}), ('k3', dict(model=dict(attention_window=3))))))
+  return config
+
+
+AUGREG_HEADER = ('name,ds,lr,aug,wd,do,sd,best_val,final_val,final_test,adapt_ds,adapt_lr,'
+                 'adapt_steps,adapt_resolution,adapt_final_val,adapt_final_test,params,'
+                 'infer_samples_per_sec,filename,adapt_filename')
+
+
+def write_augreg_index(directory, rows):
+  """An index.csv in the published columns; rows are (name, ds, final_val, filename)."""
+  lines = [AUGREG_HEADER] + [
+      f'{name},{ds},0.001,light1,0.1,0.0,0.0,{val + 0.01},{val},{val - 0.01},cifar100,0.01,'
+      f'2500,224,0.9,0.9,5700000,3000.0,{filename},{filename}--cifar100-steps_2k'
+      for name, ds, val, filename in rows]
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'index.csv'), 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+
+
+AUGREG_ROWS = [('Ti/16', 'i21k', 0.50, 'Ti_16-i21k-low'), ('Ti/16', 'i21k', 0.70, 'Ti_16-i21k-best'),
+               ('Ti/16', 'i1k', 0.90, 'Ti_16-i1k'), ('R26+S/32', 'i21k', 0.80, 'R26_S_32-i21k')]
+
+
+VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a', 'photo', 'of', 'the', 'cat', 'dog', '##s', '.',
+         'itap', 'bad', 'origami', 'large', 'small', 'in', 'video', 'game', 'art']

@@ -9,13 +9,12 @@ import chex
 import flax
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
-from configs import ablations, common
+from configs import ablations
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, make_folder, \
-    perturbed, tiny_vit
+    perturbed, tiny_sweep, tiny_vit
 from vit_jax import checkpoint, finetune, models, sweep
 from vit_jax.models import attention, vit
 
@@ -155,18 +154,6 @@ def test_fine_tuning_resizes_every_learned_kind(posemb, tmp_path):
     table = upstream['Transformer/posembed_1/relative_embedding']  # 31 -> 71 offsets
     new = fitted['Transformer/posembed_1/relative_embedding']
     np.testing.assert_allclose(new[[0, 35, -1]], table[[0, 15, -1]], rtol=1e-5, atol=1e-6)
-
-
-def tiny_sweep(folder):
-  fields = common.base_config().to_dict()
-  fields.update(model_name='ViT-Ti_16', model=dict(TINY_VIT, patch_size=4), dataset=folder,
-                image_size=8, batch_size=16, eval_batch_size=16, total_steps=2,
-                optimizer='adam', lr=1e-2, warmup_steps=1, log_every=1, eval_every=2,
-                checkpoint_every=2)
-  config = ml_collections.ConfigDict(fields)
-  config.sweep = ml_collections.ConfigDict(dict(name='tiny', rows=(
-      ('global', {}), ('k3', dict(model=dict(attention_window=3))))))
-  return config
 
 
 def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatch):

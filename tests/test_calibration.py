@@ -89,8 +89,7 @@ def test_brier_is_the_squared_distance_to_the_one_hot_label():
 
 
 def test_the_calibration_tool(tmp_path):
-  from test_representation_tools import batches, subject
-  from helpers import TINY_VIT
+  from helpers import TINY_VIT, batches, subject
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
   result = TOOLS['calibration'].run(s, batches, str(tmp_path))
   json.dumps(result)

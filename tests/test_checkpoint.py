@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import augreg, checkpoint, finetune, layout, models
+from helpers import (AUGREG_ROWS, TINY_VIT, apply, images, init, perturbed,
+                     tiny_family_config, tiny_vit, write_augreg_index)
+from vit_jax import augreg, checkpoint, finetune, models
 from vit_jax.models import vit
 
 PUBLISHED_TO_CURRENT = {'LayerNorm_2': 'LayerNorm_1',
@@ -33,10 +34,16 @@ def test_old_flax_names_load_and_reproduce_logits(tmp_path):
                               apply(model, variables, images()), rtol=1e-6)
 
 
-@pytest.mark.parametrize('make', [tiny_vit, tiny_bit,
-                                  lambda: models.get_model('R+ViT-Ti_16', 3, num_layers=1)])
-def test_save_load_round_trip_is_exact(tmp_path, make):
-  variables = perturbed(init(make()))
+def test_save_load_round_trip_is_exact(tmp_path, family_name):
+  _round_trip(tmp_path, models.build_model(tiny_family_config(family_name)))
+
+
+def test_save_load_round_trip_of_a_hybrid_is_exact(tmp_path):
+  _round_trip(tmp_path, models.get_model('R+ViT-Ti_16', 3, num_layers=1))
+
+
+def _round_trip(tmp_path, model):
+  variables = perturbed(init(model))
   path = str(tmp_path / 'params.npz')
   checkpoint.save(path, variables)  # the {'params': ...} wrapper is accepted too
   with np.load(path) as data:
@@ -182,26 +189,6 @@ def test_unreadable_files_are_reported(tmp_path):
   np.savez(pickled, a=np.array([{'x': 1}], dtype=object))
   with pytest.raises(checkpoint.CheckpointError, match='is not an .npz parameter file'):
     checkpoint.load(str(pickled))
-
-
-AUGREG_HEADER = ('name,ds,lr,aug,wd,do,sd,best_val,final_val,final_test,adapt_ds,adapt_lr,'
-                 'adapt_steps,adapt_resolution,adapt_final_val,adapt_final_test,params,'
-                 'infer_samples_per_sec,filename,adapt_filename')
-
-
-def write_augreg_index(directory, rows):
-  """An index.csv in the published columns; rows are (name, ds, final_val, filename)."""
-  lines = [AUGREG_HEADER] + [
-      f'{name},{ds},0.001,light1,0.1,0.0,0.0,{val + 0.01},{val},{val - 0.01},cifar100,0.01,'
-      f'2500,224,0.9,0.9,5700000,3000.0,{filename},{filename}--cifar100-steps_2k'
-      for name, ds, val, filename in rows]
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, 'index.csv'), 'w') as f:
-    f.write('\n'.join(lines) + '\n')
-
-
-AUGREG_ROWS = [('Ti/16', 'i21k', 0.50, 'Ti_16-i21k-low'), ('Ti/16', 'i21k', 0.70, 'Ti_16-i21k-best'),
-               ('Ti/16', 'i1k', 0.90, 'Ti_16-i1k'), ('R26+S/32', 'i21k', 0.80, 'R26_S_32-i21k')]
 
 
 def test_augreg_index_selects_the_recommended_checkpoint(tmp_path):

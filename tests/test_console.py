@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from helpers import make_folder
-from test_faults import _damage
+from helpers import damage, make_folder
 from vit_jax import budget, console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +65,7 @@ def test_the_console_holds_the_projects_lines_and_a_refusal_only_its_error(tmp_p
   assert verbose.returncode == 0 and 'checkpoint_manager.py' in verbose.stderr
   # Every checkpoint damaged: a warning per checkpoint, then the one error.
   for step in os.listdir(tmp_path / 'run' / 'checkpoints'):
-    _damage(tmp_path / 'run' / 'checkpoints' / step, stride=256)
+    damage(tmp_path / 'run' / 'checkpoints' / step, stride=256)
   refused = _train(tmp_path / 'run', folder)
   lines = refused.stderr.splitlines()
   assert refused.returncode == 1 and lines[-1].startswith('Error: No checkpoint in')

@@ -11,7 +11,7 @@ import pytest
 
 from analysis import corruptions
 from analysis.tools import TOOLS
-from test_representation_tools import batches, subjects  # noqa: F401  (fixture)
+from helpers import batches
 from vit_jax.errors import ConfigError, UserError
 
 imagecorruptions = pytest.importorskip('imagecorruptions')
@@ -199,7 +199,7 @@ def test_corruption_errors_are_hendrycks_and_dietterichs():
 
 
 def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
-  vit, bit = subjects[0], subjects[2]
+  vit, bit = subjects['vit'], subjects['bit']
   r = TOOLS['corruption'].run([vit, bit], batches, str(tmp_path))
   json.dumps(r)
   assert r['baseline'] == 'bit' and r['num_images'] == 36  # the convolutional model
@@ -230,7 +230,7 @@ def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
 
 def test_tfds_corruptions_need_cifar10_models(subjects, tmp_path):  # noqa: F811
   with pytest.raises(ConfigError, match='every model must be a CIFAR-10 model'):
-    TOOLS['corruption'].run([subjects[0]], batches, str(tmp_path), source='tfds')
+    TOOLS['corruption'].run([subjects['vit']], batches, str(tmp_path), source='tfds')
 
 
 def test_the_tfds_source_reads_each_corruption_and_severity(subjects, tmp_path, monkeypatch):  # noqa: F811,E501
@@ -241,7 +241,7 @@ def test_the_tfds_source_reads_each_corruption_and_severity(subjects, tmp_path, 
     read.append((name, split, image_size, batch_size, num_images))
     return batches('eval')
   monkeypatch.setattr(features, 'dataset_batches', corrupted)
-  vit = subjects[0]
+  vit = subjects['vit']
   vit.recipe.dataset = 'cifar10'
   try:
     r = TOOLS['corruption'].run([vit], batches, str(tmp_path), source='tfds')

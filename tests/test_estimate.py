@@ -13,8 +13,7 @@ import pytest
 
 from analysis import estimate, planning, report
 from analysis.tools import TOOLS, erf, hessian, landscape, robustness
-from test_representation_tools import batches, quickstart_vit_checkpoint, subject
-from helpers import TINY_VIT
+from helpers import TINY_VIT, batches, quickstart_vit_checkpoint, subject
 from vit_jax import console
 from vit_jax.errors import ConfigError
 

@@ -14,8 +14,7 @@ import time
 import chex
 import pytest
 
-from helpers import make_folder
-from test_train import tiny_config
+from helpers import damage, make_folder, tiny_config
 from vit_jax import checkpoint, entry, errors, finetune, loop, run_state, sweep, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,31 +150,18 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
   assert _files(tmp_path) == before
 
 
-def _damage(directory, stride=None):
-  """In every data file of a checkpoint (orbax's `d/` directories), the middle byte
-  inverted, or with `stride` every stride-th byte."""
-  for base, _, names in os.walk(directory):
-    for name in names if os.path.basename(base) == 'd' else ():
-      path = os.path.join(base, name)
-      data = bytearray(open(path, 'rb').read())
-      for i in range(len(data) // 2, len(data), len(data)) if stride is None else range(
-          0, len(data), stride):
-        data[i] ^= 0xFF
-      open(path, 'wb').write(bytes(data))
-
-
 def test_damaged_checkpoints_are_skipped_and_none_usable_is_refused(folder, tmp_path, caplog):
   config = tiny_config(folder)
   loop.train_and_evaluate(config, str(tmp_path / 'straight'))
   loop.train_and_evaluate(config, str(tmp_path))
-  _damage(tmp_path / 'checkpoints' / '6')
+  damage(tmp_path / 'checkpoints' / '6')
   os.remove(tmp_path / 'params.npz')
   loop.train_and_evaluate(config, str(tmp_path))  # from step 3, the same steps again
   assert 'Checkpoint at step 6' in caplog.text and 'cannot be used' in caplog.text
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')),
                               checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
   for step in os.listdir(tmp_path / 'checkpoints'):
-    _damage(tmp_path / 'checkpoints' / step, stride=256)
+    damage(tmp_path / 'checkpoints' / step, stride=256)
   with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
     loop.train_and_evaluate(config, str(tmp_path))
 

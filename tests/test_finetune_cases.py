@@ -11,9 +11,7 @@ import optax
 import pytest
 
 from configs import finetune_cases
-from helpers import TINY_VIT, init, make_folder, perturbed, tiny_vit
-from test_ablations import tiny_sweep
-from test_train import tiny_config
+from helpers import TINY_VIT, init, make_folder, perturbed, tiny_config, tiny_sweep, tiny_vit
 from vit_jax import checkpoint, finetune, models, steps, sweep
 
 BODY = finetune_cases.BODY

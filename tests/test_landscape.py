@@ -171,8 +171,7 @@ def test_the_batched_grid_is_the_loop_over_points():
 
 @pytest.mark.parametrize('directions,l2_term', [('random', 'authors'), ('hessian', 'objective')])
 def test_the_landscape_tool(directions, l2_term, tmp_path):
-  from test_representation_tools import batches, subject
-  from helpers import TINY_VIT
+  from helpers import TINY_VIT, batches, subject
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
   result = TOOLS['landscape'].run(s, batches, str(tmp_path), points=5, num_batches=2,
                                   directions=directions, lanczos_steps=4, l2_term=l2_term)

@@ -5,12 +5,11 @@ import os
 
 import chex
 import flax
-import jax
 import numpy as np
 import pytest
 
 from analysis.tools import TOOLS, lesion
-from test_representation_tools import FAMILIES, batches, subjects  # noqa: F401  (fixture)
+from helpers import batches
 from vit_jax.models.family import LESION, lesion_scales
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
@@ -34,9 +33,8 @@ def zeroed(params, prefix):
       sep='/')
 
 
-@pytest.mark.parametrize('index', FAMILIES)
-def test_scale_one_everywhere_is_the_intact_model(subjects, index):  # noqa: F811
-  subject = subjects[index]
+def test_scale_one_everywhere_is_the_intact_model(subjects, family_name):
+  subject = subjects[family_name]
   x = next(batches('eval'))[0]
   chex.assert_trees_all_equal(logits(subject, lesion_scales(subject.layers), x),
                               logits(subject, None, x))
@@ -44,15 +42,15 @@ def test_scale_one_everywhere_is_the_intact_model(subjects, index):  # noqa: F81
 
 # Each branch's last layer, whose kernel and bias at 0 make the branch output 0:
 # an independent way to the same lesion.
-@pytest.mark.parametrize('index,branch,last_layer', [
-    (0, 1, 'Transformer/encoderblock_0/MlpBlock_3/Dense_1'),
-    (0, 2, 'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out'),
-    (2, 1, 'resnet/block2/unit01/c/standardized_conv2d'),
-    (3, 0, 'MixerBlock_0/token_mixing/Dense_1'),
+@pytest.mark.parametrize('label,branch,last_layer', [
+    ('vit', 1, 'Transformer/encoderblock_0/MlpBlock_3/Dense_1'),
+    ('vit', 2, 'Transformer/encoderblock_1/MultiHeadDotProductAttention_1/out'),
+    ('bit', 1, 'resnet/block2/unit01/c/standardized_conv2d'),
+    ('mixer', 0, 'MixerBlock_0/token_mixing/Dense_1'),
 ])
-def test_a_lesion_equals_the_branch_with_its_last_layer_zeroed(subjects, index, branch,  # noqa
+def test_a_lesion_equals_the_branch_with_its_last_layer_zeroed(subjects, label, branch,
                                                                last_layer):
-  subject = subjects[index]
+  subject = subjects[label]
   assert any(k.startswith(last_layer) for k in flat(subject.params)), last_layer
   x = next(batches('eval'))[0]
   cases = lesion.lesions(subject)
@@ -62,27 +60,26 @@ def test_a_lesion_equals_the_branch_with_its_last_layer_zeroed(subjects, index, 
   assert np.abs(got - logits(subject, None, x)).max() > 1e-3  # the branch mattered
 
 
-def test_the_lesion_tool_on_every_family(subjects, tmp_path):  # noqa: F811
-  for index in FAMILIES:
-    subject = subjects[index]
-    r = TOOLS['lesion'].run(subject, batches, str(tmp_path))
-    json.dumps(r)
-    branches = subject.layers.branches
-    assert r['branches'] == [b.label for b in branches] and r['num_images'] == 36
-    # The drop is the intact accuracy less the lesioned one, with the paired standard
-    # error written out here from the predictions.
-    x = np.concatenate([images for images, _ in batches('eval')])
-    y = np.concatenate([labels for _, labels in batches('eval')])
-    intact = logits(subject, None, x).argmax(-1) == y
-    assert r['accuracy'] == pytest.approx(intact.mean())
-    for i, case in enumerate(lesion.lesions(subject)[1:]):
-      lesioned = logits(subject, case, x).argmax(-1) == y
-      d = intact.astype(float) - lesioned
-      assert r['drop'][i] == pytest.approx(d.mean(), abs=1e-12)
-      assert r['drop_stderr'][i] == pytest.approx(d.std(ddof=1) / 6., abs=1e-12)
-    ends = lesion.stage_ends(len(branches), subject.layers.branch_stages)
-    assert r['stage_end_drop'] == pytest.approx(np.mean(np.array(r['drop'])[ends]))
-    assert os.path.exists(r['figures'][0])
+def test_the_lesion_tool_on_every_family(subjects, family_name, tmp_path):
+  subject = subjects[family_name]
+  r = TOOLS['lesion'].run(subject, batches, str(tmp_path))
+  json.dumps(r)
+  branches = subject.layers.branches
+  assert r['branches'] == [b.label for b in branches] and r['num_images'] == 36
+  # The drop is the intact accuracy less the lesioned one, with the paired standard
+  # error written out here from the predictions.
+  x = np.concatenate([images for images, _ in batches('eval')])
+  y = np.concatenate([labels for _, labels in batches('eval')])
+  intact = logits(subject, None, x).argmax(-1) == y
+  assert r['accuracy'] == pytest.approx(intact.mean())
+  for i, case in enumerate(lesion.lesions(subject)[1:]):
+    lesioned = logits(subject, case, x).argmax(-1) == y
+    d = intact.astype(float) - lesioned
+    assert r['drop'][i] == pytest.approx(d.mean(), abs=1e-12)
+    assert r['drop_stderr'][i] == pytest.approx(d.std(ddof=1) / 6., abs=1e-12)
+  ends = lesion.stage_ends(len(branches), subject.layers.branch_stages)
+  assert r['stage_end_drop'] == pytest.approx(np.mean(np.array(r['drop'])[ends]))
+  assert os.path.exists(r['figures'][0])
 
 
 def test_stage_ends():

@@ -14,9 +14,8 @@ import pytest
 import sentencepiece
 import tensorflow as tf
 
-from helpers import make_folder, perturbed
+from helpers import VOCAB, make_folder, perturbed
 from vit_jax import checkpoint, models, tokenizers, zeroshot
-from vit_jax.models import lit
 from vit_jax.errors import ConfigError, UserError
 from vit_jax.models.family import CheckpointError
 
@@ -24,10 +23,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The original code's models_test.py (at 224 px, tokens of length 16).
 LIT_COUNTS = {'LiT-B16B': 195_871_489, 'LiT-B16B_2': 195_280_897, 'LiT-L16L': 638_443_521,
               'LiT-L16S': 331_140_353, 'LiT-L16Ti': 311_913_089}
-VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a', 'photo', 'of', 'the', 'cat', 'dog', '##s', '.',
-         'itap', 'bad', 'origami', 'large', 'small', 'in', 'video', 'game', 'art']
-
-
 def flat(tree):
   return flax.traverse_util.flatten_dict(flax.core.unfreeze(tree), sep='/')
 

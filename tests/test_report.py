@@ -18,7 +18,7 @@ from analysis import events, features, plots, report
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
-from test_representation_tools import batches, subject
+from helpers import batches, subject
 from vit_jax import models
 
 

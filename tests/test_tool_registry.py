@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from analysis import tool
 from analysis.tool import Tool, register
-from test_representation_tools import quickstart_vit_checkpoint
+from helpers import quickstart_vit_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))

@@ -10,8 +10,7 @@ import chex
 import numpy as np
 import pytest
 
-from helpers import make_folder
-from test_train import tiny_config
+from helpers import make_folder, tiny_config
 from vit_jax import checkpoint, loop, settings
 from vit_jax import workdir as workdirs
 from vit_jax.errors import ConfigError

@@ -18,12 +18,37 @@ from vit_jax.models import alternet, lit, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
 from vit_jax.models.family import Family
 
-# Every family of the zoo; a new one is a model module exporting FAMILY, listed here.
-FAMILIES: Dict[str, Family] = {f.name: f for f in (vit.FAMILY, resnet.FAMILY, mixer.FAMILY,
-                                                   alternet.FAMILY)}
-MODELS: Dict[str, Dict[str, Any]] = {name: dict(fields, family=family.name)
-                                     for family in FAMILIES.values()
-                                     for name, fields in family.variants.items()}
+FAMILIES: Dict[str, Family] = {}  # every family of the zoo, by name
+MODELS: Dict[str, Dict[str, Any]] = {}  # every published variant: its fields and family
+
+
+def register(family: Family) -> Family:
+  """Adds `family` and its published variants to the zoo (`FAMILIES`, `MODELS`).
+
+  Args:
+    family: the record a model module exports.
+
+  Returns:
+    `family`.
+  """
+  taken = sorted(set(family.variants) & (set(MODELS) | set(lit.VARIANTS)))
+  if family.name in FAMILIES or family.name == lit.FAMILY or taken:
+    raise ValueError(f'The family {family.name!r} or its variants {taken} are in the zoo '
+                     'already; give the family and each variant a name of its own.')
+  if family.tiny[0] not in family.variants:
+    raise ValueError(f'The tiny model of {family.name!r} is {family.tiny[0]!r}, not one of its '
+                     f'variants {sorted(family.variants)}.')
+  FAMILIES[family.name] = family
+  MODELS.update({name: dict(fields, family=family.name)
+                 for name, fields in family.variants.items()})
+  return family
+
+
+# A new family is a model module exporting FAMILY and one line here.
+register(vit.FAMILY)
+register(resnet.FAMILY)
+register(mixer.FAMILY)
+register(alternet.FAMILY)
 
 
 def family_of(config: ml_collections.ConfigDict) -> Family:

@@ -93,7 +93,8 @@ class Family:
   checkpoint's flat parameters (head already taken from `init`) to the freshly
   initialised model `init` of `config`: what is fitted (position embeddings,
   class token, pre-logits) or refused (with a CheckpointError) depends on the
-  family. `convolutional` families run the Hessian's loop from Python on CPU,
+  family. A family joins the zoo with `models.register(FAMILY)`; the test suite
+  runs on its `tiny` model every test parametrised over the families. `convolutional` families run the Hessian's loop from Python on CPU,
   where XLA:CPU runs convolutions slowly inside loop bodies.
   """
   name: str
@@ -104,6 +105,9 @@ class Family:
   describe: Callable[[ml_collections.ConfigDict], str]  # the shape in words: '4 blocks, width 64'
   head: str  # parameter-path prefix of the classifier, re-initialised for a new task
   colour: str  # the family's colour in figures (Okabe-Ito; ViT red, ResNet blue as Park & Kim)
+  # A published variant and the fields that make it tiny (a few ten thousand
+  # parameters at 32 px): the model the test suite runs this family on.
+  tiny: Tuple[str, Mapping[str, Any]]
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)

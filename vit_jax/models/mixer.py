@@ -139,4 +139,6 @@ FAMILY = Family(
         (int(patch),) + SIZES[size]))
               for size, patch in (v.split('/') for v in PUBLISHED)},
     module=MlpMixer, layers=layers, describe=describe, colour='#CC79A7', head='head/',
+    tiny=('Mixer-B_16', dict(patch_size=8, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
+                             channels_mlp_dim=64)),
     fit_checkpoint=fit_checkpoint)
