@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_cka_within_and_across_models(subjects, tmp_path):
-  result = TOOLS['cka'].run([subjects[k] for k in ('vit', 'bit', 'alternet')], batches, str(tmp_path))
+  chosen = [subjects[k] for k in ('vit', 'bit', 'alternet')]
+  result = TOOLS['cka'].run(chosen, batches, str(tmp_path))
   json.dumps(result)
   vit, across = np.array(result['cka']['vit']), np.array(result['cka']['vit vs bit'])
   assert vit.shape == (5, 5) and across.shape == (5, 3)  # embedding + 2 x 2 branches; root + 2
