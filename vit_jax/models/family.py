@@ -94,8 +94,9 @@ class Family:
   initialised model `init` of `config`: what is fitted (position embeddings,
   class token, pre-logits) or refused (with a CheckpointError) depends on the
   family. A family joins the zoo with `models.register(FAMILY)`; the test suite
-  runs on its `tiny` model every test parametrised over the families. `convolutional` families run the Hessian's loop from Python on CPU,
-  where XLA:CPU runs convolutions slowly inside loop bodies.
+  runs on its `tiny` model every test parametrised over the families.
+  `convolutional` families run the Hessian's loop from Python on CPU, where
+  XLA:CPU runs convolutions slowly inside loop bodies.
   """
   name: str
   title: str  # how people call the family's models: 'ViT, hybrid', 'BiT', ...
