@@ -8,13 +8,29 @@ import numpy as np
 
 
 def patch_centres(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
-  """(h*w, 2) pixel coordinates of the patch centres, row-major like the tokens."""
+  """(h*w, 2) pixel coordinates of the patch centres, row-major like the tokens.
+
+  Args:
+    grid: (h, w) patches.
+    patch_size: a patch's side in pixels.
+
+  Returns:
+    The (h*w, 2) (row, column) centres.
+  """
   rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing='ij')
   return (np.stack([rows.ravel(), cols.ravel()], axis=1) + 0.5) * patch_size
 
 
 def patch_distances(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
-  """(h*w, h*w) Euclidean pixel distances between patch centres."""
+  """(h*w, h*w) Euclidean pixel distances between patch centres.
+
+  Args:
+    grid: (h, w) patches.
+    patch_size: a patch's side in pixels.
+
+  Returns:
+    The (h*w, h*w) distances.
+  """
   centres = patch_centres(grid, patch_size)
   return np.linalg.norm(centres[:, None] - centres[None, :], axis=-1)
 
@@ -28,6 +44,14 @@ def spatial_attention(weights: jax.Array, has_cls: bool,
   renormalised to sum to 1, so the result says where the spatial part of the
   attention goes. With `keep_class_key` they are left as they are: the class
   token's share then counts as distance 0 in `mean_attention_distance`.
+
+  Args:
+    weights: (B, H, N, N) attention weights, queries by keys.
+    has_cls: the first token is a class token.
+    keep_class_key: keep the weights on the class token's key, unrenormalised.
+
+  Returns:
+    The (B, H, n, n) weights among spatial tokens.
   """
   if not has_cls:
     return weights
@@ -42,6 +66,16 @@ def mean_attention_distance(weights: jax.Array, grid: Tuple[int, int], patch_siz
   For each spatial query, the sum over spatial keys of weight x distance between
   the query and key patch centres; averaged over queries and images. The class
   token is handled as in `spatial_attention`.
+
+  Args:
+    weights: (B, H, N, N) attention weights.
+    grid: (h, w) patches.
+    patch_size: a patch's side in pixels.
+    has_cls: the first token is a class token.
+    keep_class_key: as in `spatial_attention`.
+
+  Returns:
+    The (H,) mean distance per head, in pixels.
   """
   weights = spatial_attention(weights, has_cls, keep_class_key)
   distances = jnp.asarray(patch_distances(grid, patch_size), weights.dtype)
@@ -54,6 +88,12 @@ def attention_rollout(weights: Sequence[jax.Array]) -> jax.Array:
 
   Each layer's head-averaged attention is mixed half-and-half with the identity
   (the residual connection), rows renormalised, and the layers multiplied in order.
+
+  Args:
+    weights: each layer's (B, H, N, N) attention weights, input to output.
+
+  Returns:
+    The (B, N, N) rollout.
   """
   rollout = None
   for layer in weights:
@@ -65,7 +105,16 @@ def attention_rollout(weights: Sequence[jax.Array]) -> jax.Array:
 
 def rollout_map(rollout: jax.Array, grid: Tuple[int, int], has_cls: bool) -> jax.Array:
   """(B, N, N) rollout -> (B, h, w) input-patch relevance for the model's output,
-  from the class token's row, or for a GAP model the mean of the spatial rows."""
+  from the class token's row, or for a GAP model the mean of the spatial rows.
+
+  Args:
+    rollout: the (B, N, N) `attention_rollout`.
+    grid: (h, w) patches.
+    has_cls: the first token is a class token.
+
+  Returns:
+    The (B, h, w) relevance, scaled to a maximum of 1 per image.
+  """
   if has_cls:
     relevance = rollout[:, 0, 1:]
   else:

@@ -13,13 +13,27 @@ import numpy as np
 
 
 def flatten_centred(x: jax.Array) -> jax.Array:
-  """(n, ...) -> (n, d) with every feature centred over the n examples."""
+  """(n, ...) -> (n, d) with every feature centred over the n examples.
+
+  Args:
+    x: a representation of n examples.
+
+  Returns:
+    The (n, d) centred features.
+  """
   x = jnp.reshape(x, (x.shape[0], -1))
   return x - jnp.mean(x, axis=0, keepdims=True)
 
 
 def gram_linear(x: jax.Array) -> jax.Array:
-  """Linear-kernel Gram matrix of the flattened, centred examples."""
+  """Linear-kernel Gram matrix of the flattened, centred examples.
+
+  Args:
+    x: a representation of n examples, (n, ...).
+
+  Returns:
+    The (n, n) Gram matrix.
+  """
   x = flatten_centred(x)
   return x @ x.T
 
@@ -29,6 +43,13 @@ def gram_rbf(x: jax.Array, threshold: float = 1.0) -> jax.Array:
 
   The median is over all n^2 squared distances, the zero diagonal included, as in
   Kornblith et al.; so the kernel is exp(-d^2 / (2 threshold^2 median(d^2))).
+
+  Args:
+    x: a representation of n examples, (n, ...).
+    threshold: the bandwidth in units of the median distance.
+
+  Returns:
+    The (n, n) Gram matrix.
   """
   dot = gram_linear(x)
   sq_norms = jnp.diag(dot)
@@ -41,6 +62,13 @@ def center_gram(gram: jax.Array, unbiased: bool = False) -> jax.Array:
 
   Biased: H K H with H = I - 11^T/n. Unbiased: the matrix whose Frobenius inner
   product with another one so centred is n(n-3) HSIC1, the U-statistic.
+
+  Args:
+    gram: an (n, n) symmetric Gram matrix.
+    unbiased: centre for HSIC1 instead of the biased HSIC.
+
+  Returns:
+    The centred (n, n) matrix.
   """
   n = gram.shape[0]
   if not unbiased:
@@ -54,7 +82,16 @@ def center_gram(gram: jax.Array, unbiased: bool = False) -> jax.Array:
 
 
 def cka(gram_x: jax.Array, gram_y: jax.Array, unbiased: bool = False) -> jax.Array:
-  """CKA of two Gram matrices over the same n examples."""
+  """CKA of two Gram matrices over the same n examples.
+
+  Args:
+    gram_x: the (n, n) Gram matrix of one representation.
+    gram_y: that of the other, over the same examples in the same order.
+    unbiased: with HSIC1 (Nguyen et al.'s estimator) instead of the biased HSIC.
+
+  Returns:
+    The CKA, a scalar.
+  """
   gram_x, gram_y = center_gram(gram_x, unbiased), center_gram(gram_y, unbiased)
   hsic = jnp.vdot(gram_x, gram_y)
   return hsic / (jnp.linalg.norm(gram_x) * jnp.linalg.norm(gram_y))
@@ -66,6 +103,14 @@ def linear_cka(x: jax.Array, y: jax.Array, unbiased: bool = False) -> jax.Array:
   Equal to `cka(gram_linear(x), gram_linear(y), unbiased)`. With centred
   features K1 = 0, so the HSIC1 correction terms reduce to the diagonals
   (squared row norms) of the Gram matrices.
+
+  Args:
+    x: one representation of n examples, (n, ...).
+    y: another of the same examples, (n, ...).
+    unbiased: with HSIC1 instead of the biased HSIC.
+
+  Returns:
+    The linear CKA, a scalar.
   """
   x, y = flatten_centred(x), flatten_centred(y)
   n = x.shape[0]
@@ -85,6 +130,15 @@ def minibatch_hsic(features: Sequence[jax.Array], kernel: str = 'linear',
                    unbiased: bool = True, threshold: float = 1.0) -> jax.Array:
   """(L, L) matrix of n(n-3) HSIC1 (or n^2 biased HSIC) between L representations
   of one batch of n examples: one centred Gram matrix per layer, then one product.
+
+  Args:
+    features: L representations of the same n examples, each (n, ...).
+    kernel: 'linear' or 'rbf' (`gram_rbf`).
+    unbiased: HSIC1 instead of the biased HSIC.
+    threshold: the RBF bandwidth in units of the median distance.
+
+  Returns:
+    The (L, L) HSIC matrix.
   """
   def centred(x):
     gram = gram_linear(x) if kernel == 'linear' else gram_rbf(x, threshold)
@@ -97,14 +151,28 @@ def minibatch_hsic(features: Sequence[jax.Array], kernel: str = 'linear',
 
 
 def cka_from_hsic(hsic: np.ndarray) -> np.ndarray:
-  """CKA matrix from a (summed) HSIC matrix: HSIC_ij / sqrt(HSIC_ii HSIC_jj)."""
+  """CKA matrix from a (summed) HSIC matrix: HSIC_ij / sqrt(HSIC_ii HSIC_jj).
+
+  Args:
+    hsic: an (L, L) HSIC matrix, one batch's or summed over batches.
+
+  Returns:
+    The (L, L) CKA matrix.
+  """
   diagonal = np.sqrt(np.diag(hsic))
   return hsic / np.outer(diagonal, diagonal)
 
 
-def offdiag_mean(matrix) -> float:
+def offdiag_mean(matrix: np.ndarray) -> float:
   """The mean similarity between distinct layers of a square CKA matrix: how
-  uniform a model's representations are across depth."""
+  uniform a model's representations are across depth.
+
+  Args:
+    matrix: an (L, L) CKA matrix.
+
+  Returns:
+    The mean of its off-diagonal entries.
+  """
   matrix = np.asarray(matrix, np.float64)
   return float(matrix[~np.eye(len(matrix), dtype=bool)].mean())
 
@@ -123,12 +191,18 @@ class MinibatchCKA:
     self.per_batch: List[np.ndarray] = []
 
   def update(self, features: Sequence[jax.Array]) -> None:
+    """Adds one batch.
+
+    Args:
+      features: the L representations of the batch's examples, each (n, ...).
+    """
     hsic = np.asarray(self._hsic_fn(list(features)), dtype=np.float64)
     self.hsic_sum = hsic if self.hsic_sum is None else self.hsic_sum + hsic
     self.num_examples += features[0].shape[0]
     self.per_batch.append(cka_from_hsic(hsic))
 
   def result(self) -> np.ndarray:
+    """The (L, L) CKA matrix of every batch added, from the summed HSIC."""
     if self.hsic_sum is None:
       raise ValueError('No batches were added to MinibatchCKA.')
     return cka_from_hsic(self.hsic_sum)

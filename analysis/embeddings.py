@@ -12,6 +12,13 @@ def patch_embedding_components(kernel: np.ndarray, k: int = 28) -> np.ndarray:
 
   The D filters of the (p, p, C, D) kernel are the samples; components are unit
   vectors ordered by explained variance.
+
+  Args:
+    kernel: the (p, p, C, D) patch-embedding kernel.
+    k: how many components.
+
+  Returns:
+    The (k, p, p, C) components.
   """
   p, q, c, d = kernel.shape
   filters = np.asarray(kernel, np.float64).reshape(p * q * c, d).T
@@ -21,7 +28,15 @@ def patch_embedding_components(kernel: np.ndarray, k: int = 28) -> np.ndarray:
 
 
 def cosine_similarity(a: jax.Array, b: jax.Array) -> jax.Array:
-  """(..., n, D) x (..., m, D) -> (..., n, m) cosine similarities."""
+  """(..., n, D) x (..., m, D) -> (..., n, m) cosine similarities.
+
+  Args:
+    a: (..., n, D) vectors.
+    b: (..., m, D) vectors.
+
+  Returns:
+    The (..., n, m) cosine similarities.
+  """
   a = a / jnp.linalg.norm(a, axis=-1, keepdims=True)
   b = b / jnp.linalg.norm(b, axis=-1, keepdims=True)
   return a @ jnp.swapaxes(b, -1, -2)
@@ -33,6 +48,14 @@ def position_embedding_similarity(posemb: np.ndarray, grid: Tuple[int, int],
 
   `posemb` is (1, N, D) as stored in the checkpoint; the class-token row, when
   present, is left out.
+
+  Args:
+    posemb: the (1, N, D) position embeddings.
+    grid: (h, w) patches.
+    has_cls: the first row is the class token's.
+
+  Returns:
+    The (h, w, h, w) similarities.
   """
   spatial = np.asarray(posemb)[0, 1:] if has_cls else np.asarray(posemb)[0]
   return np.asarray(cosine_similarity(spatial, spatial)).reshape(tuple(grid) * 2)
@@ -42,7 +65,15 @@ def image_patches(images: np.ndarray, grid: Tuple[int, int]) -> np.ndarray:
   """(B, H, W, C) images cut into the non-overlapping patches of a (h, w) grid:
   (B, h * w, ph * pw * C), patches in row-major order, ph = H // h, pw = W // w;
   rows and columns beyond h * ph and w * pw (where the grid does not divide the
-  image) are left out."""
+  image) are left out.
+
+  Args:
+    images: (B, H, W, C) images.
+    grid: (h, w) patches.
+
+  Returns:
+    The (B, h * w, ph * pw * C) patches.
+  """
   b, height, width, c = images.shape
   (h, w) = grid
   ph, pw = height // h, width // w

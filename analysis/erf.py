@@ -16,6 +16,14 @@ def effective_receptive_field(feature_fn: Callable[[jax.Array], jax.Array], imag
   Luo et al. define the field on one-channel inputs), averaged over images and
   scaled to a maximum of 1. Examples do not interact in the zoo's models, so one gradient of
   the batch sum gives every image's gradient.
+
+  Args:
+    feature_fn: (B, H, W, 3) images -> (B, h, w, C) features.
+    images: the (B, H, W, 3) images.
+    location: the (row, column) of the feature map; its centre if None.
+
+  Returns:
+    The (H, W) field, maximum 1.
   """
   def centre_response(x):
     features = feature_fn(x)

@@ -26,7 +26,15 @@ def _split(x: jax.Array, mesh: Optional[Mesh]) -> jax.Array:
 
 def padded_size(n: int, mesh: Optional[Mesh]) -> int:
   """n rounded up to a multiple of `mesh`'s device count: the length of a Lanczos
-  vector split over it (the operator's n coordinates, then zeros)."""
+  vector split over it (the operator's n coordinates, then zeros).
+
+  Args:
+    n: the operator's dimension.
+    mesh: the mesh the vectors are split over, or None.
+
+  Returns:
+    The padded length.
+  """
   return n if mesh is None else -(-n // mesh.devices.size) * mesh.devices.size
 
 
@@ -86,6 +94,19 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   1/n of the (num_steps + 1) x dim basis. The vectors are padded with zeros to
   `padded_size`; the operator never sees the padding, so the arithmetic is
   that of the unpadded vectors.
+
+  Args:
+    matvec: the operator, v -> matvec(v, *operands).
+    start: the first vector, (n,) (normalised here).
+    num_steps: m, the Lanczos steps.
+    key: where a breakdown's fresh vectors come from (PRNGKey(0) if None).
+    operands: the arrays `matvec` takes after the vector.
+    host_loop: run the steps from Python, one compiled step each.
+    on_step: with `host_loop`, called with the loop state after every step.
+    mesh: the mesh the basis is split over, or None.
+
+  Returns:
+    (alphas (m,), betas (m-1,), the orthonormal basis (m, n)).
   """
   key = jax.random.PRNGKey(0) if key is None else key
   size = start.shape[0]
@@ -117,33 +138,74 @@ _compiled_coefficients = jax.jit(_coefficients, static_argnames=(
     'matvec', 'num_steps', 'host_loop', 'on_step', 'mesh'))
 
 
-def tridiag_eigh(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
-  """Eigenvalues (ascending) and eigenvectors of the tridiagonal matrix, in float64."""
+def tridiag_eigh(alphas: np.ndarray, betas: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """Eigenvalues (ascending) and eigenvectors of the tridiagonal matrix, in float64.
+
+  Args:
+    alphas: its diagonal, (m,).
+    betas: its off-diagonal, (m-1,).
+
+  Returns:
+    (eigenvalues (m,), eigenvectors as columns (m, m)).
+  """
   return scipy.linalg.eigh_tridiagonal(np.asarray(alphas, np.float64),
                                        np.asarray(betas, np.float64))
 
 
-def quadrature(alphas, betas) -> Tuple[np.ndarray, np.ndarray]:
+def quadrature(alphas: np.ndarray, betas: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   """Gauss quadrature nodes (Ritz values) and weights (squared first components of
-  the eigenvectors) of the start vector's spectral measure; weights sum to 1."""
+  the eigenvectors) of the start vector's spectral measure; weights sum to 1.
+
+  Args:
+    alphas: the Lanczos diagonal, (m,).
+    betas: the Lanczos off-diagonal, (m-1,).
+
+  Returns:
+    (nodes (m,), weights (m,)).
+  """
   nodes, vectors = tridiag_eigh(alphas, betas)
   return nodes, vectors[0] ** 2
 
 
-def ritz_summary(alphas, betas, k: int = 5) -> Dict[str, np.ndarray]:
-  """The k largest-magnitude and the k most negative Ritz values, and all of them."""
+def ritz_summary(alphas: np.ndarray, betas: np.ndarray, k: int = 5) -> Dict[str, np.ndarray]:
+  """The k largest-magnitude and the k most negative Ritz values, and all of them.
+
+  Args:
+    alphas: the Lanczos diagonal, (m,).
+    betas: the Lanczos off-diagonal, (m-1,).
+    k: how many of each.
+
+  Returns:
+    {'top': by decreasing magnitude, 'most_negative': ascending, 'ritz': all, ascending}.
+  """
   ritz, _ = tridiag_eigh(alphas, betas)
   by_magnitude = ritz[np.argsort(-np.abs(ritz))]
   return {'top': by_magnitude[:k], 'most_negative': ritz[:k], 'ritz': ritz}
 
 
 def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
-                        key: jax.Array = None, dtype=jnp.float32,
+                        key: jax.Array = None, dtype: Any = jnp.float32,
                         operands: Sequence = (), host_loop: bool = False,
                         on_step: Optional[Callable[[Any], None]] = None,
                         mesh: Optional[Mesh] = None) -> Dict[str, np.ndarray]:
   """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues,
-  from a random start. `host_loop`, `on_step` and `mesh` as in `lanczos_tridiag`."""
+  from a random start.
+
+  Args:
+    matvec: the operator, v -> matvec(v, *operands).
+    dim: its dimension.
+    num_steps: the Lanczos steps.
+    k: how many eigenvalues of each kind.
+    key: the start vector's and the loop's randomness (PRNGKey(0) if None).
+    dtype: the vectors' dtype.
+    operands: the arrays `matvec` takes after the vector.
+    host_loop: as in `lanczos_tridiag`.
+    on_step: as in `lanczos_tridiag`.
+    mesh: as in `lanczos_tridiag`.
+
+  Returns:
+    `ritz_summary` of the run.
+  """
   key = jax.random.PRNGKey(0) if key is None else key
   start_key, loop_key = jax.random.split(key)
   run = _coefficients if host_loop else _compiled_coefficients
@@ -154,13 +216,29 @@ def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
 
 
 def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
-        dtype=jnp.float32, operands: Sequence = (), host_loop: bool = False,
+        dtype: Any = jnp.float32, operands: Sequence = (), host_loop: bool = False,
         on_step: Optional[Callable[[Any], None]] = None,
         mesh: Optional[Mesh] = None) -> Tuple[np.ndarray, np.ndarray]:
   """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
   one Rademacher probe per row, the probes run together under `vmap` (one after
   the other with `host_loop`, as in `lanczos_tridiag`, calling `on_step`); each
-  probe's basis split over `mesh` as there."""
+  probe's basis split over `mesh` as there.
+
+  Args:
+    matvec: the operator, v -> matvec(v, *operands).
+    dim: its dimension.
+    num_steps: the Lanczos steps per probe.
+    num_probes: the Rademacher start vectors.
+    key: their randomness (PRNGKey(0) if None).
+    dtype: the vectors' dtype.
+    operands: the arrays `matvec` takes after the vector.
+    host_loop: as in `lanczos_tridiag`.
+    on_step: as in `lanczos_tridiag`.
+    mesh: as in `lanczos_tridiag`.
+
+  Returns:
+    (nodes, weights), each (num_probes, num_steps).
+  """
   key = jax.random.PRNGKey(0) if key is None else key
   probe_keys = jax.random.split(key, num_probes)
 
@@ -186,7 +264,18 @@ def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
   of the flat vector (coordinates with `segment_ids` b: a parameter block), shape
   (probes, num_segments). With Rademacher probes (E[v v^T] = I) the mean of column b
   estimates the trace of block b's diagonal block and the mean of the row sums
-  tr(H) (Hutchinson's estimator, PyHessian's trace), one product per probe."""
+  tr(H) (Hutchinson's estimator, PyHessian's trace), one product per probe.
+
+  Args:
+    matvec: the operator, v -> matvec(v, *operands).
+    probes: the probe vectors as rows, (probes, n).
+    operands: the arrays `matvec` takes after the vector.
+    segment_ids: each coordinate's segment, (n,) integers (all 0 if None).
+    num_segments: the number of segments.
+
+  Returns:
+    (probes, num_segments) sums of v * Hv per segment.
+  """
   ids = jnp.zeros(probes.shape[1], jnp.int32) if segment_ids is None else segment_ids
 
   @jax.jit
@@ -198,7 +287,17 @@ def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
 def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: float
             ) -> np.ndarray:
   """Spectral density on `grid`: each node a Gaussian of width `sigma` carrying its
-  weight, averaged over probes; integrates to 1 when the grid covers the nodes."""
+  weight, averaged over probes; integrates to 1 when the grid covers the nodes.
+
+  Args:
+    nodes: (probes, steps) quadrature nodes (or one probe's, (steps,)).
+    weights: their weights, the same shape.
+    grid: the points to evaluate at.
+    sigma: the Gaussians' standard deviation (`density_sigma`).
+
+  Returns:
+    The density at each grid point.
+  """
   nodes, weights = np.atleast_2d(nodes), np.atleast_2d(weights)
   gauss = np.exp(-(grid[None, None] - nodes[..., None]) ** 2 / (2 * sigma**2))
   return np.mean(np.sum(weights[..., None] * gauss, axis=1), axis=0) / (sigma * np.sqrt(2 * np.pi))
@@ -234,13 +333,32 @@ def density_sigma(nodes: np.ndarray, width: str = 'pyhessian') -> float:
 
 def density_grid(low: float, high: float, sigma: float, least: int = 400) -> np.ndarray:
   """Points from `low` to `high` close enough (sigma / 2 apart, at least `least` of
-  them) that every Gaussian of `density` shows its peak."""
+  them) that every Gaussian of `density` shows its peak.
+
+  Args:
+    low: the first point.
+    high: the last point.
+    sigma: the Gaussians' standard deviation.
+    least: the fewest points.
+
+  Returns:
+    The evenly spaced points.
+  """
   return np.linspace(low, high, max(least, int(np.ceil((high - low) / (sigma / 2))) + 1))
 
 
 def negative_fraction(nodes: np.ndarray, weights: np.ndarray, below: float = 0.) -> float:
   """Share of the spectral mass below `-below` (0: all negative mass), averaged over
   probes. Ritz values of a bulk at zero scatter to both signs, so a small positive
-  `below` separates clearly negative curvature from that scatter."""
+  `below` separates clearly negative curvature from that scatter.
+
+  Args:
+    nodes: (probes, steps) quadrature nodes.
+    weights: their weights.
+    below: the margin below 0 that counts as negative.
+
+  Returns:
+    The mean over probes of the weight below -below.
+  """
   nodes, weights = np.atleast_2d(nodes), np.atleast_2d(weights)
   return float(np.mean(np.sum(np.where(nodes < -below, weights, 0.), axis=1)))

@@ -6,7 +6,15 @@ import jax.numpy as jnp
 
 
 def norm_ratio(z: jax.Array, fz: jax.Array) -> jax.Array:
-  """Per-token ||z|| / ||f(z)|| over the channel (last) axis; leading axes kept."""
+  """Per-token ||z|| / ||f(z)|| over the channel (last) axis; leading axes kept.
+
+  Args:
+    z: a residual branch's input.
+    fz: its output, the same shape.
+
+  Returns:
+    The ratios, without the channel axis.
+  """
   return jnp.linalg.norm(z, axis=-1) / jnp.linalg.norm(fz, axis=-1)
 
 
@@ -19,6 +27,14 @@ def token_norm_ratios(z: jax.Array, fz: jax.Array, has_cls: bool) -> dict:
 
   `z` and `fz` are (B, N, D) token sequences or (B, h, w, C) maps; the class
   token, when there is one, is the first token and is reported apart.
+
+  Args:
+    z: a residual branch's input.
+    fz: its output, the same shape.
+    has_cls: the first token is a class token.
+
+  Returns:
+    {'cls': ..., 'spatial': ...} with a class token, else {'spatial': ...}.
   """
   ratios = norm_ratio(z, fz).reshape(z.shape[0], -1)
   if has_cls:

@@ -1,12 +1,20 @@
 """Standard errors of the analysis numbers: binomial ones for accuracies, and the
 spread of a per-batch quantity over the batches it is averaged from."""
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 
-def binomial_stderr(accuracy, count: int) -> np.ndarray:
-  """The standard error sqrt(p (1 - p) / n) of accuracies p measured on n images."""
+def binomial_stderr(accuracy: Any, count: int) -> np.ndarray:
+  """The standard error sqrt(p (1 - p) / n) of accuracies p measured on n images.
+
+  Args:
+    accuracy: one accuracy or an array of them.
+    count: n, the images each was measured on.
+
+  Returns:
+    The standard errors, the shape of `accuracy`.
+  """
   accuracy = np.asarray(accuracy, np.float64)
   return np.sqrt(accuracy * (1 - accuracy) / count)
 
@@ -15,7 +23,15 @@ def weighted_mean_stderr(values: Sequence[np.ndarray], weights: Sequence[float]
                          ) -> np.ndarray:
   """Standard error of the weighted mean sum_b w_b x_b of per-batch values x_b
   (weights normalised to sum 1): sqrt(B / (B - 1) sum_b w_b^2 (x_b - mean)^2), which
-  for equal weights is the familiar std(x, ddof=1) / sqrt(B). NaN from one batch."""
+  for equal weights is the familiar std(x, ddof=1) / sqrt(B). NaN from one batch.
+
+  Args:
+    values: B per-batch values (arrays of one shape).
+    weights: B weights (batch sizes).
+
+  Returns:
+    The standard error, the shape of one value.
+  """
   x = np.asarray(values, np.float64)
   w = np.asarray(weights, np.float64) / np.sum(weights)
   w = w.reshape((-1,) + (1,) * (x.ndim - 1))
