@@ -25,23 +25,48 @@ Loss = Callable[[Any, Batches], jax.Array]
 
 
 def stack_batches(batches: Sequence[Tuple[Any, Any]]) -> Batches:
-  """[(images, labels), ...] of one batch size -> (images (K, B, ...), labels (K, B, C))."""
+  """[(images, labels), ...] of one batch size -> (images (K, B, ...), labels (K, B, C)).
+
+  Args:
+    batches: K (images, labels) pairs of one batch size.
+
+  Returns:
+    The stacked images and labels.
+  """
   return jnp.stack([b[0] for b in batches]), jnp.stack([b[1] for b in batches])
 
 
 def loops_on_host(convolutional: bool) -> bool:
   """Whether a model's batches and Lanczos steps are best driven from Python
   (`unroll`, `host_loop`): for convolutional models on XLA:CPU, which runs
-  convolutions inside any loop body several times slower (`sum_over_batches`)."""
+  convolutions inside any loop body several times slower (`sum_over_batches`).
+
+  Args:
+    convolutional: the model is convolutional (`Family.convolutional`).
+
+  Returns:
+    Whether to loop on the host.
+  """
   return convolutional and jax.default_backend() == 'cpu'
 
 
-def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init, unroll: bool = False):
+def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init: Any,
+                     unroll: bool = False) -> Any:
   """init + the sum of fn(batch) over the K stacked batches: a `lax.scan`, whose
   compile time does not grow with K, or with `unroll` a Python loop, straight-line
   code: XLA:CPU runs convolutions inside any loop body, even one of a single
   trip, several times slower (a ResNet's gradient on one batch of 100: 0.92 s in
-  a scan against 0.12 s outside one)."""
+  a scan against 0.12 s outside one).
+
+  Args:
+    fn: one batch -> a tree.
+    batches: K stacked batches.
+    init: the tree the sum starts from.
+    unroll: a Python loop instead of a scan.
+
+  Returns:
+    The summed tree.
+  """
   if unroll:
     total = init
     for i in range(batches[0].shape[0]):
@@ -51,12 +76,23 @@ def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init, unroll: b
   return total
 
 
-def training_loss(model, l2: float = 0., kind: str = 'softmax', label_smoothing: float = 0.,
+def training_loss(model: Any, l2: float = 0., kind: str = 'softmax', label_smoothing: float = 0.,
                   l2_mask: Optional[Callable[[Any], Any]] = None, unroll: bool = False) -> Loss:
   """(params, stacked batches) -> mean over the K batches of the loss
   (`steps.loss_fn`) against their label distributions, + l2/2 ||params||^2 over
   the parameters that `l2_mask(params)` marks True (all of them without a mask).
   The batches are summed by `sum_over_batches` (`unroll` for ResNets on CPU).
+
+  Args:
+    model: the Flax module.
+    l2: the L2 coefficient.
+    kind: the loss (`steps.loss_fn`: 'softmax' or 'sigmoid').
+    label_smoothing: its label smoothing.
+    l2_mask: params -> a tree of booleans, the parameters the L2 term covers.
+    unroll: as in `sum_over_batches`.
+
+  Returns:
+    The loss, (params, stacked batches) -> a scalar.
   """
   def loss(params, batches):
     def batch_loss(batch):
@@ -77,7 +113,14 @@ L2_ON = ('all', 'kernels')  # the parameters an L2 term covers
 def l2_coefficient(recipe: ml_collections.ConfigDict) -> float:
   """weight_decay / lr: the coefficient of the L2 term whose gradient, scaled by the
   learning rate, is the decay the recipe's optimizer applies each step (PyTorch's
-  AdamW weight_decay, which Park & Kim's code multiplies in)."""
+  AdamW weight_decay, which Park & Kim's code multiplies in).
+
+  Args:
+    recipe: the training recipe (its weight_decay and lr).
+
+  Returns:
+    The coefficient (0 without weight decay).
+  """
   return recipe.weight_decay / recipe.lr if recipe.weight_decay else 0.
 
 
@@ -112,11 +155,22 @@ def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool
                 'l2_on': l2_on}
 
 
-def hvp(loss: Loss, params, batches: Batches, vector, unroll: bool = False):
+def hvp(loss: Loss, params: Any, batches: Batches, vector: Any, unroll: bool = False) -> Any:
   """H v at `params` by forward-over-reverse differentiation (jvp of the gradient),
   one batch at a time (`sum_over_batches`), averaged: the loss is a mean over
   batches plus a penalty, so this is the whole Hessian's product, at the memory of
-  one batch. `unroll` as in `sum_over_batches`."""
+  one batch.
+
+  Args:
+    loss: (params, stacked batches) -> a scalar (`training_loss`).
+    params: where the Hessian is taken.
+    batches: K stacked batches.
+    vector: a tree like `params`.
+    unroll: as in `sum_over_batches`.
+
+  Returns:
+    H v, a tree like `params`.
+  """
   def product(batch):
     single = jax.tree_util.tree_map(lambda x: x[None], batch)
     return jax.jvp(lambda p: jax.grad(loss)(p, single), (params,), (vector,))[1]
@@ -125,14 +179,22 @@ def hvp(loss: Loss, params, batches: Batches, vector, unroll: bool = False):
   return jax.tree_util.tree_map(lambda x: x / count, total)
 
 
-def flat_hvp(loss: Loss, params, unroll: bool = False) -> Tuple[Callable[..., jax.Array], int]:
+def flat_hvp(loss: Loss, params: Any, unroll: bool = False) -> Tuple[Callable[..., jax.Array], int]:
   """(matvec, dimension): matvec(v, params, batches) = H v on flat vectors.
 
   Parameters and batches are arguments, not closed over, so that under `jit`
   they are inputs rather than constants XLA would try to fold; pass them to the
   `analysis.lanczos` functions as `operands=(params, batches)`. Batches split
   over devices (`analysis.features.shard_examples` on axis 1) make it
-  data-parallel. `unroll` as in `sum_over_batches`.
+  data-parallel.
+
+  Args:
+    loss: (params, stacked batches) -> a scalar.
+    params: a tree of the parameters' shapes (the point itself is an operand).
+    unroll: as in `sum_over_batches`.
+
+  Returns:
+    (matvec, the number of parameters).
   """
   _, unravel = ravel_pytree(params)
 
@@ -141,28 +203,54 @@ def flat_hvp(loss: Loss, params, unroll: bool = False) -> Tuple[Callable[..., ja
   return matvec, ravel_pytree(params)[0].shape[0]
 
 
-def block_names(params, depth: int = 2) -> List[str]:
+def block_names(params: Any, depth: int = 2) -> List[str]:
   """The block of each parameter leaf, in leaf order: the first `depth` modules of
   its path (a ViT's encoder block, a ResNet's stage, the embedding, the head); a
-  top-level parameter is its own block."""
+  top-level parameter is its own block.
+
+  Args:
+    params: the parameter tree.
+    depth: the path segments that name a block.
+
+  Returns:
+    One block name per leaf.
+  """
   keys = [[str(getattr(k, 'key', k)) for k in path]
           for path, _ in jax.tree_util.tree_leaves_with_path(params)]
   return ['/'.join(key[:-1][:depth] or key) for key in keys]
 
 
-def block_sizes(params, depth: int = 2) -> Dict[str, int]:
-  """The number of parameters in each block (`block_names`), in first-leaf order."""
+def block_sizes(params: Any, depth: int = 2) -> Dict[str, int]:
+  """The number of parameters in each block (`block_names`), in first-leaf order.
+
+  Args:
+    params: the parameter tree.
+    depth: as in `block_names`.
+
+  Returns:
+    {block name: its number of parameters}.
+  """
   sizes: Dict[str, int] = {}
   for name, leaf in zip(block_names(params, depth), jax.tree_util.tree_leaves(params)):
     sizes[name] = sizes.get(name, 0) + int(np.size(leaf))
   return sizes
 
 
-def l2_traces(params, l2: float, l2_mask: Optional[Callable[[Any], Any]] = None,
+def l2_traces(params: Any, l2: float, l2_mask: Optional[Callable[[Any], Any]] = None,
               depth: int = 2) -> Dict[str, float]:
   """The exact trace of the L2 term's Hessian in each block: `training_loss` adds
   l2/2 ||w||^2 over the parameters `l2_mask` marks, whose Hessian is l2 on each of
-  them, so l2 times their number. The rest of a block's trace is the data term's."""
+  them, so l2 times their number. The rest of a block's trace is the data term's.
+
+  Args:
+    params: the parameter tree.
+    l2: the L2 coefficient.
+    l2_mask: as in `training_loss`.
+    depth: as in `block_names`.
+
+  Returns:
+    {block name: the L2 term's trace there}.
+  """
   mask = l2_mask(params) if l2_mask else jax.tree_util.tree_map(lambda _: True, params)
   traces = dict.fromkeys(block_names(params, depth), 0.)
   for name, leaf, on in zip(block_names(params, depth), jax.tree_util.tree_leaves(params),
@@ -171,9 +259,17 @@ def l2_traces(params, l2: float, l2_mask: Optional[Callable[[Any], Any]] = None,
   return traces
 
 
-def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
+def parameter_blocks(params: Any, depth: int = 2) -> Tuple[jax.Array, List[str]]:
   """Each flat-vector coordinate's block (`block_names`) as an index into the
-  distinct block names, in `ravel_pytree` order, for `lanczos.hutchinson`."""
+  distinct block names, in `ravel_pytree` order, for `lanczos.hutchinson`.
+
+  Args:
+    params: the parameter tree.
+    depth: as in `block_names`.
+
+  Returns:
+    (the flat vector of block indices, the distinct block names).
+  """
   paths = block_names(params, depth)
   names = list(dict.fromkeys(paths))
   leaves = [jnp.full(np.shape(x), names.index(p), jnp.int32)
@@ -184,5 +280,12 @@ def parameter_blocks(params, depth: int = 2) -> Tuple[jax.Array, List[str]]:
 
 def block_matvec(matvec: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
   """The product with one block's diagonal block of H: `mask` (1 on the block's
-  coordinates, 0 elsewhere) is the first operand, so every block shares one program."""
+  coordinates, 0 elsewhere) is the first operand, so every block shares one program.
+
+  Args:
+    matvec: the whole Hessian's product, (v, *operands) -> H v.
+
+  Returns:
+    (v, mask, *operands) -> the block's product.
+  """
   return lambda v, mask, *operands: mask * matvec(mask * v, *operands)
