@@ -16,14 +16,30 @@ __all__ = ['EDGES', 'bins', 'brier', 'bootstrap_stderr', 'ece']
 def bins(confidence: np.ndarray, correct: np.ndarray) -> Dict[str, np.ndarray]:
   """Per bin of the top-class `confidence` (one per example, with whether the
   prediction was `correct`): its size, accuracy (0 where empty) and mean
-  confidence, in float64, binned as the authors do."""
+  confidence, in float64, binned as the authors do.
+
+  Args:
+    confidence: (n,) top-class probabilities.
+    correct: (n,) whether each prediction was right.
+
+  Returns:
+    {'count', 'accuracy', 'confidence'}, each an array over the bins.
+  """
   return _bins.bins(_bins.bin_sums(np.asarray(confidence, np.float64),
                                    np.asarray(correct, bool)))
 
 
 def brier(probabilities: np.ndarray, labels: np.ndarray) -> np.ndarray:
   """Per example, the squared distance between the predicted distribution and the
-  one-hot label, summed over classes (in [0, 2])."""
+  one-hot label, summed over classes (in [0, 2]).
+
+  Args:
+    probabilities: (n, classes) predicted distributions.
+    labels: (n,) integer labels.
+
+  Returns:
+    The (n,) Brier scores.
+  """
   probabilities = np.asarray(probabilities, np.float64)
   return np.sum((np.eye(probabilities.shape[1])[np.asarray(labels)] - probabilities) ** 2, axis=1)
 
@@ -32,7 +48,17 @@ def bootstrap_stderr(confidence: np.ndarray, correct: np.ndarray, resamples: int
                      seed: int = 0) -> Dict[str, float]:
   """Standard errors of the ECE and the signed ECE over `resamples` resamplings of
   the examples with replacement (the ECE is no mean over examples, so it has no
-  closed-form one)."""
+  closed-form one).
+
+  Args:
+    confidence: (n,) top-class probabilities.
+    correct: (n,) whether each prediction was right.
+    resamples: the bootstrap resamplings.
+    seed: their randomness.
+
+  Returns:
+    {'ece': ..., 'signed_ece': ...} standard errors.
+  """
   rng = np.random.RandomState(seed)
   confidence, correct = np.asarray(confidence), np.asarray(correct)
   draws = [rng.randint(0, len(confidence), len(confidence)) for _ in range(resamples)]

@@ -48,18 +48,40 @@ def package():
 
 
 def to_uint8(images: np.ndarray) -> np.ndarray:
-  """Images in [-1, 1] (the pipeline's) as uint8 in [0, 255]."""
+  """Images in [-1, 1] (the pipeline's) as uint8 in [0, 255].
+
+  Args:
+    images: images in [-1, 1].
+
+  Returns:
+    The uint8 images.
+  """
   return np.clip(np.round((np.asarray(images, np.float32) + 1.) * 127.5), 0, 255).astype(np.uint8)
 
 
 def to_model(images: np.ndarray) -> np.ndarray:
-  """uint8 images back in [-1, 1]."""
+  """uint8 images back in [-1, 1].
+
+  Args:
+    images: uint8 images.
+
+  Returns:
+    float32 images in [-1, 1].
+  """
   return images.astype(np.float32) / 127.5 - 1.
 
 
 def parameters_for(image_size: int, parameters: str = 'auto') -> str:
   """The parameter set for images of side `image_size`: `parameters` itself, or for
-  'auto' CIFAR-C's up to `CIFAR_MAX_SIZE` px and ImageNet-C's above."""
+  'auto' CIFAR-C's up to `CIFAR_MAX_SIZE` px and ImageNet-C's above.
+
+  Args:
+    image_size: the images' side in pixels.
+    parameters: 'auto', 'cifar' or 'imagenet'.
+
+  Returns:
+    'cifar' or 'imagenet'.
+  """
   if parameters == 'auto':
     return 'cifar' if image_size <= CIFAR_MAX_SIZE else 'imagenet'
   if parameters not in PARAMETER_SETS:
@@ -115,7 +137,17 @@ def corruption_errors(errors: Dict[str, Sequence[float]], clean: float,
   """Hendrycks & Dietterich's corruption errors of a model against a baseline model:
   per corruption CE = sum_s E_s / sum_s E^base_s, mCE their mean over corruptions,
   and the relative mCE from sum_s (E_s - E_clean) / sum_s (E^base_s - E^base_clean)
-  (None where the baseline's corrupted errors equal its clean one)."""
+  (None where the baseline's corrupted errors equal its clean one).
+
+  Args:
+    errors: the model's error per corruption, one per severity.
+    clean: its clean error.
+    baseline: the baseline model's errors, the same keys.
+    baseline_clean: its clean error.
+
+  Returns:
+    {'ce', 'mce', 'relative_ce', 'relative_mce'}.
+  """
   ce = {c: float(np.sum(errors[c]) / np.sum(baseline[c])) for c in errors}
   relative = {}
   for c in errors:

@@ -54,7 +54,15 @@ _FUSED = ((re.compile(r'(^|/)MultiHeadDotProductAttention_\d+$'), (('query', 'ke
 
 
 def output_axes(path: str, ndim: int) -> Tuple[int, ...]:
-  """The axes of the array at parameter `path` that PyTorch's first axis holds."""
+  """The axes of the array at parameter `path` that PyTorch's first axis holds.
+
+  Args:
+    path: a '/'-joined parameter path.
+    ndim: the array's number of axes.
+
+  Returns:
+    The output axes.
+  """
   if path.endswith('kernel'):
     return (ndim - 2, ndim - 1) if _TWO_OUTPUT_AXES.search(path) else (ndim - 1,)
   return (0,)
@@ -62,7 +70,14 @@ def output_axes(path: str, ndim: int) -> Tuple[int, ...]:
 
 def fused_group(path: str) -> Tuple[str, ...]:
   """The parameter paths fused with the q/k/v kernel at `path` into one tensor in
-  the authors' layout (itself included), or () when `path` is no such kernel."""
+  the authors' layout (itself included), or () when `path` is no such kernel.
+
+  Args:
+    path: a '/'-joined parameter path.
+
+  Returns:
+    The fused paths.
+  """
   match = re.match(r'^(.*)/(query|key|value)/kernel$', path)
   if not match:
     return ()
@@ -117,7 +132,14 @@ def authors_l2(params: Any) -> jax.Array:
   """Park & Kim's L2 term before its coefficient: the sum over every parameter
   tensor of its unsquared Euclidean norm (how-do-vits-work `ops/norm.py`, `l2`,
   lines 15-22: `l2_norm += torch.norm(param)` over `model.parameters()`); their
-  landscape notebook adds `weight_decay * l2` to the NLL."""
+  landscape notebook adds `weight_decay * l2` to the NLL.
+
+  Args:
+    params: the parameter tree.
+
+  Returns:
+    The sum of norms, a scalar.
+  """
   return sum(jnp.sqrt(jnp.sum(jnp.square(p.astype(jnp.float32))))
              for p in jax.tree_util.tree_leaves(params))
 
@@ -125,7 +147,17 @@ def authors_l2(params: Any) -> jax.Array:
 def random_directions(params: Any, key: jax.Array, count: int = 2,
                       normalisation: str = 'authors') -> list:
   """`count` Gaussian directions, filter-normalised (`filter_normalised` with
-  `normalisation`)."""
+  `normalisation`).
+
+  Args:
+    params: the parameters the landscape is drawn around.
+    key: the directions' randomness.
+    count: how many directions.
+    normalisation: as in `filter_normalised`.
+
+  Returns:
+    The directions, trees like `params`.
+  """
   leaves, tree = jax.tree_util.tree_flatten(params)
   directions = []
   for k in jax.random.split(key, count):
@@ -140,7 +172,18 @@ def grid(loss: Callable[[Any], jax.Array], params: Any, directions: Sequence[Any
          coordinates: np.ndarray, chunk: int = 8) -> np.ndarray:
   """loss(params + sum_i c_i d_i) at every row c of `coordinates` (P, len(directions)),
   the points evaluated `chunk` at a time under `vmap` in one compiled program
-  (`jax.lax.map`), not one program call per point."""
+  (`jax.lax.map`), not one program call per point.
+
+  Args:
+    loss: params -> a scalar.
+    params: the centre of the grid.
+    directions: trees like `params`.
+    coordinates: (P, len(directions)) steps along the directions.
+    chunk: points evaluated together.
+
+  Returns:
+    The (P,) losses.
+  """
   directions = list(directions)
 
   def at(c):
@@ -156,7 +199,19 @@ def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps:
                        operands: Sequence = (), count: int = 2, key: jax.Array = None) -> list:
   """The Ritz vectors of the `count` largest eigenvalues of the operator
   `matvec(v, *operands)` on flat vectors of `params`' size (`hessian.flat_hvp`), from
-  `num_steps` Lanczos steps, as unit-norm trees like `params`."""
+  `num_steps` Lanczos steps, as unit-norm trees like `params`.
+
+  Args:
+    matvec: the operator, (v, *operands) -> H v.
+    params: the parameter tree the flat vectors unravel into.
+    num_steps: the Lanczos steps.
+    operands: the arrays `matvec` takes after the vector.
+    count: how many eigenvectors.
+    key: the start vector's randomness (PRNGKey(0) if None).
+
+  Returns:
+    The eigenvectors, largest eigenvalue first.
+  """
   flat, unravel = ravel_pytree(params)
   key = jax.random.PRNGKey(0) if key is None else key
   alphas, betas, basis = lanczos.lanczos_tridiag(

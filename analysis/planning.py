@@ -10,6 +10,7 @@ so that a slow start is made up by smaller samples later, never by an overrun
 that could have been avoided.
 """
 import dataclasses
+import inspect
 import time
 from typing import Callable, Dict, List, Mapping, Sequence
 
@@ -61,6 +62,15 @@ def price(names: Sequence[str], subjects: Sequence[Subject],
         host.update(host_of[n])
     prices[s.label] = dataclasses.replace(priced, host=host)
   return prices
+
+
+def _given(name: str, options: Mapping, key: str):
+  """Option `key` of tool `name` in `options`, or where they leave it out the
+  default of the tool's `run`."""
+  if key in options:
+    return options[key]
+  parameter = inspect.signature(tool.TOOLS[name].run).parameters.get(key)
+  return None if parameter is None else parameter.default
 
 
 @dataclasses.dataclass
@@ -116,8 +126,8 @@ class Planner:
     """Each tool's options that differ from those asked: {option: [asked, planned]}."""
     out = {}
     for n in self.names:
-      changed = {k: [self.asked[n].get(k), v] for k, v in self.options[n].items()
-                 if self.asked[n].get(k) != v}
+      changed = {k: [_given(n, self.asked[n], k), v] for k, v in self.options[n].items()
+                 if _given(n, self.asked[n], k) != v}
       if changed:
         out[n] = changed
     return out
@@ -157,8 +167,8 @@ class Planner:
            f'the {console.duration(left)} left of --time_budget={self.budget_text}'
            + (f' (the tools so far took {factor:.1f}x their estimates)' if factor != 1 else ''))
     for n in names:
-      changed = {k: [before[n].get(k), v] for k, v in self.options[n].items()
-                 if before[n].get(k) != v}
+      changed = {k: [_given(n, before[n], k), v] for k, v in self.options[n].items()
+                 if _given(n, before[n], k) != v}
       if changed:
         print(f'{n}: a smaller sample for {why}: ' +
               ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)

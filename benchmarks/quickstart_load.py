@@ -6,7 +6,7 @@ its budget) and whether the quick start ended with its summary and report.
 
     .venv/bin/python benchmarks/quickstart_load.py [--busy 2] [--keep DIR]
 
-Takes about 35 minutes; the numbers are those of one run on this CPU.
+Takes about 45 minutes; the numbers are those of one run on this CPU.
 """
 import argparse
 import json

@@ -149,6 +149,18 @@ def test_between_tools_the_rest_is_planned_against_the_clock(vit, passes_at_10ms
   assert 'at their smallest samples would take about' in capsys.readouterr().out
 
 
+def test_a_planned_option_the_user_left_out_is_said_against_its_default(vit, capsys):
+  """The corruption tool runs on every image unless told: shrinking it says 1.0 -> 0.667."""
+  prices = {vit.label: estimate.Prices(run={'forward': 0.01}, compile={'forward': 0.},
+                                       host={'corrupted image': 0.})}
+  options = {'corruption': {}}
+  planner = planning.Planner(['corruption'], [vit], prices, options, AMOUNTS,
+                             time.perf_counter() + 6., '6s')
+  planner.fit(['corruption'])
+  assert planner.changed() == {'corruption': {'fraction': [1., 0.667]}}
+  assert 'fraction 1.0 -> 0.667' in capsys.readouterr().out
+
+
 def test_host_work_is_priced_by_the_tools_that_count_it(vit):
   """The probes' solves and the corruptions are timed on a sample and counted in
   their units; a tool run once for all models prices its host work once."""
