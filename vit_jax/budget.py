@@ -11,7 +11,7 @@ it is not bit-reproducible; an unbudgeted run is.
 import dataclasses
 import re
 import time
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 
@@ -20,7 +20,17 @@ PROBE_STEPS = 8  # timed steps after the compiling one
 
 
 def parse_duration(text: str) -> float:
-  """Seconds of '15m', '90s', '1h30m' or a plain number of seconds."""
+  """Seconds of '15m', '90s', '1h30m' or a plain number of seconds.
+
+  Args:
+    text: the duration as a user writes it.
+
+  Returns:
+    Its seconds.
+
+  Raises:
+    ValueError: `text` is no such duration.
+  """
   text = str(text).strip()
   if re.fullmatch(r'\d+(\.\d*)?', text):
     return float(text)
@@ -40,18 +50,41 @@ class Timing:
 def fit_steps(timing: Timing, left_seconds: float, eval_every: int, checkpoint_every: int,
               save_seconds: float, margin_seconds: float) -> int:
   """The most steps whose training, evaluations (every `eval_every` steps and at the
-  end), saves and one more compilation fit in `left_seconds` minus the margin."""
+  end), saves and one more compilation fit in `left_seconds` minus the margin.
+
+  Args:
+    timing: a step's and an evaluation's measured seconds (`time_steps`).
+    left_seconds: the seconds the steps may take.
+    eval_every: steps between evaluations.
+    checkpoint_every: steps between saves.
+    save_seconds: the seconds of a save.
+    margin_seconds: seconds kept back for the machine's noise.
+
+  Returns:
+    The number of steps.
+  """
   per_step = (timing.step_seconds + timing.eval_seconds / eval_every +
               save_seconds / checkpoint_every)
   fixed = timing.compile_seconds + timing.eval_seconds + save_seconds + margin_seconds
   return max(int((left_seconds - fixed) / per_step), 0)
 
 
-def time_steps(step_fn: Callable, state, batches: Iterator, eval_once: Callable[[], float],
+def time_steps(step_fn: Callable, state: Any, batches: Iterator, eval_once: Callable[[], Any],
                eval_batches: int) -> Timing:
   """Times `PROBE_STEPS` + 1 steps from a copy of `state` (the run's own state is
   left as it is) and one evaluation pass; `eval_once` runs the evaluation on one
-  batch and `eval_batches` is how many a whole evaluation has."""
+  batch and `eval_batches` is how many a whole evaluation has.
+
+  Args:
+    step_fn: (state, batch) -> (state, metrics), the compiled training step.
+    state: the training state to copy.
+    batches: the training batches.
+    eval_once: runs the evaluation on one batch (its result is not used).
+    eval_batches: the batches of a whole evaluation.
+
+  Returns:
+    The timing of a step and of an evaluation.
+  """
   state = jax.tree_util.tree_map(lambda x: x.copy(), state)  # the step donates its state
   start = time.perf_counter()
   state, metrics = step_fn(state, next(batches))
@@ -75,7 +108,15 @@ def time_steps(step_fn: Callable, state, batches: Iterator, eval_once: Callable[
 def train_seconds(budget_seconds: float, timing: Timing) -> float:
   """The seconds of the budget by which training must end, counted from the start
   of the run, set-up included: the final evaluation, a save and a step set aside,
-  and a margin for the machine's noise."""
+  and a margin for the machine's noise.
+
+  Args:
+    budget_seconds: the run's budget.
+    timing: a step's and an evaluation's measured seconds.
+
+  Returns:
+    The seconds.
+  """
   return budget_seconds - timing.eval_seconds - 2 * timing.step_seconds - 1. - (
       0.01 * budget_seconds + 2.)
 
@@ -101,11 +142,27 @@ class Clock:
     return self.agree(self.spent + time.perf_counter() - self.started)
 
   def progress(self, steps_done: int) -> float:
+    """The schedule's progress in [0, 1]: steps done over the recipe's, or budgeted
+    the larger of that and the share of the budget spent.
+
+    Args:
+      steps_done: the steps trained.
+
+    Returns:
+      The progress.
+    """
     by_steps = steps_done / self.total_steps
     if not self.budgeted:
       return by_steps
     return min(max(by_steps, self.elapsed() / self.seconds), 1.)
 
   def done(self, steps_done: int) -> bool:
-    """Whether the recipe's steps are done or, budgeted, its seconds spent."""
+    """Whether the recipe's steps are done or, budgeted, its seconds spent.
+
+    Args:
+      steps_done: the steps trained.
+
+    Returns:
+      Whether to stop training.
+    """
     return steps_done >= self.total_steps or (self.budgeted and self.elapsed() >= self.seconds)

@@ -433,7 +433,15 @@ class Preemption:
 
   def requested(self, step: int, every: int) -> bool:
     """Whether to save and stop after `step`: a signal came, to this process or,
-    checked every `every` steps, to any process of the run."""
+    checked every `every` steps, to any process of the run.
+
+    Args:
+      step: the step just trained.
+      every: steps between checks across processes.
+
+    Returns:
+      Whether to save and stop.
+    """
     if jax.process_count() == 1:
       return self.signalled
     if step % every:
@@ -448,18 +456,34 @@ class Throughput:
   def __init__(self, batch_size: int):
     self.batch_size, self.since = batch_size, None  # since: (step, time) counted from
 
-  def started(self, step: int, metrics) -> None:
-    """Starts the clock after the run's first step (its compilation) is done."""
+  def started(self, step: int, metrics: Any) -> None:
+    """Starts the clock after the run's first step (its compilation) is done.
+
+    Args:
+      step: the step just trained.
+      metrics: its metrics, waited for on the first call.
+    """
     if self.since is None:  # the first step of the run compiles: time from its end
       jax.block_until_ready(metrics)
       self.restart(step)
 
   def restart(self, step: int) -> None:
-    """Counts from `step` now (after an evaluation or a save)."""
+    """Counts from `step` now (after an evaluation or a save).
+
+    Args:
+      step: the step counted from.
+    """
     self.since = (step, time.perf_counter())
 
   def rate(self, step: int) -> float:
-    """The rate since the last report (0 on the step it started), then restarts."""
+    """The rate since the last report (0 on the step it started), then restarts.
+
+    Args:
+      step: the step just trained.
+
+    Returns:
+      Images per second.
+    """
     (first, start), now = self.since, time.perf_counter()
     self.restart(step)
     return (step - first) * self.batch_size / (now - start) if step > first else 0.
