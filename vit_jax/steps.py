@@ -19,7 +19,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import augreg, calibration, finetune, layout, models, sharding
+from vit_jax import augreg, calibration, finetune, models, sharding
 from vit_jax.errors import ConfigError, UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -43,7 +43,15 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
   `config.lr` over the first warmup_steps / total_steps of progress, then cosine or
   linear decay to 0 at p = 1. A run's progress is steps done over `total_steps`, so
   unbudgeted this is the usual schedule of steps; with a time budget it is the
-  larger of that and the share of the budget spent (`budget.Clock`)."""
+  larger of that and the share of the budget spent (`budget.Clock`).
+
+  Args:
+    config: the recipe (lr, warmup_steps, decay).
+    total_steps: the steps the schedule is laid out over.
+
+  Returns:
+    progress -> learning rate.
+  """
   if config.decay not in ('cosine', 'linear'):
     raise ValueError(f'Unknown decay {config.decay!r}; use cosine or linear.')
   warmup = min(config.warmup_steps / max(total_steps, 1), 1.)
@@ -60,7 +68,15 @@ def scale_by_schedule_at_progress(schedule: Schedule, total_steps: int
                                   ) -> optax.GradientTransformationExtraArgs:
   """Updates times -schedule(progress), for the `progress` that `update` is given,
   or, given none (a plain optax optimizer), steps counted / `total_steps`. Its state
-  is optax's `ScaleByScheduleState`, so checkpoints keep their layout."""
+  is optax's `ScaleByScheduleState`, so checkpoints keep their layout.
+
+  Args:
+    schedule: progress -> learning rate.
+    total_steps: the steps progress counts against when none is given.
+
+  Returns:
+    The transformation.
+  """
   def init(params):
     del params
     return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
@@ -75,8 +91,15 @@ def scale_by_schedule_at_progress(schedule: Schedule, total_steps: int
   return optax.GradientTransformationExtraArgs(init, update)
 
 
-def kernel_mask(params) -> Any:
-  """True for weight matrices and conv kernels: weight decay applies to those only."""
+def kernel_mask(params: Any) -> Any:
+  """True for weight matrices and conv kernels: weight decay applies to those only.
+
+  Args:
+    params: a parameter tree.
+
+  Returns:
+    A tree of booleans like `params`.
+  """
   return flax.traverse_util.path_aware_map(lambda path, _: path[-1] == 'kernel', params)
 
 
@@ -84,10 +107,21 @@ def _lr_label(factor: float) -> str:
   return 'frozen' if factor == 0 else f'lr_x{factor:g}'
 
 
-def lr_labels(params, lr_mults: Sequence[Tuple[str, float]]) -> Any:
+def lr_labels(params: Any, lr_mults: Sequence[Tuple[str, float]]) -> Any:
   """Per parameter, the label of its learning-rate factor: that of the first
   (regex, factor) pair whose regex `re.search` finds in its '/'-joined path, 1
-  if none; 'frozen' for factor 0. A regex that matches no parameter is an error."""
+  if none; 'frozen' for factor 0. A regex that matches no parameter is an error.
+
+  Args:
+    params: a parameter tree.
+    lr_mults: (regex, factor) pairs, the recipe's `lr_mults`.
+
+  Returns:
+    A tree of labels like `params`.
+
+  Raises:
+    ConfigError: a regex matches no parameter path.
+  """
   patterns = [(re.compile(pattern), float(factor)) for pattern, factor in lr_mults]
   used = set()
 
@@ -117,6 +151,13 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
 
   `config.weight_decay` is the decoupled decay per step at the peak learning
   rate (params shrink by weight_decay * lr / config.lr each step).
+
+  Args:
+    config: the recipe.
+    total_steps: the steps the schedule is laid out over.
+
+  Returns:
+    The optimizer.
   """
   schedule = learning_rate_schedule(config, total_steps)
   directions = {'adam': optax.scale_by_adam(), 'sgd': optax.trace(decay=config.momentum)}
@@ -146,7 +187,17 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
 
 
 def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: float) -> jax.Array:
-  """Per-example softmax or sigmoid cross-entropy against (smoothed) one-hot labels."""
+  """Per-example softmax or sigmoid cross-entropy against (smoothed) one-hot labels.
+
+  Args:
+    logits: (B, classes) logits.
+    labels: (B, classes) label distributions.
+    kind: 'softmax' or 'sigmoid'.
+    label_smoothing: the share of each label spread over every class.
+
+  Returns:
+    The (B,) losses.
+  """
   labels = optax.smooth_labels(labels, label_smoothing)
   if kind == 'softmax':
     return optax.softmax_cross_entropy(logits, labels)
@@ -155,13 +206,25 @@ def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: fl
   raise ValueError(f'Unknown loss {kind!r}; use softmax or sigmoid.')
 
 
-def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Array, *, model,
-               config, schedule) -> Tuple[TrainState, Dict[str, jax.Array]]:
+def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Array, *,
+               model: nn.Module, config: ml_collections.ConfigDict, schedule: Schedule
+               ) -> Tuple[TrainState, Dict[str, jax.Array]]:
   """One update from the mean gradient over the batch, in `accum_steps` pieces, at
   the learning rate of training `progress` (in [0, 1]: `budget.Clock`).
 
   Accumulating over pieces gives the update of the whole batch (the loss is a
   mean over examples) at the memory of one piece.
+
+  Args:
+    state: the training state (donated by the compiled step).
+    batch: {'image': (B, H, W, 3), 'label': (B, classes)}.
+    progress: the schedule's progress.
+    model: the Flax module.
+    config: the recipe.
+    schedule: progress -> learning rate, for the metrics.
+
+  Returns:
+    (the new state, {'loss', 'grad_norm', 'learning_rate'}).
   """
   rng, step_rng = jax.random.split(state.rng)
   accum = config.accum_steps
@@ -196,9 +259,20 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Arr
   return new_state, metrics
 
 
-def eval_step(params, batch: Dict[str, jax.Array], *, model, config) -> Dict[str, jax.Array]:
+def eval_step(params: Any, batch: Dict[str, jax.Array], *, model: nn.Module,
+              config: ml_collections.ConfigDict) -> Dict[str, jax.Array]:
   """Sums over the real (mask 1) examples: correct predictions, loss, count, the
-  Brier score and the calibration bins of the softmax confidence."""
+  Brier score and the calibration bins of the softmax confidence.
+
+  Args:
+    params: the parameters.
+    batch: {'image', 'label', 'mask'} of one evaluation batch.
+    model: the Flax module.
+    config: the recipe.
+
+  Returns:
+    The sums.
+  """
   logits = model.apply({'params': params}, batch['image'], train=False)
   mask = batch['mask']
   loss = loss_fn(logits, batch['label'], config.loss, 0.)
@@ -215,11 +289,33 @@ def eval_step(params, batch: Dict[str, jax.Array], *, model, config) -> Dict[str
 
 
 def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_collections.ConfigDict:
+  """The zoo config of a recipe's model.
+
+  Args:
+    config: the recipe (model_name and its model fields).
+    num_classes: the data's classes.
+
+  Returns:
+    The model config (`models.get_config`).
+  """
   return models.get_config(config.model_name, num_classes=num_classes, **config.model)
 
 
-def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> TrainState:
-  """Fresh parameters, or those of `config.pretrained` fitted to the model."""
+def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
+                       model_cfg: ml_collections.ConfigDict,
+                       optimizer: optax.GradientTransformation, image_size: int) -> TrainState:
+  """Fresh parameters, or those of `config.pretrained` fitted to the model.
+
+  Args:
+    config: the recipe (seed, pretrained, keep_head).
+    model: the Flax module.
+    model_cfg: its zoo config.
+    optimizer: the optax optimizer.
+    image_size: the training images' side.
+
+  Returns:
+    The training state.
+  """
   init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
   if config.pretrained:
@@ -232,9 +328,21 @@ def create_train_state(config, model, model_cfg, optimizer, image_size: int) -> 
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
 
-def compile_steps(model, config, schedule, mesh: Mesh, state_sharding):
+def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, schedule: Schedule,
+                  mesh: Mesh, state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
-  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`)."""
+  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`).
+
+  Args:
+    model: the Flax module.
+    config: the recipe.
+    schedule: progress -> learning rate.
+    mesh: the device mesh.
+    state_sharding: the state's sharding, leaf by leaf.
+
+  Returns:
+    (the train step, the eval step).
+  """
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
   step_fn = jax.jit(functools.partial(train_step, model=model, config=config, schedule=schedule),
                     in_shardings=(state_sharding, data_sharded, replicated),
@@ -256,21 +364,46 @@ class Setup:
   train_step: Callable         # (state, batch, progress) -> (state, metrics); donates the state
   eval_step: Callable          # (params, batch) -> sums of correct, loss, count
 
-  def shard_batch(self, batch):
-    """Places a host batch on the mesh, split along its first axis."""
+  def shard_batch(self, batch: Any) -> Any:
+    """Places a host batch on the mesh, split along its first axis.
+
+    Args:
+      batch: a tree of host arrays.
+
+    Returns:
+      The tree on the mesh.
+    """
     return jax.device_put(batch, NamedSharding(self.mesh, P('data')))
 
 
-def gathered(tree, mesh: Mesh):
+def gathered(tree: Any, mesh: Mesh) -> Any:
   """`tree` whole on every device of `mesh` (a collective: every process calls it),
-  so one process can save it whatever the sharding."""
+  so one process can save it whatever the sharding.
+
+  Args:
+    tree: arrays on `mesh`.
+    mesh: the device mesh.
+
+  Returns:
+    The tree, replicated.
+  """
   return jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, P()))(tree)
 
 
 def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
           devices: Sequence[jax.Device] = None) -> Setup:
   """Model, schedule, optimizer, state (sharded as `config.sharding` says), mesh and
-  compiled steps of a recipe."""
+  compiled steps of a recipe.
+
+  Args:
+    config: the recipe.
+    num_classes: the data's classes.
+    total_steps: the steps the schedule is laid out over.
+    devices: the devices to train on (all of them if None).
+
+  Returns:
+    The run's `Setup`.
+  """
   model_cfg = model_config(config, num_classes)
   model = models.build_model(model_cfg)
   schedule = learning_rate_schedule(config, total_steps)
