@@ -44,12 +44,26 @@ class Figure:
 
 
 def per_model(result: Result) -> Dict[str, Mapping]:
-  """The per-model entries of a tool's JSON (label -> that model's numbers)."""
+  """The per-model entries of a tool's JSON (label -> that model's numbers).
+
+  Args:
+    result: a tool's JSON.
+
+  Returns:
+    {model label: its entry}: the JSON's entries that are mappings.
+  """
   return {label: value for label, value in result.items() if isinstance(value, Mapping)}
 
 
 def model_figures(result: Result) -> List[Figure]:
-  """The figures of a per-model JSON: each model's 'figures', captioned by its model."""
+  """The figures of a per-model JSON: each model's 'figures', captioned by its model.
+
+  Args:
+    result: a tool's per-model JSON.
+
+  Returns:
+    The figures.
+  """
   return [Figure(path, label, (label,)) for label, r in per_model(result).items()
           for path in r.get('figures', [])]
 
@@ -101,6 +115,15 @@ class Tool:
   splits: Tuple[str, ...] = ('eval',)
 
   def applies_to(self, subject: Subject) -> bool:
+    """Whether the tool runs on `subject` (an ATTENTION tool on models that sow
+    global attention maps only).
+
+    Args:
+      subject: the model.
+
+    Returns:
+      Whether it applies.
+    """
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)
 
 
@@ -108,7 +131,14 @@ TOOLS: Dict[str, Tool] = {}
 
 
 def register(tool: Tool) -> Tool:
-  """Adds `tool` to TOOLS (after those registered before it); names are unique."""
+  """Adds `tool` to TOOLS (after those registered before it); names are unique.
+
+  Args:
+    tool: the tool's record.
+
+  Returns:
+    `tool`.
+  """
   if tool.runs_on not in (ANY, ATTENTION, ALL_MODELS):
     raise ValueError(f'Tool {tool.name!r}: runs_on must be {ANY!r}, {ATTENTION!r} or '
                      f'{ALL_MODELS!r}, not {tool.runs_on!r}.')
@@ -121,7 +151,14 @@ def register(tool: Tool) -> Tool:
 def each_model(findings_of: Callable[[str, Mapping, QuoteFn], List[Fragment]]
                ) -> Callable[[Result, QuoteFn], Dict[str, List[Fragment]]]:
   """Findings of a per-model JSON from those of one model: `findings_of(label, r,
-  quote)` quotes paths inside that model's entry `r`."""
+  quote)` quotes paths inside that model's entry `r`.
+
+  Args:
+    findings_of: (label, the model's entry, quote) -> text fragments.
+
+  Returns:
+    The tool's `findings`.
+  """
   def findings(result: Result, quote: QuoteFn) -> Dict[str, List[Fragment]]:
     return {label: findings_of(label, r, lambda *path, **kw: quote(label, *path, **kw))
             for label, r in per_model(result).items()}
@@ -130,16 +167,30 @@ def each_model(findings_of: Callable[[str, Mapping, QuoteFn], List[Fragment]]
 
 def model_scalars(series_of: Callable[[Mapping], Series]) -> Callable[[Result, str], Series]:
   """Scalars of a per-model JSON from those of one model's entry (none for a
-  model the tool did not run on)."""
+  model the tool did not run on).
+
+  Args:
+    series_of: a model's entry -> its TensorBoard series.
+
+  Returns:
+    The tool's `scalars`.
+  """
   return lambda result, label: series_of(result[label]) if label in result else {}
 
 
 # Helpers the tools' runners share.
 
 
-def to_json(node):
+def to_json(node: Any) -> Any:
   """A tool's result as JSON holds it: NaN and infinite values (a quantity without
-  support, a spread from one batch) become null, never the non-standard NaN token."""
+  support, a spread from one batch) become null, never the non-standard NaN token.
+
+  Args:
+    node: a result: dicts, lists, arrays and numbers.
+
+  Returns:
+    The same of plain Python types.
+  """
   if isinstance(node, Mapping):
     return {key: to_json(value) for key, value in node.items()}
   if isinstance(node, (list, tuple)):
@@ -150,14 +201,31 @@ def to_json(node):
 
 
 def figure_path(out: str, tool: str, subject: Subject) -> str:
-  """Where a tool writes its figure of one subject."""
+  """Where a tool writes its figure of one subject.
+
+  Args:
+    out: the output directory.
+    tool: the figure's name (the tool's, or a variant of it).
+    subject: the model.
+
+  Returns:
+    The PNG's path.
+  """
   return os.path.join(out, f'{tool}_{subject.label}.png')
 
 
 def batch_mean(batches: Iterator, fn: Callable[[np.ndarray, np.ndarray], jax.Array]
                ) -> Tuple[np.ndarray, np.ndarray]:
   """Mean of fn(images, labels) over batches, weighted by batch size, and its
-  standard error from the spread over batches (`uncertainty.weighted_mean_stderr`)."""
+  standard error from the spread over batches (`uncertainty.weighted_mean_stderr`).
+
+  Args:
+    batches: (images, labels) batches.
+    fn: (images, labels) -> a batch's value.
+
+  Returns:
+    (the mean, its standard error).
+  """
   values, sizes = [], []
   for images, labels in batches:
     values.append(np.asarray(fn(images, labels), np.float64))
@@ -167,7 +235,15 @@ def batch_mean(batches: Iterator, fn: Callable[[np.ndarray, np.ndarray], jax.Arr
 
 
 def take(iterator: Iterator, num_images: int) -> Iterator:
-  """The batches of `iterator` until `num_images` images have come."""
+  """The batches of `iterator` until `num_images` images have come.
+
+  Args:
+    iterator: (images, labels) batches.
+    num_images: how many images to take (whole batches: the last may go past it).
+
+  Returns:
+    The batches.
+  """
   seen = 0
   for batch in iterator:
     if seen >= num_images:
@@ -178,7 +254,18 @@ def take(iterator: Iterator, num_images: int) -> Iterator:
 
 def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subject], Batches],
            out: str, options: Optional[Mapping[str, Any]] = None) -> Dict:
-  """The JSON of `tool` on `subjects` (those it applies to), figures written to `out`."""
+  """The JSON of `tool` on `subjects` (those it applies to), figures written to `out`.
+
+  Args:
+    tool: the tool.
+    subjects: the models.
+    batches_for: a model -> its batches by split.
+    out: the output directory.
+    options: the tool's options (keyword arguments of its `run`).
+
+  Returns:
+    The tool's JSON.
+  """
   options = dict(options or {})
   if tool.runs_on == ALL_MODELS:
     return tool.run(list(subjects), batches_for(subjects[0]), out, **options)
