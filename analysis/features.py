@@ -22,12 +22,21 @@ from vit_jax.models.family import Family, Layers
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
 
 
-def shard_examples(x, axis: int = 0, mesh: Optional[Mesh] = None) -> jax.Array:
+def shard_examples(x: Any, axis: int = 0, mesh: Optional[Mesh] = None) -> jax.Array:
   """`x` split along its example axis over the devices, as the training mesh
   splits batches (the most devices that divide the axis; other axes whole), so
   that jitted analysis runs data-parallel and XLA does the reductions. With the
   `mesh` of split parameters (`Subject.mesh`), over that mesh: split where its
-  devices divide the axis, else whole on each of them."""
+  devices divide the axis, else whole on each of them.
+
+  Args:
+    x: an array with an example axis.
+    axis: that axis.
+    mesh: the mesh of split parameters, or None for every device.
+
+  Returns:
+    `x` on the devices.
+  """
   size = x.shape[axis]
   spec = [None] * x.ndim
   spec[axis] = sharding.AXIS
@@ -49,7 +58,14 @@ class Subject:
   mesh: Optional[Mesh] = None  # the mesh its parameters are split over (`split_parameters`)
 
   def class_name(self, label: int) -> str:
-    """The name of class `label`, or 'class <label>' where names are unknown."""
+    """The name of class `label`, or 'class <label>' where names are unknown.
+
+    Args:
+      label: a class index.
+
+    Returns:
+      Its name.
+    """
     return self.class_names[label] if label < len(self.class_names) else f'class {label}'
   _compiled: Dict[Tuple[str, ...], Any] = dataclasses.field(default_factory=dict, repr=False)
 
@@ -72,7 +88,14 @@ class Subject:
     return self.layers.class_token
 
   def parameter(self, path: str) -> jax.Array:
-    """The parameter at a '/'-joined path, as `Layers` names them."""
+    """The parameter at a '/'-joined path, as `Layers` names them.
+
+    Args:
+      path: the path.
+
+    Returns:
+      The array.
+    """
     node = self.params
     for key in path.split('/'):
       node = node[key]
@@ -93,7 +116,15 @@ class Subject:
     return (side, side), self.image_size / side
 
   def intermediates(self, images: np.ndarray, names: Sequence[str]) -> Dict[str, jax.Array]:
-    """The named intermediates on a batch; compiled once per set of names."""
+    """The named intermediates on a batch; compiled once per set of names.
+
+    Args:
+      images: (B, H, W, 3) images.
+      names: sown paths (`Layers` names them).
+
+    Returns:
+      {name: its array}.
+    """
     key = tuple(names)
     if key not in self._compiled:
       model = self.model
@@ -102,6 +133,14 @@ class Subject:
     return self._compiled[key](self.params, shard_examples(images, mesh=self.mesh))
 
   def logits(self, images: np.ndarray) -> jax.Array:
+    """The model's logits on a batch, compiled once.
+
+    Args:
+      images: (B, H, W, 3) images.
+
+    Returns:
+      The (B, classes) logits.
+    """
     if ('logits',) not in self._compiled:
       self._compiled[('logits',)] = jax.jit(self.model.apply)
     return self._compiled[('logits',)]({'params': self.params},
@@ -112,7 +151,14 @@ def split_parameters(subject: Subject) -> Subject:
   """`subject` with its parameters split over every device as fully sharded
   training splits them (`vit_jax.sharding`, rule 'fsdp'): each device holds about
   1/n of them; batches and Lanczos vectors follow onto the same mesh. The
-  computations are those of whole parameters, up to the order of float sums."""
+  computations are those of whole parameters, up to the order of float sums.
+
+  Args:
+    subject: the model.
+
+  Returns:
+    A copy whose parameters are split, with their `mesh`.
+  """
   mesh = sharding.make_mesh()
   params = jax.device_put(subject.params, sharding.state_shardings(subject.params, mesh, 'fsdp'))
   return dataclasses.replace(subject, params=params, mesh=mesh, _compiled={})
@@ -120,7 +166,14 @@ def split_parameters(subject: Subject) -> Subject:
 
 def params_checksum(params: Any) -> str:
   """SHA-256 of the parameters' paths, shapes, dtypes and bytes: the same only for
-  the same parameters (a model retrained in place under one name gets another)."""
+  the same parameters (a model retrained in place under one name gets another).
+
+  Args:
+    params: a parameter tree.
+
+  Returns:
+    The hex digest.
+  """
   digest = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_leaves_with_path(params):
     array = np.asarray(leaf)
@@ -132,7 +185,15 @@ def params_checksum(params: Any) -> str:
 def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
   """What the report says of a model: its family, architecture kind, shape in words,
   parameter count, image size and, when it comes from a finished training workdir,
-  the step and evaluation accuracy it ended with (the run's results.json)."""
+  the step and evaluation accuracy it ended with (the run's results.json).
+
+  Args:
+    subject: the model.
+    workdir: the training workdir it comes from, or None.
+
+  Returns:
+    A JSON-able dict.
+  """
   about = {'family': subject.family.name, 'model_name': subject.config.name,
            'architecture': subject.layers.architecture,
            'shape': subject.family.describe(subject.config),
@@ -148,7 +209,17 @@ def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
 
 
 def attention_names(subject: Subject) -> Tuple[str, ...]:
-  """The sown global attention maps of `subject`, one per layer."""
+  """The sown global attention maps of `subject`, one per layer.
+
+  Args:
+    subject: the model.
+
+  Returns:
+    Their sown paths.
+
+  Raises:
+    ValueError: the model sows none.
+  """
   names = subject.layers.attention_weights
   if not names:
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no global attention '
@@ -158,7 +229,16 @@ def attention_names(subject: Subject) -> Tuple[str, ...]:
 
 def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[str]],
                           images: np.ndarray) -> List[jax.Array]:
-  """Every subject's named layers on one batch, in order, as one flat list."""
+  """Every subject's named layers on one batch, in order, as one flat list.
+
+  Args:
+    subjects: the models.
+    names: each model's sown paths.
+    images: one batch of images.
+
+  Returns:
+    The arrays, the first model's first.
+  """
   reps = []
   for subject, layer_names in zip(subjects, names):
     inter = subject.intermediates(images, layer_names)
@@ -167,7 +247,15 @@ def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[
 
 
 def tokens_to_grid(tokens: jax.Array, has_cls: bool) -> jax.Array:
-  """(B, [1+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids)."""
+  """(B, [1+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids).
+
+  Args:
+    tokens: a token sequence.
+    has_cls: its first token is a class token (dropped).
+
+  Returns:
+    The map.
+  """
   if has_cls:
     tokens = tokens[:, 1:]
   side = int(round(np.sqrt(tokens.shape[1])))
@@ -177,7 +265,15 @@ def tokens_to_grid(tokens: jax.Array, has_cls: bool) -> jax.Array:
 
 
 def spatial_map(subject: Subject, x: jax.Array) -> jax.Array:
-  """A representation as a (B, h, w, C) map, whatever the family."""
+  """A representation as a (B, h, w, C) map, whatever the family.
+
+  Args:
+    subject: the model.
+    x: one of its representations: tokens or a map.
+
+  Returns:
+    The map.
+  """
   return tokens_to_grid(x, subject.has_cls) if x.ndim == 3 else x
 
 
@@ -188,6 +284,17 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
 
   The number of classes comes from the checkpoint's head; `overrides` are the
   architecture fields of the recipe that trained it.
+
+  Args:
+    model_name: the zoo name.
+    path: the `.npz` or the workdir.
+    image_size: the side it is analysed at.
+    overrides: the architecture fields.
+    label: its label in the results (the model name if None).
+    recipe: the recipe that trained it, for the tools that need its objective.
+
+  Returns:
+    The subject.
   """
   if os.path.isdir(path):
     npz = os.path.join(path, 'params.npz')
@@ -221,7 +328,17 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
                      ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
   """(images, label distributions) as the recipe trains on them: its training
   pipeline with its augmentation (crop or shifts, flips, RandAugment, mixup),
-  seeded by the recipe, for one process on one device."""
+  seeded by the recipe, for one process on one device.
+
+  Args:
+    recipe: the training recipe.
+    split: the split.
+    batch_size: images per batch.
+    dataset: a dataset instead of the recipe's.
+
+  Returns:
+    The batches.
+  """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir,
                                      shuffle_files=True, seed=recipe.seed)
@@ -238,7 +355,19 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
                     ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
   """(images, integer labels) in full batches, the first `num_images` of a split in
   order, preprocessed as for evaluation, for one process on one device. A last
-  partial batch is dropped so every batch has one shape."""
+  partial batch is dropped so every batch has one shape.
+
+  Args:
+    dataset: a TFDS name or `folder:` path.
+    split: the split.
+    image_size: the side images are resized to.
+    batch_size: images per batch.
+    num_images: how many images.
+    data_dir: TFDS's data directory.
+
+  Returns:
+    The batches.
+  """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   source = input_pipeline.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
@@ -259,7 +388,17 @@ def recipe_batches(recipe: ml_collections.ConfigDict, num_images: int, batch_siz
   its own): 'train' and 'eval', the first `num_images` of its splits preprocessed
   for evaluation, with integer labels; `TRAIN_AUGMENTED`, its training batches
   with augmentation and label distributions. A pass over a split that runs past
-  `progress.REPORT_EVERY` seconds prints its progress."""
+  `progress.REPORT_EVERY` seconds prints its progress.
+
+  Args:
+    recipe: the training recipe.
+    num_images: images per split.
+    batch_size: images per batch.
+    dataset: a dataset instead of the recipe's.
+
+  Returns:
+    split -> its batches.
+  """
   dataset = dataset or recipe.dataset
   splits = {'train': recipe.train_split, 'eval': recipe.eval_split}
 
