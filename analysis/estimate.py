@@ -88,7 +88,7 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
   params = subject.params
   if labels.ndim == 1:
     labels = jax.nn.one_hot(labels, subject.config.num_classes)
-  unroll = hessian.loops_on_host(subject.family.convolutional)
+  unroll = hessian.loops_on_host(subject.layers.architecture)
   batch = tuple(features.shard_examples(x, axis=1, mesh=subject.mesh)
                 for x in hessian.stack_batches([(images, labels)]))
   loss = hessian.training_loss(subject.model, unroll=unroll)

@@ -19,6 +19,7 @@ import optax.tree_utils as otu
 from jax.flatten_util import ravel_pytree
 
 from vit_jax import steps
+from vit_jax.models.family import CONVNET, HYBRID
 
 Batches = Tuple[jax.Array, jax.Array]  # stacked images (K, B, H, W, 3), labels (K, B, C)
 Loss = Callable[[Any, Batches], jax.Array]
@@ -36,18 +37,19 @@ def stack_batches(batches: Sequence[Tuple[Any, Any]]) -> Batches:
   return jnp.stack([b[0] for b in batches]), jnp.stack([b[1] for b in batches])
 
 
-def loops_on_host(convolutional: bool) -> bool:
+def loops_on_host(architecture: str) -> bool:
   """Whether a model's batches and Lanczos steps are best driven from Python
-  (`unroll`, `host_loop`): for convolutional models on XLA:CPU, which runs
-  convolutions inside any loop body several times slower (`sum_over_batches`).
+  (`unroll`, `host_loop`): for models with convolutions (ResNets, hybrids) on
+  XLA:CPU, which runs convolutions inside any loop body several times slower
+  (`sum_over_batches`).
 
   Args:
-    convolutional: the model is convolutional (`Family.convolutional`).
+    architecture: the model's kind (`Layers.architecture`).
 
   Returns:
     Whether to loop on the host.
   """
-  return convolutional and jax.default_backend() == 'cpu'
+  return architecture in (CONVNET, HYBRID) and jax.default_backend() == 'cpu'
 
 
 def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init: Any,

@@ -9,7 +9,6 @@ from typing import Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from analysis import plots, tool
-from vit_jax import models
 
 Results = Mapping[str, Mapping]  # tool -> its JSON result
 
@@ -47,22 +46,37 @@ def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], li
                        colours_of=dict(colour_of), shade_width=width, **kwargs)]
 
 
-def model_colours(results: Results, families: Mapping[str, str]) -> Dict[str, str]:
-  """A colour per model label of the results: its family's (`Family.colour`), or a
-  spare one where two models share a family."""
+def model_colours(results: Results, kinds: Mapping[str, str]) -> Dict[str, str]:
+  """A colour per model label of the results: its kind's (`plots.KIND_COLOURS`), or a
+  spare one where two models are of one kind.
+
+  Args:
+    results: each tool's JSON.
+    kinds: each model label's kind (`Layers.architecture`).
+
+  Returns:
+    {model label: colour}.
+  """
   labels = sorted({label for name, result in results.items()
                    if tool.TOOLS[name].runs_on != tool.ALL_MODELS
                    for label in tool.per_model(result)})
-  preferred = [getattr(models.FAMILIES.get(families.get(label, '')), 'colour', None)
-               for label in labels]
-  return dict(zip(labels, plots.colours(preferred)))
+  return dict(zip(labels, plots.colours([plots.KIND_COLOURS.get(kinds.get(label, ''))
+                                         for label in labels])))
 
 
-def joint_figures(results: Results, families: Mapping[str, str], out: str
+def joint_figures(results: Results, kinds: Mapping[str, str], out: str
                   ) -> Dict[str, List[str]]:
-  """The joint figures of every registered tool in `results`, by tool; `families`
-  gives each model label's family (for its colour)."""
-  colour_of = model_colours(results, families)
+  """The joint figures of every registered tool in `results`, by tool.
+
+  Args:
+    results: each tool's JSON.
+    kinds: each model label's kind (`Layers.architecture`), for its colour.
+    out: the directory the figures go to.
+
+  Returns:
+    {tool name: its joint figures' paths}.
+  """
+  colour_of = model_colours(results, kinds)
   figures = {}
   for name, result in results.items():
     joint = tool.TOOLS[name].joint

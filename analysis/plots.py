@@ -15,8 +15,12 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import numpy as np  # noqa: E402
 
-# Okabe-Ito colours (safe for colour-blind readers) that no family claims
-# (`Family.colour`), for a second model of one family.
+from vit_jax.models.family import CONVNET, HYBRID, MLP, TRANSFORMER  # noqa: E402
+
+# Okabe-Ito colours (safe for colour-blind readers) by the kind of model
+# (`Layers.architecture`): ViTs red and ResNets blue, as Park & Kim draw them.
+KIND_COLOURS = {TRANSFORMER: '#D55E00', CONVNET: '#0072B2', HYBRID: '#009E73', MLP: '#CC79A7'}
+# Those no kind claims, for a second model of one kind.
 OTHER_COLOURS = ('#E69F00', '#56B4E9', '#000000', '#F0E442')
 HEATMAP_CMAP = 'magma'  # perceptually uniform, readable in grey and by colour-blind readers
 MAX_TICKS = 24
@@ -117,8 +121,15 @@ def _figure(*args, **kwargs):
 
 
 def colours(preferred: Sequence[Optional[str]]) -> list:
-  """A colour per model: the one it prefers (its family's), or a spare Okabe-Ito
-  colour where none is given or an earlier model took it."""
+  """A colour per model: the one it prefers (its kind's, `KIND_COLOURS`), or a
+  spare Okabe-Ito colour where none is given or an earlier model took it.
+
+  Args:
+    preferred: each model's preferred colour, or None.
+
+  Returns:
+    A colour per model.
+  """
   spare, used, out = list(OTHER_COLOURS), set(), []
   for colour in preferred:
     if colour is None or colour in used:

@@ -188,8 +188,8 @@ def write_report(out: str) -> Dict[str, str]:
   if not results:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
                             '`python -m analysis all --out DIR ...` first.')
-  families = {label: s.get('family', '') for label, s in subjects.items()}
-  joint = joint_figures.joint_figures(results, families, out)
+  kinds = {label: s.get('architecture', '') for label, s in subjects.items()}
+  joint = joint_figures.joint_figures(results, kinds, out)
   title = 'Analysis of ' + ', '.join(subjects or sorted(
       {label for r in results.values() for label in tool.per_model(r)}))
   page = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}'

@@ -61,7 +61,7 @@ def main():
   config, size = config_and_size(args.model, args.image_size)
   model = models.build_model(config)
   # As the Hessian tool runs it: convolutions outside XLA:CPU loop bodies.
-  host_loop = hessian.loops_on_host(models.family_of(config).convolutional)
+  host_loop = hessian.loops_on_host(models.family_of(config).layers(config).architecture)
   count = args.examples // args.batch
   batches = random_batches(count, args.batch, size)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.zeros((1, size, size, 3)))['params']

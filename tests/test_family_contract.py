@@ -139,3 +139,44 @@ def test_every_family_says_what_kind_of_model_it_builds():
   config = models.get_config('ViT-B_16')
   assert models.family_of(config).describe(config) == (
       '12 blocks, width 768, 12 heads, patch 16, class token')
+
+
+# Words of the analysis's own concepts: its tools, its figures and its report.
+ANALYSIS_WORDS = ('analysis', 'colour', 'color', 'lesion', 'hessian', 'plot', 'figure',
+                  'shade', 'report', 'verdict')
+
+
+def _analysis_concepts(source: str):
+  """(line, what) of each import of the analysis package, and each identifier or
+  string (docstrings aside) naming one of `ANALYSIS_WORDS`."""
+  tree = ast.parse(source)
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+      found += [(node.lineno, f'imports {m}') for m in modules
+                if (m or '').split('.')[0] == 'analysis']
+    names = {ast.Name: lambda n: [n.id], ast.Attribute: lambda n: [n.attr],
+             ast.FunctionDef: lambda n: [n.name], ast.ClassDef: lambda n: [n.name],
+             ast.arg: lambda n: [n.arg], ast.keyword: lambda n: [n.arg or '']}
+    for kind, of in names.items():
+      if isinstance(node, kind):
+        found += [(node.lineno, f'names {name!r}') for name in of(node)
+                  if any(w in name.lower() for w in ANALYSIS_WORDS)]
+  found += [(line, f'says {text!r}') for line, text in _strings(tree)
+            if any(w in text.lower() for w in ANALYSIS_WORDS)]
+  return found
+
+
+def test_the_models_package_knows_no_analysis_concept():
+  """The reverse rule: models say what they sow (`Layers`) and how a branch is
+  scaled (`branch_scales`); colours, the Hessian's loops, lesions and figures are
+  the analysis's own (`analysis/`)."""
+  assert len(_analysis_concepts("import analysis.plots\ncolour = 'red'\nx.lesion_scales\n"
+                                "def f(hessian_loop): return 'plot'\n")) == 5
+  found = {}
+  for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', 'models', '*.py'))):
+    concepts = _analysis_concepts(open(path).read())
+    if concepts:
+      found[os.path.relpath(path, ROOT)] = concepts
+  assert found == {}

@@ -1,5 +1,5 @@
-"""The `lesion` collection that removes one residual branch at inference, against
-zeroed parameters of that branch's last layer, and the lesion tool."""
+"""The `branch_scales` collection that removes one residual branch at inference,
+against zeroed parameters of that branch's last layer, and the lesion tool."""
 import json
 import os
 
@@ -10,7 +10,7 @@ import pytest
 
 from analysis.tools import TOOLS, lesion
 from helpers import batches
-from vit_jax.models.family import LESION, lesion_scales
+from vit_jax.models.family import BRANCH_SCALES, branch_scales
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -22,7 +22,7 @@ def flat(tree):
 def logits(subject, scales, x):
   variables = {'params': subject.params}
   if scales is not None:
-    variables[LESION] = scales
+    variables[BRANCH_SCALES] = scales
   return np.asarray(subject.model.apply(variables, x))
 
 
@@ -36,7 +36,7 @@ def zeroed(params, prefix):
 def test_scale_one_everywhere_is_the_intact_model(subjects, family_name):
   subject = subjects[family_name]
   x = next(batches('eval'))[0]
-  chex.assert_trees_all_equal(logits(subject, lesion_scales(subject.layers), x),
+  chex.assert_trees_all_equal(logits(subject, branch_scales(subject.layers), x),
                               logits(subject, None, x))
 
 

@@ -34,7 +34,8 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
   mean_stderr = lambda x: float(np.std(x, ddof=1) / np.sqrt(n)) if n > 1 else float('nan')
   figure = plots.reliability(binned['count'], binned['accuracy'], calibration.EDGES,
                              figure_path(out, 'calibration', subject),
-                             f'Calibration: {subject.label}', subject.family.colour)
+                             f'Calibration: {subject.label}',
+                             plots.KIND_COLOURS[subject.layers.architecture])
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
           'nll': float(nll.mean()), 'nll_stderr': mean_stderr(nll),

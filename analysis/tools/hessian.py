@@ -97,7 +97,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   density is drawn with Gaussians of `density_width` (`lanczos.density_sigma`:
   PyHessian's by default)."""
   num_classes = subject.config.num_classes
-  host_loop = hessian.loops_on_host(subject.family.convolutional)
+  host_loop = hessian.loops_on_host(subject.layers.architecture)
   loss, split, description = hessian_objective(subject, objective, host_loop, l2_on)
   fixed = fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
   matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)

@@ -69,7 +69,7 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
   if subject.recipe is None:
     raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
                      'needs the recipe that trained it (load_subject(..., recipe=)).')
-  unroll = hessian.loops_on_host(subject.family.convolutional)
+  unroll = hessian.loops_on_host(subject.layers.architecture)
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, num_batches,
                          subject.config.num_classes, subject.mesh)
   description = {'loss': subject.recipe.loss,

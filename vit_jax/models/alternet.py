@@ -236,9 +236,9 @@ FAMILY = Family(
                                         num_heads=HEADS, width=64, head_dim=64, window=7,
                                         stem_pool=True, stochastic_depth=0.)
               for depth, (block, stages, msa) in VARIANTS.items()},
-    module=AlterNet, layers=layers, describe=describe, colour='#009E73', head='head/',
+    module=AlterNet, layers=layers, describe=describe, head='head/',
     # Basic blocks, stages of 1 and 2 blocks, the second ending in an MSA block; no
     # max-pool, so 32 px images give 16x16 and 8x8 maps (the 7x7 windows pad the 8x8).
     tiny=('AlterNet-18', dict(block='basic', num_layers=(1, 2), num_msa=(0, 1),
                               num_heads=(1, 2), width=32, head_dim=16, stem_pool=False)),
-    sequence_fields=('num_layers', 'num_msa', 'num_heads'), convolutional=True)
+    sequence_fields=('num_layers', 'num_msa', 'num_heads'))

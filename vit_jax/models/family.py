@@ -40,10 +40,13 @@ class Branch:
 
 @dataclasses.dataclass(frozen=True)
 class Layers:
-  """The sown names of one configured model that the analysis tools read."""
+  """What one configured model sows, by name: its residual stream, branches,
+  attention maps and pre-logits, and where its stages begin. Anything that reads
+  a model's intermediates (`models.apply_with_intermediates`) reads them through
+  this description instead of spelling a family's module paths."""
   stream: Tuple[str, ...]  # the residual stream, input to output
   labels: Tuple[str, ...]  # a short label per stream entry
-  attention: Tuple[int, ...]  # stream indices right after an attention branch (shaded in plots)
+  attention: Tuple[int, ...]  # stream indices right after an attention branch
   branches: Tuple[Branch, ...]  # every residual branch, in depth order
   attention_weights: Tuple[str, ...]  # global (B, heads, T, T) attention maps over the tokens
   pre_logits: str  # the features the head reads
@@ -58,24 +61,40 @@ class Layers:
   head_outputs: Tuple[str, ...] = ()
 
 
-LESION = 'lesion'  # the variable collection that scales residual branches at inference
+BRANCH_SCALES = 'branch_scales'  # the variable collection that scales residual branches
 
 
-def branch_output(module: nn.Module, name: str, y):
+def branch_output(module: nn.Module, name: str, y: Any) -> Any:
   """A residual branch's output f(z), as the family adds it to the stream, sown
-  under `name` (a `Branch.output`): times the scale the `lesion` collection holds
-  under that name where `apply` is given one, so that 0 removes the branch at
-  inference and leaves its shortcut (the analysis's lesion tool)."""
-  if module.has_variable(LESION, name):
-    y = y * module.get_variable(LESION, name).astype(y.dtype)
+  under `name` (a `Branch.output`): times the scale the `branch_scales` collection
+  holds under that name where `apply` is given one, so that 0 removes the branch
+  at inference and leaves its shortcut.
+
+  Args:
+    module: the module that adds the branch.
+    name: the branch output's sown name.
+    y: the branch's output.
+
+  Returns:
+    The output, scaled where a scale is given.
+  """
+  if module.has_variable(BRANCH_SCALES, name):
+    y = y * module.get_variable(BRANCH_SCALES, name).astype(y.dtype)
   module.sow('intermediates', name, y)
   return y
 
 
-def lesion_scales(layers: 'Layers') -> Dict[str, Any]:
-  """The `lesion` collection with scale 1 for every branch of `layers` (nested by
-  the branches' sown paths); set one to 0 to remove that branch. Every lesion has
-  the same tree, so that a compiled model serves them all."""
+def branch_scales(layers: 'Layers') -> Dict[str, Any]:
+  """The `branch_scales` collection with scale 1 for every branch of `layers`
+  (nested by the branches' sown paths); set one to 0 to remove that branch. Every
+  choice has the same tree, so that a compiled model serves them all.
+
+  Args:
+    layers: the model's description.
+
+  Returns:
+    The collection.
+  """
   return flax.traverse_util.unflatten_dict(
       {tuple(b.output.split('/')): np.float32(1.) for b in layers.branches})
 
@@ -95,8 +114,6 @@ class Family:
   class token, pre-logits) or refused (with a CheckpointError) depends on the
   family. A family joins the zoo with `models.register(FAMILY)`; the test suite
   runs on its `tiny` model every test parametrised over the families.
-  `convolutional` families run the Hessian's loop from Python on CPU, where
-  XLA:CPU runs convolutions slowly inside loop bodies.
   """
   name: str
   title: str  # how people call the family's models: 'ViT, hybrid', 'BiT', ...
@@ -105,7 +122,6 @@ class Family:
   layers: Callable[[ml_collections.ConfigDict], Layers]
   describe: Callable[[ml_collections.ConfigDict], str]  # the shape in words: '4 blocks, width 64'
   head: str  # parameter-path prefix of the classifier, re-initialised for a new task
-  colour: str  # the family's colour in figures (Okabe-Ito; ViT red, ResNet blue as Park & Kim)
   # A published variant and the fields that make it tiny (a few ten thousand
   # parameters at 32 px): the model the test suite runs this family on.
   tiny: Tuple[str, Mapping[str, Any]]
@@ -126,7 +142,6 @@ class Family:
   # model axis splits: heads and hidden units, for tensor parallelism.
   tensor_parallel: Tuple[Tuple[str, int], ...] = ()
   sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
-  convolutional: bool = False
 
   @property
   def body(self) -> str:

@@ -138,7 +138,7 @@ FAMILY = Family(
         ('patch_size', 'hidden_dim', 'num_blocks', 'tokens_mlp_dim', 'channels_mlp_dim'),
         (int(patch),) + SIZES[size]))
               for size, patch in (v.split('/') for v in PUBLISHED)},
-    module=MlpMixer, layers=layers, describe=describe, colour='#CC79A7', head='head/',
+    module=MlpMixer, layers=layers, describe=describe, head='head/',
     tiny=('Mixer-B_16', dict(patch_size=8, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
                              channels_mlp_dim=64)),
     fit_checkpoint=fit_checkpoint)

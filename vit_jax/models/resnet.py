@@ -381,7 +381,7 @@ FAMILY = Family(
     variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
                                                       width_factor=width, root_pool=True)
               for depth, width in PUBLISHED for upstream in ('S', 'M')},
-    module=ResNetV2, layers=layers, describe=describe, colour='#0072B2', head='resnet/head/',
+    module=ResNetV2, layers=layers, describe=describe, head='resnet/head/',
     tiny=('BiT-M-R50x1', dict(num_layers=(1, 1))),
     to_timm=to_timm, timm_fields=timm_fields,
-    sequence_fields=('num_layers',), convolutional=True)
+    sequence_fields=('num_layers',))

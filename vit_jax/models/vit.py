@@ -593,7 +593,7 @@ TENSOR_PARALLEL = (
 )
 
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
-                layers=layers, describe=describe, colour='#D55E00', head='head/', fit_checkpoint=fit_checkpoint,
+                layers=layers, describe=describe, head='head/', fit_checkpoint=fit_checkpoint,
                 tiny=('ViT-Ti_16', dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
                                         patch_size=8)),
                 published=vit_layouts.published, module_layout=vit_layouts.module_layout,
