@@ -9,7 +9,7 @@ of model (a ViT against a ResNet) absent here, or a value without support, is
 'not comparable', with the reason.
 """
 import dataclasses
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,7 +38,15 @@ class Verdict:
 
 
 def show(estimate: Estimate, fmt: str = '.3g') -> str:
-  """'value ± stderr'."""
+  """'value ± stderr'.
+
+  Args:
+    estimate: (value, standard error).
+    fmt: the numbers' format.
+
+  Returns:
+    The text.
+  """
   value, stderr = map(_number, estimate)
   if not np.isfinite(value):
     return 'no value'
@@ -49,7 +57,14 @@ def show(estimate: Estimate, fmt: str = '.3g') -> str:
 
 def judge(difference: Estimate) -> Tuple[str, str]:
   """The verdict on a number the claim predicts to be positive, and the rule as
-  applied: beyond Z standard errors either way, or within them."""
+  applied: beyond Z standard errors either way, or within them.
+
+  Args:
+    difference: (value, standard error) of the number.
+
+  Returns:
+    (the verdict, the rule in words).
+  """
   value, stderr = map(_number, difference)
   if not np.isfinite(value):
     return NOT_COMPARABLE, 'the quantity has no value here'
@@ -64,21 +79,53 @@ def judge(difference: Estimate) -> Tuple[str, str]:
 
 
 def difference(a: Estimate, b: Estimate) -> Estimate:
-  """a - b with the standard error of independent estimates."""
+  """a - b with the standard error of independent estimates.
+
+  Args:
+    a: (value, standard error).
+    b: (value, standard error).
+
+  Returns:
+    (a - b, sqrt(se_a^2 + se_b^2)).
+  """
   return _number(a[0]) - _number(b[0]), float(np.hypot(_number(a[1]), _number(b[1])))
 
 
 def of_kind(models: Models, labels: Sequence[str], kind: str) -> Optional[str]:
-  """The first label among `labels` whose model is of architecture `kind`."""
+  """The first label among `labels` whose model is of architecture `kind`.
+
+  Args:
+    models: what the report knows of each model label.
+    labels: the labels to look among.
+    kind: an architecture (`Layers.architecture`).
+
+  Returns:
+    The label, or None.
+  """
   return next((label for label in labels if models.get(label, {}).get('architecture') == kind),
               None)
 
 
 def contrast(finding: str, claim: str, what: str, models: Models, labels: Sequence[str],
-             estimate, higher: str = TRANSFORMER, lower: str = CONVNET,
+             estimate: Callable[[str], Estimate], higher: str = TRANSFORMER, lower: str = CONVNET,
              fmt: str = '.3g') -> Verdict:
   """The claim that `what` (`estimate(label)` -> Estimate) is larger for the model of
-  architecture `higher` than for the one of `lower`."""
+  architecture `higher` than for the one of `lower`.
+
+  Args:
+    finding: the finding's short name.
+    claim: the paper's claim in words.
+    what: the quantity compared, in words.
+    models: what the report knows of each model label.
+    labels: the labels the tool ran on.
+    estimate: label -> (value, standard error).
+    higher: the architecture the claim says is higher.
+    lower: the one it says is lower.
+    fmt: the numbers' format.
+
+  Returns:
+    The verdict (not comparable without a model of each architecture).
+  """
   a, b = of_kind(models, labels, higher), of_kind(models, labels, lower)
   if a is None or b is None:
     present = ', '.join(f'{label} ({models.get(label, {}).get("architecture", "unknown")})'
@@ -94,11 +141,32 @@ def contrast(finding: str, claim: str, what: str, models: Models, labels: Sequen
 
 def single(finding: str, claim: str, what: str, label: str, value: Estimate,
            fmt: str = '.3g') -> Verdict:
-  """The claim that `value` of one model is positive."""
+  """The claim that `value` of one model is positive.
+
+  Args:
+    finding: the finding's short name.
+    claim: the paper's claim in words.
+    what: the quantity, in words.
+    label: the model's label.
+    value: (value, standard error).
+    fmt: the numbers' format.
+
+  Returns:
+    The verdict.
+  """
   verdict, why = judge(value)
   return Verdict(finding, claim, f'{label}: {what} {show(value, fmt)}', verdict, why)
 
 
 def by_kind(models: Models, labels: Sequence[str], kinds: Sequence[str]) -> List[str]:
-  """The labels whose model is of one of `kinds`."""
+  """The labels whose model is of one of `kinds`.
+
+  Args:
+    models: what the report knows of each model label.
+    labels: the labels to look among.
+    kinds: architectures (`Layers.architecture`).
+
+  Returns:
+    Those labels, in order.
+  """
   return [label for label in labels if models.get(label, {}).get('architecture') in kinds]
