@@ -18,7 +18,7 @@ import functools
 import math
 import os
 import socket
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import jax
 import numpy as np
@@ -51,7 +51,14 @@ DOWNLOAD_HOST = ('storage.googleapis.com', 443)
 
 
 def can_download(timeout: float = 3.) -> bool:
-  """Whether TFDS's download host answers within `timeout` seconds."""
+  """Whether TFDS's download host answers within `timeout` seconds.
+
+  Args:
+    timeout: seconds to wait.
+
+  Returns:
+    Whether it answered.
+  """
   try:
     socket.create_connection(DOWNLOAD_HOST, timeout=timeout).close()
     return True
@@ -63,7 +70,15 @@ def unavailable(dataset: str, data_dir: Optional[str] = None) -> Optional[str]:
   """Why `dataset` cannot be read now, or None when it can: a folder that is
   not there, an unknown TFDS name, or TFDS data that is neither prepared in
   `data_dir` nor shipped offline nor downloadable (no network). Decided in
-  seconds, before anything is downloaded."""
+  seconds, before anything is downloaded.
+
+  Args:
+    dataset: a TFDS name or `folder:` root.
+    data_dir: TFDS's data directory.
+
+  Returns:
+    The reason in one sentence, or None.
+  """
   if dataset.startswith(FOLDER_PREFIX):
     root = dataset[len(FOLDER_PREFIX):]
     if not os.path.isdir(root):
@@ -131,6 +146,20 @@ def _process_slice(n: int, process_index: int, process_count: int) -> Tuple[int,
 def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
                 process_index: int, process_count: int, shuffle_files: bool = False,
                 seed: int = 0) -> Source:
+  """This process's slice of `split` of TFDS dataset `name`, prepared in `data_dir`.
+
+  Args:
+    name: the TFDS name.
+    split: the split (TFDS slicing allowed).
+    data_dir: TFDS's data directory.
+    process_index: this process.
+    process_count: the processes reading the split.
+    shuffle_files: shuffle the file order.
+    seed: the shuffle's seed.
+
+  Returns:
+    The `Source`.
+  """
   builder = _prepared_builder(name, data_dir)
   splits = [tfds.split_for_jax_process(split, process_index=i, process_count=process_count)
             for i in range(process_count)]
@@ -167,6 +196,17 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   Read here rather than through `tfds.folder_dataset.ImageFolder`, which refuses
   sub-splits and so cannot give each process of a multi-host run its slice
   (`tfds.split_for_jax_process`); tested in test_input_pipeline.py.
+
+  Args:
+    root: the folder.
+    split: its sub-folder, with an optional TFDS-style slice ('train[:80%]').
+    process_index: this process.
+    process_count: the processes reading the split.
+    shuffle_files: shuffle the file order.
+    seed: the shuffle's seed.
+
+  Returns:
+    This process's `Source`.
   """
   split_dir = os.path.join(root, split)
   if not os.path.realpath(split_dir).startswith(os.path.realpath(root) + os.sep):
@@ -209,7 +249,14 @@ def image_problem(path: str) -> Optional[str]:
   """What is wrong with the image file at `path`, or None: not JPEG or PNG (an
   empty file among them), or cut short, lacking its format's end marker (JPEG's
   EOI, ff d9, among its last 64 bytes, as some writers pad after it; PNG's IEND
-  chunk, its last 8 bytes)."""
+  chunk, its last 8 bytes).
+
+  Args:
+    path: the file.
+
+  Returns:
+    The problem in words, or None.
+  """
   with open(path, 'rb') as f:
     head = f.read(4)
     f.seek(max(os.fstat(f.fileno()).st_size - 64, 0))
@@ -230,7 +277,14 @@ def check_images(paths: Tuple[str, ...]) -> None:
   PNG file (`image_problem`), and how many are not; reads 68 bytes of each, so
   a bad file is found before training rather than when its batch comes. A split
   is checked once per process, however often it is opened (the analysis opens
-  it for every pass)."""
+  it for every pass).
+
+  Args:
+    paths: the split's image files.
+
+  Raises:
+    DataError: a file is not a whole JPEG or PNG.
+  """
   with concurrent.futures.ThreadPoolExecutor(16) as pool:
     problems = [p for p in pool.map(image_problem, paths) if p]
   if problems:
@@ -240,7 +294,15 @@ def check_images(paths: Tuple[str, ...]) -> None:
 
 def check_same_classes(train: Source, evaluation: Source) -> None:
   """Raises a DataError unless both splits name the same classes in the same order:
-  labels are positions in the class list, so they must mean the same in both."""
+  labels are positions in the class list, so they must mean the same in both.
+
+  Args:
+    train: the training split's source.
+    evaluation: the evaluation split's.
+
+  Raises:
+    DataError: their classes differ.
+  """
   if train.class_names and evaluation.class_names and train.class_names != evaluation.class_names:
     only = lambda a, b: sorted(set(a.class_names) - set(b.class_names))
     raise DataError(
@@ -254,7 +316,20 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
                shuffle_files: bool = False, seed: int = 0,
                process_index: Optional[int] = None,
                process_count: Optional[int] = None) -> Source:
-  """This process's slice of `split` of a TFDS dataset or `folder:` root."""
+  """This process's slice of `split` of a TFDS dataset or `folder:` root.
+
+  Args:
+    dataset: a TFDS name or `folder:` root.
+    split: the split (TFDS slicing allowed).
+    data_dir: TFDS's data directory.
+    shuffle_files: shuffle the file order.
+    seed: the shuffle's seed.
+    process_index: this process (JAX's if None).
+    process_count: the processes (JAX's if None).
+
+  Returns:
+    The `Source`.
+  """
   process_index = jax.process_index() if process_index is None else process_index
   process_count = jax.process_count() if process_count is None else process_count
   kwargs = dict(process_index=process_index, process_count=process_count,
@@ -283,7 +358,16 @@ def _has_size(dataset: tf.data.Dataset, size: int) -> bool:
 
 
 def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
-  """A random crop of 5% to 100% of the area (aspect 3/4 to 4/3), resized to size."""
+  """A random crop of 5% to 100% of the area (aspect 3/4 to 4/3), resized to size.
+
+  Args:
+    image: an image.
+    size: the output side.
+    seed: the stateless seed.
+
+  Returns:
+    The (size, size, 3) crop.
+  """
   begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
       tf.shape(image), bounding_boxes=tf.constant([[[0., 0., 1., 1.]]]), seed=seed,
       area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.,
@@ -294,7 +378,16 @@ def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
 
 
 def eval_resize(image: tf.Tensor, size: int, resize_small: Optional[int] = None) -> tf.Tensor:
-  """Resize to size x size, or resize the short side to `resize_small` then crop the centre."""
+  """Resize to size x size, or resize the short side to `resize_small` then crop the centre.
+
+  Args:
+    image: an image.
+    size: the output side.
+    resize_small: the short side before the centre crop, or None.
+
+  Returns:
+    The (size, size, 3) image.
+  """
   if resize_small is None:
     return tf.image.resize(image, (size, size), method='bilinear')
   shape = tf.cast(tf.shape(image)[:2], tf.float32)
@@ -303,8 +396,17 @@ def eval_resize(image: tf.Tensor, size: int, resize_small: Optional[int] = None)
   return tf.image.resize_with_crop_or_pad(image, size, size)
 
 
-def mixup(batch, alpha: float, seed: tf.Tensor):
-  """Mixes each example with the batch in reverse order, weight ~ Beta(alpha, alpha)."""
+def mixup(batch: Dict[str, tf.Tensor], alpha: float, seed: tf.Tensor) -> Dict[str, tf.Tensor]:
+  """Mixes each example with the batch in reverse order, weight ~ Beta(alpha, alpha).
+
+  Args:
+    batch: {'image', 'label'} of one batch.
+    alpha: the Beta distribution's parameter.
+    seed: the stateless seed.
+
+  Returns:
+    The mixed batch.
+  """
   gammas = tf.random.stateless_gamma((2,), seed=seed, alpha=alpha)
   weight = gammas[0] / tf.reduce_sum(gammas)
   mix = lambda x: weight * x + (1 - weight) * tf.reverse(x, axis=[0])
@@ -326,7 +428,16 @@ def _local_batch_size(batch_size: int, process_count: int,
 
 def pad_and_crop(image: tf.Tensor, padding: int, seed: tf.Tensor) -> tf.Tensor:
   """Zero-pads `padding` pixels on every side, then crops the original size at random:
-  a shift of up to `padding` pixels each way, the CIFAR-style augmentation."""
+  a shift of up to `padding` pixels each way, the CIFAR-style augmentation.
+
+  Args:
+    image: an image.
+    padding: pixels added on each side.
+    seed: the stateless seed.
+
+  Returns:
+    The shifted image, of the original size.
+  """
   padded = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
   return tf.image.stateless_random_crop(padded, tf.shape(image), seed)
 
@@ -348,6 +459,23 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   example's for the crop, the batch's for flip and mixup), and
   RandAugment (Keras's layer, seeded) runs sequentially so its draws come in
   stream order.
+
+  Args:
+    source: this process's slice.
+    batch_size: the global batch size.
+    image_size: the images' side.
+    seed: the stream's seed.
+    mixup_alpha: mixup's Beta parameter (0: none).
+    randaugment: (layers, magnitude), or None.
+    shuffle_buffer: examples shuffled together.
+    process_count: the processes (JAX's if None).
+    crop: the Inception crop, else a resize.
+    crop_padding: with `crop=False`, the random shift's padding.
+    start_step: batches to skip (resuming).
+    local_devices: this process's devices (JAX's if None).
+
+  Returns:
+    The dataset.
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
@@ -404,6 +532,17 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
   same number of batches (that of the largest slice), so each example is
   counted exactly once whatever the batch size. Batches split evenly over
   `local_devices` (default: all of this process's).
+
+  Args:
+    source: this process's slice.
+    batch_size: the global batch size.
+    image_size: the images' side.
+    resize_small: the short side before the centre crop, or None.
+    process_count: the processes (JAX's if None).
+    local_devices: this process's devices (JAX's if None).
+
+  Returns:
+    The dataset.
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
@@ -432,10 +571,19 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
 # To the devices
 
 
-def prefetch_to_devices(batches, sharding: jax.sharding.Sharding, size: int = 2) -> Iterator:
+def prefetch_to_devices(batches: Iterator, sharding: jax.sharding.Sharding,
+                        size: int = 2) -> Iterator:
   """Global jax.Arrays from per-process numpy batches, `size` steps ahead.
 
   Transfers are asynchronous, so the next batches move while a step runs.
+
+  Args:
+    batches: per-process numpy batches.
+    sharding: how the global arrays are laid out.
+    size: batches moved ahead.
+
+  Returns:
+    The global batches.
   """
   queue = collections.deque()
 
