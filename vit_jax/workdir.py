@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import jax
 import ml_collections
@@ -40,7 +40,15 @@ WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
 
 def kept_steps(spec: str, warmup_steps: int) -> Tuple[int, ...]:
   """The steps a list such as 'warmup,1000' names, in order ('warmup' is
-  `warmup_steps`); a ValueError names a word that is neither."""
+  `warmup_steps`); a ValueError names a word that is neither.
+
+  Args:
+    spec: comma-separated step numbers and 'warmup'.
+    warmup_steps: the run's warm-up.
+
+  Returns:
+    The steps.
+  """
   steps = set()
   for word in filter(None, (w.strip() for w in spec.split(','))):
     if word == WARMUP:
@@ -52,8 +60,16 @@ def kept_steps(spec: str, warmup_steps: int) -> Tuple[int, ...]:
   return tuple(sorted(steps))
 
 
-def kept_params_path(workdir: str, step: int) -> str:
-  """Where a run keeps the parameters of `step` (recipe field `keep_params_at`)."""
+def kept_params_path(workdir: str, step: Union[int, str]) -> str:
+  """Where a run keeps the parameters of `step` (recipe field `keep_params_at`).
+
+  Args:
+    workdir: the run's workdir.
+    step: the step ('*' gives a glob pattern).
+
+  Returns:
+    The path.
+  """
   return os.path.join(workdir, f'params_{step}.npz')
 
 
@@ -116,7 +132,14 @@ def _take_lock(path: str) -> None:
 
 
 def settings_of(config: ml_collections.ConfigDict) -> Dict[str, Any]:
-  """The recipe as plain JSON values (tuples as lists)."""
+  """The recipe as plain JSON values (tuples as lists).
+
+  Args:
+    config: the recipe.
+
+  Returns:
+    Its fields.
+  """
   return json.loads(config.to_json_best_effort())
 
 
@@ -132,7 +155,15 @@ def _flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
 
 
 def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
-  """'field: old -> new' for every field that differs, free fields left out."""
+  """'field: old -> new' for every field that differs, free fields left out.
+
+  Args:
+    recorded: the settings a workdir recorded.
+    new: the settings given now.
+
+  Returns:
+    One line per differing field.
+  """
   recorded, new = _flat(recorded), _flat(new)
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
@@ -140,14 +171,28 @@ def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
 
 
 def has_results(workdir: str) -> bool:
-  """Whether a run left checkpoints or parameters in `workdir`."""
+  """Whether a run left checkpoints or parameters in `workdir`.
+
+  Args:
+    workdir: the directory.
+
+  Returns:
+    Whether it holds results.
+  """
   checkpoints = os.path.join(workdir, 'checkpoints')
   return (os.path.exists(os.path.join(workdir, 'params.npz'))
           or (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
 def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
-  """The settings a run recorded in `workdir` (`RECORD`), or None where it recorded none."""
+  """The settings a run recorded in `workdir` (`RECORD`), or None where it recorded none.
+
+  Args:
+    workdir: the directory.
+
+  Returns:
+    The settings, or None.
+  """
   path = os.path.join(workdir, RECORD)
   if not os.path.exists(path):
     return None
@@ -164,7 +209,16 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
   """The settings to record in `workdir` (None where they are recorded already),
   and the recorded fields they change ('field: old -> new'); in a workdir whose
   run left results, settings that differ from the recorded ones are refused
-  unless `reconfigure`."""
+  unless `reconfigure`.
+
+  Args:
+    workdir: the run's workdir.
+    config: the recipe given now.
+    reconfigure: accept settings that differ from the recorded ones.
+
+  Returns:
+    (the settings to record or None, the changed fields).
+  """
   new = settings_of(config)
   recorded = recorded_settings(workdir)
   if recorded is None:
@@ -194,7 +248,17 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
   workdir's state (so a run that fails before never changes the record); its
   `changes` lists the recorded fields the new settings change. Only the
   `primary` process (0) locks and records; workdirs on other filesystems (gs://)
-  are neither locked nor recorded."""
+  are neither locked nor recorded.
+
+  Args:
+    workdir: the run's workdir.
+    config: the recipe.
+    reconfigure: accept settings that differ from the recorded ones.
+    primary: this process locks and records.
+
+  Yields:
+    `record()`.
+  """
   if not primary or '://' in workdir:
     def record() -> None:
       pass
@@ -231,7 +295,11 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
 def remove_partial_files(workdir: str) -> None:
   """Removes what a killed or failed write left (temporary `.NAME.tmp-PID` files of
   `atomic_write`, orbax's `*.orbax-checkpoint-tmp*` directories); only while the
-  workdir is held, so no live writer owns them."""
+  workdir is held, so no live writer owns them.
+
+  Args:
+    workdir: the held workdir.
+  """
   for path in (glob.glob(os.path.join(workdir, '.*.tmp-*')) +
                glob.glob(os.path.join(workdir, 'checkpoints', '*.orbax-checkpoint-tmp*'))):
     log.warning('Removing %s, left by an interrupted write.', path)
@@ -242,16 +310,30 @@ def remove_partial_files(workdir: str) -> None:
 
 
 def size(num_bytes: float) -> str:
-  """'3.2 MB', '412 KB': sizes as a person reads them."""
+  """'3.2 MB', '412 KB': sizes as a person reads them.
+
+  Args:
+    num_bytes: a size in bytes.
+
+  Returns:
+    The size in words.
+  """
   for unit, scale in (('GB', 2 ** 30), ('MB', 2 ** 20), ('KB', 2 ** 10)):
     if num_bytes >= scale:
       return f'{num_bytes / scale:.1f} {unit}'
   return f'{num_bytes:.0f} bytes'
 
 
-def sizes(state) -> Tuple[int, int]:
+def sizes(state: Any) -> Tuple[int, int]:
   """(bytes of a checkpoint of a train state, bytes of its params.npz): the arrays,
-  and for orbax about a kilobyte of metadata per array and a little more."""
+  and for orbax about a kilobyte of metadata per array and a little more.
+
+  Args:
+    state: the training state.
+
+  Returns:
+    (checkpoint bytes, params.npz bytes).
+  """
   nbytes = lambda tree: sum(getattr(x, 'nbytes', 8) for x in jax.tree_util.tree_leaves(tree))
   return (nbytes(state) + 1024 * len(jax.tree_util.tree_leaves(state)) + 2 ** 16,
           nbytes(state.params))
@@ -259,7 +341,17 @@ def sizes(state) -> Tuple[int, int]:
 
 def check_space(workdir: str, checkpoint_bytes: int, params_bytes: int, keep: int) -> None:
   """Refuses a run whose workdir cannot hold the checkpoints it will keep (one more
-  while the oldest is replaced) and its params.npz, before any training."""
+  while the oldest is replaced) and its params.npz, before any training.
+
+  Args:
+    workdir: the run's workdir.
+    checkpoint_bytes: one checkpoint's size.
+    params_bytes: params.npz's size.
+    keep: the checkpoints kept.
+
+  Raises:
+    WorkdirError: the space is short.
+  """
   if '://' in workdir:
     return
   checkpoints = os.path.join(workdir, 'checkpoints')
@@ -287,7 +379,17 @@ def _no_space(error: BaseException) -> bool:
 @contextlib.contextmanager
 def saving(workdir: str, what: str, size_bytes: int, last_good: Optional[int]) -> Iterator[None]:
   """A save into `workdir` of `what` (about `size_bytes`): a full disk is said in
-  one sentence, with the last good checkpoint, after removing the partial files."""
+  one sentence, with the last good checkpoint, after removing the partial files.
+
+  Args:
+    workdir: the run's workdir.
+    what: what is saved, in words.
+    size_bytes: about how big it is.
+    last_good: the step of the last good checkpoint, or None.
+
+  Yields:
+    Nothing; the save runs inside.
+  """
   try:
     yield
   except Exception as e:  # orbax and numpy raise full disks as several kinds
