@@ -11,7 +11,7 @@ beside it (in the HTML, tagged with its file, path and reduction).
 import html
 import json
 import os
-from typing import Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -42,8 +42,15 @@ class Quote:
     self.text = format(self.value, fmt) if np.isfinite(self.value) else NO_VALUE
 
 
-def leaves(node) -> List[float]:
-  """Every number under a JSON node, in order; nulls (no value) left out."""
+def leaves(node: Any) -> List[float]:
+  """Every number under a JSON node, in order; nulls (no value) left out.
+
+  Args:
+    node: a JSON value.
+
+  Returns:
+    The numbers.
+  """
   if isinstance(node, Mapping):
     return [x for v in node.values() for x in leaves(v)]
   if isinstance(node, (list, tuple)):
@@ -51,8 +58,16 @@ def leaves(node) -> List[float]:
   return [] if node is None else [float(node)]
 
 
-def reduce_value(node, reduce: str) -> float:
-  """A reduction of the numbers under a JSON node; NaN where it holds none."""
+def reduce_value(node: Any, reduce: str) -> float:
+  """A reduction of the numbers under a JSON node; NaN where it holds none.
+
+  Args:
+    node: a JSON value.
+    reduce: 'value', 'mean', 'min', 'max' or 'offdiag_mean'.
+
+  Returns:
+    The number.
+  """
   if reduce == 'value':
     return np.nan if node is None else float(node)
   if reduce == 'offdiag_mean':
@@ -66,13 +81,28 @@ Fragment = Union[str, Quote]
 
 def findings(name: str, results: Mapping) -> Dict[str, List[Fragment]]:
   """What the models show, per caption key of the tool `name` (a model label, or a
-  model pair for CKA), as text and quotes of its JSON."""
+  model pair for CKA), as text and quotes of its JSON.
+
+  Args:
+    name: the tool.
+    results: its JSON.
+
+  Returns:
+    {caption key: text fragments}.
+  """
   return tool.TOOLS[name].findings(
       results[name], lambda *path, reduce='value': Quote(results, name, path, reduce))
 
 
 def load_results(out: str) -> Dict[str, Mapping]:
-  """Every registered tool's JSON in `out`, in the registry's order."""
+  """Every registered tool's JSON in `out`, in the registry's order.
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    {tool name: its JSON}.
+  """
   results = {}
   for name in tool.TOOLS:
     path = os.path.join(out, f'{name}.json')
@@ -83,7 +113,14 @@ def load_results(out: str) -> Dict[str, Mapping]:
 
 
 def load_failures(out: str) -> Dict[str, str]:
-  """The tools that failed in `out`'s last runs, with why (`failures.json`)."""
+  """The tools that failed in `out`'s last runs, with why (`failures.json`).
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    {tool name: why}.
+  """
   return _load_json(os.path.join(out, FAILURES_FILE))
 
 
@@ -91,7 +128,14 @@ def record_plan(out: str, budget: str, smaller: Mapping[str, Mapping[str, list]]
                 names: Sequence[str]) -> None:
   """Keeps in `out` (`plan.json`) the options each of `names` took smaller samples
   of to fit `budget` ({option: [asked, planned]}; tools run at their asked sizes
-  are dropped from it), for the report's sections."""
+  are dropped from it), for the report's sections.
+
+  Args:
+    out: the analysis directory.
+    budget: the time budget as the user wrote it.
+    smaller: each shrunk tool's changed options.
+    names: the tools this run planned.
+  """
   plan = {k: v for k, v in _load_json(os.path.join(out, PLAN_FILE)).items() if k not in names}
   plan.update({n: {'time_budget': budget, 'options': dict(o)} for n, o in smaller.items()})
   with atomic_write(os.path.join(out, PLAN_FILE)) as f:
@@ -99,7 +143,15 @@ def record_plan(out: str, budget: str, smaller: Mapping[str, Mapping[str, list]]
 
 
 def plan_note(out: str, name: str) -> str:
-  """One sentence on the smaller samples tool `name` took for a time budget, or ''."""
+  """One sentence on the smaller samples tool `name` took for a time budget, or ''.
+
+  Args:
+    out: the analysis directory.
+    name: the tool.
+
+  Returns:
+    The sentence.
+  """
   planned = _load_json(os.path.join(out, PLAN_FILE)).get(name)
   if not planned:
     return ''
@@ -116,7 +168,14 @@ def _load_json(path: str) -> Dict:
 
 
 def load_subjects(out: str) -> Dict[str, Mapping]:
-  """What the report knows of each model analysed in `out` (`subjects.json`)."""
+  """What the report knows of each model analysed in `out` (`subjects.json`).
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    {model label: what is known of it}.
+  """
   return _load_json(os.path.join(out, SUBJECTS_FILE))
 
 
@@ -147,7 +206,15 @@ td.within{background:#f4f0dc}td.not{background:#eee}"""
 
 def describe_model(label: str, about: Mapping) -> str:
   """One line of what a model is: its zoo name and family, its shape, parameters,
-  image size, and the steps and accuracy it was trained to where known."""
+  image size, and the steps and accuracy it was trained to where known.
+
+  Args:
+    label: the model's label.
+    about: what the report knows of it.
+
+  Returns:
+    The line.
+  """
   parts = [f'{about.get("model_name", "")} ({about.get("family", "")})']
   if 'shape' in about:
     parts.append(about['shape'])
@@ -162,7 +229,15 @@ def describe_model(label: str, about: Mapping) -> str:
 
 
 def all_verdicts(results: Mapping, subjects: Mapping) -> List[Tuple[str, Verdict]]:
-  """(tool name, verdict) of every registered tool in `results`, in the report's order."""
+  """(tool name, verdict) of every registered tool in `results`, in the report's order.
+
+  Args:
+    results: each tool's JSON.
+    subjects: what the report knows of each model.
+
+  Returns:
+    The verdicts.
+  """
   return [(name, v) for name, result in results.items()
           for v in tool.TOOLS[name].verdicts(result, subjects)]
 
@@ -182,8 +257,14 @@ VERDICT_NOTE = ('Each claim is judged by the rule in its tool\'s record, on this
 
 
 def write_report(out: str) -> Dict[str, str]:
-  """Writes the joint figures, report.html and report.md for the JSON in `out`;
-  returns the two pages' paths."""
+  """Writes the joint figures, report.html and report.md for the JSON in `out`.
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    {'html': path, 'md': path}.
+  """
   results, subjects = load_results(out), load_subjects(out)
   if not results:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
