@@ -49,7 +49,16 @@ class Work:
 
 
 def one_pass_over_the_data(subject: features.Subject, options: Mapping, amounts: Amounts) -> Work:
-  """A forward pass over the evaluation split: what a tool that declares no work does."""
+  """A forward pass over the evaluation split: what a tool that declares no work does.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   return Work({'forward': amounts.batches}, {'forward': 1})
 
 
@@ -62,7 +71,14 @@ class Prices:
   host: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
   def seconds(self, work: Work) -> float:
-    """The estimated seconds of `work`."""
+    """The estimated seconds of `work`.
+
+    Args:
+      work: a tool's work on one model.
+
+    Returns:
+      Its seconds.
+    """
     compiles = dict(work.compiles) or {kind: 1 for kind, n in work.passes.items() if n}
     return (sum(n * self.run[kind] for kind, n in work.passes.items()) +
             sum(n * self.compile[kind] for kind, n in compiles.items()) +
@@ -84,7 +100,17 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
           kinds: Sequence[str] = KINDS) -> Prices:
   """Times one pass of each of `kinds` over the batch (images, labels) on `subject`:
   the forward pass with the residual stream kept, the gradient of the
-  cross-entropy, and a Hessian-vector product of it, as the tools run them."""
+  cross-entropy, and a Hessian-vector product of it, as the tools run them.
+
+  Args:
+    subject: the model.
+    images: one batch of images.
+    labels: their labels (integers or distributions).
+    kinds: the kinds of pass to time.
+
+  Returns:
+    The prices (without host prices: `Tool.host_prices`).
+  """
   params = subject.params
   if labels.ndim == 1:
     labels = jax.nn.one_hot(labels, subject.config.num_classes)
@@ -105,6 +131,13 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
 
 
 def kinds_needed(works: Sequence[Work]) -> Sequence[str]:
-  """The kinds of pass the works use, in KINDS order."""
+  """The kinds of pass the works use, in KINDS order.
+
+  Args:
+    works: tools' work.
+
+  Returns:
+    The kinds.
+  """
   used = {kind for w in works for kind, n in {**w.passes, **w.compiles}.items() if n}
   return [kind for kind in KINDS if kind in used]

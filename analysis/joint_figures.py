@@ -14,7 +14,15 @@ Results = Mapping[str, Mapping]  # tool -> its JSON result
 
 
 def path(out: str, name: str) -> str:
-  """Where the joint figure `name` goes."""
+  """Where the joint figure `name` goes.
+
+  Args:
+    out: the analysis directory.
+    name: the figure's name.
+
+  Returns:
+    The PNG's path.
+  """
   return os.path.join(out, f'joint_{name}.png')
 
 
@@ -25,11 +33,26 @@ def _depth(n: int) -> np.ndarray:
 
 def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], list],
                  colour_of: Mapping[str, str], figure: str, title: str, ylabel: str,
-                 shade_key=None, errors: Optional[Callable[[Mapping], list]] = None,
+                 shade_key: Optional[str] = None, errors: Optional[Callable[[Mapping], list]] = None,
                  **kwargs) -> List[str]:
   """One curve per model over relative depth (none below two models), with the
   standard errors `errors(r)` as bars; `shade_key` names the JSON list of layer
-  indices to shade in the model's colour."""
+  indices to shade in the model's colour.
+
+  Args:
+    by_model: each model's JSON entry.
+    values: an entry -> its values per layer.
+    colour_of: each model's colour.
+    figure: the PNG's path.
+    title: the title.
+    ylabel: the y axis' label.
+    shade_key: the entry's key of layer indices to shade, or None.
+    errors: an entry -> its standard errors per layer, or None.
+    **kwargs: passed to `plots.curves`.
+
+  Returns:
+    [the figure's path], or [] below two models.
+  """
   if len(by_model) < 2:
     return []
   series = {label: np.asarray(values(r), np.float64) for label, r in by_model.items()}

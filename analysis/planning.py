@@ -105,7 +105,14 @@ class Planner:
     self.asked = {n: dict(self.options[n]) for n in self.names}
 
   def seconds(self, name: str) -> float:
-    """Estimated seconds of tool `name` at its current options, over every model."""
+    """Estimated seconds of tool `name` at its current options, over every model.
+
+    Args:
+      name: the tool.
+
+    Returns:
+      The seconds, as priced.
+    """
     registered = tool.TOOLS[name]
     return sum(self.prices[s.label].seconds(registered.work(s, self.options[name], self.amounts))
                for s in self.subjects if registered.applies_to(s))
@@ -119,7 +126,12 @@ class Planner:
     return sum(took for _, took in self.ran.values()) / estimated
 
   def record(self, name: str, seconds: float) -> None:
-    """Tool `name` took `seconds` (wall time), against its latest priced estimate."""
+    """Tool `name` took `seconds` (wall time), against its latest priced estimate.
+
+    Args:
+      name: the tool.
+      seconds: its wall time.
+    """
     self.ran[name] = [self.priced[name], seconds]
 
   def changed(self) -> Dict[str, Dict[str, list]]:
@@ -137,7 +149,14 @@ class Planner:
     until their estimates fit the time left; prints each change and the plan.
     Before any tool ran, a budget the smallest samples exceed is refused
     (ConfigError, naming each tool's minimum); later the tools run at their
-    minimums and the expected overrun is said. Returns the estimates."""
+    minimums and the expected overrun is said.
+
+    Args:
+      names: the tools still to run.
+
+    Returns:
+      Their estimates, scaled by the slowdown measured so far.
+    """
     first = not self.ran
     left = self.deadline - time.perf_counter()
     factor = self.slowdown()

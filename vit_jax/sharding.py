@@ -36,7 +36,15 @@ MODEL_AXIS = 'model'
 
 def make_mesh(devices: Optional[Sequence[jax.Device]] = None, model_parallel: int = 1) -> Mesh:
   """A (data, model) mesh of `devices` (all by default), `model_parallel` long on the
-  model axis."""
+  model axis.
+
+  Args:
+    devices: the devices (all of them if None).
+    model_parallel: the model axis' length.
+
+  Returns:
+    The mesh.
+  """
   devices = np.array(devices if devices is not None else jax.devices())
   if model_parallel < 1 or devices.size % model_parallel:
     raise ConfigError(f'config.model_parallel={model_parallel} does not divide the '
@@ -46,7 +54,15 @@ def make_mesh(devices: Optional[Sequence[jax.Device]] = None, model_parallel: in
 
 def tensor_parallel_axis(path: str, ndim: int) -> Optional[int]:
   """The axis of the parameter (or its optimizer state) at `path` that the model
-  axis splits, or None."""
+  axis splits, or None.
+
+  Args:
+    path: the '/'-joined path.
+    ndim: the array's number of axes.
+
+  Returns:
+    The axis, or None.
+  """
   for family in models.FAMILIES.values():
     for pattern, axis in family.tensor_parallel:
       if re.search(pattern, path) and ndim >= -axis:
@@ -54,9 +70,20 @@ def tensor_parallel_axis(path: str, ndim: int) -> Optional[int]:
   return None
 
 
-def leaf_spec(shape, devices: int, rule: str, path: str = '', model: int = 1) -> P:
+def leaf_spec(shape: Sequence[int], devices: int, rule: str, path: str = '', model: int = 1) -> P:
   """The partition of one array of `shape` at parameter `path` over `devices` along
-  the data axis and `model` devices along the model axis."""
+  the data axis and `model` devices along the model axis.
+
+  Args:
+    shape: the array's shape.
+    devices: the data axis' length.
+    rule: 'data' or 'fsdp' (`config.sharding`).
+    path: the parameter's path.
+    model: the model axis' length.
+
+  Returns:
+    The partition spec.
+  """
   if rule not in RULES:
     raise ValueError(f'Unknown sharding {rule!r}; use one of {RULES}.')
   spec = [None] * len(shape)
@@ -76,15 +103,31 @@ def leaf_spec(shape, devices: int, rule: str, path: str = '', model: int = 1) ->
   return P(*spec) if any(spec) else P()
 
 
-def path_string(key_path) -> str:
+def path_string(key_path: Any) -> str:
   """'/'-joined dict keys and attribute names of a key path (optimizer states mirror
-  the parameter paths under their own fields)."""
+  the parameter paths under their own fields).
+
+  Args:
+    key_path: a JAX key path.
+
+  Returns:
+    The path.
+  """
   return '/'.join(str(getattr(k, 'key', getattr(k, 'name', getattr(k, 'idx', k))))
                   for k in key_path)
 
 
 def state_shardings(state: Any, mesh: Mesh, rule: str) -> Any:
-  """A `NamedSharding` for every leaf of `state` (arrays or shape structs)."""
+  """A `NamedSharding` for every leaf of `state` (arrays or shape structs).
+
+  Args:
+    state: the training state.
+    mesh: the device mesh.
+    rule: 'data' or 'fsdp'.
+
+  Returns:
+    A tree of shardings like `state`.
+  """
   devices = mesh.shape[AXIS]
   model = mesh.shape.get(MODEL_AXIS, 1)
   return jax.tree_util.tree_map_with_path(
@@ -94,6 +137,14 @@ def state_shardings(state: Any, mesh: Mesh, rule: str) -> Any:
 
 
 def bytes_per_device(state: Any, device: jax.Device) -> int:
-  """Bytes of `state`'s arrays that live on `device`."""
+  """Bytes of `state`'s arrays that live on `device`.
+
+  Args:
+    state: a tree of arrays.
+    device: the device.
+
+  Returns:
+    The bytes.
+  """
   return sum(shard.data.nbytes for leaf in jax.tree_util.tree_leaves(state)
              for shard in getattr(leaf, 'addressable_shards', []) if shard.device == device)
