@@ -33,8 +33,8 @@ def _depth(n: int) -> np.ndarray:
 
 def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], list],
                  colour_of: Mapping[str, str], figure: str, title: str, ylabel: str,
-                 shade_key: Optional[str] = None, errors: Optional[Callable[[Mapping], list]] = None,
-                 **kwargs) -> List[str]:
+                 shade_key: Optional[str] = None,
+                 errors: Optional[Callable[[Mapping], list]] = None, **kwargs) -> List[str]:
   """One curve per model over relative depth (none below two models), with the
   standard errors `errors(r)` as bars; `shade_key` names the JSON list of layer
   indices to shade in the model's colour.
