@@ -52,7 +52,17 @@ register(alternet.FAMILY)
 
 
 def family_of(config: ml_collections.ConfigDict) -> Family:
-  """The family description of a model config from `get_config`."""
+  """The family description of a model config from `get_config`.
+
+  Args:
+    config: a zoo config.
+
+  Returns:
+    Its family.
+
+  Raises:
+    ValueError: a LiT config (a two-tower model is no image classifier).
+  """
   if lit.is_lit(config):
     raise ValueError(
         f'{config.name} is a two-tower image-text model, not an image classifier: classify '
@@ -73,6 +83,16 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
   may stand for the '_' ('ViT-B/16'). Besides the architecture fields, every
   model takes `num_classes` and `dtype` (the compute dtype; parameters stay
   float32). A LiT model's fields are those of `lit.FIELDS`.
+
+  Args:
+    name: the published name.
+    **overrides: fields to set.
+
+  Returns:
+    The config.
+
+  Raises:
+    ValueError: an unknown name or field, naming the known ones.
   """
   key = name.replace('/', '_')
   if key in lit.VARIANTS:
@@ -90,7 +110,14 @@ def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
-  """The Flax module of a model config from `get_config`."""
+  """The Flax module of a model config from `get_config`.
+
+  Args:
+    config: a zoo config.
+
+  Returns:
+    The module.
+  """
   if lit.is_lit(config):
     return lit.build(config)
   fields = {k: v for k, v in config.items() if k not in ('family', 'name')}
@@ -100,14 +127,24 @@ def build_model(config: ml_collections.ConfigDict) -> nn.Module:
 
 def get_model(name: str, num_classes: Optional[int] = 1000, **overrides) -> nn.Module:
   """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`. A
-  LiT model has no classes: `num_classes` is not used for it."""
+  LiT model has no classes: `num_classes` is not used for it.
+
+  Args:
+    name: the published name.
+    num_classes: the classifier's classes.
+    **overrides: fields to set.
+
+  Returns:
+    The module.
+  """
   if name.replace('/', '_') in lit.VARIANTS:
     return build_model(get_config(name, **overrides))
   return build_model(get_config(name, num_classes=num_classes, **overrides))
 
 
-def apply_with_intermediates(model: nn.Module, variables, images, *, train: bool = False,
-                             rngs=None, names: Optional[Iterable[str]] = None
+def apply_with_intermediates(model: nn.Module, variables: Any, images: Any, *,
+                             train: bool = False, rngs: Any = None,
+                             names: Optional[Iterable[str]] = None
                              ) -> Tuple[Any, Dict[str, Any]]:
   """Runs `model` and returns (output, {path: array}) of what it sowed.
 
@@ -118,6 +155,20 @@ def apply_with_intermediates(model: nn.Module, variables, images, *, train: bool
   `jax.jit` the unkept ones are never materialised. Attention weights exist
   only on the explicit attention path, which runs when they are asked for
   (`names` None or naming one); otherwise the fused path runs.
+
+  Args:
+    model: a zoo module.
+    variables: its variables ({'params': ...}).
+    images: (B, H, W, 3) images.
+    train: run in training mode (dropout, stochastic depth).
+    rngs: the random streams training mode needs.
+    names: the paths to keep, or None for all.
+
+  Returns:
+    (the model's output, {path: array}).
+
+  Raises:
+    KeyError: a name the model does not sow, listing those it does.
   """
   wants_weights = names is None or any(n.endswith(ATTENTION_WEIGHTS) for n in names)
   if wants_weights and getattr(model, 'attention_impl', 'explicit') != 'explicit':

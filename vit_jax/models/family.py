@@ -100,7 +100,14 @@ def branch_scales(layers: 'Layers') -> Dict[str, Any]:
 
 
 def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:
-  """The indices where the stage (a value per entry) differs from the entry before."""
+  """The indices where the stage (a value per entry) differs from the entry before.
+
+  Args:
+    stage_of: each entry's stage.
+
+  Returns:
+    The indices.
+  """
   return tuple(i for i in range(1, len(stage_of)) if stage_of[i] != stage_of[i - 1])
 
 
@@ -150,7 +157,14 @@ class Family:
     return f'^(?!{re.escape(self.head)})'
 
   def build(self, fields: Mapping[str, Any]) -> nn.Module:
-    """The module of a model config's fields (without `family` and `name`)."""
+    """The module of a model config's fields (without `family` and `name`).
+
+    Args:
+      fields: the config's fields.
+
+    Returns:
+      The module.
+    """
     kwargs = dict(fields)
     for field in self.sequence_fields:
       if kwargs.get(field) is not None:
