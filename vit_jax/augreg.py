@@ -19,7 +19,14 @@ def index(path_or_url: str = AUGREG_DIR) -> List[Dict[str, Any]]:
   """The rows of the AugReg index (`index.csv`, or the directory holding it), one
   per fine-tuning run of a pre-training checkpoint: name ('B/16', 'R26+S/32'), ds
   ('i21k', 'i21k_30', 'i1k'), the hyperparameters, accuracies (floats), filename,
-  adapt_filename, ... as the published file has them."""
+  adapt_filename, ... as the published file has them.
+
+  Args:
+    path_or_url: the index or the directory holding it.
+
+  Returns:
+    The rows.
+  """
   path = epath.Path(path_or_url)
   if not os.fspath(path).endswith('.csv'):
     path = path / 'index.csv'
@@ -43,7 +50,14 @@ def index(path_or_url: str = AUGREG_DIR) -> List[Dict[str, Any]]:
 
 def model_name(name: str) -> str:
   """The zoo name of an AugReg model name: 'B/16' -> 'ViT-B_16', 'R26+S/32' ->
-  'R26+ViT-S_32'."""
+  'R26+ViT-S_32'.
+
+  Args:
+    name: the AugReg name.
+
+  Returns:
+    The zoo name.
+  """
   body, _, rest = name.rpartition('+')
   size, _, patch = rest.partition('/')
   return f'{body + "+" if body else ""}ViT-{size}_{patch}'
@@ -53,7 +67,15 @@ def select(rows: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any]:
   """The index row of `spec`: an exact pre-training or fine-tuned filename, or a
   model name with an optional pre-training dataset, 'B/16' or 'B/16@i1k' (default
   i21k), whose recommended checkpoint is the one with the best final validation
-  accuracy (`final_val`) among that name's pre-training runs."""
+  accuracy (`final_val`) among that name's pre-training runs.
+
+  Args:
+    rows: the index's rows.
+    spec: a filename or name[@dataset].
+
+  Returns:
+    The row.
+  """
   for row in rows:
     if spec in (row['filename'], row['adapt_filename']):
       return row
@@ -71,7 +93,15 @@ def select(rows: Sequence[Mapping[str, Any]], spec: str) -> Mapping[str, Any]:
 def lookup(spec: str, augreg_dir: Optional[str] = None
                   ) -> Tuple[str, Mapping[str, Any]]:
   """The file and index row of an AugReg name or filename (`select`), through
-  the index in `augreg_dir` (default the public bucket)."""
+  the index in `augreg_dir` (default the public bucket).
+
+  Args:
+    spec: a filename or name[@dataset].
+    augreg_dir: the directory of the index and files.
+
+  Returns:
+    (the file's path, the row).
+  """
   directory = (augreg_dir or AUGREG_DIR).rstrip('/')
   row = select(index(directory), spec)
   filename = row['adapt_filename'] if spec == row['adapt_filename'] else row['filename']
@@ -80,7 +110,15 @@ def lookup(spec: str, augreg_dir: Optional[str] = None
 
 def resolve(pretrained: str, augreg_dir: Optional[str] = None) -> str:
   """The file a `pretrained` setting names: 'augreg:<name or filename>' through the
-  AugReg index (`lookup`), anything else as it is."""
+  AugReg index (`lookup`), anything else as it is.
+
+  Args:
+    pretrained: the recipe's `pretrained`.
+    augreg_dir: the directory of the AugReg index and files.
+
+  Returns:
+    The file's path.
+  """
   if not pretrained.startswith(AUGREG_PREFIX):
     return pretrained
   return lookup(pretrained[len(AUGREG_PREFIX):], augreg_dir)[0]

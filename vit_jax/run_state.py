@@ -24,15 +24,29 @@ def _bytes(leaf) -> bytes:
   return np.ascontiguousarray(array).tobytes() if array.ndim else repr(array.item()).encode()
 
 
-def checksums(state) -> Dict[str, int]:
-  """CRC-32 of every array of `state` by its key path."""
+def checksums(state: Any) -> Dict[str, int]:
+  """CRC-32 of every array of `state` by its key path.
+
+  Args:
+    state: a tree of arrays.
+
+  Returns:
+    {key path: checksum}.
+  """
   return {jax.tree_util.keystr(path): zlib.crc32(_bytes(leaf))
           for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(state))}
 
 
-def save(manager: ocp.CheckpointManager, step: int, state, seconds: float = 0.) -> None:
+def save(manager: ocp.CheckpointManager, step: int, state: Any, seconds: float = 0.) -> None:
   """The state at `step`, its checksums, and the `seconds` of training it took
-  (`budget.Clock`: a resumed budgeted run goes on from them)."""
+  (`budget.Clock`: a resumed budgeted run goes on from them).
+
+  Args:
+    manager: the run's checkpoint manager.
+    step: the step.
+    state: the training state.
+    seconds: the training seconds behind it.
+  """
   manager.save(step, args=ocp.args.Composite(**{
       STATE: ocp.args.StandardSave(state), CHECKSUMS: ocp.args.JsonSave(checksums(state)),
       CLOCK: ocp.args.JsonSave({'train_seconds': seconds})}))
@@ -63,10 +77,18 @@ def _restore_step(manager: ocp.CheckpointManager, step: int, abstract):
   return restored[STATE], restored[CHECKSUMS], float(clock)
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any, float]:
+def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Tuple[Any, float]:
   """The newest checkpoint that restores and checks out, and the seconds of training
   it took; the others are reported and skipped. (None, 0.) when there are none; a
-  CheckpointError when none of them does."""
+  CheckpointError when none of them does.
+
+  Args:
+    manager: the run's checkpoint manager.
+    abstract_state: the state's shapes and shardings.
+
+  Returns:
+    (the state or None, its training seconds).
+  """
   steps = sorted(manager.all_steps(), reverse=True)
   problems = []
   for step in steps:
@@ -88,10 +110,18 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state) -> Tuple[Any,
   return None, 0.
 
 
-def resume(manager: ocp.CheckpointManager, state) -> Tuple[Any, float]:
+def resume(manager: ocp.CheckpointManager, state: Any) -> Tuple[Any, float]:
   """The state of the newest usable checkpoint, placed as `state` is (the run's
   mesh and sharding, whatever the devices that wrote it), or `state` (fresh) where
-  the run has none; and the seconds of training behind it."""
+  the run has none; and the seconds of training behind it.
+
+  Args:
+    manager: the run's checkpoint manager.
+    state: the fresh state, placed as the run places it.
+
+  Returns:
+    (the state, its training seconds).
+  """
   restored, seconds = restore_latest(
       manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   if restored is None:

@@ -39,7 +39,15 @@ def checked_row(config: ml_collections.ConfigDict, label: str
                 ) -> Tuple[ml_collections.ConfigDict, Optional[str]]:
   """The row's recipe (`row_config`) and the label of the row it starts from (its
   `pretrained` is 'row:<label>'), or None; a field the recipe lacks or a reference
-  to no other row is a ConfigError."""
+  to no other row is a ConfigError.
+
+  Args:
+    config: the sweep recipe.
+    label: the row.
+
+  Returns:
+    (the row's recipe, the row it starts from or None).
+  """
   try:
     row = row_config(config, label)
   except ValueError as e:
@@ -56,7 +64,16 @@ def checked_row(config: ml_collections.ConfigDict, label: str
 def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict:
   """Trains one row (unless it has a result of the same settings) and returns its
   result. A row whose `pretrained` is 'row:<label>' starts from that row's
-  parameters, trained first. A result of other settings is refused, naming them."""
+  parameters, trained first. A result of other settings is refused, naming them.
+
+  Args:
+    config: the sweep recipe.
+    label: the row.
+    workdir: the sweep's directory.
+
+  Returns:
+    The row's result.
+  """
   row, source = checked_row(config, label)
   if source is not None:
     row.pretrained = os.path.join(workdir, source, 'params.npz')
@@ -98,7 +115,16 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
 
 
 def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
-  """The sweep's Markdown and CSV tables and its bar chart; returns their paths."""
+  """The sweep's Markdown and CSV tables and its bar chart.
+
+  Args:
+    name: the sweep's name.
+    results: each row's result.
+    workdir: the sweep's directory.
+
+  Returns:
+    The files' paths.
+  """
   paths = [os.path.join(workdir, f'{name}.{ext}') for ext in ('md', 'csv', 'png')]
   lines = [f'| {name} | fields | test accuracy | ECE | Brier | wall time |',
            '| --- | --- | --- | --- | --- | --- |']
@@ -136,7 +162,16 @@ def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
 def run_sweep(config: ml_collections.ConfigDict, workdir: str,
               rows: Optional[Sequence[str]] = None) -> List[Dict]:
   """Every row of `config.sweep` in order (or only those named in `rows`), then the
-  tables of every row that has a result."""
+  tables of every row that has a result.
+
+  Args:
+    config: the sweep recipe.
+    workdir: the sweep's directory.
+    rows: the rows to train, or None for all.
+
+  Returns:
+    The results of the rows trained.
+  """
   if 'sweep' not in config:
     raise ConfigError('The recipe has no `sweep` field: give a sweep recipe such as '
                       'configs/ablations.py:posemb.')

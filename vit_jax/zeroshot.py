@@ -39,7 +39,16 @@ PROMPTS = ('itap of a {}.', 'a bad photo of the {}.', 'a origami {}.', 'a photo 
 def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tensor:
   """A uint8 (H, W, C) image as LiT's preprocessing gives it: bilinear resize to
   size x size (or of the short side to `size`, then the central crop), back to
-  uint8 (truncating), then [-1, 1]. Grey images get three channels."""
+  uint8 (truncating), then [-1, 1]. Grey images get three channels.
+
+  Args:
+    image: a uint8 (H, W, C) image.
+    size: the output side.
+    crop: resize the short side, then crop the centre.
+
+  Returns:
+    The (size, size, 3) float image.
+  """
   image = tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
   if crop:
     h, w = tf.shape(image)[0], tf.shape(image)[1]
@@ -55,12 +64,29 @@ def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tens
 
 
 def default_vocab(checkpoint_path: str, config: ml_collections.ConfigDict) -> str:
-  """The vocabulary beside a checkpoint: its stem with `.txt` (BERT) or `.model`."""
+  """The vocabulary beside a checkpoint: its stem with `.txt` (BERT) or `.model`.
+
+  Args:
+    checkpoint_path: the LiT checkpoint.
+    config: its zoo config (its tokenizer).
+
+  Returns:
+    The vocabulary's path.
+  """
   return os.path.splitext(checkpoint_path)[0] + models.lit.TOKENIZERS[config.tokenizer]
 
 
 def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dict[str, Any]:
-  """A LiT checkpoint's parameters, checked against the model's tree."""
+  """A LiT checkpoint's parameters, checked against the model's tree.
+
+  Args:
+    path: the checkpoint.
+    model: the LiT module.
+    config: its zoo config.
+
+  Returns:
+    The parameters.
+  """
   params = checkpoint.load(path, config.name)
   images = jnp.zeros((1, config.image_size, config.image_size, 3))
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images=images,
@@ -83,7 +109,19 @@ def _check_vocabulary(tokenizer: Any, params: Dict[str, Any], vocab: str, name: 
 def class_embeddings(model: Any, params: Dict[str, Any], tokenizer: Any,
                      class_names: Sequence[str], prompts: Sequence[str],
                      batch_size: int = 256) -> np.ndarray:
-  """(classes, D): for each class the mean of its prompts' text embeddings."""
+  """(classes, D): for each class the mean of its prompts' text embeddings.
+
+  Args:
+    model: the LiT module.
+    params: its parameters.
+    tokenizer: the text tokenizer.
+    class_names: the classes' names.
+    prompts: templates with '{}' for the name.
+    batch_size: texts per batch.
+
+  Returns:
+    The (classes, D) embeddings.
+  """
   texts = [p.format(c) for c in class_names for p in prompts]
   embed = jax.jit(lambda v, t: model.apply(v, tokens=t)[1])
   tokens = tokenizer(texts)
@@ -94,7 +132,17 @@ def class_embeddings(model: Any, params: Dict[str, Any], tokenizer: Any,
 
 def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
              zclasses: np.ndarray) -> Dict[str, Any]:
-  """Predicted labels of `dataset`'s preprocessed image batches and the accuracy."""
+  """Predicted labels of `dataset`'s preprocessed image batches and the accuracy.
+
+  Args:
+    model: the LiT module.
+    params: its parameters.
+    dataset: batches of {'image', 'label'}.
+    zclasses: the (classes, D) class embeddings.
+
+  Returns:
+    {'accuracy', 'num_examples', 'standard_error', 'predictions', 'labels'}.
+  """
   embed = jax.jit(lambda v, x: model.apply(v, images=x)[0])
   predictions, labels = [], []
   for batch in dataset.as_numpy_iterator():
@@ -115,7 +163,24 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
               class_names: Optional[Sequence[str]] = None,
               prompts: Sequence[str] = PROMPTS, crop: bool = False, batch_size: int = 64,
               max_examples: Optional[int] = None) -> Dict[str, Any]:
-  """Zero-shot accuracy of a LiT checkpoint on a dataset split (see the module doc)."""
+  """Zero-shot accuracy of a LiT checkpoint on a dataset split (see the module doc).
+
+  Args:
+    model_name: the LiT variant.
+    checkpoint_path: its checkpoint.
+    dataset: a TFDS name or `folder:` root.
+    split: the split.
+    vocab: the vocabulary (`default_vocab` if None).
+    data_dir: TFDS's data directory.
+    class_names: the classes' names (the dataset's if None).
+    prompts: templates with '{}' for the name.
+    crop: LiT's crop preprocessing.
+    batch_size: images per batch.
+    max_examples: the most images to classify.
+
+  Returns:
+    The accuracy and what it was measured on.
+  """
   try:
     config = models.get_config(model_name)
   except ValueError as e:
