@@ -21,12 +21,20 @@ HEAD_OUTPUTS = 'head_outputs'  # the sown name of each head's output, before the
 CUDNN_SEQ_MULTIPLE = 8
 
 
-def resolve_impl(impl: str, dtype) -> str:
+def resolve_impl(impl: str, dtype: Any) -> str:
   """'auto' as the backend runs it best: cuDNN's flash attention on a GPU in
   half precision (its kernels are for bfloat16 and float16, and have no second
   derivative, which the Hessian tools take in float32), the explicit form on a
   CPU (where XLA:CPU runs it faster than the fused form), XLA's fused form
-  elsewhere. Other names are kept as they are."""
+  elsewhere. Other names are kept as they are.
+
+  Args:
+    impl: 'auto', 'explicit', 'xla' or 'cudnn'.
+    dtype: the compute dtype.
+
+  Returns:
+    The implementation's name.
+  """
   if impl != 'auto':
     return impl
   backend = jax.default_backend()
@@ -37,7 +45,17 @@ def resolve_impl(impl: str, dtype) -> str:
 
 def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, impl: str) -> jax.Array:
   """softmax(q k^T / sqrt(d)) v over (B, N, heads, d) operands by `impl` 'xla' or
-  'cudnn', without the weights left behind."""
+  'cudnn', without the weights left behind.
+
+  Args:
+    query: (B, N, heads, d).
+    key: (B, N, heads, d).
+    value: (B, N, heads, d).
+    impl: 'xla' or 'cudnn'.
+
+  Returns:
+    The (B, N, heads, d) output.
+  """
   if impl == 'cudnn':
     return padded_attention(query, key, value, CUDNN_SEQ_MULTIPLE, 'cudnn')
   return jax.nn.dot_product_attention(query, key, value, implementation='xla')
@@ -46,7 +64,18 @@ def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, impl: st
 def padded_attention(query: jax.Array, key: jax.Array, value: jax.Array, multiple: int,
                      implementation: str) -> jax.Array:
   """`jax.nn.dot_product_attention` with the tokens padded to a multiple of
-  `multiple`: padded keys are masked out and padded queries dropped."""
+  `multiple`: padded keys are masked out and padded queries dropped.
+
+  Args:
+    query: (B, N, heads, d).
+    key: (B, N, heads, d).
+    value: (B, N, heads, d).
+    multiple: the token count is padded to a multiple of it.
+    implementation: `jax.nn.dot_product_attention`'s.
+
+  Returns:
+    The (B, N, heads, d) output.
+  """
   b, n = query.shape[:2]
   padded = -(-n // multiple) * multiple
   pad = lambda x: jnp.pad(x, ((0, 0), (0, padded - n), (0, 0), (0, 0)))
@@ -61,7 +90,16 @@ def window_mask(grid: Tuple[int, int], window: int, extra: int) -> np.ndarray:
   """(T, T) boolean mask, T = extra + gh * gw: a patch query at (r, c) sees the
   window x window patches at rows r - window // 2 ... r + (window - 1) // 2 (and
   the same columns), cut at the grid's edges; the `extra` leading tokens (the
-  class token) see and are seen by every token."""
+  class token) see and are seen by every token.
+
+  Args:
+    grid: (gh, gw) patches.
+    window: the window's side in patches.
+    extra: leading tokens outside the grid.
+
+  Returns:
+    The (T, T) mask, True where a query sees a key.
+  """
   rows, cols = np.divmod(np.arange(grid[0] * grid[1]), grid[1])
   near = lambda p: ((p[None, :] - p[:, None] >= -(window // 2))
                     & (p[None, :] - p[:, None] <= (window - 1) // 2))
@@ -74,7 +112,16 @@ def relative_logits(query: jax.Array, table: jax.Array, extra: int) -> jax.Array
   """1-D relative attention logits (B, heads, T, T) / sqrt(d): each patch query
   (B, T, heads, d) dotted with the table's embedding (2n - 1, heads, d) of the
   offset p_q - p_k between its position and the key's in the flattened patch
-  sequence. The `extra` leading tokens (the class token) get 0."""
+  sequence. The `extra` leading tokens (the class token) get 0.
+
+  Args:
+    query: (B, T, heads, d).
+    table: (2n - 1, heads, d) offset embeddings.
+    extra: leading tokens outside the grid.
+
+  Returns:
+    The (B, heads, T, T) logits.
+  """
   n = query.shape[1] - extra
   if table.shape[0] != 2 * n - 1:
     raise ValueError(f'A relative table of {table.shape[0]} offsets does not fit {n} patches '

@@ -32,7 +32,17 @@ class StdConv(nn.Conv):
   eps_inside_sqrt: bool = False
   conv_general_dilated: Any = conv.conv_general_dilated
 
-  def param(self, name, *args, **kwargs):
+  def param(self, name: str, *args, **kwargs) -> Any:
+    """The parameter `name`, a kernel standardised over its input axes.
+
+    Args:
+      name: the parameter's name.
+      *args: as for `nn.Module.param`.
+      **kwargs: as for `nn.Module.param`.
+
+    Returns:
+      The parameter.
+    """
     param = super().param(name, *args, **kwargs)
     if name != 'kernel':
       return param
@@ -319,13 +329,28 @@ PUBLISHED = ((50, 1), (50, 3), (101, 1), (101, 3), (152, 2), (152, 4))
 
 
 def unit_names(stage_depths: Sequence[int], prefix: str = '') -> list:
-  """'{prefix}block{s}/unit{u:02d}' of every BiT unit, in depth order."""
+  """'{prefix}block{s}/unit{u:02d}' of every BiT unit, in depth order.
+
+  Args:
+    stage_depths: the units of each stage.
+    prefix: put before each name.
+
+  Returns:
+    The names.
+  """
   return [f'{prefix}block{s + 1}/unit{u + 1:02d}'
           for s, depth in enumerate(stage_depths) for u in range(depth)]
 
 
 def layers(config: ml_collections.ConfigDict) -> Layers:
-  """The stem output, then each unit's output; every unit is one residual branch."""
+  """The stem output, then each unit's output; every unit is one residual branch.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    Its `Layers`.
+  """
   units = unit_names(config.num_layers)
   stage_of = [u.split('/')[0] for u in units]
   return Layers(
@@ -339,12 +364,27 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
+  """The model's shape in words, for the report.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    The words.
+  """
   return (f'units {"-".join(map(str, config.num_layers))} per stage, '
           f'width x{config.width_factor:g}')
 
 
 def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
-  """A BiT tree in the published layout as timm's ResNetV2 `state_dict`."""
+  """A BiT tree in the published layout as timm's ResNetV2 `state_dict`.
+
+  Args:
+    flat: the flat parameters, published layout.
+
+  Returns:
+    The state dict's arrays.
+  """
   out = {'stem.conv.weight': oihw(flat['resnet/root_block/standardized_conv2d/kernel']),
          'norm.weight': flat['resnet/group_norm/gamma'],
          'norm.bias': flat['resnet/group_norm/beta']}
@@ -370,7 +410,15 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ResNetV2 state dict fixes: its classes (none without `head.fc`); its
-  parameters are the same at any image size."""
+  parameters are the same at any image size.
+
+  Args:
+    state: the state dict.
+    config: the named model's zoo config.
+
+  Returns:
+    {'image_size', 'num_classes'}.
+  """
   del config
   return dict(image_size=224, num_classes=(np.shape(state['head.fc.weight'])[0]
                                            if 'head.fc.weight' in state else 0))

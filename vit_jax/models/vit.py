@@ -40,9 +40,19 @@ REMAT_POLICIES = {'none': None, 'full': jax.checkpoint_policies.nothing_saveable
                   'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
-def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10_000.) -> np.ndarray:
+def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10_000.
+                      ) -> np.ndarray:
   """Fixed 2-D sine-cosine position embeddings (N, width): a quarter of the
-  channels each for sin(x), cos(x), sin(y), cos(y) at geometric frequencies."""
+  channels each for sin(x), cos(x), sin(y), cos(y) at geometric frequencies.
+
+  Args:
+    grid: (h, w) patches.
+    width: the embedding width (a multiple of 4).
+    temperature: the frequencies' base.
+
+  Returns:
+    The (h*w, width) embeddings.
+  """
   if width % 4:
     raise ValueError(f'sincos2d position embeddings need a width divisible by 4, got {width}.')
   y, x = np.mgrid[:grid[0], :grid[1]]
@@ -451,7 +461,14 @@ def _variants() -> dict:
 
 
 def layers(config: ml_collections.ConfigDict) -> Layers:
-  """Embedded tokens, then the stream after each attention and each MLP branch."""
+  """Embedded tokens, then the stream after each attention and each MLP branch.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    Its `Layers`.
+  """
   stream, labels, branches = ['Transformer/encoderblock_0/input'], ['embedding'], []
   for i in range(config.num_layers):
     block = f'Transformer/encoderblock_{i}/'
@@ -478,6 +495,14 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
+  """The model's shape in words, for the report.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    The words.
+  """
   head = 'class token' if config.classifier.startswith('token') else config.classifier
   shape = (f'{config.num_layers} blocks, width {config.hidden_size}, {config.num_heads} heads, '
            f'patch {config.patch_size}')
@@ -494,6 +519,14 @@ def interpolate_posembed(posemb: np.ndarray, old_grid: Tuple[int, int],
 
   Bilinear interpolation with corners kept on corners, as
   `scipy.ndimage.zoom(order=1)`; class-token rows are the caller's to keep apart.
+
+  Args:
+    posemb: (1, gh*gw, D) embeddings.
+    old_grid: (gh, gw).
+    new_grid: (nh, nw).
+
+  Returns:
+    The (1, nh*nw, D) embeddings.
   """
   grid = np.asarray(posemb)[0].reshape(tuple(old_grid) + (-1,))
   zoom = (new_grid[0] / old_grid[0], new_grid[1] / old_grid[1], 1)
@@ -552,7 +585,18 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   learned position embedding resized to the new grid (`grid_shape`, inferred
   when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
   tables along their axis, `relative` offset tables along the offsets. A MAP
-  head that the checkpoint lacks starts from initialisation."""
+  head that the checkpoint lacks starts from initialisation.
+
+  Args:
+    restored: the checkpoint's flat parameters (head taken from `init`).
+    init: the new model's freshly initialised flat parameters.
+    config: the new model's zoo config.
+    grid_shape: the new patch grid, or None to infer a square one.
+    source: the checkpoint's path, for messages.
+
+  Returns:
+    The fitted flat parameters.
+  """
   restored = dict(restored)
   has_token = config.classifier in ('token', 'token_unpooled')
   if config.classifier == 'map':
