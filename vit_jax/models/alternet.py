@@ -32,7 +32,15 @@ _conv_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
 def block_kinds(depth: int, num_msa: int) -> Tuple[str, ...]:
   """'conv' or 'msa' for each block of a stage: the last 2 * num_msa blocks
-  alternate conv, MSA."""
+  alternate conv, MSA.
+
+  Args:
+    depth: the stage's blocks.
+    num_msa: its MSA blocks.
+
+  Returns:
+    Each block's kind.
+  """
   if 2 * num_msa > depth:
     raise ValueError(f'A stage of {depth} blocks holds at most {depth // 2} MSA blocks '
                      f'(each follows a conv block), not {num_msa}.')
@@ -41,7 +49,14 @@ def block_kinds(depth: int, num_msa: int) -> Tuple[str, ...]:
 
 def relative_offsets(window: int) -> np.ndarray:
   """(w*w, w*w, 2) row and column offsets key - query of the positions of a
-  w x w window, flattened row-major."""
+  w x w window, flattened row-major.
+
+  Args:
+    window: w, the window's side.
+
+  Returns:
+    The offsets.
+  """
   positions = np.stack(np.meshgrid(np.arange(window), np.arange(window), indexing='ij'), -1)
   positions = positions.reshape(-1, 2)
   return positions[None, :, :] - positions[:, None, :]
@@ -207,7 +222,14 @@ VARIANTS = {  # depth: (block, blocks per stage, MSA blocks per stage)
 
 
 def layers(config: ml_collections.ConfigDict) -> Layers:
-  """The stem output, then each block's output; the MSA blocks are the attention."""
+  """The stem output, then each block's output; the MSA blocks are the attention.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    Its `Layers`.
+  """
   units, kinds, stage_of = [], [], []
   for s, (depth, msa) in enumerate(zip(config.num_layers, config.num_msa)):
     for u, kind in enumerate(block_kinds(depth, msa)):
@@ -226,6 +248,14 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
+  """The model's shape in words, for the report.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    The words.
+  """
   return (f'{config.block} blocks {"-".join(map(str, config.num_layers))} per stage '
           f'({sum(config.num_msa)} with attention), width {config.width}')
 

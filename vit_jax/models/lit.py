@@ -245,7 +245,16 @@ def get_config(name: str, image_fields: Mapping[str, Any], **overrides
                ) -> ml_collections.ConfigDict:
   """The config of LiT model `name`; `image_fields` are the image tower's
   architecture fields (its zoo config). `image` and `text` overrides update
-  those dicts; the other fields are replaced."""
+  those dicts; the other fields are replaced.
+
+  Args:
+    name: the LiT variant.
+    image_fields: the image tower's zoo config.
+    **overrides: fields to set.
+
+  Returns:
+    The config.
+  """
   config = dict(VARIANTS[name], name=name, family=FAMILY, dtype='float32')
   config['image'] = {k: v for k, v in image_fields.items() if k not in ('family', 'name', 'dtype')}
   unknown = sorted(set(overrides) - set(FIELDS))
@@ -261,7 +270,14 @@ def get_config(name: str, image_fields: Mapping[str, Any], **overrides
 
 
 def build(config: ml_collections.ConfigDict) -> LitModel:
-  """The LitModel of a config from `get_config`."""
+  """The LitModel of a config from `get_config`.
+
+  Args:
+    config: a LiT config.
+
+  Returns:
+    The module.
+  """
   image = dict(config.image.to_dict(), num_classes=config.out_dim[0])
   for key in vit.FAMILY.sequence_fields:
     if image.get(key) is not None:
@@ -272,12 +288,26 @@ def build(config: ml_collections.ConfigDict) -> LitModel:
 
 
 def is_lit(config: ml_collections.ConfigDict) -> bool:
-  """Whether a zoo config (`models.get_config`) is a LiT model's."""
+  """Whether a zoo config (`models.get_config`) is a LiT model's.
+
+  Args:
+    config: a zoo config.
+
+  Returns:
+    Whether it is LiT's.
+  """
   return config.family == FAMILY
 
 
 def text_vocabulary(params: Mapping[str, Any]) -> int:
-  """The number of token embeddings of a LiT parameter tree's text tower."""
+  """The number of token embeddings of a LiT parameter tree's text tower.
+
+  Args:
+    params: a LiT parameter tree.
+
+  Returns:
+    The vocabulary size.
+  """
   text = params['txt']
   table = (text['BertEncoder_0']['embedder']['embedders_token_ids'] if 'BertEncoder_0' in text
            else text['Embed_0'])
@@ -285,5 +315,12 @@ def text_vocabulary(params: Mapping[str, Any]) -> int:
 
 
 def is_two_tower(flat: Mapping[str, Any]) -> bool:
-  """Whether a flat '/'-keyed tree is a LiT model's: both towers and `t` at its root."""
+  """Whether a flat '/'-keyed tree is a LiT model's: both towers and `t` at its root.
+
+  Args:
+    flat: a flat '/'-keyed tree.
+
+  Returns:
+    Whether it is two-tower.
+  """
   return 't' in flat and {'img', 'txt'} <= {key.split('/')[0] for key in flat}

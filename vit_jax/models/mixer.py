@@ -97,7 +97,14 @@ PUBLISHED = ('S/32', 'S/16', 'B/32', 'B/16', 'L/32', 'L/16')
 
 
 def layers(config: ml_collections.ConfigDict) -> Layers:
-  """Embedded patches, then the stream after each token- and channel-mixing MLP."""
+  """Embedded patches, then the stream after each token- and channel-mixing MLP.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    Its `Layers`.
+  """
   stream, labels, branches = ['MixerBlock_0/input'], ['embedding'], []
   for i in range(config.num_blocks):
     block = f'MixerBlock_{i}/'
@@ -113,6 +120,14 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
+  """The model's shape in words, for the report.
+
+  Args:
+    config: a zoo config of the family.
+
+  Returns:
+    The words.
+  """
   return f'{config.num_blocks} blocks, width {config.hidden_dim}, patch {config.patch_size}'
 
 
@@ -120,7 +135,21 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
                    grid_shape: Optional[Sequence[int]], source: str) -> Flat:
   """Refuses a checkpoint whose number of patches differs from the model's: the
   token-mixing MLP's first kernel is (patches, tokens_mlp_dim), so unlike ViT
-  position embeddings it has no resolution-free form to resize."""
+  position embeddings it has no resolution-free form to resize.
+
+  Args:
+    restored: the checkpoint's flat parameters (head taken from `init`).
+    init: the new model's freshly initialised flat parameters.
+    config: the new model's zoo config.
+    grid_shape: the new patch grid, or None.
+    source: the checkpoint's path, for messages.
+
+  Returns:
+    `restored`, where the patches agree.
+
+  Raises:
+    CheckpointError: they do not.
+  """
   del grid_shape  # The patch count fixes the grid; nothing is resized.
   key = 'MixerBlock_0/token_mixing/Dense_0/kernel'
   if key in restored and key in init and restored[key].shape[0] != init[key].shape[0]:

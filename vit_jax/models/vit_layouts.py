@@ -24,14 +24,28 @@ _BLOCK_PARAM = re.compile(r'Transformer/encoderblock_(\d+)/')
 
 def published(flat: Flat) -> Flat:
   """A ViT file in any layout this module reads (big_vision, current-Flax names) in
-  the published layout; other files are returned as they are."""
+  the published layout; other files are returned as they are.
+
+  Args:
+    flat: a flat '/'-keyed tree.
+
+  Returns:
+    The tree in the published layout.
+  """
   return published_names(from_big_vision(flat))
 
 
 def published_names(flat: Flat) -> Flat:
   """Renames encoder-block children written with current Flax auto-names
   (`MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`) to the
-  published ones; trees already in the published form are returned as they are."""
+  published ones; trees already in the published form are returned as they are.
+
+  Args:
+    flat: a flat '/'-keyed tree.
+
+  Returns:
+    The tree in the published layout.
+  """
   if not any('/MultiHeadDotProductAttention_0/' in k for k in flat):
     return dict(flat)
   renamed = {}
@@ -52,7 +66,14 @@ def from_big_vision(flat: Flat) -> Flat:
   two-tower model under 'params/img/'), keeps the learned position embedding at
   the root without a class-token row (it prepends the class token after adding
   it), may scan the blocks into one 'Transformer/encoderblock' with the layer
-  axis first, and names block children as current Flax does."""
+  axis first, and names block children as current Flax does.
+
+  Args:
+    flat: a flat '/'-keyed tree.
+
+  Returns:
+    The tree in our layout.
+  """
   flat = dict(flat)
   for prefix in ('params/', 'img/'):
     inner = {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
@@ -75,7 +96,15 @@ def from_big_vision(flat: Flat) -> Flat:
 def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
   """A published-layout file in the tree of `config`'s module: with `scan_layers`
   the per-block parameters stacked along a new first axis under
-  'Transformer/encoderblock/' (what `from_big_vision` unstacks)."""
+  'Transformer/encoderblock/' (what `from_big_vision` unstacks).
+
+  Args:
+    flat: a flat tree in the published layout.
+    config: the model's zoo config.
+
+  Returns:
+    The flat tree of its module.
+  """
   if not config.get('scan_layers'):
     return dict(flat)
   blocks = {int(m.group(1)) for m in map(_BLOCK_PARAM.match, flat) if m}
@@ -96,7 +125,14 @@ def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
 
 def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   """The timm `state_dict` (name -> float32 array, PyTorch layout) of a ViT or
-  hybrid in the published layout: what timm's own `.npz` loader makes of it."""
+  hybrid in the published layout: what timm's own `.npz` loader makes of it.
+
+  Args:
+    flat: the flat parameters, published layout.
+
+  Returns:
+    The state dict's arrays.
+  """
   if any(k.startswith('pre_logits/') for k in flat):
     raise ValueError('timm ViTs have no pre_logits (representation) layer; export a model '
                      'without representation_size.')
@@ -144,7 +180,15 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ViT or hybrid state dict fixes: the head (class token, attention
   pooling or the tokens' mean), the classes, and the image size of its position
-  embeddings on `config`'s patch grid."""
+  embeddings on `config`'s patch grid.
+
+  Args:
+    state: the state dict.
+    config: the named model's zoo config.
+
+  Returns:
+    The config fields it fixes, and `image_size`.
+  """
   if 'fc_norm.weight' in state:
     raise CheckpointError(
         'This timm ViT normalises the pooled tokens (fc_norm), where these ViTs normalise '
