@@ -134,7 +134,15 @@ def _lookup(result: Mapping, path: Tuple[str, ...]):
 
 def used(tool: str, result: Mapping) -> List[Tuple[Convention, Dict[str, object]]]:
   """The recorded conventions of `tool` in its JSON `result`: for each, the value
-  used per model label (or under '' for a tool over all models)."""
+  used per model label (or under '' for a tool over all models).
+
+  Args:
+    tool: the tool's name.
+    result: its JSON.
+
+  Returns:
+    (convention, {model label: value}) pairs.
+  """
   found = []
   for c in CONVENTIONS:
     if c.tool != tool or not c.record:
@@ -148,14 +156,30 @@ def used(tool: str, result: Mapping) -> List[Tuple[Convention, Dict[str, object]
   return found
 
 
-def is_authors(convention: Convention, value) -> bool:
-  """Whether `value` of the convention's option is the authors' convention."""
+def is_authors(convention: Convention, value: object) -> bool:
+  """Whether `value` of the convention's option is the authors' convention.
+
+  Args:
+    convention: the convention.
+    value: the option's value.
+
+  Returns:
+    Whether it is the authors'.
+  """
   return value in AUTHORS_VALUES.get((convention.tool, convention.option), (convention.default,))
 
 
 def caption(tool: str, result: Mapping) -> str:
   """One sentence naming the conventions `tool`'s JSON records, each the authors'
-  or a named departure; '' where it records none."""
+  or a named departure; '' where it records none.
+
+  Args:
+    tool: the tool's name.
+    result: its JSON.
+
+  Returns:
+    The sentence.
+  """
   parts = []
   for c, values in used(tool, result):
     shown = sorted({str(v) for v in values.values()})

@@ -15,7 +15,13 @@ from analysis import tool
 def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],
                  out: str) -> None:
   """Writes every model's scalars and figures to its logdir (label -> directory);
-  figures are read from `out`, where the tools wrote them."""
+  figures are read from `out`, where the tools wrote them.
+
+  Args:
+    results: each tool's JSON.
+    logdirs: each model label's TensorBoard directory.
+    out: the analysis directory.
+  """
   for label, logdir in logdirs.items():
     writer = metric_writers.SummaryWriter(logdir)  # TensorBoard only, not the log
     for name, result in results.items():

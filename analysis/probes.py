@@ -37,7 +37,15 @@ def ridge_fit(x: np.ndarray, targets: np.ndarray, l2s: Sequence[float]
 
 
 def signed_one_hot(labels: np.ndarray, num_classes: int) -> np.ndarray:
-  """(n, num_classes) targets: 1 at each example's class, -1 elsewhere."""
+  """(n, num_classes) targets: 1 at each example's class, -1 elsewhere.
+
+  Args:
+    labels: (n,) integer labels.
+    num_classes: the number of classes.
+
+  Returns:
+    The targets.
+  """
   return 2. * np.eye(num_classes)[labels] - 1.
 
 

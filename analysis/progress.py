@@ -25,6 +25,12 @@ class Progress:
     self.started = self.last = time.perf_counter()
 
   def advance(self, units: int = 1, wait_for: Optional[Any] = None) -> None:
+    """Counts `units` done, and prints a line when `every` seconds have passed.
+
+    Args:
+      units: the units just done.
+      wait_for: arrays to wait for before timing (JAX runs asynchronously).
+    """
     self.done += units
     if time.perf_counter() - self.last < self.every or self.done >= self.total:
       return

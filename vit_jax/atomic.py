@@ -12,7 +12,15 @@ from etils import epath
 def atomic_write(path: str, mode: str = 'w') -> Iterator[IO]:
   """Opens a temporary file beside `path` ('w' text, 'wb' bytes); when the block
   ends without an error it is synced and renamed over `path`, otherwise removed.
-  Paths of other filesystems (gs://) are written through `etils.epath`."""
+  Paths of other filesystems (gs://) are written through `etils.epath`.
+
+  Args:
+    path: the file to write.
+    mode: 'w' or 'wb'.
+
+  Yields:
+    The open temporary file.
+  """
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / f'.{path.name}.tmp-{os.getpid()}'

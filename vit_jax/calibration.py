@@ -65,7 +65,14 @@ def bin_sums(confidence, correct, weight=1.) -> Dict[str, object]:
 
 
 def bins(sums: Mapping[str, object]) -> Dict[str, np.ndarray]:
-  """Per bin from `bin_sums`: size, accuracy (0 where empty), mean confidence."""
+  """Per bin from `bin_sums`: size, accuracy (0 where empty), mean confidence.
+
+  Args:
+    sums: `bin_sums`' counts, correct predictions and confidences per bin.
+
+  Returns:
+    {'count', 'accuracy', 'confidence'}, each per bin.
+  """
   count = np.asarray(sums['count'], np.float64)
   return {'count': count,
           'accuracy': np.divide(np.asarray(sums['correct'], np.float64), count,
@@ -75,7 +82,15 @@ def bins(sums: Mapping[str, object]) -> Dict[str, np.ndarray]:
 
 def ece(binned: Mapping[str, np.ndarray], signed: bool = False) -> float:
   """sum_b |acc_b - conf_b| n_b / N, or with `signed` sum_b (conf_b - acc_b) n_b / N
-  (positive: over-confident), from `bins`."""
+  (positive: over-confident), from `bins`.
+
+  Args:
+    binned: `bins`' result.
+    signed: the signed form.
+
+  Returns:
+    The ECE.
+  """
   share = binned['count'] / (binned['count'].sum() + EPS)
   gap = binned['confidence'] - binned['accuracy']
   return float(np.sum((gap if signed else np.abs(gap)) * share))

@@ -15,6 +15,14 @@ def cpu_device_count(config: ml_collections.ConfigDict, cores: int, processes: i
 
   XLA:CPU runs a train step faster as one program per core than as one
   program threaded over the cores (ViT-S/16 at 224 px: 1.3-1.5x on 2 cores).
+
+  Args:
+    config: the recipe (its batch sizes).
+    cores: the cores this process may use.
+    processes: the run's processes.
+
+  Returns:
+    The device count.
   """
   batch = math.gcd(config.batch_size // max(config.accum_steps, 1), config.eval_batch_size)
   per_process = batch // processes if batch % processes == 0 else 1
@@ -27,6 +35,11 @@ def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
 
   `requested` 0 picks `cpu_device_count` over the cores this process may use;
   GPU and TPU runs are unaffected (their devices are not CPU devices).
+
+  Args:
+    config: the recipe.
+    requested: the devices asked for (0: one per core).
+    processes: the run's processes.
   """
   forced = ('xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')
             or 'JAX_NUM_CPU_DEVICES' in os.environ)

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+import ml_collections
 from absl import app, flags
 
 from vit_jax import console, settings
@@ -16,8 +17,18 @@ flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wro
                   'missing data, a bad checkpoint) as well as its message.')
 
 
-def load_recipe(spec: str):
-  """The ConfigDict of 'path/to/recipe.py[:arg]', as `config_flags` loads it."""
+def load_recipe(spec: str) -> ml_collections.ConfigDict:
+  """The ConfigDict of 'path/to/recipe.py[:arg]', as `config_flags` loads it.
+
+  Args:
+    spec: the recipe's path, with an optional ':arg' for its `get_config`.
+
+  Returns:
+    The recipe.
+
+  Raises:
+    ConfigError: no such file, not valid Python, or no `get_config`.
+  """
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
     raise ConfigError(f'The recipe {path} does not exist; recipes are in configs/, e.g. '
@@ -40,7 +51,12 @@ def load_recipe(spec: str):
 
 def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> None:
   """For each recipe flag (e.g. 'config', 'config2') given as `--config FILE` or
-  `--config=FILE`, checks that every `--config.a.b=...` names a field of it."""
+  `--config=FILE`, checks that every `--config.a.b=...` names a field of it.
+
+  Args:
+    argv: the command line.
+    config_flags: the recipe flags' names.
+  """
   for name in config_flags:
     spec = None
     for i, arg in enumerate(argv):
@@ -63,7 +79,12 @@ def _say(error: UserError, traceback: bool) -> None:
 def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
   """`app.run(main)`, with the recipe overrides checked first, the console set by
   `--verbosity` (`console.configure`) and user errors printed as one message
-  (exit status 1)."""
+  (exit status 1).
+
+  Args:
+    main: the command's absl main.
+    config_flags: the recipe flags' names.
+  """
   def guarded(argv):
     # absl's app.run raises an unset --verbosity to 0 (INFO); unset is quiet here.
     console.configure(flags.FLAGS.verbosity if flags.FLAGS['verbosity'].present else -1)

@@ -180,7 +180,17 @@ def _as_none(value):
 
 def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Raises a ConfigError naming the first field whose value is not allowed, or a
-  field no recipe has; clears path fields set to 'None'. Returns `config`."""
+  field no recipe has; clears path fields set to 'None'.
+
+  Args:
+    config: the recipe.
+
+  Returns:
+    `config`.
+
+  Raises:
+    ConfigError: a value not allowed, or an unknown field.
+  """
   unknown = sorted(set(config) - set(FIELDS) - {SWEEP_FIELD})
   if unknown:
     raise ConfigError(f'The recipe has fields no recipe has: {unknown}. {_meant(unknown[0])}')
@@ -243,7 +253,13 @@ def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
                     flag: str = 'config') -> None:
   """Raises a ConfigError for a `--config.a.b=...` in `argv` that names no field of
   `config`, or gives a number field a value that is not one (before the flag
-  parser fails on it)."""
+  parser fails on it).
+
+  Args:
+    argv: the command line.
+    config: the recipe.
+    flag: the recipe flag's name.
+  """
   prefix = f'--{flag}.'
   for i, arg in enumerate(argv):
     if not arg.startswith(prefix):

@@ -10,6 +10,13 @@ def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.
   A row's dict field (`model`) updates the recipe's field by field, unless the
   row also names another `model_name`, whose architecture fields then replace
   the recipe's whole. Unknown fields are an error naming them.
+
+  Args:
+    config: the sweep recipe.
+    label: the row.
+
+  Returns:
+    The row's recipe.
   """
   fields = dict(config.sweep.rows)[label]
   row = ml_collections.ConfigDict(

@@ -9,7 +9,7 @@ it). Both work on a numpy batch (`__call__`) and inside a `tf.data` map
 (`preprocess_tf`).
 """
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -66,7 +66,14 @@ class BertTokenizer:
     return tf.concat([tf.fill([tf.shape(tokens)[0], 1], self.cls_token), tokens], axis=1)
 
   def preprocess_tf(self, text: tf.Tensor) -> tf.Tensor:
-    """One text's (max_len,) ids, inside a TensorFlow graph."""
+    """One text's (max_len,) ids, inside a TensorFlow graph.
+
+    Args:
+      text: a scalar string tensor.
+
+    Returns:
+      The (max_len,) token ids.
+    """
     return self._batch(text[None])[0]
 
   def __call__(self, texts: Sequence[str]) -> np.ndarray:
@@ -89,7 +96,14 @@ class SentencepieceTokenizer:
     object.__setattr__(self, '_tokenizer', tokenizer)
 
   def preprocess_tf(self, text: tf.Tensor) -> tf.Tensor:
-    """One text's (max_len,) ids, inside a TensorFlow graph."""
+    """One text's (max_len,) ids, inside a TensorFlow graph.
+
+    Args:
+      text: a scalar string tensor.
+
+    Returns:
+      The (max_len,) token ids.
+    """
     tokens = self._tokenizer.tokenize(text)[:self.max_len - 1]
     return tf.pad(tokens, [(0, self.max_len - tf.shape(tokens)[0])],
                   constant_values=self.eos_token)
@@ -102,8 +116,20 @@ class SentencepieceTokenizer:
 TOKENIZERS = {'bert': BertTokenizer, 'sentencepiece': SentencepieceTokenizer}
 
 
-def get_tokenizer(name: str, vocab_path: str, max_len: int, model_name: str = 'this model'):
-  """The tokenizer `name` ('bert' or 'sentencepiece') over the vocabulary at `vocab_path`."""
+def get_tokenizer(name: str, vocab_path: str, max_len: int,
+                  model_name: str = 'this model'
+                  ) -> Union[BertTokenizer, SentencepieceTokenizer]:
+  """The tokenizer `name` ('bert' or 'sentencepiece') over the vocabulary at `vocab_path`.
+
+  Args:
+    name: 'bert' or 'sentencepiece'.
+    vocab_path: the vocabulary file.
+    max_len: the token sequence's length.
+    model_name: the model it is for, in messages.
+
+  Returns:
+    The tokenizer.
+  """
   if name not in TOKENIZERS:
     raise ValueError(f'Unknown tokenizer {name!r}; use one of {tuple(TOKENIZERS)}.')
   return TOKENIZERS[name](vocab_path, max_len, model_name)

@@ -56,7 +56,22 @@ def conv_general_dilated(lhs: jnp.ndarray, rhs: jnp.ndarray, window_strides: Seq
                          rhs_dilation: Optional[Sequence[int]] = None,
                          dimension_numbers: Any = None, feature_group_count: int = 1,
                          precision: Any = None) -> jnp.ndarray:
-  """`lax.conv_general_dilated`'s signature and result; tiling kernels as a matmul."""
+  """`lax.conv_general_dilated`'s signature and result; tiling kernels as a matmul.
+
+  Args:
+    lhs: the input.
+    rhs: the kernel.
+    window_strides: as for `lax.conv_general_dilated`.
+    padding: as for `lax.conv_general_dilated`.
+    lhs_dilation: as for `lax.conv_general_dilated`.
+    rhs_dilation: as for `lax.conv_general_dilated`.
+    dimension_numbers: as for `lax.conv_general_dilated`.
+    feature_group_count: as for `lax.conv_general_dilated`.
+    precision: as for `lax.conv_general_dilated`.
+
+  Returns:
+    The convolution.
+  """
   kernel = rhs.shape[:-2]
   if not _windows_tile(lhs.shape, kernel, window_strides, padding, lhs_dilation, rhs_dilation,
                        dimension_numbers, feature_group_count):
@@ -71,5 +86,12 @@ def conv_general_dilated(lhs: jnp.ndarray, rhs: jnp.ndarray, window_strides: Seq
 
 
 def oihw(kernel: Any) -> Any:
-  """A Flax conv kernel (HWIO) in PyTorch's layout (OIHW), for exports to timm."""
+  """A Flax conv kernel (HWIO) in PyTorch's layout (OIHW), for exports to timm.
+
+  Args:
+    kernel: an (H, W, I, O) kernel.
+
+  Returns:
+    The (O, I, H, W) kernel.
+  """
   return kernel.transpose(3, 2, 0, 1)
