@@ -4,7 +4,7 @@ curves over relative depth overlaid, spectra in the same axes), built from the
 tools' JSON results alone, with each model in its family's colour.
 """
 import os
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -34,7 +34,8 @@ def _depth(n: int) -> np.ndarray:
 def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], list],
                  colour_of: Mapping[str, str], figure: str, title: str, ylabel: str,
                  shade_key: Optional[str] = None,
-                 errors: Optional[Callable[[Mapping], list]] = None, **kwargs) -> List[str]:
+                 errors: Optional[Callable[[Mapping], list]] = None, **kwargs: Any
+                 ) -> List[str]:
   """One curve per model over relative depth (none below two models), with the
   standard errors `errors(r)` as bars; `shade_key` names the JSON list of layer
   indices to shade in the model's colour.

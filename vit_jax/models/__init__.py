@@ -76,7 +76,7 @@ def list_models() -> List[str]:
   return sorted(list(MODELS) + list(lit.VARIANTS))
 
 
-def get_config(name: str, **overrides) -> ml_collections.ConfigDict:
+def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   """The architecture of a published model, with fields overridden by keyword.
 
   `name` is a published name ('ViT-B_16', 'R50+ViT-B_16', 'BiT-M-R50x1'); a '/'
@@ -125,7 +125,7 @@ def build_model(config: ml_collections.ConfigDict) -> nn.Module:
   return family_of(config).build(fields)
 
 
-def get_model(name: str, num_classes: Optional[int] = 1000, **overrides) -> nn.Module:
+def get_model(name: str, num_classes: Optional[int] = 1000, **overrides: Any) -> nn.Module:
   """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`. A
   LiT model has no classes: `num_classes` is not used for it.
 

@@ -241,7 +241,7 @@ FIELDS = ('image_model', 'image', 'out_dim', 'text_model', 'text', 'tokenizer', 
           'max_len', 'dtype')
 
 
-def get_config(name: str, image_fields: Mapping[str, Any], **overrides
+def get_config(name: str, image_fields: Mapping[str, Any], **overrides: Any
                ) -> ml_collections.ConfigDict:
   """The config of LiT model `name`; `image_fields` are the image tower's
   architecture fields (its zoo config). `image` and `text` overrides update

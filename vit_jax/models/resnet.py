@@ -32,7 +32,7 @@ class StdConv(nn.Conv):
   eps_inside_sqrt: bool = False
   conv_general_dilated: Any = conv.conv_general_dilated
 
-  def param(self, name: str, *args, **kwargs) -> Any:
+  def param(self, name: str, *args: Any, **kwargs: Any) -> Any:
     """The parameter `name`, a kernel standardised over its input axes.
 
     Args:
