@@ -19,7 +19,7 @@ Random draws come from numpy's global generator, as in the file; `corruptions`
 seeds it per batch and restores it after.
 """
 from io import BytesIO
-from typing import Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Sequence
 
 import numpy as np
 from PIL import Image
@@ -62,7 +62,15 @@ def _gaussian(x: np.ndarray, sigma: float) -> np.ndarray:
 
 def clipped_zoom(image: np.ndarray, factor: float) -> np.ndarray:
   """The centre 1/factor of `image` (H, W, C) zoomed back to (H, W), bilinear (the
-  file's `clipped_zoom`, lines 112-122, per axis)."""
+  file's `clipped_zoom`, lines 112-122, per axis).
+
+  Args:
+    image: an (H, W, C) image.
+    factor: the zoom, at least 1.
+
+  Returns:
+    The zoomed (H, W, C) image.
+  """
   height, width = image.shape[:2]
   ch, cw = int(np.ceil(height / factor)), int(np.ceil(width / factor))
   top, left = (height - ch) // 2, (width - cw) // 2
@@ -72,23 +80,59 @@ def clipped_zoom(image: np.ndarray, factor: float) -> np.ndarray:
 
 
 def gaussian_noise(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s gaussian noise.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['gaussian_noise']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   x = x / 255.
   return np.clip(x + np.random.normal(size=x.shape, scale=c), 0, 1) * 255
 
 
 def shot_noise(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s shot noise.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['shot_noise']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   x = x / 255.
   return np.clip(np.random.poisson(x * c) / c, 0, 1) * 255
 
 
 def impulse_noise(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s impulse noise.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['impulse_noise']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   from skimage.util import random_noise
   # Current scikit-image draws from its own generator: seeded from the global one.
   noisy = random_noise(x / 255., mode='s&p', amount=c, rng=np.random.randint(2 ** 31))
   return np.clip(noisy, 0, 1) * 255
 
 
-def defocus_blur(x: np.ndarray, c) -> np.ndarray:
+def defocus_blur(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s defocus blur.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['defocus_blur']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   import cv2
   kernel = _package().disk(radius=c[0], alias_blur=c[1])
   x = x / 255.
@@ -96,7 +140,16 @@ def defocus_blur(x: np.ndarray, c) -> np.ndarray:
   return np.clip(blurred, 0, 1) * 255
 
 
-def glass_blur(x: np.ndarray, c) -> np.ndarray:
+def glass_blur(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s glass blur.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['glass_blur']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   sigma, delta, iterations = c
   x = np.uint8(_gaussian(x / 255., sigma) * 255)
   height, width = x.shape[:2]
@@ -111,13 +164,31 @@ def glass_blur(x: np.ndarray, c) -> np.ndarray:
   return np.clip(_gaussian(x / 255., sigma), 0, 1) * 255
 
 
-def motion_blur(x: np.ndarray, c) -> np.ndarray:
+def motion_blur(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s motion blur.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['motion_blur']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   blurred = _package()._motion_blur(x, radius=c[0], sigma=c[1],
                                     angle=np.random.uniform(-45, 45))
   return np.clip(blurred, 0, 255)
 
 
-def zoom_blur(x: np.ndarray, c) -> np.ndarray:
+def zoom_blur(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s zoom blur.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['zoom_blur']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   x = (x / 255.).astype(np.float32)
   out = np.zeros_like(x)
   for factor in c:
@@ -125,7 +196,16 @@ def zoom_blur(x: np.ndarray, c) -> np.ndarray:
   return np.clip((x + out) / (len(c) + 1), 0, 1) * 255
 
 
-def snow(x: np.ndarray, c) -> np.ndarray:
+def snow(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s snow.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['snow']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   import cv2
   x = np.array(x, dtype=np.float32) / 255.
   layer = np.random.normal(size=x.shape[:2], loc=c[0], scale=c[1])
@@ -141,7 +221,16 @@ def snow(x: np.ndarray, c) -> np.ndarray:
   return np.clip(x + layer + np.rot90(layer, k=2), 0, 1) * 255
 
 
-def frost(x: np.ndarray, c) -> np.ndarray:
+def frost(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s frost.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['frost']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   import cv2
   import importlib.resources
   name = FROST_FILES[np.random.randint(5)]
@@ -156,7 +245,16 @@ def frost(x: np.ndarray, c) -> np.ndarray:
   return np.clip(c[0] * np.array(x, np.float64) + c[1] * picture, 0, 255)
 
 
-def fog(x: np.ndarray, c) -> np.ndarray:
+def fog(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s fog.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['fog']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   height, width = x.shape[:2]
   side = 1 << int(np.ceil(np.log2(max(height, width))))
   x = x / 255.
@@ -167,6 +265,15 @@ def fog(x: np.ndarray, c) -> np.ndarray:
 
 
 def brightness(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s brightness.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['brightness']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   from skimage.color import hsv2rgb, rgb2hsv
   x = rgb2hsv(x / 255.)
   x[:, :, 2] = np.clip(x[:, :, 2] + c, 0, 1)
@@ -174,12 +281,30 @@ def brightness(x: np.ndarray, c: float) -> np.ndarray:
 
 
 def contrast(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s contrast.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['contrast']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   x = x / 255.
   means = np.mean(x, axis=(0, 1), keepdims=True)
   return np.clip((x - means) * c + means, 0, 1) * 255
 
 
-def elastic_transform(x: np.ndarray, c) -> np.ndarray:
+def elastic_transform(x: np.ndarray, c: Any) -> np.ndarray:
+  """`make_cifar_c.py`'s elastic transform.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['elastic_transform']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   import cv2
   from skimage.filters import gaussian
   size = min(x.shape[:2])  # the file's IMSIZE
@@ -205,12 +330,30 @@ def elastic_transform(x: np.ndarray, c) -> np.ndarray:
 
 
 def pixelate(x: np.ndarray, c: float) -> np.ndarray:
+  """`make_cifar_c.py`'s pixelate.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['pixelate']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   height, width = x.shape[:2]
   image = Image.fromarray(x).resize((int(width * c), int(height * c)), Image.BOX)
   return np.asarray(image.resize((width, height), Image.BOX), np.float64)
 
 
 def jpeg_compression(x: np.ndarray, c: int) -> np.ndarray:
+  """`make_cifar_c.py`'s jpeg compression.
+
+  Args:
+    x: a uint8 (H, W, 3) image.
+    c: the severity's parameters (`PARAMETERS['jpeg_compression']`).
+
+  Returns:
+    The corrupted image, floats in [0, 255].
+  """
   output = BytesIO()
   Image.fromarray(x).save(output, 'JPEG', quality=c)
   return np.asarray(Image.open(output), np.float64)
