@@ -107,7 +107,15 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
              ) -> List[Tuple[features.Subject, str, Optional[str]]]:
   """Each model of `loaded` (subject, source, workdir) as one model per step of
   `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept
-  ('warmup' is the run's warm-up as its workdir recorded it)."""
+  ('warmup' is the run's warm-up as its workdir recorded it).
+
+  Args:
+    loaded: (subject, source, workdir) of each model.
+    words: 'warmup', step numbers and 'last'.
+
+  Returns:
+    (subject, source, None) of each model at each step.
+  """
   out = []
   for subject, _, workdir in loaded:
     if workdir is None:
@@ -157,7 +165,18 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   goes into `failures.json` (which forgets the tools that now ran) for the report.
   Under a time budget (`planner`, sharing `options`) the tools still to run are
   fitted to the time left before each one, and `plan.json` kept up to date.
-  Returns the results, the wall seconds of each tool, and the failures."""
+
+  Args:
+    names: the tools, in the order they run.
+    subjects: the models.
+    batches_for: a model -> its batches by split.
+    out: the analysis directory.
+    options: each tool's options.
+    planner: the time budget's plan, or None.
+
+  Returns:
+    (each tool's JSON, each tool's wall seconds, each failed tool's reason).
+  """
   os.makedirs(out, exist_ok=True)
   results, seconds, failed = {}, {}, {}
   for i, name in enumerate(names):
@@ -187,7 +206,15 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
 
 
 def check_amounts(num_images: int, batch_size: int) -> None:
-  """The amount of data, before any model is loaded."""
+  """The amount of data, before any model is loaded.
+
+  Args:
+    num_images: --num_images.
+    batch_size: --batch_size.
+
+  Raises:
+    ConfigError: either is out of its range.
+  """
   if num_images < 1:
     raise ConfigError(f'--num_images is {num_images}; give at least one image per split.')
   if not 1 <= batch_size <= num_images:
@@ -254,14 +281,26 @@ def _written_before(out: str) -> List[str]:
 
 
 def files_in(out: str) -> set:
-  """Every file under `out`, as paths relative to it."""
+  """Every file under `out`, as paths relative to it.
+
+  Args:
+    out: a directory.
+
+  Returns:
+    The relative paths.
+  """
   return {os.path.relpath(os.path.join(root, name), out)
           for root, _, names in os.walk(out) for name in names}
 
 
 def record_manifest(out: str, before: set) -> None:
   """Adds the files that appeared in `out` since `before` (`files_in`) to its
-  manifest, so that --overwrite later removes those and nothing else."""
+  manifest, so that --overwrite later removes those and nothing else.
+
+  Args:
+    out: the analysis directory.
+    before: the files there before this command (`files_in`).
+  """
   written = set(_written_before(out) if os.path.exists(os.path.join(out, MANIFEST)) else [])
   written |= files_in(out) - before
   with atomic_write(os.path.join(out, MANIFEST)) as f:
@@ -269,7 +308,14 @@ def record_manifest(out: str, before: set) -> None:
 
 
 def check_out(out: str) -> None:
-  """Refuses an --out that is a file or holds a training run, before any model loads."""
+  """Refuses an --out that is a file or holds a training run, before any model loads.
+
+  Args:
+    out: --out.
+
+  Raises:
+    WorkdirError: it is a file or holds a run.
+  """
   if os.path.exists(out) and not os.path.isdir(out):
     raise WorkdirError(f'--out {out} is a file; give a directory for the analysis.')
   if os.path.isdir(out) and _is_run(out):
@@ -282,7 +328,16 @@ def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
   other models (another name, source or parameter checksum: a model retrained in
   place is another model) unless `overwrite`, which removes the files the earlier
   analysis wrote and nothing else: sections of different models never mix in one
-  report."""
+  report.
+
+  Args:
+    out: --out.
+    about: what the report will know of each model.
+    overwrite: --overwrite.
+
+  Raises:
+    WorkdirError: it holds a run, or another analysis without `overwrite`.
+  """
   check_out(out)
   earlier = report.load_subjects(out)
   key = lambda subjects: {k: (v['model_name'], v['source']) for k, v in subjects.items()}
@@ -303,6 +358,14 @@ def claim_out(out: str, about: Mapping[str, Mapping], overwrite: bool) -> None:
 
 
 def run(name: str) -> Dict:
+  """The command for tool `name` (or 'all') on the flags' models.
+
+  Args:
+    name: a registered tool, or 'all'.
+
+  Returns:
+    Each tool's JSON.
+  """
   started = time.perf_counter()
   if FLAGS.config is None:
     raise app.UsageError('--config is required: the recipe of the model to analyse.')
@@ -381,7 +444,15 @@ def run(name: str) -> Dict:
 
 
 def finish(out: str, tensorboard: bool) -> str:
-  """The report (and, if asked, the TensorBoard events) of the results in `out`."""
+  """The report (and, if asked, the TensorBoard events) of the results in `out`.
+
+  Args:
+    out: the analysis directory.
+    tensorboard: also write the TensorBoard events.
+
+  Returns:
+    report.html's path.
+  """
   page = report.write_report(out)['html']
   subjects = report.load_subjects(out)
   if tensorboard and subjects:
@@ -393,7 +464,11 @@ def finish(out: str, tensorboard: bool) -> str:
 
 
 def import_tool_modules(argv: Sequence[str]) -> None:
-  """Imports the modules `--tool_modules=a,b` names, before absl parses the flags."""
+  """Imports the modules `--tool_modules=a,b` names, before absl parses the flags.
+
+  Args:
+    argv: the command line.
+  """
   for arg in argv:
     if arg.startswith(TOOL_MODULES_FLAG):
       for module in filter(None, arg[len(TOOL_MODULES_FLAG):].split(',')):
