@@ -7,7 +7,7 @@ the layout problems it finds (`LAYOUT_KEY`: text smaller than MIN_FONT points, o
 a title that another element overlaps), so that tests can read both from the file.
 """
 import json
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import matplotlib
 
@@ -45,9 +45,16 @@ def _texts(fig) -> List[matplotlib.text.Text]:
           and id(t) not in hidden]
 
 
-def layout_problems(fig) -> List[str]:
+def layout_problems(fig: Any) -> List[str]:
   """Text below MIN_FONT or cut off by the figure's edge, and titles that overlap
-  another element of the figure (tight bounding boxes, as drawn)."""
+  another element of the figure (tight bounding boxes, as drawn).
+
+  Args:
+    fig: a drawn matplotlib figure.
+
+  Returns:
+    The problems in words.
+  """
   fig.canvas.draw()
   renderer = fig.canvas.get_renderer()
   problems = [f'{t.get_text()!r} is {t.get_fontsize():g} pt' for t in _texts(fig)
@@ -81,8 +88,15 @@ def layout_problems(fig) -> List[str]:
   return problems
 
 
-def describe(fig) -> str:
-  """What a figure shows, in words, from its own titles, labels and legends."""
+def describe(fig: Any) -> str:
+  """What a figure shows, in words, from its own titles, labels and legends.
+
+  Args:
+    fig: a matplotlib figure.
+
+  Returns:
+    The description (the PNG's alt text).
+  """
   parts = []
   if fig._suptitle is not None and fig._suptitle.get_text():
     parts.append(fig._suptitle.get_text() + '.')
@@ -185,7 +199,25 @@ def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, yl
             colorbar_label: str = ''):
   """A matrix with row 0 at the bottom, as CKA figures are drawn; `xlabels` and
   `ylabels` name the columns and rows (layer names), and the column and row
-  indices in `xstages` and `ystages` begin a new stage (dashed)."""
+  indices in `xstages` and `ystages` begin a new stage (dashed).
+
+  Args:
+    matrix: the (rows, columns) values.
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    ylabel: the y axis' label.
+    vmin: the colour scale's low end (None: the data's).
+    vmax: its high end (None: the data's).
+    xlabels: the columns' names.
+    ylabels: the rows' names.
+    xstages: columns that begin a stage.
+    ystages: rows that begin a stage.
+    colorbar_label: the colour bar's label.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   fig, ax = _figure(figsize=(5.6, 5.))
   image = _draw_heatmap(ax, matrix, xlabels, ylabels, vmin, vmax, xstages, ystages)
   fig.colorbar(image, ax=ax, label=colorbar_label)
@@ -196,7 +228,19 @@ def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, yl
 def heatmaps(panels: Sequence[Panel], path: Optional[str], title: str, vmin: float = 0.,
              vmax: float = 1., colorbar_label: str = ''):
   """Heatmaps side by side on one colour scale, as Raghu et al. juxtapose ViT and
-  ResNet CKA."""
+  ResNet CKA.
+
+  Args:
+    panels: the heatmaps.
+    path: the PNG to write, or None.
+    title: the title.
+    vmin: the colour scale's low end.
+    vmax: its high end.
+    colorbar_label: the colour bar's label.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   fig, axes = _figure(1, len(panels), figsize=(5.2 * len(panels) + 1., 5.6), squeeze=False)
   for ax, panel in zip(axes[0], panels):
     image = _draw_heatmap(ax, panel.matrix, panel.xlabels, panel.ylabels, vmin, vmax,
@@ -210,7 +254,15 @@ def heatmaps(panels: Sequence[Panel], path: Optional[str], title: str, vmin: flo
 
 def log_limits(values: Sequence[np.ndarray], decades: float) -> Tuple[float, float]:
   """y-limits of a log axis from the data: from the smallest positive value (but at
-  most `decades` below the peak) to a little above the peak."""
+  most `decades` below the peak) to a little above the peak.
+
+  Args:
+    values: the curves' values.
+    decades: the most decades below the peak.
+
+  Returns:
+    (low, high).
+  """
   flat = np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in values])
   flat = flat[np.isfinite(flat) & (flat > 0)]
   peak = flat.max()
@@ -234,7 +286,32 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
   peak. `errors` gives a series' standard errors, drawn as error bars; NaN values
   (no support) are left out, not drawn. `rug` marks values on the x axis in a
   series' colour (extreme eigenvalues), named '<series>: `rug_label`' in the
-  legend; `reference` is a horizontal (value, name)."""
+  legend; `reference` is a horizontal (value, name).
+
+  Args:
+    series: name -> values.
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    ylabel: the y axis' label.
+    x: the positions, shared or per series name.
+    shade: positions to shade, shared or per series name.
+    logy: a log y axis.
+    legend: draw a legend.
+    decades: the log axis' span below the peak.
+    xlabels: the positions' names.
+    colours_of: each series' colour.
+    shade_width: the shaded bands' width.
+    stages: positions that begin a stage.
+    errors: name -> standard errors.
+    shade_label: the shading's legend entry.
+    rug: name -> values marked on the x axis.
+    rug_label: the rug's legend entry.
+    reference: a horizontal (value, name).
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   fig, ax = _figure(figsize=(6.2, 4.3))
   colour_of = {}
   for name, values in series.items():
@@ -280,7 +357,18 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
 
 def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[str],
               title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None):
-  """A histogram, or overlaid ones on shared bins for named value sets."""
+  """A histogram, or overlaid ones on shared bins for named value sets.
+
+  Args:
+    values: the values, or name -> values.
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    colours_of: each set's colour.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   sets = values if isinstance(values, dict) else {'': values}
   bins = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
   fig, ax = _figure(figsize=(5.8, 4.))
@@ -297,7 +385,20 @@ def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel
                      errors: Optional[np.ndarray] = None, reference: Optional[float] = None,
                      reference_label: str = ''):
   """(layers, heads) values, one dot per head in the head's colour (legend), with
-  standard errors as bars and a horizontal reference line."""
+  standard errors as bars and a horizontal reference line.
+
+  Args:
+    values: (layers, heads) values.
+    path: the PNG to write, or None.
+    title: the title.
+    ylabel: the y axis' label.
+    errors: their standard errors, or None.
+    reference: a horizontal line's value, or None.
+    reference_label: its legend entry.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   values = np.asarray(values)
   fig, ax = _figure(figsize=(6.2, 4.3))
   heads = values.shape[1]
@@ -320,7 +421,21 @@ def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel
 def bars(values: np.ndarray, errors: np.ndarray, labels: Sequence[str], kinds: Sequence[str],
          path: Optional[str], title: str, ylabel: str, separators: Sequence[int] = ()):
   """One bar per entry with its error bar, coloured by kind (a legend entry each),
-  dashed lines before the entries in `separators` (stages)."""
+  dashed lines before the entries in `separators` (stages).
+
+  Args:
+    values: one value per bar.
+    errors: their standard errors.
+    labels: the bars' names.
+    kinds: each bar's kind (its colour).
+    path: the PNG to write, or None.
+    title: the title.
+    ylabel: the y axis' label.
+    separators: entries a dashed line goes before.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   fig, ax = _figure(figsize=(max(5., 0.35 * len(values) + 2.), 4.))
   palette = dict(zip(dict.fromkeys(kinds), colours([None] * len(set(kinds)))))
   for i, (value, error, kind) in enumerate(zip(values, errors, kinds)):
@@ -337,7 +452,18 @@ def bars(values: np.ndarray, errors: np.ndarray, labels: Sequence[str], kinds: S
 
 def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str], title: str,
             xlabel: str, ylabel: str):
-  """Point clouds, one colour and legend entry per series: name -> (x, y)."""
+  """Point clouds, one colour and legend entry per series: name -> (x, y).
+
+  Args:
+    points: name -> (x, y).
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    ylabel: the y axis' label.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   fig, ax = _figure(figsize=(6.2, 4.3))
   for (name, (x, y)), colour in zip(points.items(), colours([None] * len(points))):
     ax.scatter(x, y, s=22, color=colour, label=name, zorder=3)
@@ -349,7 +475,21 @@ def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str
 def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[str], title: str,
               xlabel: str, ylabel: str, surface: bool = False):
   """A loss landscape on the grid (a, b) (values indexed [b, a]): filled contours
-  with their lines, or with `surface` a 3-D surface, as Park & Kim draw them."""
+  with their lines, or with `surface` a 3-D surface, as Park & Kim draw them.
+
+  Args:
+    a: the first direction's steps.
+    b: the second's.
+    values: the losses, indexed [b, a].
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    ylabel: the y axis' label.
+    surface: a 3-D surface instead of contours.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   a, b, values = map(np.asarray, (a, b, values))
   x, y = np.meshgrid(a, b)
   if surface:
@@ -377,7 +517,19 @@ def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[s
 def reliability(count: np.ndarray, accuracy: np.ndarray, edges: np.ndarray, path: Optional[str],
                 title: str, colour: Optional[str] = None):
   """Park & Kim's calibration figure: the share of predictions in each confidence
-  bin, and each bin's accuracy against the diagonal of perfect calibration."""
+  bin, and each bin's accuracy against the diagonal of perfect calibration.
+
+  Args:
+    count: predictions per bin.
+    accuracy: each bin's accuracy.
+    edges: the bins' edges.
+    path: the PNG to write, or None.
+    title: the title.
+    colour: the bars' colour.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   count, accuracy, edges = map(np.asarray, (count, accuracy, edges))
   centres, width = (edges[:-1] + edges[1:]) / 2 * 100, np.diff(edges) * 100
   fig, (left, right) = _figure(1, 2, figsize=(9., 3.9))
@@ -403,7 +555,23 @@ def image_grid(images: np.ndarray, path: Optional[str], title: str, cols: int = 
   """Images (n, h, w) or (n, h, w, 3) in a grid, each named by its label below it.
   Without `vmin`/`vmax` each is scaled to its own range; with them, one-channel
   images share that scale and its colour bar (`colorbar_label`). `marks` puts a
-  cross at a (row, column) of each image (the query of a similarity map)."""
+  cross at a (row, column) of each image (the query of a similarity map).
+
+  Args:
+    images: (n, h, w) or (n, h, w, 3) images.
+    path: the PNG to write, or None.
+    title: the title.
+    cols: the grid's columns.
+    labels: each image's name.
+    cmap: the colour map of one-channel images.
+    colorbar_label: the shared colour bar's label.
+    vmin: the shared scale's low end.
+    vmax: its high end.
+    marks: a (row, column) per image to cross.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
   n = len(images)
   cols = min(cols, n)
   rows = int(np.ceil(n / cols))
