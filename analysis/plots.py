@@ -196,7 +196,7 @@ def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, yl
             vmin: Optional[float] = 0., vmax: Optional[float] = 1.,
             xlabels: Optional[Sequence[str]] = None, ylabels: Optional[Sequence[str]] = None,
             xstages: Sequence[int] = (), ystages: Sequence[int] = (),
-            colorbar_label: str = ''):
+            colorbar_label: str = '') -> Any:
   """A matrix with row 0 at the bottom, as CKA figures are drawn; `xlabels` and
   `ylabels` name the columns and rows (layer names), and the column and row
   indices in `xstages` and `ystages` begin a new stage (dashed).
@@ -226,7 +226,7 @@ def heatmap(matrix: np.ndarray, path: Optional[str], title: str, xlabel: str, yl
 
 
 def heatmaps(panels: Sequence[Panel], path: Optional[str], title: str, vmin: float = 0.,
-             vmax: float = 1., colorbar_label: str = ''):
+             vmax: float = 1., colorbar_label: str = '') -> Any:
   """Heatmaps side by side on one colour scale, as Raghu et al. juxtapose ViT and
   ResNet CKA.
 
@@ -277,7 +277,7 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
            stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None,
            shade_label: str = '', rug: Optional[Dict[str, np.ndarray]] = None,
-           rug_label: str = 'marks', reference: Optional[Tuple[float, str]] = None):
+           rug_label: str = 'marks', reference: Optional[Tuple[float, str]] = None) -> Any:
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
   shade in that series' colour), named `shade_label` in the legend; `xlabels`
@@ -356,7 +356,7 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
 
 
 def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[str],
-              title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None):
+              title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None) -> Any:
   """A histogram, or overlaid ones on shared bins for named value sets.
 
   Args:
@@ -383,7 +383,7 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
 
 def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel: str,
                      errors: Optional[np.ndarray] = None, reference: Optional[float] = None,
-                     reference_label: str = ''):
+                     reference_label: str = '') -> Any:
   """(layers, heads) values, one dot per head in the head's colour (legend), with
   standard errors as bars and a horizontal reference line.
 
@@ -419,7 +419,7 @@ def scatter_by_layer(values: np.ndarray, path: Optional[str], title: str, ylabel
 
 
 def bars(values: np.ndarray, errors: np.ndarray, labels: Sequence[str], kinds: Sequence[str],
-         path: Optional[str], title: str, ylabel: str, separators: Sequence[int] = ()):
+         path: Optional[str], title: str, ylabel: str, separators: Sequence[int] = ()) -> Any:
   """One bar per entry with its error bar, coloured by kind (a legend entry each),
   dashed lines before the entries in `separators` (stages).
 
@@ -451,7 +451,7 @@ def bars(values: np.ndarray, errors: np.ndarray, labels: Sequence[str], kinds: S
 
 
 def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str], title: str,
-            xlabel: str, ylabel: str):
+            xlabel: str, ylabel: str) -> Any:
   """Point clouds, one colour and legend entry per series: name -> (x, y).
 
   Args:
@@ -473,7 +473,7 @@ def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str
 
 
 def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[str], title: str,
-              xlabel: str, ylabel: str, surface: bool = False):
+              xlabel: str, ylabel: str, surface: bool = False) -> Any:
   """A loss landscape on the grid (a, b) (values indexed [b, a]): filled contours
   with their lines, or with `surface` a 3-D surface, as Park & Kim draw them.
 
@@ -515,7 +515,7 @@ def landscape(a: np.ndarray, b: np.ndarray, values: np.ndarray, path: Optional[s
 
 
 def reliability(count: np.ndarray, accuracy: np.ndarray, edges: np.ndarray, path: Optional[str],
-                title: str, colour: Optional[str] = None):
+                title: str, colour: Optional[str] = None) -> Any:
   """Park & Kim's calibration figure: the share of predictions in each confidence
   bin, and each bin's accuracy against the diagonal of perfect calibration.
 
@@ -551,7 +551,7 @@ def image_grid(images: np.ndarray, path: Optional[str], title: str, cols: int = 
                labels: Optional[Sequence[str]] = None, cmap: Optional[str] = None,
                colorbar_label: str = '', vmin: Optional[float] = None,
                vmax: Optional[float] = None,
-               marks: Optional[Sequence[Tuple[float, float]]] = None):
+               marks: Optional[Sequence[Tuple[float, float]]] = None) -> Any:
   """Images (n, h, w) or (n, h, w, 3) in a grid, each named by its label below it.
   Without `vmin`/`vmax` each is scaled to its own range; with them, one-channel
   images share that scale and its colour bar (`colorbar_label`). `marks` puts a
