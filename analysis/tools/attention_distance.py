@@ -53,6 +53,15 @@ def _block(r: Mapping, i: int, reduce) -> verdict.Estimate:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   found = []
   for label, r in per_model(result).items():
     first, last = 0, len(r['distance_per_layer_head']) - 1

@@ -50,7 +50,16 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Every model's reliability curve (accuracy per confidence bin) in one frame."""
+  """Every model's reliability curve (accuracy per confidence bin) in one frame.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   by_model = per_model(result)
   if len(by_model) < 2:
     return []

@@ -52,6 +52,15 @@ def _models(key: str) -> List[str]:
 
 
 def findings(result: Mapping, q) -> Dict[str, list]:
+  """What the models show, per caption key.
+
+  Args:
+    result: the tool's JSON.
+    q: makes a quote of a number of the JSON (`tool.QuoteFn`).
+
+  Returns:
+    Text fragments per caption key.
+  """
   out = {}
   for key in result['cka']:
     if ' vs ' in key:
@@ -68,6 +77,15 @@ def findings(result: Mapping, q) -> Dict[str, list]:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   within = [key for key in result['cka'] if ' vs ' not in key]
   return [verdict.contrast(
       'uniform representations',
@@ -79,19 +97,44 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 def figures(result: Mapping) -> List[Figure]:
-  """One heatmap per key of 'cka', in the keys' order."""
+  """One heatmap per key of 'cka', in the keys' order.
+
+  Args:
+    result: the tool's JSON.
+
+  Returns:
+    The figures.
+  """
   return [Figure(path, key, tuple(dict.fromkeys(_models(key))))
           for key, path in zip(result['cka'], result['figures'])]
 
 
 def scalars(result: Mapping, label: str) -> Dict[str, List[float]]:
+  """A model's TensorBoard series from the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    label: the model's label.
+
+  Returns:
+    tag -> values.
+  """
   if label not in result['cka']:
     return {}
   return {'cka/first_layer_vs_layer': list(result['cka'][label][0])}
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Every heatmap side by side on one colour scale (Raghu et al. Fig. 1)."""
+  """Every heatmap side by side on one colour scale (Raghu et al. Fig. 1).
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   layers = result['layers']
   if len(layers) < 2:
     return []

@@ -120,6 +120,15 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
 
 
 def findings(result: Mapping, quote) -> Dict[str, List]:
+  """What the models show, per caption key.
+
+  Args:
+    result: the tool's JSON.
+    quote: makes a quote of a number of the JSON (`tool.QuoteFn`).
+
+  Returns:
+    Text fragments per caption key.
+  """
   out = {}
   for label in result['errors']:
     text = [f'{label}: clean error ', quote('clean_error', label), ' ± ',
@@ -133,12 +142,29 @@ def findings(result: Mapping, quote) -> Dict[str, List]:
 
 
 def figures(result: Mapping) -> List[Figure]:
+  """The figures of the tool's JSON, with their captions' keys.
+
+  Args:
+    result: the tool's JSON.
+
+  Returns:
+    The figures.
+  """
   return [Figure(path, label, (label,)) for label, path in zip(result['errors'],
                                                                result['figures'])]
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Every model's error averaged over the corruptions against severity (0: clean)."""
+  """Every model's error averaged over the corruptions against severity (0: clean).
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   if len(result['errors']) < 2:
     return []
   series = {label: [result['clean_error'][label]] + list(np.mean(list(e.values()), axis=0))
@@ -152,7 +178,15 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   """The mean error under corruption, with the binomial standard error of an error
   rate on the evaluation images (larger than one over all the corrupted copies of
-  them, which share their images)."""
+  them, which share their images).
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   def estimate(label):
     error = result['mean_error'][label]
     return -error, float(uncertainty.binomial_stderr(error, result['num_images']))
@@ -166,7 +200,16 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """A forward pass over the clean and each corrupted evaluation set, or the
   `fraction` of it the options keep, and (corrupting with the package) each
-  corrupted image."""
+  corrupted image.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   corrupted = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
   fraction = options.get('fraction', 1.)
   return Work({'forward': (1 + corrupted) * amounts.batches * fraction}, {'forward': 1},
@@ -182,7 +225,18 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
                 amounts: Amounts) -> Dict[str, float]:
   """Seconds of corrupting one image, the mean over the corruptions at the middle
   severity, timed on `TIMED_IMAGES` of `images` after a first call of each (the
-  package's imports and tables); none when the corrupted images are read."""
+  package's imports and tables); none when the corrupted images are read.
+
+  Args:
+    subject: the model.
+    images: one evaluation batch of images.
+    labels: their labels.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    Seconds per unit, by the unit's name.
+  """
   if options.get('source', 'package') != 'package':
     return {CORRUPTED_IMAGE: 0.}
   parameters = corruptions.parameters_for(subject.image_size, options.get('parameters', 'auto'))
@@ -202,7 +256,14 @@ MIN_FRACTION = 0.2
 
 def shrink(options: Mapping) -> Optional[Dict]:
   """A smaller sample for a time budget: two thirds of the evaluation images, down
-  to a fifth of them; None there."""
+  to a fifth of them; None there.
+
+  Args:
+    options: the tool's options.
+
+  Returns:
+    The smaller options, or None at the stated minimum.
+  """
   fraction = options.get('fraction', 1.)
   if fraction > MIN_FRACTION:
     return {**options, 'fraction': round(max(MIN_FRACTION, fraction * 2 / 3), 3)}

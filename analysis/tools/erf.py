@@ -62,6 +62,15 @@ def _lower_quarter(r: Mapping) -> verdict.Estimate:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   by_model = per_model(result)
   return [verdict.contrast(
       'larger fields low in ViT',
@@ -71,6 +80,16 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """The figures that put every model in one frame.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   return joint_figures.depth_curves(
       per_model(result), lambda r: r['half_mass_pixels'], colour_of,
       joint_figures.path(out, 'erf'), 'Receptive field: area holding half the gradient mass',
@@ -78,7 +97,16 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
-  """An input gradient over ERF_IMAGES images per stream layer, each compiled apart."""
+  """An input gradient over ERF_IMAGES images per stream layer, each compiled apart.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   layers = len(subject.layers.stream)
   images = min(options.get('num_images', ERF_IMAGES), amounts.num_images)
   return Work({'gradient': layers * images / amounts.batch_size}, {'gradient': layers})

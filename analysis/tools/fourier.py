@@ -72,6 +72,15 @@ def _findings(label, r, q):
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   found = []
   for label, r in per_model(result).items():
     if 'attention_high_frequency_change' not in r:
@@ -90,6 +99,16 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """The figures that put every model in one frame.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   by_model = per_model(result)
   return (joint_figures.depth_curves(
       by_model, lambda r: r['high_frequency'], colour_of, joint_figures.path(out, 'fourier'),

@@ -71,6 +71,15 @@ def _correlation(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def findings(result: Mapping, q) -> Dict[str, list]:
+  """What the models show, per caption key.
+
+  Args:
+    result: the tool's JSON.
+    q: makes a quote of a number of the JSON (`tool.QuoteFn`).
+
+  Returns:
+    Text fragments per caption key.
+  """
   out = {}
   for key, r in result.items():
     parts = [f'{key}: ']
@@ -85,6 +94,14 @@ def findings(result: Mapping, q) -> Dict[str, list]:
 
 
 def figures(result: Mapping) -> List[Figure]:
+  """The figures of the tool's JSON, with their captions' keys.
+
+  Args:
+    result: the tool's JSON.
+
+  Returns:
+    The figures.
+  """
   return [Figure(path, key, tuple(key.split(' vs ')))
           for key, r in result.items() for path in r['figures']]
 

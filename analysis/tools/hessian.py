@@ -201,7 +201,14 @@ def shrink(options: Mapping) -> Optional[Dict]:
   """A smaller sample for a time budget: fewer minibatches (down to 2), then fewer
   Lanczos steps (down to 10; the density's, the blocks' and the trace probes
   follow as `options` sets them), then one density probe, then 2 trace probes and
-  4 Lanczos steps per block; None at that minimum."""
+  4 Lanczos steps per block; None at that minimum.
+
+  Args:
+    options: the tool's options.
+
+  Returns:
+    The smaller options, or None at the stated minimum.
+  """
   o = {**DEFAULTS, **options}
   if o['num_minibatches'] > MINIMUM['num_minibatches']:
     return {**options, 'num_minibatches': max(MINIMUM['num_minibatches'],
@@ -253,6 +260,15 @@ def _largest(r: Mapping) -> verdict.Estimate:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   by_model, labels = per_model(result), list(per_model(result))
   return [
       verdict.contrast(
@@ -277,7 +293,16 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   """Every model's SLQ density on one eigenvalue axis, each from its own nodes; and
   Park & Kim's "max eigenvalue spectra" (Fig. 1, 4): the histogram of every
   minibatch's top-k eigenvalues by magnitude, the negative members of the top-k
-  included (the same model at several steps of its run with --steps)."""
+  included (the same model at several steps of its run with --steps).
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   by_model = per_model(result)
   if len(by_model) < 2:
     return []
@@ -303,7 +328,16 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
   minibatch, then the SLQ probes and the trace probes over all of them, and
-  Lanczos on each block's diagonal block on one minibatch; the four compile apart."""
+  Lanczos on each block's diagonal block on one minibatch; the four compile apart.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   o = {**DEFAULTS, **options}
   products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density']
                                      + o['trace_probes'])

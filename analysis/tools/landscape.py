@@ -143,7 +143,14 @@ MIN_POINTS = 11  # the authors' `get_loss_landscape` default
 def shrink(options: Dict) -> Optional[Dict]:
   """A smaller sample for a time budget: fewer grid points a side (odd, so the
   trained parameters stay a point; down to 11), then one batch a point, or None
-  at that minimum."""
+  at that minimum.
+
+  Args:
+    options: the tool's options.
+
+  Returns:
+    The smaller options, or None at the stated minimum.
+  """
   if options['points'] > MIN_POINTS:
     fewer = max(MIN_POINTS, int(options['points'] * 0.8) // 2 * 2 + 1)
     return {**options, 'points': min(fewer, options['points'] - 2)}

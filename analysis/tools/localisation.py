@@ -65,6 +65,15 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   claim = ('A class-token ViT\'s final-layer tokens are most similar to the input patch at '
            'their own position (Raghu et al. Fig. 9; GAP models localise less, Fig. 10).')
   what = 'own-patch CKA minus the best other patch\'s, mean over queries'

@@ -111,7 +111,16 @@ def _findings(label, r, q):
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Every model's (training NLL, test error) in one frame, as Park & Kim's Fig. 3."""
+  """Every model's (training NLL, test error) in one frame, as Park & Kim's Fig. 3.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   by_model = per_model(result)
   if len(by_model) < 2:
     return []

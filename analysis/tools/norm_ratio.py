@@ -66,6 +66,15 @@ def _mean_log_ratio(r: Mapping) -> verdict.Estimate:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   by_model = per_model(result)
   return [verdict.contrast(
       'stronger skips in ViT',
@@ -76,6 +85,16 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """The figures that put every model in one frame.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   return joint_figures.depth_curves(
       per_model(result), lambda r: [row.get('spatial', np.nan) for row in r['ratios'].values()],
       colour_of, joint_figures.path(out, 'norm_ratio'),

@@ -122,6 +122,15 @@ def _findings(label, r, q):
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   claim = ('A class-token ViT\'s class token becomes decodable only in its last layers, the '
            'spatial tokens\' mean earlier (Raghu et al. Fig. 12).')
   found = []
@@ -148,6 +157,16 @@ def _scalars(r):
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
+  """The figures that put every model in one frame.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   return joint_figures.depth_curves(
       per_model(result), lambda r: [row['accuracy'] for row in r['probes']['token mean']],
       colour_of, joint_figures.path(out, 'probes'), 'Linear probe on the token mean per layer',
@@ -159,7 +178,16 @@ LAYER_PROBES, FEW_SHOT_PROBES = 'layer probes', 'few-shot probes'
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """A pass over the training and one over the evaluation split; the ridge probes
-  of every layer for each token kind, and the few-shot probes."""
+  of every layer for each token kind, and the few-shot probes.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   kinds = 2 + subject.has_cls  # the centre token, the token mean (and the class token)
   return Work({'forward': 2 * amounts.batches}, {'forward': 1},
               host={LAYER_PROBES: kinds, FEW_SHOT_PROBES: 1})
@@ -172,7 +200,18 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   of images (a solve's time depends only on the shapes): a `probe_accuracy` per
   distinct width, and a `few_shot_accuracy` at the final layer's width times the
   few-shot probes run (the pre-logits' shots, the pooled tokens' and every
-  final-layer position's)."""
+  final-layer position's).
+
+  Args:
+    subject: the model.
+    images: one evaluation batch of images.
+    labels: their labels.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    Seconds per unit, by the unit's name.
+  """
   inter = subject.intermediates(images, subject.layers.stream)
   widths = [np.shape(inter[name])[-1] for name in subject.layers.stream]
   h, w = features.spatial_map(subject, inter[subject.layers.stream[-1]]).shape[1:3]

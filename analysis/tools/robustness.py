@@ -77,7 +77,16 @@ def _scalars(r):
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
-  """Each model's accuracy curve at its largest eps."""
+  """Each model's accuracy curve at its largest eps.
+
+  Args:
+    result: the tool's JSON.
+    colour_of: each model label's colour.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths (none below two models).
+  """
   by_model = per_model(result)
   if len(by_model) < 2:
     return []
@@ -109,6 +118,15 @@ def _accuracy(r: Mapping, band: int) -> verdict.Estimate:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   by_model = per_model(result)
   found = [verdict.contrast(
       'ViT robust to high frequencies',
@@ -131,14 +149,30 @@ MIN_FREQUENCIES = tuple(np.linspace(0, np.pi, 5))  # 0, pi/4, ..., pi
 
 def shrink(options: Mapping) -> Optional[Dict]:
   """A smaller sample for a time budget: 5 frequency bands from 0 to pi instead of
-  9 (the ends kept), or None with 5 or fewer."""
+  9 (the ends kept), or None with 5 or fewer.
+
+  Args:
+    options: the tool's options.
+
+  Returns:
+    The smaller options, or None at the stated minimum.
+  """
   if len(options.get('frequencies', FREQUENCIES)) > len(MIN_FREQUENCIES):
     return {**options, 'frequencies': [float(f) for f in MIN_FREQUENCIES]}
   return None
 
 
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
-  """A clean pass and one per (eps, band) over the evaluation split."""
+  """A clean pass and one per (eps, band) over the evaluation split.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
   noisy = len(options.get('epsilons', EPSILONS)) * len(options.get('frequencies', FREQUENCIES))
   return Work({'forward': amounts.batches * (1 + noisy)}, {'forward': 1})
 

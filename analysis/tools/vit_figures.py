@@ -70,11 +70,28 @@ def neighbour_similarity(similarity, grid) -> Dict[str, float]:
 
 
 def figures(result: Mapping) -> List[Figure]:
+  """The figures of the tool's JSON, with their captions' keys.
+
+  Args:
+    result: the tool's JSON.
+
+  Returns:
+    The figures.
+  """
   return [Figure(path, f'{label} {panel}', (label,)) for label, r in per_model(result).items()
           for path, panel in zip(r['figures'], r['panels'])]
 
 
 def findings(result: Mapping, q) -> Dict[str, list]:
+  """What the models show, per caption key.
+
+  Args:
+    result: the tool's JSON.
+    q: makes a quote of a number of the JSON (`tool.QuoteFn`).
+
+  Returns:
+    Text fragments per caption key.
+  """
   out = {}
   for label, r in per_model(result).items():
     out[f'{label} filters'] = [f'{label}: principal components of the patch-embedding filters']
@@ -88,6 +105,15 @@ def findings(result: Mapping, q) -> Dict[str, list]:
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """The paper's claims judged on the tool's JSON.
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
   found = []
   for label, r in per_model(result).items():
     if 'neighbour_similarity' not in r:
