@@ -475,7 +475,12 @@ def import_tool_modules(argv: Sequence[str]) -> None:
         importlib.import_module(module)
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
+  """Runs the tool (or `all`, or `report`) the command line names.
+
+  Args:
+    argv: the program and the tool's name.
+  """
   if len(argv) != 2 or argv[1] not in list(tool.TOOLS) + ['all', 'report']:
     raise app.UsageError(f'Usage: python -m analysis <tool> --config ... ; tools: '
                          f'{", ".join(tool.TOOLS)}, all; or `report --out DIR`.')

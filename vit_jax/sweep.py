@@ -202,7 +202,12 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str,
 FLAGS = flags.FLAGS
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
+  """Trains the rows of the sweep recipe into --workdir and writes its tables.
+
+  Args:
+    argv: the command line's arguments that are no flags (none).
+  """
   del argv
   split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, 1)
   run_sweep(FLAGS.config, FLAGS.workdir, FLAGS.rows)

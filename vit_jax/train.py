@@ -4,6 +4,7 @@
         [--config.batch_size=256 ...]
 """
 import os
+from typing import Sequence
 
 import jax
 from absl import flags
@@ -33,7 +34,12 @@ def define_flags() -> None:
   flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
+  """Trains the recipe of the flags into --workdir.
+
+  Args:
+    argv: the command line's arguments that are no flags (none).
+  """
   del argv
   split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, FLAGS.num_processes or 1)
   if FLAGS.coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS'):

@@ -216,6 +216,11 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
 
 
 def main(argv: Sequence[str]) -> None:
+  """Prints the zero-shot accuracy the flags ask for.
+
+  Args:
+    argv: the command line's arguments that are no flags (none).
+  """
   del argv
   f = flags.FLAGS
   for name in ('model', 'checkpoint', 'dataset'):

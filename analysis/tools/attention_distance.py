@@ -13,7 +13,16 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
   """Mean attention distance in pixels per layer and head, averaged over images:
   spatial queries, the class-token key dropped and the rest renormalised; for
   class-token models also with that key kept as it is (weight at distance 0). The
-  distance uniform attention would give is the reference line."""
+  distance uniform attention would give is the reference line.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   names = features.attention_names(subject)
   grid, pixels = subject.token_grid()
   variants = (False, True) if subject.has_cls else (False,)

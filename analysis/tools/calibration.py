@@ -16,7 +16,16 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
   error), NLL and Brier score (± standard error of their means over images), the
   ECE and signed ECE over the authors' 10 confidence bins (± bootstrap standard
   error, `calibration.bootstrap_stderr`), the bins themselves and the reliability
-  diagram."""
+  diagram.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   confidence, correct, nll, brier = [], [], [], []
   for images, labels in batches('eval'):
     probabilities = np.asarray(jax.nn.softmax(subject.logits(images).astype(np.float32)),

@@ -14,7 +14,17 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
   """All-pairs minibatch linear CKA of every subject's residual stream, within and
   across models, in one pass over the evaluation split; its spread is the standard
   error of the per-batch CKA over batches (entry by entry, and of each model's mean
-  over distinct layer pairs)."""
+  over distinct layer pairs).
+
+  Args:
+    subjects: the models.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    unbiased: HSIC1 (Nguyen et al.) instead of the biased HSIC.
+
+  Returns:
+    The tool's JSON.
+  """
   names = [s.layers.stream for s in subjects]
   stream = cka.MinibatchCKA('linear', unbiased=unbiased)
   sizes = []
@@ -160,7 +170,14 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 def same_layer(result: Mapping) -> Dict[str, np.ndarray]:
   """For each pair of models with the same layers (seeds, data fractions, a skip
-  removed: a sweep's rows), the CKA of each layer with the same layer of the other."""
+  removed: a sweep's rows), the CKA of each layer with the same layer of the other.
+
+  Args:
+    result: the cka tool's JSON.
+
+  Returns:
+    {pair: CKA per layer}.
+  """
   layers = result['layers']
   return {key: np.diag(np.asarray(matrix)) for key, matrix in result['cka'].items()
           if ' vs ' in key and layers[_models(key)[0]] == layers[_models(key)[1]]}

@@ -68,7 +68,20 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
   corruptions' `parameters` set ('auto': `corruptions.parameters_for` the image
   size; TFDS's cifar10_corrupted is CIFAR-C's) is recorded in the JSON. With a
   `fraction` below 1 (a time budget's smaller sample) only that share of the
-  evaluation images, the first ones, is used, clean and corrupted."""
+  evaluation images, the first ones, is used, clean and corrupted.
+
+  Args:
+    subjects: the models.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    baseline: the model label the errors are relative to (`_baseline` if None).
+    source: 'package' (corrupt here) or 'tfds' (read cifar10_corrupted).
+    parameters: 'auto', 'cifar' or 'imagenet'.
+    fraction: the share of the evaluation images used.
+
+  Returns:
+    The tool's JSON.
+  """
   baseline = _baseline(subjects, baseline)
   if fraction < 1:
     keep = max(1, int(np.ceil(fraction * sum(len(x) for x, _ in batches('eval')))))

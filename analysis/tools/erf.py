@@ -15,14 +15,31 @@ ERF_IMAGES = 32
 
 
 def half_mass_area(field: np.ndarray) -> int:
-  """The area in pixels holding half of a field's total mass."""
+  """The area in pixels holding half of a field's total mass.
+
+  Args:
+    field: an (H, W) receptive field.
+
+  Returns:
+    The area in pixels.
+  """
   return int(np.searchsorted(np.cumsum(np.sort(field.ravel())[::-1]), 0.5 * field.sum()) + 1)
 
 
 def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_IMAGES) -> Dict:
   """Effective receptive field of the centre location of every block output, and
   the area holding half its mass, with its standard error over ERF_GROUPS groups
-  of the images."""
+  of the images.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    num_images: images the fields are averaged over.
+
+  Returns:
+    The model's JSON.
+  """
   images = np.concatenate([b for b, _ in take(batches('eval'), num_images)])[:num_images]
   groups = np.array_split(images, min(ERF_GROUPS, len(images)))
   names = subject.layers.stream

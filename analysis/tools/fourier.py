@@ -11,7 +11,16 @@ from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, mode
 def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   """Relative log amplitude curves per layer (each drawn at the authors' positions,
   `fourier.curve_positions`), the last entry of each, their "high frequency", vs
-  depth (attention outputs shaded), and the unbiased feature-map variance vs depth."""
+  depth (attention outputs shaded), and the unbiased feature-map variance vs depth.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   layers = subject.layers
   names = list(layers.stream)
 

@@ -11,7 +11,14 @@ from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 
 
 def lower_half(num_layers: int) -> int:
-  """How many of a reference model's first stream layers count as its lower layers."""
+  """How many of a reference model's first stream layers count as its lower layers.
+
+  Args:
+    num_layers: the reference model's stream layers.
+
+  Returns:
+    The count.
+  """
   return max(1, (num_layers + 1) // 2)
 
 
@@ -21,7 +28,16 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
   attention layer (spatial tokens, before the output projection) and every stream
   layer of the others, in one pass over the evaluation split per such model, with
   each head's mean attention distance (class-token key dropped, as
-  `attention_distance`)."""
+  `attention_distance`).
+
+  Args:
+    subjects: the models.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The tool's JSON.
+  """
   result = {}
   for s in subjects:
     others = [r for r in subjects if r is not s]

@@ -40,7 +40,18 @@ FLAGS = flags.FLAGS
 def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
   """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
   images and (K, B, C) label distributions (integer labels become one-hot), each
-  batch split over the devices (`features.shard_examples`)."""
+  batch split over the devices (`features.shard_examples`).
+
+  Args:
+    batches: split -> its (images, labels) batches.
+    split: the split to draw from.
+    count: how many batches.
+    num_classes: the classes, for one-hot labels.
+    mesh: the mesh of split parameters, or None.
+
+  Returns:
+    (images (K, B, ...), labels (K, B, C)).
+  """
   fixed = []
   for images, labels in batches(split):
     if labels.ndim == 1:
@@ -60,7 +71,17 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
   training batches with its augmentation (Park & Kim's protocol,
   `hessian.recipe_objective`), or 'clean', plain cross-entropy without L2 on
   evaluation-preprocessed training images. `unroll` as in
-  `hessian.training_loss`."""
+  `hessian.training_loss`.
+
+  Args:
+    subject: the model.
+    objective: 'training' or 'clean'.
+    unroll: as in `hessian.training_loss`.
+    l2_on: 'all' or 'kernels'.
+
+  Returns:
+    (loss, split of its batches, description).
+  """
   if objective == 'clean':
     return (hessian.training_loss(subject.model, unroll=unroll), 'train',
             {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
@@ -95,7 +116,26 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   block's diagonal block on the first minibatch, of the objective
   `hessian_objective` names with L2 over `l2_on` (recorded in the JSON). The
   density is drawn with Gaussians of `density_width` (`lanczos.density_sigma`:
-  PyHessian's by default)."""
+  PyHessian's by default).
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    num_minibatches: minibatches, each its own top-k estimate.
+    top_k: eigenvalues per minibatch.
+    steps_top: Lanczos steps for the top-k.
+    steps_density: Lanczos steps per SLQ probe.
+    num_probes: SLQ probes.
+    trace_probes: Hutchinson probes.
+    block_steps: Lanczos steps per parameter block's diagonal block.
+    objective: 'training' or 'clean' (`hessian_objective`).
+    l2_on: 'all' or 'kernels'.
+    density_width: 'pyhessian' or 'wide' (`lanczos.density_sigma`).
+
+  Returns:
+    The model's JSON.
+  """
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.layers.architecture)
   loss, split, description = hessian_objective(subject, objective, host_loop, l2_on)
@@ -185,7 +225,18 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
 
 def options(batches: int, lanczos_steps: int, objective: str, l2_on: str = 'all',
             density_width: str = 'pyhessian') -> Dict:
-  """`run_hessian`'s options from the command line, checked before any model loads."""
+  """`run_hessian`'s options from the command line, checked before any model loads.
+
+  Args:
+    batches: --hessian_batches.
+    lanczos_steps: --lanczos_steps.
+    objective: --hessian_objective.
+    l2_on: --hessian_l2_on.
+    density_width: --hessian_density_width.
+
+  Returns:
+    The run's keyword arguments.
+  """
   for flag, value in (('hessian_batches', batches), ('lanczos_steps', lanczos_steps)):
     if value < 1:
       raise ConfigError(f'--{flag} is {value}; it must be at least 1.')
@@ -227,7 +278,16 @@ def shrink(options: Mapping) -> Optional[Dict]:
 
 def check_lanczos(steps: int, dim: int, label: str) -> None:
   """Refuses more Lanczos steps than the Hessian has dimensions, or a basis (steps
-  float32 vectors of `dim`) larger than half the memory available now."""
+  float32 vectors of `dim`) larger than half the memory available now.
+
+  Args:
+    steps: the Lanczos steps asked for.
+    dim: the Hessian's dimension.
+    label: the model's label, for the message.
+
+  Raises:
+    ConfigError: too many steps, or a basis beyond the memory.
+  """
   if steps > dim:
     raise ConfigError(f'{steps} Lanczos steps exceed the {dim} parameters of {label}; give '
                       f'--lanczos_steps of at most {dim // 2}.')

@@ -44,7 +44,15 @@ def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
   coefficient * the sum of every tensor's unsquared norm (`landscape.authors_l2`),
   or 'objective', coefficient / 2 * the squared norm of the kernels (the term whose
   gradient is this project's decay, `steps.kernel_mask`). `coefficient` is
-  weight_decay / lr: PyTorch's AdamW decay, which the authors multiply in."""
+  weight_decay / lr: PyTorch's AdamW decay, which the authors multiply in.
+
+  Args:
+    term: 'authors' or 'objective'.
+    coefficient: weight_decay / lr.
+
+  Returns:
+    params -> the L2 term.
+  """
   if term == 'authors':
     return lambda p: coefficient * landscape.authors_l2(p)
   if term == 'objective':
@@ -65,7 +73,23 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
   Kim's `create_bases`, `landscape.filter_normalised` with `normalisation`),
   'hessian' takes the Ritz vectors of the two largest eigenvalues of the Hessian
   tool's objective (`lanczos_steps` steps on the first batch). Points are
-  evaluated `chunk` at a time in one program."""
+  evaluated `chunk` at a time in one program.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    points: grid points a side.
+    num_batches: training batches per point.
+    directions: 'random' or 'hessian'.
+    lanczos_steps: Lanczos steps for 'hessian' directions.
+    chunk: points evaluated together.
+    l2_term: 'authors' or 'objective' (`l2_penalty`).
+    normalisation: 'authors' or 'per_array'.
+
+  Returns:
+    The model's JSON.
+  """
   if subject.recipe is None:
     raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
                      'needs the recipe that trained it (load_subject(..., recipe=)).')
@@ -128,7 +152,19 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
 
 def options(points: int, num_batches: int, directions: str, lanczos_steps: int,
             l2_term: str = 'authors', normalisation: str = 'authors') -> Dict:
-  """`run_landscape`'s options from the command line, checked before any model loads."""
+  """`run_landscape`'s options from the command line, checked before any model loads.
+
+  Args:
+    points: --landscape_points.
+    num_batches: --landscape_batches.
+    directions: --landscape_directions.
+    lanczos_steps: --lanczos_steps.
+    l2_term: --landscape_l2.
+    normalisation: --landscape_normalisation.
+
+  Returns:
+    The run's keyword arguments.
+  """
   for flag, value, least in (('landscape_points', points, 3),
                              ('landscape_batches', num_batches, 1)):
     if value < least:

@@ -16,7 +16,14 @@ from vit_jax.models.family import BRANCH_SCALES, branch_scales
 
 def lesions(subject: Subject) -> List[Dict]:
   """The intact `branch_scales` collection, then one per branch with that branch's scale
-  0: every one has the same tree, so one compiled model runs them all."""
+  0: every one has the same tree, so one compiled model runs them all.
+
+  Args:
+    subject: the model.
+
+  Returns:
+    The collections, intact first.
+  """
   intact = flax.traverse_util.flatten_dict(branch_scales(subject.layers))
   out = [intact]
   for branch in subject.layers.branches:
@@ -29,7 +36,16 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
   turn (the stream goes on with its shortcut z, or the projection of z where the
   branch changes the shape), against the intact model. The drop's standard error
   is that of a paired difference: over images, of (intact correct) - (lesioned
-  correct)."""
+  correct).
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   model, branches = subject.model, subject.layers.branches
   predict = jax.jit(lambda params, scales, x: jnp.argmax(
       model.apply({'params': params, BRANCH_SCALES: scales}, x), -1))
@@ -62,7 +78,15 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
 
 
 def stage_ends(num_branches: int, branch_stages) -> List[int]:
-  """The index of each stage's last branch (one stage where none begins)."""
+  """The index of each stage's last branch (one stage where none begins).
+
+  Args:
+    num_branches: the branches.
+    branch_stages: branch indices where a stage begins.
+
+  Returns:
+    The indices.
+  """
   return [start - 1 for start in branch_stages] + [num_branches - 1]
 
 

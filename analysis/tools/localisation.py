@@ -12,7 +12,15 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 
 def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
   """Mean over queries of (CKA with the query's own patch) - (largest CKA with any
-  other patch): positive when every map peaks at its own position."""
+  other patch): positive when every map peaks at its own position.
+
+  Args:
+    maps: (queries, h, w) CKA maps.
+    own: each query's own patch, an index into the h * w patches.
+
+  Returns:
+    The mean margin.
+  """
   flat = maps.reshape(len(maps), -1)
   at_own = flat[np.arange(len(flat)), own]
   others = np.where(np.arange(flat.shape[1])[None] == own[:, None], -np.inf, flat)
@@ -26,7 +34,16 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
   hybrid's final map) and each of the h x w non-overlapping patches of the input
   image (its pixels), as Raghu et al. compare them: a map per query. The margin
   of each map's own patch over the best other one, with its standard error over
-  batches, says whether the position is kept."""
+  batches, says whether the position is kept.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   last = subject.layers.stream[-1]
   stream, grid, sizes, pixels = cka.MinibatchCKA(), None, [], None
   for images, _ in batches('eval'):

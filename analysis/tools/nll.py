@@ -36,7 +36,15 @@ FLAGS = flags.FLAGS
 def nll_and_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """[mean NLL, accuracy] of a batch: softmax cross-entropy against the labels (a
   label distribution, as mixup draws it, or integer classes), no label smoothing;
-  a prediction is correct where it is the labels' most likely class."""
+  a prediction is correct where it is the labels' most likely class.
+
+  Args:
+    logits: (B, classes) logits.
+    labels: integer labels or label distributions.
+
+  Returns:
+    [NLL, accuracy], means over the batch.
+  """
   targets = labels if labels.ndim == 2 else jax.nn.one_hot(labels, logits.shape[-1])
   nll = optax.softmax_cross_entropy(logits.astype(jnp.float32), targets)
   correct = jnp.argmax(logits, -1) == jnp.argmax(targets, -1)
@@ -47,7 +55,15 @@ def training_loss_and_accuracy(subject: Subject):
   """(images, labels, batch index) -> [mean training loss, accuracy] of a batch as
   the authors log `train/nll` (module docstring): the recipe's loss and label
   smoothing (`steps.loss_fn`) on the batch's label distributions, in train mode
-  with a dropout key per batch."""
+  with a dropout key per batch.
+
+  Args:
+    subject: the model.
+
+  Returns:
+    (images, labels, batch index) -> [loss, accuracy] in train mode, dropout drawn
+    from the index.
+  """
   recipe = subject.recipe
   if recipe is None:
     raise ValueError(f'The training NLL of {subject.label} is its recipe\'s loss, which '
@@ -73,7 +89,17 @@ def run_nll(subject: Subject, batches: Batches, out: str, train_nll: str = 'trai
   augmentation and mixup, as the model trained on them), each with its standard
   error over batches (the test error's binomial). `train_nll` 'training' measures
   the training images as the authors do (`training_loss_and_accuracy`), 'plain'
-  as the test images."""
+  as the test images.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    train_nll: 'training' (the recipe's loss, train mode) or 'plain'.
+
+  Returns:
+    The model's JSON.
+  """
   if train_nll not in TRAIN_NLLS:
     raise ValueError(f'Unknown training NLL {train_nll!r}; use one of {", ".join(TRAIN_NLLS)}.')
   train_measure = (training_loss_and_accuracy(subject) if train_nll == 'training'

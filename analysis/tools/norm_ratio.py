@@ -11,7 +11,16 @@ from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, figur
 
 
 def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
-  """||z|| / ||f(z)|| for every residual branch, class token apart from the rest."""
+  """||z|| / ||f(z)|| for every residual branch, class token apart from the rest.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+
+  Returns:
+    The model's JSON.
+  """
   rows = subject.layers.branches
   names = sorted({n for row in rows for n in (row.skip, row.output)})
   kinds = ('cls', 'spatial') if subject.has_cls else ('spatial',)

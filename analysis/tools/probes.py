@@ -71,7 +71,17 @@ SHOTS = (1, 5, 10, 25)  # the few-shot probes on the pre-logits
 def run_probes(subject: Subject, batches: Batches, out: str,
                shots: Sequence[int] = SHOTS) -> Dict:
   """Ridge probes per layer and token kind, few-shot accuracy on pre-logits, and a
-  10-shot probe on each final-layer token."""
+  10-shot probe on each final-layer token.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    shots: the few-shot probes on the pre-logits.
+
+  Returns:
+    The model's JSON.
+  """
   names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
   train_x, train_y = _collect(subject, batches('train'), names + [pre_logits], names[-1])
   test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits], names[-1])

@@ -23,7 +23,19 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
   eps * sign(N(0, 1)) masked to the square band of half-width `width` around each
   frequency f in [0, pi]) for each eps; one base noise per batch for every (eps, f),
-  so curves differ by the band alone. Images are in [-1, 1]."""
+  so curves differ by the band alone. Images are in [-1, 1].
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    epsilons: the noise amplitudes.
+    frequencies: the bands' centres, in [0, pi].
+    width: the bands' half-width.
+
+  Returns:
+    The model's JSON.
+  """
   correct = np.zeros((len(epsilons), len(frequencies)))
   clean = count = 0
   for step, (images, labels) in enumerate(batches('eval')):
@@ -64,7 +76,14 @@ def _json(values: np.ndarray) -> list:
 
 
 def first_supported(r: Mapping) -> int:
-  """The index of the lowest frequency whose band has support at the image size."""
+  """The index of the lowest frequency whose band has support at the image size.
+
+  Args:
+    r: a model's JSON entry.
+
+  Returns:
+    The index.
+  """
   return next(i for i, n in enumerate(r.get('band_pixels', [1] * len(r['frequencies']))) if n)
 
 

@@ -18,7 +18,17 @@ ROLLOUT_IMAGES = 4
 def run_vit_figures(subject: Subject, batches: Batches, out: str,
                     num_images: int = ROLLOUT_IMAGES) -> Dict:
   """The ViT paper's Fig. 7 and attention rollout: embedding-filter principal
-  components, position-embedding similarities, rollout maps on a few images."""
+  components, position-embedding similarities, rollout maps on a few images.
+
+  Args:
+    subject: the model (a ViT).
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    num_images: the images rollout maps are drawn for.
+
+  Returns:
+    The model's JSON.
+  """
   grid, _ = subject.token_grid()
   result = {'figures': [], 'panels': []}
   kernel = np.asarray(subject.parameter(subject.layers.embedding))
@@ -61,7 +71,15 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
 
 def neighbour_similarity(similarity, grid) -> Dict[str, float]:
   """Mean cosine similarity of position embeddings to their 4-neighbours and to
-  every other position (self excluded)."""
+  every other position (self excluded).
+
+  Args:
+    similarity: (h, w, h, w) position-embedding similarities.
+    grid: (h, w).
+
+  Returns:
+    The means for neighbours and the rest.
+  """
   h, w = grid
   sim = np.asarray(similarity).reshape(h * w, h * w)
   rows, cols = np.divmod(np.arange(h * w), w)

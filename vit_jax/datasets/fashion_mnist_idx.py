@@ -22,7 +22,14 @@ CLASS_NAMES = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 
 
 
 def read_idx(path: str) -> np.ndarray:
-  """An IDX file (gzipped or not) as a uint8 array of the shape its header gives."""
+  """An IDX file (gzipped or not) as a uint8 array of the shape its header gives.
+
+  Args:
+    path: the file.
+
+  Returns:
+    The array.
+  """
   opener = gzip.open if path.endswith('.gz') else open
   with opener(path, 'rb') as f:
     data = f.read()
@@ -37,6 +44,14 @@ def read_idx(path: str) -> np.ndarray:
 
 
 def idx_dir_ready(path: str) -> bool:
+  """Whether `path` holds the four IDX files of Fashion-MNIST.
+
+  Args:
+    path: a directory.
+
+  Returns:
+    Whether all are there.
+  """
   return all(os.path.exists(os.path.join(path, f)) for pair in FILES.values() for f in pair)
 
 

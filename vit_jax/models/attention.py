@@ -181,7 +181,22 @@ class MultiHeadAttention(nn.Module):
     self.sow('intermediates', HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
     return dense(width, axis=(-2, -1), name='out')(y)
 
-  def explicit(self, q, k, v, bias, mask, *, train: bool):
+  def explicit(self, q: jax.Array, k: jax.Array, v: jax.Array, bias: Optional[jax.Array],
+               mask: Optional[jax.Array], *, train: bool) -> jax.Array:
+    """softmax(q k^T / sqrt(d) + bias) v, the weights sown (`ATTENTION_WEIGHTS`)
+    and, in training, dropped out.
+
+    Args:
+      q: (B, N, heads, d) queries.
+      k: (B, N, heads, d) keys.
+      v: (B, N, heads, d) values.
+      bias: logits added before the softmax, or None.
+      mask: True where a query sees a key, or None.
+      train: apply attention dropout.
+
+    Returns:
+      The (B, N, heads, d) output.
+    """
     # Heads moved in front of the tokens first: both products are then batched
     # over (B, heads) with contiguous operands, which XLA:CPU runs 3.5x faster
     # than the same einsums on (B, N, heads, d) (ViT-B/16, docs/benchmarks.md).
