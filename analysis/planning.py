@@ -73,6 +73,12 @@ def _given(name: str, options: Mapping, key: str):
   return None if parameter is None else parameter.default
 
 
+def _changes(name: str, before: Mapping, after: Mapping) -> Dict[str, list]:
+  """{option: [its value before, after]} of tool `name`'s options that changed."""
+  return {k: [_given(name, before, k), v] for k, v in after.items()
+          if _given(name, before, k) != v}
+
+
 @dataclasses.dataclass
 class Planner:
   """The plan of the tools `names` under a time budget.
@@ -136,13 +142,8 @@ class Planner:
 
   def changed(self) -> Dict[str, Dict[str, list]]:
     """Each tool's options that differ from those asked: {option: [asked, planned]}."""
-    out = {}
-    for n in self.names:
-      changed = {k: [_given(n, self.asked[n], k), v] for k, v in self.options[n].items()
-                 if _given(n, self.asked[n], k) != v}
-      if changed:
-        out[n] = changed
-    return out
+    return {n: changed for n in self.names
+            if (changed := _changes(n, self.asked[n], self.options[n]))}
 
   def fit(self, names: Sequence[str]) -> Dict[str, float]:
     """Shrinks the samples of `names` (the tools still to run), the costliest first,
@@ -186,8 +187,7 @@ class Planner:
            f'the {console.duration(left)} left of --time_budget={self.budget_text}'
            + (f' (the tools so far took {factor:.1f}x their estimates)' if factor != 1 else ''))
     for n in names:
-      changed = {k: [_given(n, before[n], k), v] for k, v in self.options[n].items()
-                 if _given(n, before[n], k) != v}
+      changed = _changes(n, before[n], self.options[n])
       if changed:
         print(f'{n}: a smaller sample for {why}: ' +
               ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)
