@@ -163,7 +163,8 @@ class Planner:
     factor = self.slowdown()
     before = {n: dict(self.options[n]) for n in names}
     while True:
-      estimated = {n: self.seconds(n) * factor for n in names}
+      priced = {n: self.seconds(n) for n in names}
+      estimated = {n: t * factor for n, t in priced.items()}
       total = sum(estimated.values())
       if total <= left:
         break
@@ -181,7 +182,7 @@ class Planner:
               'analysis <tool>), fewer --num_images, or give a longer --time_budget.')
         break
       self.options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(self.options[smaller[0]])
-    self.priced.update({n: self.seconds(n) for n in names})
+    self.priced.update(priced)
     self.estimated.update(estimated)
     why = (f'--time_budget={self.budget_text}' if first else
            f'the {console.duration(left)} left of --time_budget={self.budget_text}'
