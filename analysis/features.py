@@ -75,7 +75,7 @@ class Subject:
 
   @property
   def family(self) -> Family:
-    return models.family_of(self.config)
+    return models.require(self.config, models.CLASSIFY)
 
   @property
   def layers(self) -> Layers:
@@ -303,13 +303,14 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
           f'{path} holds no params.npz: finish its training first (rerun the training '
           'command, which resumes from its checkpoint), or name a .npz instead.')
     path = npz
+  config = models.get_config(model_name, **(overrides or {}))
+  family = models.require(config, models.CLASSIFY)
+  if family.can(models.SCAN) and config.scan_layers:
+    # the tools read what each block sows, under its own name
+    config.scan_layers = False
   params = checkpoint.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')
-  config = models.get_config(model_name, **(overrides or {}))
-  if config.get('scan_layers'):  # the tools read what each block sows, under its own name
-    config.scan_layers = False
-  head = [v for k, v in flat.items()
-          if k.startswith(models.family_of(config).head) and k.endswith('kernel')]
+  head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
   config.num_classes = int(head[0].shape[-1]) if head else 0
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']

@@ -5,9 +5,11 @@ Every test process sees 8 CPU devices, so multi-device code runs on CPU. The
 tests are dominated by XLA compile time, which the lowest backend optimisation
 level halves; it changes fusion, not what is computed.
 
-A test that takes a `family_name` argument runs once per registered model family
-(`vit_jax.models.FAMILIES`, on its `Family.tiny` model): a family registered
-from a plugin (`pytest -p module`) is tested without editing the suite.
+A test that takes a `family_name` argument runs once per registered family of
+image classifiers (`models.families(models.CLASSIFY)`, on its `Family.tiny`
+model), one that takes `any_family_name` once per registered family of any kind:
+a family registered from a plugin (`pytest -p module`) is tested without
+editing the suite.
 """
 import os
 
@@ -20,9 +22,11 @@ chex.set_n_cpu_devices(8)
 
 
 def pytest_generate_tests(metafunc):
+  from vit_jax import models
   if 'family_name' in metafunc.fixturenames:
-    from vit_jax import models
-    metafunc.parametrize('family_name', list(models.FAMILIES))
+    metafunc.parametrize('family_name', models.families(models.CLASSIFY))
+  if 'any_family_name' in metafunc.fixturenames:
+    metafunc.parametrize('any_family_name', list(models.FAMILIES))
 
 
 @pytest.fixture(scope='session')
@@ -31,6 +35,7 @@ def subjects():
   the class-token ViT's twin that pools its tokens."""
   from helpers import subject_of, tiny_family_config
   from vit_jax import models
-  made = {name: subject_of(tiny_family_config(name), name) for name in models.FAMILIES}
+  made = {name: subject_of(tiny_family_config(name), name)
+          for name in models.families(models.CLASSIFY)}
   made['vit_gap'] = subject_of(tiny_family_config('vit', classifier='gap'), 'vit_gap')
   return made

@@ -92,6 +92,8 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     family = models.MODELS[own]['family']
     overrides = dict(OVERRIDES, model_name=next(
         n for n in sorted(models.MODELS) if models.MODELS[n]['family'] == family and n != own))
+    if not models.FAMILIES[family].can(models.TENSOR_PARALLEL):
+      overrides['model_parallel'] = '1'  # refused for it (below)
     config = _parse(path, arg, [f'--config.{k}={v}' for k, v in overrides.items()])
     for key, value in overrides.items():
       expected = value if key == 'time_budget' or value[0] not in '(0123456789TF' else (
@@ -122,11 +124,18 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     ('label_smoothing=1.0', 'config.label_smoothing is 1.0'),
     ('randaugment=(2,)', 'config.randaugment is \\(2,\\)'),
     ('model_name=ViT-Q_16', "Unknown model 'ViT-Q_16'"),
-    ('model_name=LiT-B16B', 'LiT-B16B is a two-tower image-text model.*vit_jax.zeroshot'),
+    ('model_name=LiT-B16B', r'LiT-B16B \(LiT\) cannot classify images.*vit_jax.zeroshot'),
 ])
 def test_a_value_a_field_does_not_allow_is_named(override, says):
   with pytest.raises(errors.ConfigError, match=says):
     _parse(os.path.join(ROOT, 'configs', 'quickstart_vit.py'), None, [f'--config.{override}'])
+
+
+def test_model_parallelism_is_refused_for_a_family_that_cannot_split():
+  with pytest.raises(errors.ConfigError, match=r'BiT-M-R50x1 \(BiT\) cannot split its heads.*'
+                     r'Models that can: ViT, hybrid\.'):
+    _parse(os.path.join(ROOT, 'configs', 'quickstart_resnet.py'), None,
+           ['--config.model_parallel=2'])
 
 
 @pytest.mark.parametrize('arg,says', [

@@ -278,11 +278,14 @@ def test_the_training_page_has_a_row_for_every_recipe_field():
   assert _table_names('training.md', 'Recipe fields') == set(settings.FIELDS)
 
 
-def test_the_models_page_has_a_row_for_every_model_field(family_name):
-  """Each family's fields in the table headed '<its title> fields'."""
+def test_the_models_page_has_a_row_for_every_model_field(any_family_name):
+  """Each family's fields in the table headed '<its title> fields', with those of
+  every family (`dtype`) and of every image classifier (`num_classes`)."""
   from vit_jax import models
-  family = models.FAMILIES[family_name]
+  family = models.FAMILIES[any_family_name]
   documented = _table_names('models.md', f'{family.title} fields') | _table_names(
       'models.md', 'Fields of every family')
+  if family.can(models.CLASSIFY):
+    documented |= _table_names('models.md', 'Fields of every image classifier')
   for name in family.variants:
     assert set(models.get_config(name)) - {'name', 'family'} == documented, name

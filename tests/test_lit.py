@@ -199,9 +199,15 @@ def test_a_lit_file_missing_a_tensor_is_refused_by_name(tmp_path):
     zeroshot.load_params(str(tmp_path / 'bad.npz'), model, config)
 
 
-def test_lit_is_not_an_image_classifier():
-  with pytest.raises(ValueError, match='vit_jax.zeroshot'):
-    models.family_of(models.get_config('LiT-B16B'))
+def test_lit_is_a_peer_family_that_classifies_zero_shot():
+  config = models.get_config('LiT-B16B')
+  assert models.family_of(config) is models.FAMILIES['lit']
+  assert models.families(models.ZERO_SHOT) == ['lit']
+  assert 'lit' not in models.families(models.CLASSIFY)
+  with pytest.raises(ValueError, match=r'LiT-B16B \(LiT\) cannot classify images.*it can '
+                     r'classify images zero-shot.*vit_jax.zeroshot.*Models that can: ViT'):
+    models.require(config, models.CLASSIFY)
+  assert models.require(config, models.ZERO_SHOT) is models.FAMILIES['lit']
   config = models.get_config('LiT-B16B', text={'config': 'large'}, out_dim=(None, 16))
   assert config.text.config == 'large' and config.image.hidden_size == 768
   with pytest.raises(ValueError, match='no field'):
@@ -327,7 +333,8 @@ def test_zero_shot_refuses_what_it_cannot_classify(tmp_path, bert_vocab):
   checkpoint_path = str(tmp_path / 'LiT-testing.npz')
   with pytest.raises(ConfigError, match="Unknown model 'LiT-Q'"):
     zeroshot.zero_shot('LiT-Q', checkpoint_path, dataset)
-  with pytest.raises(ConfigError, match='ViT-B_16 is not a LiT model'):
+  with pytest.raises(ConfigError, match=r'ViT-B_16 \(ViT, hybrid\) cannot classify images '
+                     r'zero-shot.*Models that can: LiT\.'):
     zeroshot.zero_shot('ViT-B_16', checkpoint_path, dataset)
   with pytest.raises(ConfigError, match='needs a {} for the class name'):
     zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, prompts=('a photo',))

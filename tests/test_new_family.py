@@ -39,6 +39,21 @@ def test_registering_refuses_a_name_taken():
   assert 'other' not in models.FAMILIES
 
 
+@pytest.mark.parametrize('changes,says', [
+    (dict(capabilities=frozenset({'fly'})), r"capabilities \['fly'\]; the known ones are"),
+    (dict(layers=None), 'classifies, so it declares its sown `layers` and its `head`'),
+    (dict(capabilities=frozenset({models.CLASSIFY, models.TENSOR_PARALLEL})),
+     "declares 'tensor-parallel' exactly when it gives the `tensor_parallel` rules"),
+])
+def test_registering_refuses_capabilities_the_record_cannot_back(changes, says):
+  import dataclasses
+  family = dataclasses.replace(mixer.FAMILY, name='other', variants={'Other-1': {}},
+                               tiny=('Other-1', {}), **changes)
+  with pytest.raises(ValueError, match=says):
+    models.register(family)
+  assert 'other' not in models.FAMILIES
+
+
 @pytest.mark.slow
 def test_a_family_registered_outside_is_tested_by_the_suite(tmp_path):
   (tmp_path / 'throwaway_family.py').write_text(PLUGIN)

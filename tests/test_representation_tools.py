@@ -30,7 +30,7 @@ def test_cka_within_and_across_models(subjects, tmp_path):
 
 
 def test_cka_across_every_family(subjects, tmp_path):
-  chosen = [subjects[name] for name in models.FAMILIES]
+  chosen = [subjects[name] for name in models.families(models.CLASSIFY)]
   result = TOOLS['cka'].run(chosen, batches, str(tmp_path))
   for s in chosen:
     block = np.array(result['cka'][s.label])
@@ -170,7 +170,7 @@ def test_vit_tools(subjects, tool, label, tmp_path):
       assert 'distance_with_class_key_per_layer_head' not in result
 
 
-@pytest.mark.parametrize('label', list(models.FAMILIES) + ['vit_gap', 'hybrid'])
+@pytest.mark.parametrize('label', models.families(models.CLASSIFY) + ['vit_gap', 'hybrid'])
 def test_localisation_on_every_family(subjects, label, tmp_path):
   """A ViT's, a hybrid's and a Mixer's tokens, a ResNet's and AlterNet's final
   positions: a CKA map per query over the patches of the same grid, as Raghu et

@@ -20,7 +20,6 @@ from etils import epath
 from vit_jax import models
 from vit_jax.atomic import atomic_write
 from vit_jax.layout import Params, flatten, published, unflatten
-from vit_jax.models import lit
 from vit_jax.models.family import CheckpointError, Flat
 from vit_jax.timm_files import TORCH_SUFFIXES, from_timm, read_state_dict
 
@@ -66,12 +65,10 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
     flat = flatten(from_timm(read_state_dict(path), model_name, **overrides))
-  elif model_name is not None and lit.is_lit(models.get_config(model_name, **overrides)):
-    return unflatten(_read_npz(path))  # LiT files have one layout, the published one
+  elif model_name is None:
+    return unflatten(published(_read_npz(path)))
   else:
-    flat = published(_read_npz(path))
-  if model_name is None:
-    return unflatten(flat)
+    flat = models.family_of(models.get_config(model_name, **overrides)).published(_read_npz(path))
   config = models.get_config(model_name, **overrides)
   return unflatten(models.family_of(config).module_layout(flat, config))
 
@@ -110,7 +107,7 @@ def save(path: str, params: Mapping[str, Any]) -> None:
     params: the parameter tree (nested or flat, any array type).
   """
   flat = flatten(params)
-  if not lit.is_two_tower(flat):
+  if not models.lit.is_two_tower(flat):
     flat = published(flat)
   arrays = {}
   for key, value in flat.items():

@@ -206,7 +206,10 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError("config.keep_params_at names 'warmup', but config.warmup_steps is 0: the "
                       'run has no warm-up to keep the parameters of; name a step number instead.')
   try:
-    models.family_of(models.get_config(config.model_name))  # trains image classifiers only
+    model = models.get_config(config.model_name)
+    models.require(model, models.CLASSIFY)  # before the fields, which a LiT model lacks
+    if config.model_parallel > 1:
+      models.require(model, models.TENSOR_PARALLEL)
     model = models.get_config(config.model_name, **config.model)
   except ValueError as e:
     raise ConfigError(f'config.model_name / config.model: {e}') from e

@@ -183,11 +183,9 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
   """
   try:
     config = models.get_config(model_name)
+    models.require(config, models.ZERO_SHOT)
   except ValueError as e:
     raise ConfigError(str(e)) from e
-  if not models.lit.is_lit(config):
-    raise ConfigError(f'{model_name} is not a LiT model; zero-shot needs one of '
-                      f'{", ".join(models.lit.VARIANTS)}.')
   if any('{}' not in p for p in prompts):
     raise ConfigError(f'Every prompt needs a {{}} for the class name: {list(prompts)}.')
   for name, value in (('batch_size', batch_size), ('max_examples', max_examples)):

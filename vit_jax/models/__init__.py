@@ -1,5 +1,6 @@
-"""The model zoo: published ViT, hybrid, BiT, MLP-Mixer and AlterNet variants by
-name, and the LiT image-text models.
+"""The model zoo: published ViT, hybrid, BiT, MLP-Mixer and AlterNet image
+classifiers and LiT image-text models by name, in one registry of families that
+declare what their models can do (`Family.capabilities`).
 
     model = get_model('ViT-B_16', num_classes=10)
     variables = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 224, 224, 3)))
@@ -16,7 +17,8 @@ import ml_collections
 
 from vit_jax.models import alternet, lit, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
-from vit_jax.models.family import Family
+from vit_jax.models.family import (CAPABILITIES, CLASSIFY, SCAN, TENSOR_PARALLEL, ZERO_SHOT,
+                                   Family)
 
 FAMILIES: Dict[str, Family] = {}  # every family of the zoo, by name
 MODELS: Dict[str, Dict[str, Any]] = {}  # every published variant: its fields and family
@@ -30,14 +32,28 @@ def register(family: Family) -> Family:
 
   Returns:
     `family`.
+
+  Raises:
+    ValueError: a name taken, a tiny model that is no variant, or capabilities
+      that are not those of `CAPABILITIES` or that the record cannot back.
   """
-  taken = sorted(set(family.variants) & (set(MODELS) | set(lit.VARIANTS)))
-  if family.name in FAMILIES or family.name == lit.FAMILY or taken:
+  taken = sorted(set(family.variants) & set(MODELS))
+  if family.name in FAMILIES or taken:
     raise ValueError(f'The family {family.name!r} or its variants {taken} are in the zoo '
                      'already; give the family and each variant a name of its own.')
   if family.tiny[0] not in family.variants:
     raise ValueError(f'The tiny model of {family.name!r} is {family.tiny[0]!r}, not one of its '
                      f'variants {sorted(family.variants)}.')
+  unknown = sorted(family.capabilities - set(CAPABILITIES))
+  if unknown:
+    raise ValueError(f'{family.name!r} declares the capabilities {unknown}; the known ones are '
+                     f'{sorted(CAPABILITIES)}.')
+  if family.can(CLASSIFY) and (family.layers is None or not family.head):
+    raise ValueError(f'{family.name!r} classifies, so it declares its sown `layers` and '
+                     'its `head`.')
+  if family.can(TENSOR_PARALLEL) != bool(family.tensor_parallel):
+    raise ValueError(f'{family.name!r} declares {TENSOR_PARALLEL!r} exactly when it gives '
+                     'the `tensor_parallel` rules that split its parameters.')
   FAMILIES[family.name] = family
   MODELS.update({name: dict(fields, family=family.name)
                  for name, fields in family.variants.items()})
@@ -49,31 +65,58 @@ register(vit.FAMILY)
 register(resnet.FAMILY)
 register(mixer.FAMILY)
 register(alternet.FAMILY)
+register(lit.FAMILY)
 
 
 def family_of(config: ml_collections.ConfigDict) -> Family:
-  """The family description of a model config from `get_config`.
+  """The family of a model config from `get_config`.
 
   Args:
     config: a zoo config.
 
   Returns:
     Its family.
+  """
+  return FAMILIES[config.family]
+
+
+def families(capability: str) -> List[str]:
+  """The names of the families whose models can do `capability`.
+
+  Args:
+    capability: a key of `CAPABILITIES`.
+
+  Returns:
+    The family names, in the order they were registered.
+  """
+  return [name for name, family in FAMILIES.items() if family.can(capability)]
+
+
+def require(config: ml_collections.ConfigDict, capability: str) -> Family:
+  """The family of a model config, where its models can do `capability`.
+
+  Args:
+    config: a zoo config.
+    capability: what the caller needs of the model (a key of `CAPABILITIES`).
+
+  Returns:
+    Its family.
 
   Raises:
-    ValueError: a LiT config (a two-tower model is no image classifier).
+    ValueError: the model cannot, saying what it can do and which families can.
   """
-  if lit.is_lit(config):
-    raise ValueError(
-        f'{config.name} is a two-tower image-text model, not an image classifier: classify '
-        f'with `python -m vit_jax.zeroshot --model {config.name}`, or use its image tower '
-        f'{config.image_model!r} alone.')
-  return FAMILIES[config.family]
+  family = family_of(config)
+  if family.can(capability):
+    return family
+  can = '; '.join(CAPABILITIES[c] for c in sorted(family.capabilities)) or 'nothing else'
+  others = ', '.join(FAMILIES[name].title for name in families(capability))
+  raise ValueError(f'{config.name} ({family.title}) cannot {CAPABILITIES[capability]}; it can '
+                   f'{can}. Models that can: {others}.')
 
 
 def list_models() -> List[str]:
   """The published model names `get_model` knows."""
-  return sorted(list(MODELS) + list(lit.VARIANTS))
+  return sorted(MODELS)
 
 
 def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
@@ -81,8 +124,9 @@ def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
 
   `name` is a published name ('ViT-B_16', 'R50+ViT-B_16', 'BiT-M-R50x1'); a '/'
   may stand for the '_' ('ViT-B/16'). Besides the architecture fields, every
-  model takes `num_classes` and `dtype` (the compute dtype; parameters stay
-  float32). A LiT model's fields are those of `lit.FIELDS`.
+  model takes `dtype` (the compute dtype; parameters stay float32) and the
+  fields of its family's `defaults` (an image classifier's `num_classes`); a LiT
+  model's `image` and `text` overrides update its towers' fields.
 
   Args:
     name: the published name.
@@ -95,18 +139,11 @@ def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
     ValueError: an unknown name or field, naming the known ones.
   """
   key = name.replace('/', '_')
-  if key in lit.VARIANTS:
-    return lit.get_config(key, get_config(lit.VARIANTS[key]['image_model']), **overrides)
   if key not in MODELS:
     raise ValueError(f'Unknown model {name!r}. Known models: {", ".join(list_models())}.')
-  config = dict(MODELS[key], name=key, num_classes=1000, dtype='float32')
-  settable = set(config) - {'family', 'name'}
-  unknown = sorted(set(overrides) - settable)
-  if unknown:
-    raise ValueError(f'{key} has no field(s) {unknown}; the fields you can set are: '
-                     f'{", ".join(sorted(settable))}.')
-  config.update(overrides)
-  return ml_collections.ConfigDict(config)
+  family = FAMILIES[MODELS[key]['family']]
+  config = dict(MODELS[key], name=key, **family.defaults, dtype='float32')
+  return ml_collections.ConfigDict(family.configure(config, overrides))
 
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
@@ -118,16 +155,14 @@ def build_model(config: ml_collections.ConfigDict) -> nn.Module:
   Returns:
     The module.
   """
-  if lit.is_lit(config):
-    return lit.build(config)
-  fields = {k: v for k, v in config.items() if k not in ('family', 'name')}
+  fields = {k: v for k, v in config.to_dict().items() if k not in ('family', 'name')}
   fields['dtype'] = jnp.dtype(fields['dtype'])
   return family_of(config).build(fields)
 
 
 def get_model(name: str, num_classes: Optional[int] = 1000, **overrides: Any) -> nn.Module:
-  """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`. A
-  LiT model has no classes: `num_classes` is not used for it.
+  """The Flax module of a published model, e.g. `get_model('ViT-B_16', 10)`.
+  `num_classes` is for the families that take it (not LiT's image-text models).
 
   Args:
     name: the published name.
@@ -137,9 +172,9 @@ def get_model(name: str, num_classes: Optional[int] = 1000, **overrides: Any) ->
   Returns:
     The module.
   """
-  if name.replace('/', '_') in lit.VARIANTS:
-    return build_model(get_config(name, **overrides))
-  return build_model(get_config(name, num_classes=num_classes, **overrides))
+  if 'num_classes' in FAMILIES[get_config(name).family].defaults:
+    overrides['num_classes'] = num_classes
+  return build_model(get_config(name, **overrides))
 
 
 def apply_with_intermediates(model: nn.Module, variables: Any, images: Any, *,

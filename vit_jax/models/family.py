@@ -1,13 +1,15 @@
 """What the rest of the project knows about a model family, said by the family.
 
-Each family module (`vit`, `resnet`, `mixer`, `alternet`) exports one `Family`:
-its published variants, how to build it, the sown layers the analysis tools
-read, its classifier head and how a published checkpoint is fitted to a new
-task. Training, checkpoints and analysis read these and never test a family name.
+Each family module (`vit`, `resnet`, `mixer`, `alternet`, `lit`) exports one
+`Family`: its published variants, how to configure and build them, what they
+can do (`capabilities`), the layers they sow, the classifier head and how a
+published checkpoint is fitted to a new task. Training, checkpoints and
+analysis read these and never test a family name.
 """
 import dataclasses
 import re
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Collection, Dict, FrozenSet, Mapping, Optional, Sequence,
+                    Tuple)
 
 import flax
 import flax.linen as nn
@@ -23,6 +25,19 @@ TRANSFORMER = 'transformer'  # attention and MLP blocks on patch tokens (ViT)
 CONVNET = 'convnet'  # convolutions only (ResNet)
 HYBRID = 'hybrid'  # convolutions and attention together (hybrid ViT, AlterNet)
 MLP = 'mlp'  # MLPs that mix tokens (Mixer)
+
+# What a family's models can do, each declared in `Family.capabilities`, with what
+# it means to a user (for the sentence that refuses a model lacking it).
+CLASSIFY = 'classify'
+ZERO_SHOT = 'zero-shot'
+SCAN = 'scan'
+TENSOR_PARALLEL = 'tensor-parallel'
+CAPABILITIES = {
+    CLASSIFY: 'classify images (train and fine-tune it with vit_jax.train)',
+    ZERO_SHOT: 'classify images zero-shot from class names (vit_jax.zeroshot)',
+    SCAN: 'run its blocks as one scan (scan_layers=True)',
+    TENSOR_PARALLEL: 'split its heads and hidden units over a model axis (config.model_parallel)',
+}
 
 
 class CheckpointError(UserError, ValueError):
@@ -111,27 +126,64 @@ def stage_starts(stage_of: Sequence[Any]) -> Tuple[int, ...]:
   return tuple(i for i in range(1, len(stage_of)) if stage_of[i] != stage_of[i - 1])
 
 
+def override(config: Dict[str, Any], overrides: Mapping[str, Any],
+             nested: Collection[str] = ()) -> Dict[str, Any]:
+  """A model config with fields replaced, or for the `nested` ones (dicts of a
+  tower's fields) updated; a field the config lacks is refused.
+
+  Args:
+    config: the config's fields, `family` and `name` among them.
+    overrides: the fields to set.
+    nested: fields whose overrides update the dict they hold.
+
+  Returns:
+    `config`, changed.
+
+  Raises:
+    ValueError: a field the config lacks, naming those it has.
+  """
+  settable = set(config) - {'family', 'name'}
+  unknown = sorted(set(overrides) - settable)
+  if unknown:
+    raise ValueError(f'{config["name"]} has no field(s) {unknown}; the fields you can set are: '
+                     f'{", ".join(sorted(settable))}.')
+  for key, value in overrides.items():
+    config[key] = dict(config[key], **value) if key in nested else value
+  return config
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """A model family: published variants, module, sown layers, head, fine-tuning.
+  """A model family: published variants, what they can do, module, sown layers,
+  head, fine-tuning.
 
   `fit_checkpoint(restored, init, config, grid_shape, source)` fits a published
   checkpoint's flat parameters (head already taken from `init`) to the freshly
   initialised model `init` of `config`: what is fitted (position embeddings,
   class token, pre-logits) or refused (with a CheckpointError) depends on the
   family. A family joins the zoo with `models.register(FAMILY)`; the test suite
-  runs on its `tiny` model every test parametrised over the families.
+  runs on its `tiny` model every test parametrised over the families that can
+  do what the test needs.
+
+  `configure(fields, overrides)` makes a variant's config: `fields` are its
+  architecture fields with `family`, `name`, the family's `defaults` and `dtype`;
+  the default replaces fields by the overrides (`override`).
   """
   name: str
   title: str  # how people call the family's models: 'ViT, hybrid', 'BiT', ...
   variants: Mapping[str, Mapping[str, Any]]  # published name -> architecture fields
-  module: Callable[..., nn.Module]  # architecture fields, num_classes, dtype -> module
-  layers: Callable[[ml_collections.ConfigDict], Layers]
+  module: Callable[..., nn.Module]  # a config's fields but `family` and `name` -> module
   describe: Callable[[ml_collections.ConfigDict], str]  # the shape in words: '4 blocks, width 64'
-  head: str  # parameter-path prefix of the classifier, re-initialised for a new task
   # A published variant and the fields that make it tiny (a few ten thousand
   # parameters at 32 px): the model the test suite runs this family on.
   tiny: Tuple[str, Mapping[str, Any]]
+  capabilities: FrozenSet[str] = frozenset({CLASSIFY})  # keys of CAPABILITIES
+  # What an image classifier sows: its residual stream, branches, attention, ...
+  layers: Optional[Callable[[ml_collections.ConfigDict], Layers]] = None
+  head: str = ''  # parameter-path prefix of the classifier, re-initialised for a new task
+  defaults: Mapping[str, Any] = dataclasses.field(
+      default_factory=lambda: {'num_classes': 1000})  # fields every variant takes besides
+  configure: Callable[[Dict[str, Any], Mapping[str, Any]], Dict[str, Any]] = override
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)
@@ -149,6 +201,17 @@ class Family:
   # model axis splits: heads and hidden units, for tensor parallelism.
   tensor_parallel: Tuple[Tuple[str, int], ...] = ()
   sequence_fields: Tuple[str, ...] = ()  # fields passed to the module as tuples
+
+  def can(self, capability: str) -> bool:
+    """Whether the family's models can do `capability` (a key of `CAPABILITIES`).
+
+    Args:
+      capability: what is asked of them.
+
+    Returns:
+      Whether they can.
+    """
+    return capability in self.capabilities
 
   @property
   def body(self) -> str:

@@ -12,9 +12,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
-import ml_collections
 
 from vit_jax.models import vit
+from vit_jax.models.family import ZERO_SHOT, Family, override
 
 Dtype = Any
 
@@ -26,7 +26,6 @@ BERT_SIZES = {'base': (768, 3072, 12, 12), 'large': (1024, 4096, 24, 16),
 BERT_VOCAB, BERT_POSITIONS, BERT_SEGMENTS = 30_522, 512, 2
 TEXT_MODELS = ('bert', 'text_transformer')
 TOKENIZERS = {'bert': '.txt', 'sentencepiece': '.model'}  # vocabulary file suffix
-FAMILY = 'lit'  # the `family` of a LiT config: not an image classifier's `Family`
 
 
 class BertSelfAttention(nn.Module):
@@ -237,66 +236,54 @@ VARIANTS = {
     'LiT-testing': dict(_lit('testing', (8, 8), 'bert', {'config': 'testing'}, 'bert'),
                         image_size=32),
 }
-FIELDS = ('image_model', 'image', 'out_dim', 'text_model', 'text', 'tokenizer', 'image_size',
-          'max_len', 'dtype')
 
 
-def get_config(name: str, image_fields: Mapping[str, Any], **overrides: Any
-               ) -> ml_collections.ConfigDict:
-  """The config of LiT model `name`; `image_fields` are the image tower's
-  architecture fields (its zoo config). `image` and `text` overrides update
-  those dicts; the other fields are replaced.
+def configure(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+  """A LiT variant's config (`Family.configure`): `image` holds the image tower's
+  fields (its zoo config but `family`, `name`, `dtype`); `image` and `text`
+  overrides update those dicts, the other fields are replaced.
 
   Args:
-    name: the LiT variant.
-    image_fields: the image tower's zoo config.
-    **overrides: fields to set.
+    config: the variant's fields with `family`, `name` and `dtype`.
+    overrides: fields to set.
 
   Returns:
-    The config.
+    The config's fields.
+
+  Raises:
+    ValueError: an unknown field, text model or tokenizer.
   """
-  config = dict(VARIANTS[name], name=name, family=FAMILY, dtype='float32')
-  config['image'] = {k: v for k, v in image_fields.items() if k not in ('family', 'name', 'dtype')}
-  unknown = sorted(set(overrides) - set(FIELDS))
-  if unknown:
-    raise ValueError(f'{name} has no field(s) {unknown}; the fields you can set are: '
-                     f'{", ".join(FIELDS)}.')
-  for key, value in overrides.items():
-    config[key] = dict(config[key], **value) if key in ('image', 'text') else value
+  config['image'] = dict(vit.FAMILY.variants[config['image_model']],
+                         **vit.FAMILY.defaults)
+  config = override(config, overrides, nested=('image', 'text'))
   if config['text_model'] not in TEXT_MODELS or config['tokenizer'] not in TOKENIZERS:
-    raise ValueError(f'{name}: text_model must be one of {TEXT_MODELS} and tokenizer one of '
-                     f'{tuple(TOKENIZERS)}.')
-  return ml_collections.ConfigDict(config)
+    raise ValueError(f'{config["name"]}: text_model must be one of {TEXT_MODELS} and tokenizer '
+                     f'one of {tuple(TOKENIZERS)}.')
+  return config
 
 
-def build(config: ml_collections.ConfigDict) -> LitModel:
-  """The LitModel of a config from `get_config`.
+def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_model: str,
+          text: Mapping[str, Any], dtype: Any, **unused: Any) -> LitModel:
+  """The LitModel of a LiT config's fields (`Family.module`).
 
   Args:
-    config: a LiT config.
+    image: the image tower's fields.
+    out_dim: the embedding widths of the image and text towers (None: no head).
+    text_model: 'bert' or 'text_transformer'.
+    text: the text tower's fields.
+    dtype: the compute dtype.
+    **unused: the fields that shape no module (tokenizer, image size, ...).
 
   Returns:
     The module.
   """
-  image = dict(config.image.to_dict(), num_classes=config.out_dim[0])
+  del unused
+  image = dict(image, num_classes=out_dim[0])
   for key in vit.FAMILY.sequence_fields:
     if image.get(key) is not None:
       image[key] = tuple(tuple(v) if isinstance(v, list) else v for v in image[key])
-  text = dict(config.text.to_dict(), num_classes=config.out_dim[1])
-  return LitModel(image=image, text_model=config.text_model, text=text,
-                  dtype=jnp.dtype(config.dtype))
-
-
-def is_lit(config: ml_collections.ConfigDict) -> bool:
-  """Whether a zoo config (`models.get_config`) is a LiT model's.
-
-  Args:
-    config: a zoo config.
-
-  Returns:
-    Whether it is LiT's.
-  """
-  return config.family == FAMILY
+  return LitModel(image=image, text_model=text_model, text=dict(text, num_classes=out_dim[1]),
+                  dtype=dtype)
 
 
 def text_vocabulary(params: Mapping[str, Any]) -> int:
@@ -324,3 +311,11 @@ def is_two_tower(flat: Mapping[str, Any]) -> bool:
     Whether it is two-tower.
   """
   return 't' in flat and {'img', 'txt'} <= {key.split('/')[0] for key in flat}
+
+
+FAMILY = Family(
+    name='lit', title='LiT', variants=VARIANTS, module=build,
+    describe=lambda config: (f'{config.image_model} image tower, {config.text_model} text '
+                             'tower'),
+    tiny=('LiT-testing', {}), capabilities=frozenset({ZERO_SHOT}), defaults={},
+    configure=configure)

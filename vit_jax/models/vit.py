@@ -20,8 +20,8 @@ import scipy.ndimage
 from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
                                      MultiHeadAttention)
-from vit_jax.models.family import (HYBRID, TRANSFORMER, Branch, CheckpointError, Family, Flat,
-                                   Layers, branch_output)
+from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRANSFORMER, Branch,
+                                   CheckpointError, Family, Flat, Layers, branch_output)
 from vit_jax.models.resnet import ResNetV1
 
 log = logging.getLogger(__name__)
@@ -627,7 +627,7 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
 
 
 # Megatron-style splits: attention by head, the MLP by hidden unit.
-TENSOR_PARALLEL = (
+TENSOR_PARALLEL_RULES = (
     (r'(^|/)(query|key|value)/kernel$', -2),  # (D, heads, head_dim)
     (r'(^|/)(query|key|value)/bias$', -2),  # (heads, head_dim)
     (r'(^|/)out/kernel$', -3),  # (heads, head_dim, D)
@@ -637,10 +637,11 @@ TENSOR_PARALLEL = (
 )
 
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
-                layers=layers, describe=describe, head='head/', fit_checkpoint=fit_checkpoint,
+                capabilities=frozenset({CLASSIFY, SCAN, TENSOR_PARALLEL}), layers=layers,
+                describe=describe, head='head/', fit_checkpoint=fit_checkpoint,
                 tiny=('ViT-Ti_16', dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
                                         patch_size=8)),
                 published=vit_layouts.published, module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
-                timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL,
+                timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed'))
