@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import tensorflow as tf
 
-from timing import MID_SCHEDULE, train_step_and_batches
+from timing import train_step_and_batches
 from vit_jax import cpu_devices, input_pipeline
 
 BATCH = 128
@@ -59,11 +59,11 @@ def train_step_rate(config, seconds: float) -> float:
   """Images/s one training step of the recipe consumes (batch on all devices), a
   different random batch each step as in training."""
   step, state, batches = train_step_and_batches(config, 10, num_batches=16)
-  state, metrics = jax.block_until_ready(step(state, batches[0], MID_SCHEDULE))
+  state, metrics = jax.block_until_ready(step(state, batches[0]))
   count, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:
     state, metrics = jax.block_until_ready(
-        step(state, batches[count // config.batch_size % 16], MID_SCHEDULE))
+        step(state, batches[count // config.batch_size % 16]))
     count += config.batch_size
   return count / (time.perf_counter() - start)
 

@@ -96,13 +96,13 @@ def our_forward(name: str, images: np.ndarray, keep_blocks: bool = False) -> Cal
 def our_train_step(recipe: str) -> Callable:
   """The train command's step for `configs/<recipe>.py` on a random batch."""
   import importlib
-  from timing import MID_SCHEDULE, train_step_and_batches
+  from timing import train_step_and_batches
   config = importlib.import_module(f'configs.{recipe}').get_config()
   step, state, (batch,) = train_step_and_batches(config, 10)
   holder = {'state': state}
 
   def call():
-    holder['state'], metrics = step(holder['state'], batch, MID_SCHEDULE)
+    holder['state'], metrics = step(holder['state'], batch)
     jax.block_until_ready(metrics)
   return call
 

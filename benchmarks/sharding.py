@@ -48,17 +48,17 @@ def measure(config, repeats: int):
   the train step of `config`; its state is freed on return."""
   import jax
 
-  from timing import MID_SCHEDULE, program_bytes, seconds_per_call, train_step_and_batches
+  from timing import program_bytes, seconds_per_call, train_step_and_batches
   from vit_jax import sharding
   step, state, (batch,) = train_step_and_batches(config, 1000)
   state_bytes = sharding.bytes_per_device(state, jax.devices()[0])
   start = time.perf_counter()
-  compiled = step.lower(state, batch, MID_SCHEDULE).compile()
+  compiled = step.lower(state, batch).compile()
   compile_seconds = time.perf_counter() - start
   holder = {'state': state}
 
   def run(b):
-    holder['state'], metrics = compiled(holder['state'], b, MID_SCHEDULE)
+    holder['state'], metrics = compiled(holder['state'], b)
     return metrics
   return (state_bytes, program_bytes(compiled), compile_seconds,
           seconds_per_call(run, batch, repeats=repeats))

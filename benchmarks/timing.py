@@ -89,12 +89,9 @@ def matmul_rates(dtypes, size: int, repeats: int) -> dict:
   return rates
 
 
-MID_SCHEDULE = np.float32(0.5)  # the training progress benchmarks step at (`budget.Clock`)
-
-
 def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
                            num_batches: int = 1):
-  """The train command's compiled step (state, batch, progress) over all devices, its
+  """The train command's compiled step (state, batch) over all devices, its
   state and random batches.
 
   The state is replicated and the batches sharded as in the train loop, so

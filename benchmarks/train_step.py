@@ -18,7 +18,7 @@ import jax
 import ml_collections
 
 from configs import common
-from timing import (MID_SCHEDULE, architecture, backend_defaults, forward_flops, matmul_rates,
+from timing import (architecture, backend_defaults, forward_flops, matmul_rates,
                     peak_memory, program_bytes, seconds_per_call, train_step_and_batches)
 from vit_jax import cpu_devices
 
@@ -59,12 +59,12 @@ def main():
       config.model = ml_collections.ConfigDict(
           architecture(name, dt, args.remat, args.attention))
       step, state, (images,) = train_step_and_batches(config, 1000)
-      step = step.lower(state, images, MID_SCHEDULE).compile()
+      step = step.lower(state, images).compile()
       plan = program_bytes(step) / 2**30
       # The step donates its state, so each call gets the previous call's output.
       holder = {'state': state}
       def run(batch):
-        holder['state'], metrics = step(holder['state'], batch, MID_SCHEDULE)
+        holder['state'], metrics = step(holder['state'], batch)
         return metrics
       elapsed = seconds_per_call(run, images, repeats=args.repeats)
       first = first or elapsed

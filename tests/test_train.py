@@ -29,10 +29,7 @@ def fixed_batch(n=16, size=8, classes=10):
 
 def state_and_steps(config, devices, classes=10):
   setup = steps.build(config, classes, config.total_steps, devices)
-  # Progress as an unbudgeted run has it: steps done over the total.
-  step = lambda state, batch: setup.train_step(
-      state, batch, np.float32(int(state.step) / config.total_steps))
-  return setup.state, step, setup.shard_batch
+  return setup.state, setup.train_step, setup.shard_batch
 
 
 @pytest.mark.parametrize('model', [
@@ -274,11 +271,11 @@ def _steps_that_change_speed(monkeypatch, after: int, delay: float):
     setup = build(*args, **kwargs)
     calls = []
 
-    def train_step(state, batch, progress):
+    def train_step(state, batch):
       calls.append(1)
       if len(calls) > after:
         time.sleep(delay)
-      return setup.train_step(state, batch, progress)
+      return setup.train_step(state, batch)
     return dataclasses.replace(setup, train_step=train_step)
   monkeypatch.setattr(steps, 'build', slowed)
 
@@ -352,8 +349,7 @@ def test_the_budget_probe_times_real_steps(folder):
       jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec('data')))
   before = jax.tree_util.tree_map(np.asarray, setup.state.params)
   calls = []
-  timing = budget.time_steps(lambda state, batch: setup.train_step(state, batch, np.float32(0.)),
-                             setup.state, batches,
+  timing = budget.time_steps(setup.train_step, setup.state, batches,
                              lambda: calls.append(1), eval_batches=4)
   assert timing.step_seconds > 0 and timing.compile_seconds >= 0 and len(calls) == 2
   chex.assert_trees_all_equal(jax.tree_util.tree_map(np.asarray, setup.state.params), before)
@@ -514,7 +510,7 @@ config.model.update({dict(TINY_VIT, patch_size=4)!r})
 setup = steps.build(config, 10, total_steps=2)
 batch = {{'image': np.zeros((16, 8, 8, 3), np.float32),
          'label': np.eye(10, dtype=np.float32)[np.arange(16) % 10]}}
-state, metrics = setup.train_step(setup.state, setup.shard_batch(batch), np.float32(0.))
+state, metrics = setup.train_step(setup.state, setup.shard_batch(batch))
 assert np.isfinite(float(metrics['loss']))
 '''
   result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,

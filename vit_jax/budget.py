@@ -3,8 +3,9 @@ clock rather than by a step count fixed in advance (budgeted training, Li, Yumer
 and Ramanan 2020): a few timed steps and an evaluation fix how many seconds the
 training may take, the final evaluation and save set aside; the schedule's
 progress is then the larger of steps done over the recipe's steps and the share
-of those seconds spent (`Clock`), so the run ends at its deadline with the
-learning rate decayed to its end, whatever load the machine meets on the way,
+of those seconds spent (`Clock`), the learning rate at that progress set into the
+optimizer before each step (`steps.set_learning_rate`), so the run ends at its
+deadline with the learning rate decayed to its end, whatever load the machine meets on the way,
 or earlier when the recipe's steps are done. Such a run depends on the clock, so
 it is not bit-reproducible; an unbudgeted run is.
 """

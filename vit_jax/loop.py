@@ -156,7 +156,7 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
   eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
                                                        data_sharded))
   timing = budget.time_steps(
-      lambda state, batch: setup.train_step(state, batch, np.float32(0.)), setup.state, probe,
+      setup.train_step, setup.state, probe,
       lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
       -(-eval_source.num_examples // config.eval_batch_size))
   set_up = time.perf_counter() - started
@@ -284,7 +284,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     for step in to_train:
       if clock.budgeted and metrics is not None:
         jax.block_until_ready(metrics)  # the clock reads time trained, not time dispatched
-      state, metrics = setup.train_step(state, next(batches), np.float32(clock.progress(step - 1)))
+      if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
+        state = steps.set_learning_rate(state, setup.schedule(clock.progress(step - 1)))
+      state, metrics = setup.train_step(state, next(batches))
       throughput.started(step, metrics)
       stopping = preemption.requested(step, config.log_every)
       last = clock.done(step)

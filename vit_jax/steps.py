@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 import optax.tree_utils as otu
 from flax.training import train_state
@@ -64,31 +65,70 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
   return schedule
 
 
-def scale_by_schedule_at_progress(schedule: Schedule, total_steps: int
-                                  ) -> optax.GradientTransformationExtraArgs:
-  """Updates times -schedule(progress), for the `progress` that `update` is given,
-  or, given none (a plain optax optimizer), steps counted / `total_steps`. Its state
-  is optax's `ScaleByScheduleState`, so checkpoints keep their layout.
+LEARNING_RATE = 'learning_rate'  # the optimizer's one hyperparameter set from outside
+
+
+def learning_rate(config: ml_collections.ConfigDict, total_steps: int
+                  ) -> optax.GradientTransformationExtraArgs:
+  """Updates times -learning rate, the rate an `optax.inject_hyperparams`
+  hyperparameter: the schedule at steps counted / `total_steps` (a plain
+  step-based optimizer), or, for a run with a `time_budget`, the value set from
+  outside before each step (`set_learning_rate`: the loop sets it at its clock's
+  progress, `budget.Clock`).
 
   Args:
-    schedule: progress -> learning rate.
-    total_steps: the steps progress counts against when none is given.
+    config: the recipe (lr, warmup_steps, decay, time_budget).
+    total_steps: the steps the schedule is laid out over.
 
   Returns:
     The transformation.
   """
-  def init(params):
-    del params
-    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+  schedule = learning_rate_schedule(config, total_steps)
+  if config.get('time_budget'):
+    rate = float(schedule(0.))
+  else:
+    # Steps done over the recipe's in float32, each rounded once on the host: XLA:CPU
+    # divides by a reciprocal, an ulp off at some steps, and runs are bit for bit
+    # those of earlier versions, whose loop gave the step this progress.
+    progress = jnp.asarray(np.arange(total_steps + 1) / max(total_steps, 1), jnp.float32)
+    rate = lambda count: schedule(progress[jnp.minimum(count, total_steps)])
+  return optax.inject_hyperparams(optax.scale_by_learning_rate)(**{LEARNING_RATE: rate})
 
-  def update(updates, state, params=None, *, progress=None, **extra_args):
-    del params, extra_args
-    if progress is None:
-      progress = state.count / total_steps
-    rate = schedule(progress)
-    updates = jax.tree_util.tree_map(lambda u: (-rate * u).astype(u.dtype), updates)
-    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
-  return optax.GradientTransformationExtraArgs(init, update)
+
+def _is_rate(node: Any) -> bool:
+  return isinstance(node, optax.InjectStatefulHyperparamsState)
+
+
+def set_learning_rate(state: 'TrainState', rate: float) -> 'TrainState':
+  """`state` with the learning rate of its next update set to `rate` (a run whose
+  optimizer takes the rate from outside: `learning_rate` with a time budget).
+
+  Args:
+    state: the training state.
+    rate: the learning rate.
+
+  Returns:
+    The state with the rate in its optimizer state.
+  """
+  def with_rate(node):
+    if not _is_rate(node):
+      return node
+    return node._replace(hyperparams={**node.hyperparams, LEARNING_RATE: np.float32(rate)})
+  return state.replace(opt_state=jax.tree_util.tree_map(with_rate, state.opt_state,
+                                                        is_leaf=_is_rate))
+
+
+def last_learning_rate(opt_state: Any) -> jax.Array:
+  """The learning rate of the update that produced `opt_state`.
+
+  Args:
+    opt_state: an optimizer state of `make_optimizer`.
+
+  Returns:
+    The rate.
+  """
+  nodes = [n for n in jax.tree_util.tree_leaves(opt_state, is_leaf=_is_rate) if _is_rate(n)]
+  return nodes[0].hyperparams[LEARNING_RATE]
 
 
 def kernel_mask(params: Any) -> Any:
@@ -144,10 +184,11 @@ def lr_labels(params: Any, lr_mults: Sequence[Tuple[str, float]]) -> Any:
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
                    ) -> optax.GradientTransformation:
-  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr (at the
-  `progress` its update is given, `scale_by_schedule_at_progress`),
-  times the parameter's `config.lr_mults` factor (factor 0: frozen, no update and
-  no optimizer state, its gradient left out of the clipping norm).
+  """clip -> Adam or SGD-momentum -> decoupled weight decay on kernels -> -lr (the
+  schedule of steps, or under a time budget the rate set from outside:
+  `learning_rate`), times the parameter's `config.lr_mults` factor (factor 0:
+  frozen, no update and no optimizer state, its gradient left out of the
+  clipping norm).
 
   `config.weight_decay` is the decoupled decay per step at the peak learning
   rate (params shrink by weight_decay * lr / config.lr each step).
@@ -159,14 +200,13 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
   Returns:
     The optimizer.
   """
-  schedule = learning_rate_schedule(config, total_steps)
   directions = {'adam': optax.scale_by_adam(), 'sgd': optax.trace(decay=config.momentum)}
   if config.optimizer not in directions:
     raise ValueError(f'Unknown optimizer {config.optimizer!r}; use one of {sorted(directions)}.')
   update = [directions[config.optimizer]]
   if config.weight_decay:
     update.append(optax.add_decayed_weights(config.weight_decay / config.lr, mask=kernel_mask))
-  update.append(scale_by_schedule_at_progress(schedule, total_steps))
+  update.append(learning_rate(config, total_steps))
   clip = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
   if not config.lr_mults:
     return optax.chain(*clip, *update)
@@ -206,11 +246,10 @@ def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: fl
   raise ValueError(f'Unknown loss {kind!r}; use softmax or sigmoid.')
 
 
-def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Array, *,
-               model: nn.Module, config: ml_collections.ConfigDict, schedule: Schedule
-               ) -> Tuple[TrainState, Dict[str, jax.Array]]:
+def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Module,
+               config: ml_collections.ConfigDict) -> Tuple[TrainState, Dict[str, jax.Array]]:
   """One update from the mean gradient over the batch, in `accum_steps` pieces, at
-  the learning rate of training `progress` (in [0, 1]: `budget.Clock`).
+  the learning rate the optimizer holds (`learning_rate`).
 
   Accumulating over pieces gives the update of the whole batch (the loss is a
   mean over examples) at the memory of one piece.
@@ -218,10 +257,8 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Arr
   Args:
     state: the training state (donated by the compiled step).
     batch: {'image': (B, H, W, 3), 'label': (B, classes)}.
-    progress: the schedule's progress.
     model: the Flax module.
     config: the recipe.
-    schedule: progress -> learning rate, for the metrics.
 
   Returns:
     (the new state, {'loss', 'grad_norm', 'learning_rate'}).
@@ -250,12 +287,11 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], progress: jax.Arr
     zeros = (jnp.zeros(()), otu.tree_zeros_like(state.params))
     (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
     loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
-  updates, opt_state = state.tx.update(grads, state.opt_state, state.params,
-                                       progress=progress)
+  updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
   new_state = state.replace(step=state.step + 1, rng=rng, opt_state=opt_state,
                             params=optax.apply_updates(state.params, updates))
   metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
-             'learning_rate': schedule(progress)}
+             'learning_rate': last_learning_rate(opt_state)}
   return new_state, metrics
 
 
@@ -328,15 +364,14 @@ def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
 
 
-def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, schedule: Schedule,
-                  mesh: Mesh, state_sharding: Any) -> Tuple[Callable, Callable]:
+def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mesh,
+                  state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
   `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`).
 
   Args:
     model: the Flax module.
     config: the recipe.
-    schedule: progress -> learning rate.
     mesh: the device mesh.
     state_sharding: the state's sharding, leaf by leaf.
 
@@ -344,8 +379,8 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, schedule:
     (the train step, the eval step).
   """
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
-  step_fn = jax.jit(functools.partial(train_step, model=model, config=config, schedule=schedule),
-                    in_shardings=(state_sharding, data_sharded, replicated),
+  step_fn = jax.jit(functools.partial(train_step, model=model, config=config),
+                    in_shardings=(state_sharding, data_sharded),
                     out_shardings=(state_sharding, replicated), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
                     in_shardings=(state_sharding.params, data_sharded),
@@ -361,7 +396,7 @@ class Setup:
   schedule: Schedule
   state: TrainState            # on `mesh` as `config.sharding` says (`vit_jax.sharding`)
   mesh: Mesh
-  train_step: Callable         # (state, batch, progress) -> (state, metrics); donates the state
+  train_step: Callable         # (state, batch) -> (state, metrics); donates the state
   eval_step: Callable          # (params, batch) -> sums of correct, loss, count
 
   def shard_batch(self, batch: Any) -> Any:
@@ -411,6 +446,6 @@ def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
                              config.image_size)
   mesh = sharding.make_mesh(devices, config.model_parallel)
   state_sharding = sharding.state_shardings(state, mesh, config.sharding)
-  step_fn, eval_fn = compile_steps(model, config, schedule, mesh, state_sharding)
+  step_fn, eval_fn = compile_steps(model, config, mesh, state_sharding)
   state = jax.device_put(state, state_sharding)
   return Setup(model, model_cfg, schedule, state, mesh, step_fn, eval_fn)
