@@ -377,7 +377,7 @@ def run(name: str) -> Dict:
     raise ConfigError(f'--time_budget={FLAGS.time_budget} is not a duration such as 6m, 90s '
                       'or 1h30m.') from None
   names = list(tool.TOOLS) if name == 'all' else [name]
-  options = {n: tool.TOOLS[n].options() for n in names}  # each tool checks its own flags
+  options = {n: tool.TOOLS[n].read_options() for n in names}  # each checks its own flags
   if FLAGS.rows:
     if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):

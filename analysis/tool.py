@@ -5,7 +5,8 @@ beside the function that runs it: its name, what it runs on, how its JSON
 becomes report text, TensorBoard scalars and joint figures, and its command-line
 options. The command line, the report, the events and the joint figures iterate
 over `TOOLS` and name no tool. `register` adds one from anywhere (a module
-named with `python -m analysis --tool_modules=...`).
+named with `python -m analysis --tool_modules=...`) and defines the flags of its
+options dataclass (`analysis.tool_options`).
 
 A tool's JSON is either per model, {model label: that model's numbers (with
 'figures')}, or, for tools that take every model at once, one dict.
@@ -17,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import jax
 import numpy as np
 
-from analysis import estimate, features, uncertainty
+from analysis import estimate, features, tool_options, uncertainty
 from analysis.verdict import Models, Verdict
 
 Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
@@ -77,8 +78,10 @@ class Tool:
   and writes its figures into `out`. `findings(result, quote)` is what the models
   show, per caption key, as text fragments and quotes of the JSON; `scalars(result,
   label)` a model's TensorBoard series; `joint(result, colour_of, out)` the figures
-  that put every model in one frame (none below two models); `options()` the keyword
-  arguments of `run` from the command-line flags the tool's module defines;
+  that put every model in one frame (none below two models); `flags` the tool's
+  options, a dataclass of `tool_options.option` fields, each a command-line flag
+  of its name, and `options(chosen)` the keyword arguments of `run` from an
+  instance of it (`read_options` reads and checks the command line's);
   `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.verdict`),
   `models` being what the report knows of each model label. `work(subject, options,
   amounts)` counts the model passes a run makes (`analysis.estimate`), which
@@ -103,7 +106,8 @@ class Tool:
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
-  options: Callable[[], Mapping[str, Any]] = dict
+  flags: Optional[type] = None
+  options: Callable[[Any], Mapping[str, Any]] = lambda chosen: {}
   verdicts: Callable[[Result, Models], List[Verdict]] = lambda result, models: []
   work: Callable[[Subject, Mapping[str, Any], estimate.Amounts], estimate.Work] = \
       estimate.one_pass_over_the_data
@@ -113,6 +117,14 @@ class Tool:
   host_prices: Optional[Callable[[Subject, np.ndarray, np.ndarray, Mapping[str, Any],
                                   estimate.Amounts], Mapping[str, float]]] = None
   splits: Tuple[str, ...] = ('eval',)
+
+  def read_options(self) -> Mapping[str, Any]:
+    """The keyword arguments of `run` the command line's flags give, checked.
+
+    Returns:
+      The options.
+    """
+    return self.options(tool_options.from_flags(self.flags) if self.flags else None)
 
   def applies_to(self, subject: Subject) -> bool:
     """Whether the tool runs on `subject` (an ATTENTION tool on models that sow
@@ -144,6 +156,8 @@ def register(tool: Tool) -> Tool:
                      f'{ALL_MODELS!r}, not {tool.runs_on!r}.')
   if tool.name in TOOLS and TOOLS[tool.name] is not tool:
     raise ValueError(f'An analysis tool named {tool.name!r} is registered already.')
+  if tool.flags is not None:
+    tool_options.define_flags(tool.flags)
   TOOLS[tool.name] = tool
   return tool
 

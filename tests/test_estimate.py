@@ -30,7 +30,7 @@ def test_the_hessian_counts_its_lanczos_products(vit):
   """Per minibatch the top-k Lanczos steps, then every SLQ probe's steps and every
   trace probe on each, and Lanczos steps on each of the 7 parameter blocks on one:
   the products `run_hessian` reports progress in."""
-  options = hessian.options(batches=2, lanczos_steps=10, objective='training')
+  options = hessian.options(hessian.Options(hessian_batches=2, lanczos_steps=10))
   work = TOOLS['hessian'].work(vit, options, AMOUNTS)
   assert work.passes == {'hvp': 2 * (10 + 2 * 20 + 5) + 7 * 5}
   default = TOOLS['hessian'].work(vit, {}, AMOUNTS).passes['hvp']
@@ -88,8 +88,8 @@ def _planner(vit, names, options, seconds):
 
 
 def _asked():
-  return {'hessian': hessian.options(4, 20, 'training'),
-          'landscape': landscape.options(21, 2, 'random', 20), 'cka': {}}
+  return {'hessian': hessian.options(hessian.Options()),
+          'landscape': landscape.options(landscape.Options()), 'cka': {}}
 
 
 def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, passes_at_10ms, capsys,
@@ -185,7 +185,7 @@ def test_host_work_is_priced_by_the_tools_that_count_it(vit):
 
 
 @pytest.mark.parametrize('name,options,smallest', [
-    ('hessian', hessian.options(10, 30, 'training'),
+    ('hessian', hessian.options(hessian.Options(hessian_batches=10, lanczos_steps=30)),
      dict(num_minibatches=2, steps_top=10, steps_density=20, num_probes=1, trace_probes=2,
           block_steps=4)),
     ('landscape', dict(points=21, num_batches=2), dict(points=11, num_batches=1)),

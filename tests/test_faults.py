@@ -337,14 +337,17 @@ def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
 
 def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
   from analysis import __main__ as cli
+  from absl.testing import flagsaver
+  from analysis import tool
   from analysis.tools import hessian as hessian_tool
   for amounts, says in (((0, 10), '--num_images is 0'), ((-3, 10), '--num_images is -3'),
                         ((100, 0), '--batch_size is 0; it must be between 1 and --num_images'),
                         ((100, 200), '--batch_size is 200')):
     with pytest.raises(errors.ConfigError, match=says):
       cli.check_amounts(*amounts)
-  with pytest.raises(errors.ConfigError, match='--lanczos_steps is 0; it must be at least 1'):
-    hessian_tool.options(4, 0, 'training')
+  with flagsaver.flagsaver(lanczos_steps=0):
+    with pytest.raises(errors.ConfigError, match='--lanczos_steps is 0; it must be at least 1'):
+      tool.TOOLS['hessian'].read_options()
   with pytest.raises(errors.ConfigError, match='exceed the 50 parameters of m'):
     hessian_tool.check_lanczos(100, 50, 'm')
   with pytest.raises(errors.ConfigError, match='GiB basis, more than half'):

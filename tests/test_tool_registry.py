@@ -2,7 +2,9 @@
 (tests/logit_margin_tool.py) runs through `python -m analysis`, gets its report
 section with its caption and its TensorBoard events, with no file of the package
 changed."""
+import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -11,9 +13,13 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
 
-from analysis import tool
+from analysis import tool, tools  # noqa: F401  (the package's tools registered)
 from analysis.tool import Tool, register
+from analysis.tool_options import define_flags, option
+from vit_jax.errors import ConfigError
 from helpers import quickstart_vit_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +60,36 @@ def _scalars(logdir):
   return values
 
 
+def test_each_tools_flags_are_its_options_fields(registry):
+  assert {'hessian', 'landscape', 'corruption', 'nll', 'logit_margin'} <= {
+      name for name, record in tool.TOOLS.items() if record.flags}
+  for record in tool.TOOLS.values():
+    for field in dataclasses.fields(record.flags) if record.flags else ():
+      flag = flags.FLAGS[field.name]
+      assert flag.default == field.default and flag.help.endswith(field.metadata['help'])
+      if field.metadata['choices']:
+        assert list(flag.parser.enum_values) == list(field.metadata['choices'])
+    if record.flags:  # the run's defaults are the options'
+      signature = inspect.signature(record.run).parameters
+      for key, value in record.options(record.flags()).items():
+        assert signature[key].default == value, (record.name, key)
+
+
+def test_options_are_checked_and_a_flag_two_tools_share_must_agree(registry):
+  _, module = registry
+  with flagsaver.flagsaver(logit_margin_rank=1):
+    with pytest.raises(ConfigError, match='--logit_margin_rank is 1; it must be at least 2'):
+      module.LOGIT_MARGIN.read_options()
+  with flagsaver.flagsaver(logit_margin_rank=4):
+    assert module.LOGIT_MARGIN.read_options() == {'rank': 4}
+
+  @dataclasses.dataclass(frozen=True)
+  class Clashing:
+    lanczos_steps: int = option(30, 'Another default for a flag the Hessian tool defines.')
+  with pytest.raises(ValueError, match='--lanczos_steps of .*Clashing differs from the flag'):
+    define_flags(Clashing)
+
+
 @pytest.mark.slow
 def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp_path):
   config_path = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
@@ -63,7 +99,7 @@ def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp
   subprocess.run(
       [sys.executable, '-m', 'analysis', 'logit_margin', '--tool_modules=logit_margin_tool',
        '--config', config_path, '--checkpoint', npz, '--num_images', '20', '--batch_size', '10',
-       '--out', str(out)], check=True, cwd=ROOT, env=env)
+       '--out', str(out), '--logit_margin_rank=3'], check=True, cwd=ROOT, env=env)
   result = json.loads((out / 'logit_margin.json').read_text())['quickstart_vit']
   assert len(result['margins']) == 20 and min(result['margins']) >= 0
   page = (out / 'report.html').read_text()

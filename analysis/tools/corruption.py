@@ -2,29 +2,37 @@
 CIFAR-100-C): error under the 15 corruptions of Hendrycks & Dietterich at 5
 severities, with CIFAR-C's parameters for small images (ImageNet-C's above 64 px
 or on request), and the mean corruption error against a baseline model."""
+import dataclasses
 import os
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
-from absl import flags
 
 from analysis import corruptions, features, plots, uncertainty, verdict
 from analysis.estimate import Amounts, Work
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register, take
+from analysis.tool_options import option
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string('corruption_baseline', None, 'Model label the corruption errors are '
-                    'relative to (default: the first convolutional model, else the first).')
-flags.DEFINE_enum('corruptions_from', 'package', ['package', 'tfds'], 'package: corrupt the '
-                  'evaluation images with imagecorruptions; tfds: read TFDS cifar10_corrupted '
-                  '(CIFAR-10 models, the data prepared in the recipe\'s data_dir).')
-flags.DEFINE_enum('corruption_parameters', 'auto', ['auto', *corruptions.PARAMETER_SETS],
-                  'auto: CIFAR-C\'s parameters for images up to 64 px (Park & Kim\'s CIFAR-C), '
-                  'ImageNet-C\'s above; cifar or imagenet: that set at any size (ImageNet-C\'s '
-                  'on small images is a departure: its noise and blur are set for 224 px).')
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The corruption tool's command-line options."""
+  corruption_baseline: Optional[str] = option(
+      None, 'Model label the corruption errors are relative to (default: the first '
+      'convolutional model, else the first).')
+  corruptions_from: str = option(
+      'package', 'package: corrupt the evaluation images with imagecorruptions; tfds: read '
+      'TFDS cifar10_corrupted (CIFAR-10 models, the data prepared in the recipe\'s data_dir).',
+      choices=('package', 'tfds'))
+  corruption_parameters: str = option(
+      'auto', 'auto: CIFAR-C\'s parameters for images up to 64 px (Park & Kim\'s CIFAR-C), '
+      'ImageNet-C\'s above; cifar or imagenet: that set at any size (ImageNet-C\'s on small '
+      'images is a departure: its noise and blur are set for 224 px).',
+      choices=('auto', *corruptions.PARAMETER_SETS))
 TFDS_NAME = 'cifar10_corrupted/{}_{}'  # a TFDS config per corruption and severity
 
 
@@ -60,8 +68,10 @@ def _corrupted_batches(subjects: Sequence[Subject], batches: Batches, source: st
 
 
 def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
-                   baseline: Optional[str] = None, source: str = 'package',
-                   parameters: str = 'auto', fraction: float = 1.) -> Dict:
+                   baseline: Optional[str] = Options.corruption_baseline,
+                   source: str = Options.corruptions_from,
+                   parameters: str = Options.corruption_parameters,
+                   fraction: float = 1.) -> Dict:
   """Each model's error on the clean evaluation images and under each corruption
   and severity (every model on the same corrupted images), its mean over them,
   and Hendrycks & Dietterich's corruption errors against `baseline`. The
@@ -299,7 +309,9 @@ TOOL = register(Tool(
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}
                                    if label in result['errors'] else {}),
-    options=lambda: {'baseline': FLAGS.corruption_baseline, 'source': FLAGS.corruptions_from,
-                     'parameters': FLAGS.corruption_parameters},
+    flags=Options,
+    options=lambda chosen: {'baseline': chosen.corruption_baseline,
+                            'source': chosen.corruptions_from,
+                            'parameters': chosen.corruption_parameters},
     work=work, host_prices=host_prices, shortened_by=('num_images',), shrink=shrink,
     minimum='a fifth of the evaluation images'))

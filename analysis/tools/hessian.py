@@ -1,19 +1,20 @@
 """Hessian spectra: top eigenvalues per minibatch by Lanczos and the SLQ spectral
 density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and of
 each parameter block's diagonal block."""
+import dataclasses
 import os
 from typing import Dict, List, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import flags
 
 from analysis import (features, hessian, joint_figures, lanczos, plots, progress, uncertainty,
                       verdict)
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from analysis.estimate import Amounts, Work
+from analysis.tool_options import option
 from vit_jax.steps import kernel_mask
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
@@ -22,19 +23,31 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 # whose quadrature weights are about 1e-6, show as bumps in the tails.
 DENSITY_DECADES = 8
 
-flags.DEFINE_integer('hessian_batches', 4, 'Minibatches (of --batch_size) for the Hessian.')
-flags.DEFINE_integer('lanczos_steps', 20, 'Lanczos steps per top-k estimate; twice as many '
-                     'for the density, half as many per parameter block and as trace probes.')
-flags.DEFINE_enum('hessian_l2_on', 'all', list(hessian.L2_ON), 'Parameters the training '
-                  'objective\'s L2 term covers: all (Park & Kim\'s AdamW decays every '
-                  'parameter) or kernels (the parameters this project\'s optimizer decays).')
-flags.DEFINE_enum('hessian_density_width', 'pyhessian', list(lanczos.DENSITY_WIDTHS),
-                  'Width of the Gaussians the SLQ density is drawn with: pyhessian (its '
-                  'variance 1e-5 * max(1, span)) or wide (span / 100, smoother).')
-flags.DEFINE_enum('hessian_objective', 'training', ['training', 'clean'],
-                  'training: the recipe\'s loss plus L2 on augmented training batches (Park & '
-                  'Kim); clean: plain cross-entropy on evaluation-preprocessed images.')
-FLAGS = flags.FLAGS
+
+
+def lanczos_steps_option() -> int:
+  """The `--lanczos_steps` field, which the Hessian and the landscape tools share."""
+  return option(20, 'Lanczos steps per top-k estimate; twice as many for the density, half '
+                'as many per parameter block and as trace probes.', least=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The Hessian tool's command-line options."""
+  hessian_batches: int = option(4, 'Minibatches (of --batch_size) for the Hessian.', least=1)
+  lanczos_steps: int = lanczos_steps_option()
+  hessian_l2_on: str = option(
+      'all', 'Parameters the training objective\'s L2 term covers: all (Park & Kim\'s AdamW '
+      'decays every parameter) or kernels (the parameters this project\'s optimizer decays).',
+      choices=hessian.L2_ON)
+  hessian_density_width: str = option(
+      'pyhessian', 'Width of the Gaussians the SLQ density is drawn with: pyhessian (its '
+      'variance 1e-5 * max(1, span)) or wide (span / 100, smoother).',
+      choices=lanczos.DENSITY_WIDTHS)
+  hessian_objective: str = option(
+      'training', 'training: the recipe\'s loss plus L2 on augmented training batches (Park '
+      '& Kim); clean: plain cross-entropy on evaluation-preprocessed images.',
+      choices=('training', 'clean'))
 
 
 def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
@@ -97,8 +110,23 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
                                                   'pipeline, augmentation drawn once'}
 
 
-DEFAULTS = dict(num_minibatches=4, steps_top=20, steps_density=40, num_probes=2,
-                trace_probes=10, block_steps=10)
+def options(chosen: Options) -> Dict:
+  """`run_hessian`'s keyword arguments from the tool's options.
+
+  Args:
+    chosen: the options.
+
+  Returns:
+    The run's keyword arguments.
+  """
+  steps = chosen.lanczos_steps
+  return dict(num_minibatches=chosen.hessian_batches, steps_top=steps,
+              steps_density=2 * steps, block_steps=max(1, steps // 2),
+              trace_probes=max(2, steps // 2), objective=chosen.hessian_objective,
+              l2_on=chosen.hessian_l2_on, density_width=chosen.hessian_density_width)
+
+
+DEFAULTS = dict(options(Options()), num_probes=2)  # `run_hessian`'s
 
 
 def run_hessian(subject: Subject, batches: Batches, out: str,
@@ -107,8 +135,9 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                 steps_density: int = DEFAULTS['steps_density'],
                 num_probes: int = DEFAULTS['num_probes'],
                 trace_probes: int = DEFAULTS['trace_probes'],
-                block_steps: int = DEFAULTS['block_steps'], objective: str = 'training',
-                l2_on: str = 'all', density_width: str = 'pyhessian') -> Dict:
+                block_steps: int = DEFAULTS['block_steps'],
+                objective: str = DEFAULTS['objective'], l2_on: str = DEFAULTS['l2_on'],
+                density_width: str = DEFAULTS['density_width']) -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
   an SLQ density with its negative fraction on all of them together, Hutchinson
   traces of the whole Hessian and of each parameter block's diagonal block
@@ -221,28 +250,6 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'density_width': density_width,
           'figures': figures}
-
-
-def options(batches: int, lanczos_steps: int, objective: str, l2_on: str = 'all',
-            density_width: str = 'pyhessian') -> Dict:
-  """`run_hessian`'s options from the command line, checked before any model loads.
-
-  Args:
-    batches: --hessian_batches.
-    lanczos_steps: --lanczos_steps.
-    objective: --hessian_objective.
-    l2_on: --hessian_l2_on.
-    density_width: --hessian_density_width.
-
-  Returns:
-    The run's keyword arguments.
-  """
-  for flag, value in (('hessian_batches', batches), ('lanczos_steps', lanczos_steps)):
-    if value < 1:
-      raise ConfigError(f'--{flag} is {value}; it must be at least 1.')
-  return dict(num_minibatches=batches, steps_top=lanczos_steps, steps_density=2 * lanczos_steps,
-              block_steps=max(1, lanczos_steps // 2), trace_probes=max(2, lanczos_steps // 2),
-              objective=objective, l2_on=l2_on, density_width=density_width)
 
 
 MINIMUM = dict(num_minibatches=2, steps_top=10, num_probes=1, trace_probes=2, block_steps=4)
@@ -424,9 +431,7 @@ TOOL = register(Tool(
           'training suppress.',
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
-    options=lambda: options(FLAGS.hessian_batches, FLAGS.lanczos_steps,
-                            FLAGS.hessian_objective, FLAGS.hessian_l2_on,
-                            FLAGS.hessian_density_width),
+    flags=Options, options=options,
     work=work, shortened_by=('hessian_batches', 'lanczos_steps'), shrink=shrink,
     minimum='2 minibatches, 10 Lanczos steps, one density probe, 2 trace probes and 4 steps '
             'per block'))

@@ -1,6 +1,7 @@
 """Loss landscapes (Park & Kim Fig. 1 left): the training objective of the Hessian
 tool on a grid around the trained parameters, along two filter-normalised random
 directions or the Hessian's top eigenvectors; the NLL and the L2 term apart."""
+import dataclasses
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -8,34 +9,55 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax.tree_utils as otu
-from absl import flags
 
 from analysis import features, hessian, landscape, plots
 from analysis.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
-from analysis.tools.hessian import fixed_batches, check_lanczos
-from vit_jax.errors import ConfigError
+from analysis.tool_options import option
+from analysis.tools.hessian import check_lanczos, fixed_batches, lanczos_steps_option
 from vit_jax.steps import kernel_mask
 
 L2_TERMS = ('authors', 'objective')
 
-flags.DEFINE_integer('landscape_points', 21, 'Grid points along each direction of a loss '
-                     'landscape (Park & Kim\'s notebook: 21 from -1 to 1).')
-flags.DEFINE_integer('landscape_batches', 2, 'Training minibatches (of --batch_size) each '
-                     'landscape point is evaluated on.')
-flags.DEFINE_enum('landscape_directions', 'random', ['random', 'hessian'],
-                  'random: filter-normalised Gaussian directions (the paper); hessian: the top '
-                  'two Hessian eigenvectors (unit norm).')
-flags.DEFINE_enum('landscape_l2', 'authors', list(L2_TERMS),
-                  'authors: weight_decay (PyTorch\'s, here weight_decay / lr) times the sum of '
-                  'every parameter tensor\'s unsquared norm (Park & Kim\'s notebook); objective: '
-                  'the L2 term whose gradient is this project\'s decay, (weight_decay / lr) / 2 '
-                  'times the squared norm of the kernels.')
-flags.DEFINE_enum('landscape_normalisation', 'authors', list(landscape.NORMALISATIONS),
-                  'authors: Park & Kim\'s filter normalisation in their layout (position '
-                  'embeddings and q/k/v biases held still, fused q/k/v normalised together); '
-                  'per_array: every array of two or more axes normalised alone.')
-FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The landscape tool's command-line options."""
+  landscape_points: int = option(21, 'Grid points along each direction of a loss landscape '
+                                 '(Park & Kim\'s notebook: 21 from -1 to 1).', least=3)
+  landscape_batches: int = option(2, 'Training minibatches (of --batch_size) each landscape '
+                                  'point is evaluated on.', least=1)
+  landscape_directions: str = option(
+      'random', 'random: filter-normalised Gaussian directions (the paper); hessian: the top '
+      'two Hessian eigenvectors (unit norm).', choices=('random', 'hessian'))
+  lanczos_steps: int = lanczos_steps_option()
+  landscape_l2: str = option(
+      'authors', 'authors: weight_decay (PyTorch\'s, here weight_decay / lr) times the sum '
+      'of every parameter tensor\'s unsquared norm (Park & Kim\'s notebook); objective: the '
+      'L2 term whose gradient is this project\'s decay, (weight_decay / lr) / 2 times the '
+      'squared norm of the kernels.', choices=L2_TERMS)
+  landscape_normalisation: str = option(
+      'authors', 'authors: Park & Kim\'s filter normalisation in their layout (position '
+      'embeddings and q/k/v biases held still, fused q/k/v normalised together); per_array: '
+      'every array of two or more axes normalised alone.', choices=landscape.NORMALISATIONS)
+
+
+def options(chosen: Options) -> Dict:
+  """`run_landscape`'s keyword arguments from the tool's options.
+
+  Args:
+    chosen: the options.
+
+  Returns:
+    The run's keyword arguments.
+  """
+  return dict(points=chosen.landscape_points, num_batches=chosen.landscape_batches,
+              directions=chosen.landscape_directions, lanczos_steps=chosen.lanczos_steps,
+              l2_term=chosen.landscape_l2, normalisation=chosen.landscape_normalisation)
+
+
+DEFAULTS = options(Options())  # `run_landscape`'s
 SPAN = 1.  # the authors' grid runs from -1 to 1 along each direction
 
 
@@ -61,10 +83,12 @@ def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
   raise ValueError(f'Unknown landscape L2 term {term!r}; use one of {", ".join(L2_TERMS)}.')
 
 
-def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21,
-                  num_batches: int = 2, directions: str = 'random', lanczos_steps: int = 20,
-                  chunk: int = 8, l2_term: str = 'authors',
-                  normalisation: str = 'authors') -> Dict:
+def run_landscape(subject: Subject, batches: Batches, out: str,
+                  points: int = DEFAULTS['points'], num_batches: int = DEFAULTS['num_batches'],
+                  directions: str = DEFAULTS['directions'],
+                  lanczos_steps: int = DEFAULTS['lanczos_steps'], chunk: int = 8,
+                  l2_term: str = DEFAULTS['l2_term'],
+                  normalisation: str = DEFAULTS['normalisation']) -> Dict:
   """The recipe's NLL (its loss and label smoothing) on `num_batches` training
   batches drawn once through its pipeline, plus an L2 term (`l2_penalty` of
   `l2_term`: Park & Kim's by default), at params + a d1 + b d2 on a points x points
@@ -150,29 +174,6 @@ def run_landscape(subject: Subject, batches: Batches, out: str, points: int = 21
           'grid_seconds': round(seconds, 1), 'figures': figures}
 
 
-def options(points: int, num_batches: int, directions: str, lanczos_steps: int,
-            l2_term: str = 'authors', normalisation: str = 'authors') -> Dict:
-  """`run_landscape`'s options from the command line, checked before any model loads.
-
-  Args:
-    points: --landscape_points.
-    num_batches: --landscape_batches.
-    directions: --landscape_directions.
-    lanczos_steps: --lanczos_steps.
-    l2_term: --landscape_l2.
-    normalisation: --landscape_normalisation.
-
-  Returns:
-    The run's keyword arguments.
-  """
-  for flag, value, least in (('landscape_points', points, 3),
-                             ('landscape_batches', num_batches, 1)):
-    if value < least:
-      raise ConfigError(f'--{flag} is {value}; it must be at least {least}.')
-  return dict(points=points, num_batches=num_batches, directions=directions,
-              lanczos_steps=lanczos_steps, l2_term=l2_term, normalisation=normalisation)
-
-
 MIN_POINTS = 11  # the authors' `get_loss_landscape` default
 
 
@@ -211,9 +212,7 @@ TOOL = register(Tool(
         f'{label}: loss at the trained parameters ', q('centre_loss'), ', grid from ',
         q('loss', reduce='min'), ' to ', q('loss', reduce='max'),
         f' ({r["directions"]} directions)']),
-    options=lambda: options(FLAGS.landscape_points, FLAGS.landscape_batches,
-                            FLAGS.landscape_directions, FLAGS.lanczos_steps,
-                            FLAGS.landscape_l2, FLAGS.landscape_normalisation),
+    flags=Options, options=options,
     # Every grid point is a forward pass over each of the landscape's batches.
     work=lambda subject, options, amounts: Work(
         {'forward': options['points'] ** 2 * options['num_batches']}, {'forward': 1}),

@@ -12,25 +12,30 @@ mixup targets are the smoothed mix of one-hot labels, so the recipe's loss on th
 pipeline's mixed labels (`steps.loss_fn`) is theirs.
 """
 import os
+import dataclasses
 from typing import Dict, List, Mapping
 
 import jax
 import jax.numpy as jnp
 import optax
-from absl import flags
 
 from analysis import features, plots, uncertainty
 from analysis.estimate import Work
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, per_model, register,
                            take)
+from analysis.tool_options import option
 from vit_jax import steps
 
 TRAIN_NLLS = ('training', 'plain')
-flags.DEFINE_enum('nll_train', 'training', list(TRAIN_NLLS), 'training: the recipe\'s loss '
-                  'with its label smoothing on its (mixup) targets in train mode, the loss '
-                  'Park & Kim log as train/nll; plain: cross-entropy without smoothing in '
-                  'evaluation mode.')
-FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The NLL tool's command-line option."""
+  nll_train: str = option(
+      'training', 'training: the recipe\'s loss with its label smoothing on its (mixup) '
+      'targets in train mode, the loss Park & Kim log as train/nll; plain: cross-entropy '
+      'without smoothing in evaluation mode.', choices=TRAIN_NLLS)
 
 
 def nll_and_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -83,7 +88,8 @@ def training_loss_and_accuracy(subject: Subject):
       jax.random.fold_in(jax.random.PRNGKey(0), index))
 
 
-def run_nll(subject: Subject, batches: Batches, out: str, train_nll: str = 'training') -> Dict:
+def run_nll(subject: Subject, batches: Batches, out: str,
+            train_nll: str = Options.nll_train) -> Dict:
   """NLL and accuracy on the evaluation split (plain cross-entropy, evaluation mode)
   and on as many training images drawn through the recipe's training pipeline (its
   augmentation and mixup, as the model trained on them), each with its standard
@@ -167,7 +173,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 3): models with a lower NLL on their (augmented) training data err '
           'less on the test data: ViTs do not overfit small training sets, they underfit them.',
     run=run_nll, findings=each_model(_findings), joint=joint,
-    options=lambda: {'train_nll': FLAGS.nll_train},
+    flags=Options, options=lambda chosen: {'train_nll': chosen.nll_train},
     scalars=lambda result, label: ({'nll/train': [result[label]['train_nll']],
                                     'nll/test_error': [result[label]['test_error']]}
                                    if label in result else {}),
