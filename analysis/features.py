@@ -345,8 +345,7 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
                                      shuffle_files=True, seed=recipe.seed)
   batches = input_pipeline.train_dataset(
       source, batch_size=batch_size, image_size=recipe.image_size, seed=recipe.seed,
-      mixup_alpha=recipe.mixup_alpha, randaugment=recipe.randaugment, crop=recipe.inception_crop,
-      crop_padding=recipe.crop_padding, process_count=1, local_devices=1)
+      process_count=1, local_devices=1, **recipe.input)
   for batch in batches.as_numpy_iterator():
     yield batch['image'], batch['label']
 

@@ -17,7 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
       num_layers=(1, 1, 1), width_factor=0.5, root_pool=False, dtype='float32'))
   config.dataset = 'fashion_mnist'
   config.image_size = 28
-  config.inception_crop = False
+  config.input.crop = False
   config.batch_size = 128
   config.num_epochs = 9
   config.optimizer = 'sgd'

@@ -16,7 +16,7 @@ def get_config() -> ml_collections.ConfigDict:
       dtype='float32'))
   config.dataset = 'fashion_mnist'
   config.image_size = 28
-  config.inception_crop = False  # resize and flip only: the images are already centred
+  config.input.crop = False  # resize and flip only: the images are already centred
   config.batch_size = 128
   config.num_epochs = 13
   config.optimizer = 'adam'

@@ -19,8 +19,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.dataset = 'imagenet2012'
   config.train_split, config.eval_split = 'train[:99%]', 'train[99%:]'
   config.image_size = 224
-  config.randaugment = (2, 10)
-  config.mixup_alpha = 0.2
+  config.input.randaugment = (2, 10)
+  config.input.mixup_alpha = 0.2
   config.batch_size = 1024
   config.num_epochs = 90
   config.optimizer = 'adam'

@@ -11,7 +11,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import common
-from vit_jax import entry, errors, models, settings, steps
+from vit_jax import entry, errors, models, settings, steps, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,16 +43,16 @@ def test_published_recipe_figures():
   s16 = load('vit_s16_i1k', None)
   assert (s16.batch_size, s16.lr, s16.weight_decay, s16.warmup_steps, s16.num_epochs) == (
       1024, 1e-3, 1e-4, 10_000, 90)
-  assert (s16.randaugment, s16.mixup_alpha, s16.model.classifier, s16.model.posemb) == (
+  assert (s16.input.randaugment, s16.input.mixup_alpha, s16.model.classifier, s16.model.posemb) == (
       (2, 10), 0.2, 'gap', 'sincos2d')
   b16 = load('vit_b16', 'cifar10')
   assert (b16.batch_size, b16.total_steps, b16.image_size, b16.optimizer, b16.grad_clip) == (
       512, 10_000, 384, 'sgd', 1.0)
   # BiT-HyperRule: small images train at 128 px, large at 384; schedule from dataset size.
   assert (load('bit_r50x1', 'cifar10').image_size, load('bit_r50x1', 'cifar10').total_steps,
-          load('bit_r50x1', 'cifar10').mixup_alpha) == (128, 10_000, 0.1)
+          load('bit_r50x1', 'cifar10').input.mixup_alpha) == (128, 10_000, 0.1)
   pets = load('bit_r50x1', 'oxford_iiit_pet')
-  assert (pets.image_size, pets.total_steps, pets.mixup_alpha) == (384, 500, 0.)
+  assert (pets.image_size, pets.total_steps, pets.input.mixup_alpha) == (384, 500, 0.)
   assert load('bit_r50x1', 'imagenet2012').total_steps == 20_000
   with pytest.raises(ValueError, match="Unknown arg 'svhn'"):
     load('bit_r50x1', 'svhn')
@@ -63,8 +63,9 @@ OVERRIDES = {
     'model_name': None, 'pretrained': 'some/file.npz', 'keep_head': 'True',
     'augreg_dir': '/data/augreg', 'dataset': 'cifar10', 'data_dir': '/data/tfds',
     'train_split': 'train[:90%]', 'eval_split': 'train[90%:]', 'image_size': '96',
-    'inception_crop': 'False', 'crop_padding': '3', 'mixup_alpha': '0.4',
-    'randaugment': '(3, 11)', 'batch_size': '48', 'eval_batch_size': '40', 'accum_steps': '3',
+    'input.crop': 'False', 'input.crop_padding': '3', 'input.mixup_alpha': '0.4',
+    'input.randaugment': '(3, 11)', 'batch_size': '48', 'eval_batch_size': '40',
+    'accum_steps': '3',
     'num_epochs': '7.5', 'total_steps': '321', 'time_budget': '17m', 'optimizer': 'adam',
     'momentum': '0.8', 'lr': '0.0123', 'warmup_steps': '77', 'decay': 'linear',
     'weight_decay': '0.05', 'grad_clip': '2.5', 'loss': 'sigmoid', 'label_smoothing': '0.2',
@@ -122,7 +123,7 @@ def test_every_field_of_every_recipe_is_set_from_the_command_line():
     ('time_budget=15min', "config.time_budget is '15min'"),
     ('optimizer=adamw', "config.optimizer is 'adamw'; it must be one of 'sgd', 'adam'"),
     ('label_smoothing=1.0', 'config.label_smoothing is 1.0'),
-    ('randaugment=(2,)', 'config.randaugment is \\(2,\\)'),
+    ('input.randaugment=(2,)', 'config.input.randaugment is \\(2,\\)'),
     ('model_name=ViT-Q_16', "Unknown model 'ViT-Q_16'"),
     ('model_name=LiT-B16B', r'LiT-B16B \(LiT\) cannot classify images.*vit_jax.zeroshot'),
 ])
@@ -146,11 +147,32 @@ def test_model_parallelism_is_refused_for_a_family_that_cannot_split():
     ('--config.model.hiden_size=3', 'config.model.hiden_size names no field of the recipe. '
                                     'Did you mean hidden_size?'),
     ('--config.lr.x=3', 'config.lr has no fields'),
+    ('--config.inception_crop=False', 'Did you mean input.crop?'),
+    ('--config.input.crp=False', 'config.input.crp names no field of the recipe. Did you mean '
+                                 'crop?'),
 ])
 def test_a_field_no_recipe_has_is_named_with_the_one_meant(arg, says):
   recipe = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
   with pytest.raises(errors.ConfigError, match=re.escape(says)):
     settings.check_overrides(['prog', arg], recipe)
+
+
+def test_a_recipe_of_the_flat_augmentation_fields_is_told_where_they_are():
+  recipe = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
+  recipe.mixup_alpha = 0.2
+  with pytest.raises(errors.ConfigError, match=re.escape(
+      "fields no recipe has: ['mixup_alpha']. Did you mean input.mixup_alpha?")):
+    settings.check(recipe)
+
+
+def test_a_workdir_recorded_with_the_flat_augmentation_fields_has_the_same_settings():
+  recipe = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
+  now = workdir.settings_of(recipe)
+  before = {k: v for k, v in now.items() if k != 'input'}
+  before.update(inception_crop=False, crop_padding=0, mixup_alpha=0.0, randaugment=None)
+  assert workdir.differences(before, now) == []
+  before['mixup_alpha'] = 0.3
+  assert workdir.differences(before, now) == ['input.mixup_alpha: 0.3 -> 0.0']
 
 
 def test_a_recipe_that_cannot_load_is_named():

@@ -270,7 +270,7 @@ def _table_names(page: str, heading: str) -> set:
   section = text[text.index(f'## {heading}\n'):]
   table = section[section.index('\n|'):].split('\n\n')[0]
   return {name for row in table.strip().splitlines()[2:]
-          for name in re.findall(r'`(\w+)`', row.split('|')[1])}
+          for name in re.findall(r'`([\w.]+)`', row.split('|')[1])}
 
 
 def test_the_training_page_has_a_row_for_every_recipe_field():

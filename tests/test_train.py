@@ -466,7 +466,7 @@ def test_two_processes_agree_with_one(tmp_path):
   dataset = symmetric_folder(str(tmp_path / 'data'))
   flags_common = [
       '--config', f'{REPO}/configs/quickstart_vit.py', f'--config.dataset={dataset}',
-      '--config.image_size=8', '--config.inception_crop=False', '--config.batch_size=16',
+      '--config.image_size=8', '--config.input.crop=False', '--config.batch_size=16',
       '--config.eval_batch_size=16', '--config.total_steps=3', '--config.warmup_steps=0',
       '--config.optimizer=sgd', '--config.lr=0.1', '--config.log_every=1',
       '--config.model.hidden_size=32', '--config.model.mlp_dim=64', '--config.model.num_layers=2']

@@ -117,8 +117,7 @@ def device_batches(config: ml_collections.ConfigDict, source: 'Source', sharding
   from vit_jax import input_pipeline
   batches = input_pipeline.train_dataset(
       source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
-      mixup_alpha=config.mixup_alpha, randaugment=config.randaugment,
-      crop=config.inception_crop, crop_padding=config.crop_padding, start_step=start_step)
+      start_step=start_step, **config.input)
   return input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), sharding)
 
 

@@ -107,11 +107,14 @@ FIELDS: Dict[str, Field] = {
     'train_split': Field('train', *_TEXT),
     'eval_split': Field('test', *_TEXT),
     'image_size': Field(224, *_POSITIVE_INT),
-    'inception_crop': Field(True, *_FLAG),
-    # With inception_crop False: random shifts of up to this many px.
-    'crop_padding': Field(0, *_COUNT),
-    'mixup_alpha': Field(0., *_NON_NEGATIVE),
-    'randaugment': Field(None, _randaugment, '(layers, magnitude) >= 0, or None', kind=tuple),
+    # The training pipeline's augmentation, `config.input`, passed through as the
+    # keyword arguments of `input_pipeline.train_dataset`.
+    'input.crop': Field(True, *_FLAG),  # Inception's random-resized crops
+    # With input.crop False: random shifts of up to this many px.
+    'input.crop_padding': Field(0, *_COUNT),
+    'input.mixup_alpha': Field(0., *_NON_NEGATIVE),
+    'input.randaugment': Field(None, _randaugment, '(layers, magnitude) >= 0, or None',
+                               kind=tuple),
 
     # Optimisation.
     'batch_size': Field(512, *_POSITIVE_INT),
@@ -159,18 +162,36 @@ SWEEP_FIELD = 'sweep'  # sweep recipes add their rows (vit_jax.sweep_rows)
 ALIASES = {'learning_rate': 'lr', 'batchsize': 'batch_size', 'epochs': 'num_epochs',
            'steps': 'total_steps', 'num_steps': 'total_steps', 'wd': 'weight_decay',
            'warmup': 'warmup_steps', 'checkpoint': 'pretrained', 'init': 'pretrained',
-           'clip': 'grad_clip', 'model_type': 'model_name', 'arch': 'model_name'}
+           'clip': 'grad_clip', 'model_type': 'model_name', 'arch': 'model_name',
+           **workdirs.MOVED_FIELDS}
+# Fields that group others ('input': 'input.crop', ...).
+GROUPS = tuple(dict.fromkeys(name.split('.')[0] for name in FIELDS if '.' in name))
+
+
+def _parent_and_key(config: ml_collections.ConfigDict, name: str):
+  """The ConfigDict that holds field `name` ('input.crop': config.input) and its key."""
+  *groups, key = name.split('.')
+  for group in groups:
+    config = config[group]
+  return config, key
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field at its default; None defaults as typed placeholders."""
-  config = ml_collections.ConfigDict()
+  config = ml_collections.ConfigDict({group: ml_collections.ConfigDict() for group in GROUPS})
   for name, field in FIELDS.items():
     value = field.default
     if isinstance(value, ml_collections.ConfigDict):
       value = ml_collections.ConfigDict(value)
-    setattr(config, name, config_dict.placeholder(field.kind) if value is None else value)
+    parent, key = _parent_and_key(config, name)
+    setattr(parent, key, config_dict.placeholder(field.kind) if value is None else value)
   return config
+
+
+def _names(config: ml_collections.ConfigDict) -> list:
+  """The recipe's field names, a group's fields as 'input.crop'."""
+  return [f'{key}.{inner}' if key in GROUPS else key
+          for key in config for inner in (config[key] if key in GROUPS else [None])]
 
 
 def _as_none(value):
@@ -191,17 +212,18 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   Raises:
     ConfigError: a value not allowed, or an unknown field.
   """
-  unknown = sorted(set(config) - set(FIELDS) - {SWEEP_FIELD})
+  unknown = sorted(set(_names(config)) - set(FIELDS) - {SWEEP_FIELD})
   if unknown:
     raise ConfigError(f'The recipe has fields no recipe has: {unknown}. {_meant(unknown[0])}')
   for name, field in FIELDS.items():
+    parent, key = _parent_and_key(config, name)
     if field.kind is str:
-      value = _as_none(config[name])
-      if value != config[name]:
-        with config.unlocked():
-          config[name] = value
-    if not field.allowed(config[name]):
-      raise ConfigError(f'config.{name} is {config[name]!r}; it must be {field.allows}.')
+      value = _as_none(parent[key])
+      if value != parent[key]:
+        with parent.unlocked():
+          parent[key] = value
+    if not field.allowed(parent[key]):
+      raise ConfigError(f'config.{name} is {parent[key]!r}; it must be {field.allows}.')
   if config.warmup_steps == 0 and workdirs.WARMUP in config.keep_params_at.replace(' ', '').split(','):
     raise ConfigError("config.keep_params_at names 'warmup', but config.warmup_steps is 0: the "
                       'run has no warm-up to keep the parameters of; name a step number instead.')

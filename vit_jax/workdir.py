@@ -76,6 +76,9 @@ def kept_params_path(workdir: str, step: Union[int, str]) -> str:
 # Fields a resumed run may change without changing what its checkpoints mean.
 FREE_FIELDS = ('log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints',
                'keep_params_at', 'eval_batch_size', 'data_dir', 'augreg_dir')
+# Fields recorded under an earlier name: the augmentation, now `config.input`.
+MOVED_FIELDS = {'inception_crop': 'input.crop', 'crop_padding': 'input.crop_padding',
+                'mixup_alpha': 'input.mixup_alpha', 'randaugment': 'input.randaugment'}
 
 
 def _alive(pid: int) -> bool:
@@ -155,7 +158,8 @@ def _flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
 
 
 def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
-  """'field: old -> new' for every field that differs, free fields left out.
+  """'field: old -> new' for every field that differs, free fields left out (a
+  field recorded under its earlier name compared under its name now).
 
   Args:
     recorded: the settings a workdir recorded.
@@ -164,7 +168,8 @@ def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
   Returns:
     One line per differing field.
   """
-  recorded, new = _flat(recorded), _flat(new)
+  recorded = {MOVED_FIELDS.get(k, k): v for k, v in _flat(recorded).items()}
+  new = _flat(new)
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
           if k not in FREE_FIELDS and recorded.get(k) != new.get(k)]
