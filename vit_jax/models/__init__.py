@@ -143,7 +143,7 @@ def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
     raise ValueError(f'Unknown model {name!r}. Known models: {", ".join(list_models())}.')
   family = FAMILIES[MODELS[key]['family']]
   config = dict(MODELS[key], name=key, **family.defaults, dtype='float32')
-  return ml_collections.ConfigDict(family.configure(config, overrides))
+  return ml_collections.ConfigDict(family.make_config(config, overrides))
 
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:

@@ -165,7 +165,7 @@ class Family:
   runs on its `tiny` model every test parametrised over the families that can
   do what the test needs.
 
-  `configure(fields, overrides)` makes a variant's config: `fields` are its
+  `make_config(fields, overrides)` makes a variant's config: `fields` are its
   architecture fields with `family`, `name`, the family's `defaults` and `dtype`;
   the default replaces fields by the overrides (`override`).
   """
@@ -183,7 +183,7 @@ class Family:
   head: str = ''  # parameter-path prefix of the classifier, re-initialised for a new task
   defaults: Mapping[str, Any] = dataclasses.field(
       default_factory=lambda: {'num_classes': 1000})  # fields every variant takes besides
-  configure: Callable[[Dict[str, Any], Mapping[str, Any]], Dict[str, Any]] = override
+  make_config: Callable[[Dict[str, Any], Mapping[str, Any]], Dict[str, Any]] = override
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)

@@ -238,8 +238,8 @@ VARIANTS = {
 }
 
 
-def configure(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
-  """A LiT variant's config (`Family.configure`): `image` holds the image tower's
+def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+  """A LiT variant's config (`Family.make_config`): `image` holds the image tower's
   fields (its zoo config but `family`, `name`, `dtype`); `image` and `text`
   overrides update those dicts, the other fields are replaced.
 
@@ -318,4 +318,4 @@ FAMILY = Family(
     describe=lambda config: (f'{config.image_model} image tower, {config.text_model} text '
                              'tower'),
     tiny=('LiT-testing', {}), capabilities=frozenset({ZERO_SHOT}), defaults={},
-    configure=configure)
+    make_config=make_config)
