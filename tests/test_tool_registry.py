@@ -16,7 +16,8 @@ import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
-from analysis import tool, tools  # noqa: F401  (the package's tools registered)
+import analysis.tools  # noqa: F401  (the package's tools registered, their flags defined)
+from analysis import tool
 from analysis.tool import Tool, register
 from analysis.tool_options import define_flags, option
 from vit_jax.errors import ConfigError

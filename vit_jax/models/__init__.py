@@ -17,8 +17,8 @@ import ml_collections
 
 from vit_jax.models import alternet, lit, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
-from vit_jax.models.family import (CAPABILITIES, CLASSIFY, SCAN, TENSOR_PARALLEL, ZERO_SHOT,
-                                   Family)
+from vit_jax.models.family import (  # noqa: F401  (the capabilities, as models.SCAN, ...)
+    CAPABILITIES, CLASSIFY, SCAN, TENSOR_PARALLEL, ZERO_SHOT, Family)
 
 FAMILIES: Dict[str, Family] = {}  # every family of the zoo, by name
 MODELS: Dict[str, Dict[str, Any]] = {}  # every published variant: its fields and family
