@@ -48,6 +48,7 @@ def _reference(config, total):
                      _progress_rate(schedule))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize('decay', ['cosine', 'linear'])
 def test_an_unbudgeted_run_is_bit_identical_to_the_progress_fed_rate(decay):
   """Over 40 steps, 7 of whose k / 40 XLA:CPU's division gets an ulp off."""
