@@ -60,17 +60,17 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
   if not path.exists():
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
-  if os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',)):
-    if model_name is None:
+  torch = os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',))
+  if model_name is None:
+    if torch:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
-    flat = flatten(from_timm(read_state_dict(path), model_name, **overrides))
-  elif model_name is None:
     return unflatten(published(_read_npz(path)))
-  else:
-    flat = models.family_of(models.get_config(model_name, **overrides)).published(_read_npz(path))
   config = models.get_config(model_name, **overrides)
-  return unflatten(models.family_of(config).module_layout(flat, config))
+  family = models.family_of(config)
+  flat = (flatten(from_timm(read_state_dict(path), model_name, **overrides)) if torch
+          else family.published(_read_npz(path)))
+  return unflatten(family.module_layout(flat, config))
 
 
 def _read_npz(path: epath.Path) -> Flat:

@@ -190,8 +190,10 @@ def base_config() -> ml_collections.ConfigDict:
 
 def _names(config: ml_collections.ConfigDict) -> list:
   """The recipe's field names, a group's fields as 'input.crop'."""
-  return [f'{key}.{inner}' if key in GROUPS else key
-          for key in config for inner in (config[key] if key in GROUPS else [None])]
+  names = []
+  for key in config:
+    names += [f'{key}.{inner}' for inner in config[key]] if key in GROUPS else [key]
+  return names
 
 
 def _as_none(value):
