@@ -1,6 +1,7 @@
 """What the trainer prints: its own lines, one per interval, evaluation and save;
 the libraries' notes only with --verbosity; a refusal after TensorFlow has loaded
 as its warnings and one Error line."""
+import logging
 import os
 import re
 import subprocess
@@ -32,6 +33,19 @@ def test_a_training_line_says_the_step_schedule_rate_and_time_left():
       'left')
   assert console.training_line(1, 6084, 0., metrics, 0., 0., budgeted=False) == (
       'step 1/6084 (schedule 0.0%): loss 1.2346, lr 1.20e-03')
+
+
+def test_the_libraries_repeats_of_a_reported_failure_are_left_out():
+  def passes(name, level, message, pathname='x.py'):
+    record = logging.LogRecord(name, level, pathname, 1, message, (), None)
+    return console._drop_library_notes(record)
+  # orbax's sibling tasks of a failed read or write, logged as they are collected
+  assert not passes('asyncio', logging.ERROR, 'Task exception was never retrieved')
+  assert not passes('asyncio', logging.ERROR, '_GatheringFuture exception was never retrieved')
+  assert passes('asyncio', logging.ERROR, 'Unclosed event loop')
+  assert not passes('absl', logging.WARNING, 'cache', f'{os.sep}tensorflow_datasets{os.sep}a.py')
+  assert passes('absl', logging.ERROR, 'failed', f'{os.sep}tensorflow_datasets{os.sep}a.py')
+  assert passes('absl', logging.WARNING, 'a warning')
 
 
 def _train(workdir, folder, *extra):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import chex
@@ -203,6 +204,21 @@ def test_a_full_disk_is_named_before_training_or_when_it_fills(folder, tmp_path,
         small / 'w' / 'checkpoints') else []
     assert not [name for name in left if 'tmp' in name]
     assert not [name for name in os.listdir(small / 'w') if '.tmp-' in name]
+
+
+def test_partial_files_a_failed_save_still_writes_are_removed_once_it_settles(tmp_path):
+  partial = tmp_path / 'checkpoints' / '3.orbax-checkpoint-tmp'
+
+  def write_on():  # a writer thread of the failed save, still going
+    for _ in range(3):
+      time.sleep(0.2)
+      (partial / 'd').mkdir(parents=True, exist_ok=True)
+  (partial / 'd').mkdir(parents=True)
+  writer = threading.Thread(target=write_on)
+  writer.start()
+  workdir.remove_partial_files(str(tmp_path), settle=0.5)
+  writer.join()
+  assert not os.path.exists(partial)
 
 
 def test_a_text_file_named_npz_says_so(tmp_path):

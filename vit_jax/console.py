@@ -53,7 +53,12 @@ def configure(verbosity: int) -> None:
 
 def _drop_library_notes(record: logging.LogRecord) -> bool:
   """False for a warning of a library whose warnings are notes (TFDS's on its
-  cache folders); errors always pass."""
+  cache folders), and for asyncio's "exception was never retrieved": orbax reads
+  and writes an array per task and raises the first failure, which the project
+  reports in its own line, while the same failure of its sibling tasks is logged
+  again as they are collected. Other errors always pass."""
+  if record.name == 'asyncio' and 'exception was never retrieved' in record.getMessage():
+    return False
   return record.levelno >= logging.ERROR or not any(
       f'{os.sep}{name}{os.sep}' in record.pathname for name in _LIBRARY_NOTES)
 

@@ -297,21 +297,30 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
       os.remove(lock)
 
 
-def remove_partial_files(workdir: str) -> None:
+def remove_partial_files(workdir: str, settle: float = 0.) -> None:
   """Removes what a killed or failed write left (temporary `.NAME.tmp-PID` files of
   `atomic_write`, orbax's `*.orbax-checkpoint-tmp*` directories); only while the
   workdir is held, so no live writer owns them.
 
   Args:
     workdir: the held workdir.
+    settle: after a write failed in this process, the seconds to wait for what
+      its other writers still finish (orbax's save raises the first failure
+      while its other threads write on): the removal is repeated until none is
+      left for that long, at most 20 times.
   """
-  for path in (glob.glob(os.path.join(workdir, '.*.tmp-*')) +
-               glob.glob(os.path.join(workdir, 'checkpoints', '*.orbax-checkpoint-tmp*'))):
-    log.warning('Removing %s, left by an interrupted write.', path)
-    if os.path.isdir(path):
-      shutil.rmtree(path, ignore_errors=True)
-    else:
-      os.remove(path)
+  for _ in range(20 if settle else 1):
+    paths = (glob.glob(os.path.join(workdir, '.*.tmp-*')) +
+             glob.glob(os.path.join(workdir, 'checkpoints', '*.orbax-checkpoint-tmp*')))
+    if not paths:
+      return
+    for path in paths:
+      log.warning('Removing %s, left by an interrupted write.', path)
+      if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+      elif os.path.exists(path):
+        os.remove(path)
+    time.sleep(settle)
 
 
 def size(num_bytes: float) -> str:
@@ -400,7 +409,7 @@ def saving(workdir: str, what: str, size_bytes: int, last_good: Optional[int]) -
   except Exception as e:  # orbax and numpy raise full disks as several kinds
     if not _no_space(e):
       raise
-    remove_partial_files(workdir)
+    remove_partial_files(workdir, settle=0.5)
     last = (f'the last good checkpoint is step {last_good}' if last_good is not None
             else 'no checkpoint was saved yet')
     raise WorkdirError(
