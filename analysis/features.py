@@ -184,7 +184,8 @@ def params_checksum(params: Any) -> str:
 
 def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
   """What the report says of a model: its family, architecture kind, shape in words,
-  parameter count, image size and, when it comes from a finished training workdir,
+  parameter count, image size, its recipe's tier (`tier`: 'quick-start',
+  'paper-like') where it names one and, when it comes from a finished training workdir,
   the step and evaluation accuracy it ended with (the run's results.json).
 
   Args:
@@ -200,6 +201,8 @@ def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
            'parameters': int(sum(np.size(x) for x in jax.tree_util.tree_leaves(subject.params))),
            'params_checksum': params_checksum(subject.params),
            'image_size': subject.image_size}
+  if subject.recipe is not None and subject.recipe.get('tier'):
+    about['tier'] = subject.recipe.tier
   results = os.path.join(workdir, workdirs.RESULTS) if workdir else None
   if results and os.path.exists(results):
     with open(results) as f:

@@ -206,7 +206,7 @@ td.within{background:#f4f0dc}td.not{background:#eee}"""
 
 def describe_model(label: str, about: Mapping) -> str:
   """One line of what a model is: its zoo name and family, its shape, parameters,
-  image size, and the steps and accuracy it was trained to where known.
+  image size, its recipe's tier, and the steps and accuracy it was trained to where known.
 
   Args:
     label: the model's label.
@@ -222,6 +222,8 @@ def describe_model(label: str, about: Mapping) -> str:
     parts.append(f'{about["parameters"] / 1e6:.3g}M parameters')
   if 'image_size' in about:
     parts.append(f'{about["image_size"]} px images')
+  if 'tier' in about:
+    parts.append(f'the {about["tier"]} tier')
   if 'steps' in about:
     parts.append(f'trained {about["steps"]:,} steps to {100 * about["accuracy"]:.1f}% '
                  'evaluation accuracy')

@@ -41,8 +41,8 @@ def _posemb_rows() -> dict:
   return rows
 
 
-def _data_rows(vit: ml_collections.ConfigDict) -> dict:
-  resnet = quickstart_resnet.get_config()
+def _data_rows(vit: ml_collections.ConfigDict, resnet: ml_collections.ConfigDict,
+               steps: int) -> dict:
   # The ResNet rows take every field in which its recipe differs from the ViT's; with
   # its model name, its model fields replace the ViT's.
   as_resnet = {k: resnet[k] for k in resnet if resnet[k] != vit[k]}
@@ -50,7 +50,7 @@ def _data_rows(vit: ml_collections.ConfigDict) -> dict:
   for name, fields in (('vit', {}), ('resnet', as_resnet)):
     for percent in (6, 25, 100):
       rows[f'{name}-{percent}%'] = dict(fields, train_split=f'train[:{percent}%]',
-                                        total_steps=STEPS)
+                                        total_steps=steps)
   return rows
 
 
@@ -66,16 +66,29 @@ def _buildup_rows(depths) -> dict:
   return rows
 
 
-def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
+def sweep(arg: str, vit: ml_collections.ConfigDict, resnet: ml_collections.ConfigDict,
+          alternet: ml_collections.ConfigDict, steps: int) -> ml_collections.ConfigDict:
+  """The sweep `arg` over a tier's three recipes.
+
+  Args:
+    arg: one of SWEEPS.
+    vit: the tier's ViT recipe, which every sweep but `buildup` varies.
+    resnet: its ResNet recipe (the `data` sweep's other model).
+    alternet: its AlterNet recipe (the `buildup` sweep's).
+    steps: the steps of every `data` and `buildup` row.
+
+  Returns:
+    The sweep recipe: the varied recipe with `sweep.name` and `sweep.rows`.
+  """
   if arg not in SWEEPS:
-    raise ValueError(f'Unknown sweep {arg!r} for ablations.py; use one of {SWEEPS}.')
-  config = quickstart_vit.get_config()
-  config.num_epochs = EPOCHS
+    raise ValueError(f'Unknown sweep {arg!r}; use one of {SWEEPS}.')
+  config = vit
   if arg == 'posemb':
     rows = _posemb_rows()
-  elif arg == 'pool':
-    rows = {f'{pool}-lr{lr:g}': dict(model=dict(classifier=pool), lr=lr)
-            for pool in ('token', 'gap') for lr in (1e-3, 2e-3, 4e-3)}
+  elif arg == 'pool':  # each pooling at half, once and twice the recipe's rate
+    rows = {f'{pool}-lr{vit.lr * factor:g}': dict(model=dict(classifier=pool),
+                                                  lr=vit.lr * factor)
+            for pool in ('token', 'gap') for factor in (0.5, 1, 2)}
   elif arg == 'skip':
     rows = {'baseline': {}}
     rows.update({f'block{i}-{branch}': dict(model=dict(skip_removed=((i, branch),)))
@@ -84,12 +97,19 @@ def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
     rows = {'global': {}}
     rows.update({f'k{k}': dict(model=dict(attention_window=k)) for k in (3, 5, 8)})
   elif arg == 'data':
-    rows = _data_rows(config)
+    rows = _data_rows(vit, resnet, steps)
   else:
-    config = quickstart_alternet.get_config()
-    config.total_steps = STEPS
+    config = alternet
+    config.total_steps = steps
     rows = _buildup_rows(config.model.num_layers)
   # (label, fields) pairs in table order; a row's fields override the recipe's (see
   # vit_jax.sweep_rows.row_config).
   config.sweep = ml_collections.ConfigDict(dict(name=arg, rows=tuple(rows.items())))
   return config
+
+
+def get_config(arg: str = 'posemb') -> ml_collections.ConfigDict:
+  vit = quickstart_vit.get_config()
+  vit.num_epochs = EPOCHS
+  return sweep(arg, vit, quickstart_resnet.get_config(), quickstart_alternet.get_config(),
+               STEPS)

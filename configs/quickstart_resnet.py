@@ -9,6 +9,7 @@ from configs import common
 
 def get_config() -> ml_collections.ConfigDict:
   config = common.base_config()
+  config.tier = 'quick-start'
   # BiT's R50x1 layout cut to one unit in each of three stages at half width; the
   # root keeps its 7x7/2 conv but not the max-pool, so 28 px images reach the
   # stages at 14x14 (stage maps 14, 7, 4 instead of 7, 4, 2).

@@ -9,6 +9,7 @@ from configs import common
 
 def get_config() -> ml_collections.ConfigDict:
   config = common.base_config()
+  config.tier = 'quick-start'
   # A ViT-Ti layout shrunk to 4 blocks of width 64 on 4x4 patches of 28 px images.
   config.model_name = 'ViT-Ti_16'
   config.model = ml_collections.ConfigDict(dict(

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import ablations
+from configs import ablations, papers
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, make_folder, \
     perturbed, tiny_sweep, tiny_vit
-from vit_jax import checkpoint, finetune, models, sweep
+from vit_jax import checkpoint, finetune, models, settings, sweep
 from vit_jax.models import attention, vit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,13 +220,21 @@ def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch
   sweep.write_table('data', [result], str(tmp_path))
 
 
-def test_sweep_rows_build_and_bad_rows_are_named():
+@pytest.mark.parametrize('tier', [ablations, papers])
+def test_every_tiers_sweep_rows_build(tier):
   for name in ablations.SWEEPS:
-    config = ablations.get_config(name)
+    config = tier.get_config(name)
     for label, _ in config.sweep.rows:
       row = sweep.row_config(config, label)
       assert 'sweep' not in row
+      settings.check(row)
       models.get_config(row.model_name, **row.model)
+  pool = [label for label, _ in tier.get_config('pool').sweep.rows]
+  assert pool[:3] == [f'token-lr{tier.get_config("vit" if tier is papers else "pool").lr * f:g}'
+                      for f in (0.5, 1, 2)]
+
+
+def test_sweep_rows_bad_rows_are_named():
   data = sweep.row_config(ablations.get_config('data'), 'resnet-6%')
   assert data.model_name == 'BiT-M-R50x1' and 'hidden_size' not in data.model
   assert (data.train_split, data.total_steps) == ('train[:6%]', ablations.STEPS)
@@ -252,3 +260,28 @@ def test_the_buildup_sweep_adds_msa_blocks_from_the_end_of_the_last_stage():
   assert config.model_name == 'AlterNet-50' and config.total_steps == ablations.STEPS
   assert [label for label, _ in config.sweep.rows] == ['msa-0-0-0', 'msa-0-0-1', 'msa-0-1-1']
   assert config.sweep.rows[-1][1]['model']['num_msa'] == tuple(config.model.num_msa)
+
+
+def test_the_paper_like_tier_is_park_and_kims_cifar_models_and_recipe():
+  """configs/cifar10_vit.yaml and models/{vit,resnet,alternet}.py of
+  github.com/xxxnell/how-do-vits-work, at 28 px."""
+  from vit_jax.models import alternet
+  vit, resnet, net = (papers.get_config(name) for name in papers.MODELS)
+  for config in (vit, resnet, net):
+    settings.check(config)
+    assert (config.tier, config.time_budget, config.optimizer, config.batch_size) == (
+        'paper-like', '60m', 'adam', 96)
+    assert (config.lr, config.weight_decay, config.grad_clip) == (1.25e-4, 1.25e-4 * 0.05, 5.)
+    assert (config.label_smoothing, config.input.mixup_alpha, config.input.randaugment) == (
+        0.1, 1., (2, 9))
+    assert config.warmup_steps == round(papers.STEPS / 60)  # 5 of 300 epochs
+  # 2 px patches: 14x14 tokens and a class token, as 16x16 on 32 px CIFAR.
+  assert (vit.image_size // vit.model.patch_size) ** 2 == 196
+  assert vit.model.classifier == 'token' and vit.model.stochastic_depth == 0.1
+  assert tuple(resnet.model.num_layers) == (3, 4, 6, 3)  # ResNet-50's bottleneck units
+  assert (tuple(net.model.num_layers), tuple(net.model.num_msa),
+          tuple(net.model.num_heads)) == ((3, 4, 6, 4), (0, 1, 3, 2), (3, 6, 12, 24))
+  # MSA blocks alternate with conv blocks from the end of each stage.
+  assert alternet.block_kinds(6, 3) == ('conv', 'msa') * 3
+  with pytest.raises(ValueError, match='Unknown recipe'):
+    papers.get_config('vits')

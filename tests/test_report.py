@@ -342,3 +342,19 @@ def test_a_failing_tool_leaves_the_others_and_the_report_says_why(tmp_path, monk
   assert run_tools(['norm_ratio'], subjects, lambda s: batches, str(tmp_path))[2] == {}
   assert report.load_failures(str(tmp_path)) == {}
   assert 'Tools that failed' not in open(report.write_report(str(tmp_path))['md']).read()
+
+
+@pytest.mark.parametrize('recipe,line', [
+    ('quickstart_vit', 'the quick-start tier'), ('papers', 'the paper-like tier'),
+    ('vit_b16', None)])
+def test_the_report_names_the_tier_of_a_models_recipe(recipe, line):
+  import dataclasses
+  import importlib
+  config = importlib.import_module(f'configs.{recipe}').get_config()
+  about = features.describe(dataclasses.replace(subject('ViT-Ti_16', 'vit', **TINY_VIT),
+                                                recipe=config))
+  text = report.describe_model('vit', {**about, 'source': 'generated'})
+  if line is None:
+    assert 'tier' not in about and 'tier' not in text
+  else:
+    assert about['tier'] == config.tier and f' px images, {line}' in text

@@ -91,6 +91,9 @@ def _one_of(*choices: str):
 FIELDS: Dict[str, Field] = {
     # Model: a zoo name plus architecture overrides (see vit_jax.models.get_config).
     'model_name': Field('ViT-B_16', *_TEXT),
+    # Which tier of recipes a model belongs to ('quick-start', 'paper-like'), as
+    # the analysis's report names it; '' for the published models' recipes.
+    'tier': Field('', lambda v: isinstance(v, str), 'a string'),
     'model': Field(ml_collections.ConfigDict(),
                    lambda v: isinstance(v, (dict, ml_collections.ConfigDict)),
                    'architecture fields of the model'),

@@ -74,7 +74,7 @@ def kept_params_path(workdir: str, step: Union[int, str]) -> str:
 
 
 # Fields a resumed run may change without changing what its checkpoints mean.
-FREE_FIELDS = ('log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints',
+FREE_FIELDS = ('tier', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints',
                'keep_params_at', 'eval_batch_size', 'data_dir', 'augreg_dir')
 # Fields recorded under an earlier name: the augmentation, now `config.input`.
 MOVED_FIELDS = {'inception_crop': 'input.crop', 'crop_padding': 'input.crop_padding',

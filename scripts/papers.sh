@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The paper-like tier (configs/papers.py): trains Park & Kim's ViT, ResNet-50 and
+# AlterNet-50 layouts at their token grid into workdirs/papers/{vit,resnet,alternet},
+# each within its recipe's one-hour time budget, then runs every analysis tool on
+# the ViT and the ResNet into workdirs/papers/analysis (within 30 minutes) and the
+# lesion study on the AlterNet and the ResNet into workdirs/papers/lesion, ending
+# with the quick start's summary. Rerun it after a stop: a trained model is not
+# trained again and an interrupted one resumes from its last checkpoint; the
+# analyses run again. Extra arguments go to the three trainers; WORKDIRS=DIR puts
+# papers/ in DIR instead of workdirs/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="${WORKDIRS:-workdirs}/papers"
+scripts/setup.sh
+scripts/get_data.sh
+for model in vit resnet alternet; do
+  .venv/bin/python -m vit_jax.train --config "configs/papers.py:${model}" \
+    --workdir "$work/${model}" "$@"
+done
+status=0
+.venv/bin/python -m analysis all \
+  --config configs/papers.py:vit --workdir "$work/vit" \
+  --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
+  --out "$work/analysis" --time_budget=30m || status=$?
+.venv/bin/python -m analysis lesion \
+  --config configs/papers.py:alternet --workdir "$work/alternet" \
+  --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
+  --out "$work/lesion" || status=$?
+.venv/bin/python scripts/summary.py "$work/vit" "$work/resnet" "$work/alternet" \
+  --analysis "$work/analysis"
+exit "$status"
