@@ -32,7 +32,6 @@ import ml_collections
 
 from configs import ablations, quickstart_alternet, quickstart_resnet, quickstart_vit
 
-MODELS = ('vit', 'resnet', 'alternet')
 TIER = 'paper-like'
 BUDGET = '60m'
 BATCH = 96
@@ -83,9 +82,13 @@ def alternet() -> ml_collections.ConfigDict:
   return _authors_recipe(config)
 
 
+RECIPES = {recipe.__name__: recipe for recipe in (vit, resnet, alternet)}
+MODELS = tuple(RECIPES)
+
+
 def get_config(arg: str = 'vit') -> ml_collections.ConfigDict:
-  if arg in MODELS:
-    return {'vit': vit, 'resnet': resnet, 'alternet': alternet}[arg]()
+  if arg in RECIPES:
+    return RECIPES[arg]()
   if arg not in ablations.SWEEPS:
     raise ValueError(f'Unknown recipe {arg!r} for papers.py; use one of '
                      f'{MODELS + ablations.SWEEPS}.')

@@ -19,7 +19,8 @@ RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('quickstart_a
            ('vit_s16_i1k', None), ('mixer_b16', 'cifar10'), ('mixer_b16', 'imagenet2012'),
            ('vit_b16', 'cifar10'), ('vit_b16', 'cifar100'), ('vit_b16', 'imagenet2012'),
            ('vit_b16', 'pretrain'), ('bit_r50x1', 'cifar10'), ('bit_r50x1', 'oxford_iiit_pet'),
-           ('bit_r50x1', 'imagenet2012')]
+           ('bit_r50x1', 'imagenet2012'), ('papers', 'vit'), ('papers', 'resnet'),
+           ('papers', 'alternet')]
 
 
 def load(name, arg):
@@ -60,7 +61,7 @@ def test_published_recipe_figures():
 
 # A value other than every recipe's for each field, as typed on the command line.
 OVERRIDES = {
-    'model_name': None, 'pretrained': 'some/file.npz', 'keep_head': 'True',
+    'model_name': None, 'tier': 'mine', 'pretrained': 'some/file.npz', 'keep_head': 'True',
     'augreg_dir': '/data/augreg', 'dataset': 'cifar10', 'data_dir': '/data/tfds',
     'train_split': 'train[:90%]', 'eval_split': 'train[90%:]', 'image_size': '96',
     'input.crop': 'False', 'input.crop_padding': '3', 'input.mixup_alpha': '0.4',
