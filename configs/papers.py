@@ -44,7 +44,7 @@ def _authors_recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigD
   config.tier = TIER
   config.time_budget = BUDGET
   config.batch_size = BATCH
-  config.eval_batch_size = 500
+  config.eval_batch_size = 480  # splits over 1 to 32 devices in powers of two, as 96 does
   config.num_epochs = EPOCHS
   config.warmup_steps = round(STEPS * 5 / 300)
   config.optimizer = 'adam'

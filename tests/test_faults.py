@@ -61,6 +61,8 @@ def _train_command(workdir_path, *overrides, env=None, **kwargs):
                               'config.image_size 2'),
     ('--config.image_size=30', 'Error: config.image_size 30 is not a multiple of '
                                'config.model.patch_size 4'),
+    ('--config.eval_batch_size=500', 'Error: config.eval_batch_size 500 does not split over '
+                                     'the 8 devices; choose a multiple of 8.'),
     ('--config.num_epochs=inf', 'Error: config.num_epochs is inf; it must be a number > 0.'),
     ('--config.learning_rate=0.1', 'Error: --config.learning_rate names no field of the recipe. '
                                    'Did you mean lr?'),

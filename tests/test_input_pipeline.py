@@ -110,7 +110,7 @@ def test_eval_sees_every_example_once(mock_cifar10, batch_size):
 
 
 def test_batch_must_split_over_devices(mock_cifar10):
-  with pytest.raises(input_pipeline.DataError, match='not divisible by the 8 local devices'):
+  with pytest.raises(input_pipeline.DataError, match='The batch size 12 does not split over the 8 devices'):
     input_pipeline.eval_dataset(mock_cifar10, batch_size=12, image_size=32)
 
 

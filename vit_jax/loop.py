@@ -60,6 +60,10 @@ def _check_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f'Each of the {config.accum_steps} accumulation pieces of the batch '
                       f'({config.batch_size // config.accum_steps} examples) must split evenly '
                       f'over the {shards} devices of the data axis; change batch_size.')
+  if config.eval_batch_size % jax.device_count():  # every device evaluates a slice
+    raise ConfigError(f'config.eval_batch_size {config.eval_batch_size} does not split over '
+                      f'the {jax.device_count()} devices; choose a multiple of '
+                      f'{jax.device_count()}.')
 
 
 def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
