@@ -146,6 +146,7 @@ TINY_HYBRID_FIELDS = dict(TINY_VIT, resnet_layers=(1,), patch_size=1)
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=3), TINY_VIT_FIELDS),
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=0, classifier='gap'), TINY_VIT_FIELDS),
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=5, classifier='map'), TINY_VIT_FIELDS),
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=3, layer_scale_init=0.1), TINY_VIT_FIELDS),
     ('R50+ViT-B_16', lambda: tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1),
      TINY_HYBRID_FIELDS),
     ('BiT-M-R50x1', lambda: tiny_bit(num_classes=3), dict(num_layers=(1, 1))),
@@ -249,7 +250,8 @@ spec = json.loads(sys.argv[1])
 torch.manual_seed(0)
 if spec['family'] == 'vit':
   module = VisionTransformer(img_size=32, act_layer='gelu_tanh', num_classes=3,
-                             qkv_bias=spec['qkv_bias'], **spec['size'])
+                             qkv_bias=spec['qkv_bias'], init_values=spec['init_values'],
+                             **spec['size'])
   for p in module.parameters():  # timm zero-initialises biases and the head
     torch.nn.init.normal_(p, std=0.1) if p.dim() == 1 else None
 else:
@@ -264,18 +266,22 @@ with torch.no_grad():
 
 
 @needs_timm
-@pytest.mark.parametrize('family, qkv_bias', [('vit', True), ('vit', False), ('bit', None)])
-def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias):
+@pytest.mark.parametrize('family, qkv_bias, init_values', [
+    ('vit', True, None), ('vit', False, None), ('vit', True, 1e-5), ('bit', None, None)])
+def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias, init_values):
+  """`init_values`: LayerScale, its scales drawn at random (as the biases)."""
   files = {'state': str(tmp_path / 'state.npz'), 'images': str(tmp_path / 'images.npy'),
            'logits': str(tmp_path / 'logits.npy')}
   np.save(files['images'], images(2, 32))
   subprocess.run([sys.executable, '-c', TIMM_MODEL,
                   json.dumps({**files, 'family': family, 'qkv_bias': qkv_bias,
+                              'init_values': init_values,
                               'size': timm_size(TINY_VIT['patch_size'])})],
                  check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   state = dict(np.load(files['state']))
   if family == 'vit':
-    params, model = timm_files.from_timm(state, 'ViT-Ti_16', **TINY_VIT), tiny_vit(num_classes=3)
+    params = timm_files.from_timm(state, 'ViT-Ti_16', **TINY_VIT)
+    model = tiny_vit(num_classes=3, layer_scale_init=1e-5 if init_values else 0.)
   else:
     params = timm_files.from_timm(state, 'BiT-M-R50x1', num_layers=(1, 1))
     model = tiny_bit(num_classes=3)

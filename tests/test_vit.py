@@ -49,6 +49,34 @@ def test_block_matches_numpy_reference():
       weights, atol=2e-6)
 
 
+def test_layer_scale_is_the_branch_outputs_last_layer_scaled_per_channel():
+  """LayerScale's gamma (random here) times a branch equals the branch whose last
+  linear layer (attention's output projection, the MLP's second Dense) has its
+  output channels scaled by gamma: an invariance, and nothing else changes."""
+  scaled = tiny_vit(layer_scale_init=1e-5)
+  variables = perturbed(init(scaled), scale=0.5)
+  params = flax.traverse_util.flatten_dict(flax.core.unfreeze(variables['params']), sep='/')
+  plain = {}
+  for path, value in params.items():
+    block, _, name = path.rpartition('/')
+    if name in ('ls1', 'ls2'):
+      continue
+    last = {'MultiHeadDotProductAttention_1/out': 'ls1', 'MlpBlock_3/Dense_1': 'ls2'}
+    owner = next((block[:-len(layer)] + ls for layer, ls in last.items()
+                  if block.endswith(layer)), None)
+    plain[path] = value * params[owner] if owner else value
+  assert {p.rsplit('/', 1)[-1] for p in params} - {p.rsplit('/', 1)[-1] for p in plain} == {
+      'ls1', 'ls2'}
+  x = images(2)
+  np.testing.assert_allclose(
+      apply(scaled, variables, x),
+      apply(tiny_vit(), {'params': flax.traverse_util.unflatten_dict(plain, sep='/')}, x),
+      rtol=1e-5, atol=1e-6)
+  # Starting at layer_scale_init, the scales cut every branch to that share at first.
+  fresh = flax.traverse_util.flatten_dict(flax.core.unfreeze(init(scaled)['params']), sep='/')
+  assert all(np.all(v == 1e-5) for k, v in fresh.items() if k.endswith(('ls1', 'ls2')))
+
+
 def test_intermediates_are_named_and_consistent():
   model = tiny_vit()
   variables = perturbed(init(model))

@@ -151,7 +151,9 @@ class Encoder1DBlock(nn.Module):
   `attention_skip` (or `mlp_skip`) the branch output replaces the stream instead
   of adding to it (Raghu et al.'s skip removal). `grid` and `attention_window`
   restrict attention to neighbouring patches; a `relative_table` adds relative
-  attention logits.
+  attention logits. `layer_scale_init` > 0 multiplies each branch by a learned
+  per-channel scale (`ls1`, `ls2`) starting at that value, LayerScale as CaiT,
+  DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`).
   """
   mlp_dim: int
   num_heads: int
@@ -164,6 +166,7 @@ class Encoder1DBlock(nn.Module):
   attention_window: int = 0
   attention_skip: bool = True
   mlp_skip: bool = True
+  layer_scale_init: float = 0.
 
   @nn.compact
   def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
@@ -178,6 +181,7 @@ class Encoder1DBlock(nn.Module):
                            name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+    y = self._layer_scale('ls1', y)
     y = branch_output(self, 'sa', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.attention_skip else y
@@ -185,11 +189,19 @@ class Encoder1DBlock(nn.Module):
 
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
+    y = self._layer_scale('ls2', y)
     y = branch_output(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.mlp_skip else y
     self.sow('intermediates', '+mlp', x)
     return x
+
+  def _layer_scale(self, name: str, y):
+    """The branch times its learned per-channel scale `name`, where the block has one."""
+    if not self.layer_scale_init:
+      return y
+    scale = self.param(name, nn.initializers.constant(self.layer_scale_init), (y.shape[-1],))
+    return y * scale.astype(y.dtype)
 
   def _drop_path(self, y, rate, train: bool):
     """Drops the branch for whole examples with probability `rate` and rescales
@@ -229,6 +241,7 @@ class Encoder(nn.Module):
   posemb_where: str = 'input'
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
+  layer_scale_init: float = 0.
   attention_impl: str = 'auto'
   remat: str = 'none'
   scan_layers: bool = False
@@ -285,7 +298,8 @@ class Encoder(nn.Module):
           self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
           drop_path=rates[i], attention_impl=self.attention_impl, dtype=self.dtype, grid=self.grid,
           attention_window=self.attention_window, attention_skip=(i, 'sa') not in removed,
-          mlp_skip=(i, 'mlp') not in removed, name=f'encoderblock_{i}')(x, train, table)
+          mlp_skip=(i, 'mlp') not in removed, layer_scale_init=self.layer_scale_init,
+          name=f'encoderblock_{i}')(x, train, table)
     return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool):
@@ -310,7 +324,7 @@ class Encoder(nn.Module):
     x, _ = scan(block(self.mlp_dim, self.num_heads, self.dropout_rate,
                       self.attention_dropout_rate, attention_impl=self.attention_impl,
                       dtype=self.dtype, grid=self.grid, attention_window=self.attention_window,
-                      name='encoderblock'), x, rates)
+                      layer_scale_init=self.layer_scale_init, name='encoderblock'), x, rates)
     return x
 
 
@@ -326,7 +340,7 @@ class VisionTransformer(nn.Module):
   `posemb_where` (`POSEMB_WHERE`) says, `skip_removed` ((block, 'sa' or 'mlp')
   pairs whose residual connection is dropped) and `attention_window` (k > 0:
   each patch attends to the k x k patches around it; the class token stays
-  global).
+  global). `layer_scale_init` > 0 gives every block LayerScale.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -349,6 +363,7 @@ class VisionTransformer(nn.Module):
   posemb_where: str = 'input'
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
+  layer_scale_init: float = 0.
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
@@ -382,7 +397,8 @@ class VisionTransformer(nn.Module):
                 attention_dropout_rate=self.attention_dropout_rate,
                 stochastic_depth=self.stochastic_depth, posemb=self.posemb,
                 posemb_where=self.posemb_where, attention_window=self.attention_window,
-                skip_removed=self.skip_removed, attention_impl=self.attention_impl,
+                skip_removed=self.skip_removed, layer_scale_init=self.layer_scale_init,
+                attention_impl=self.attention_impl,
                 remat=self.remat, scan_layers=self.scan_layers, dtype=self.dtype,
                 name='Transformer')(x, train=train)
 
@@ -435,7 +451,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               num_layers=layers, classifier='token', representation_size=None, posemb='learn',
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
               resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
-              scan_layers=False, posemb_where='input', attention_window=0, skip_removed=())
+              scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
+              layer_scale_init=0.)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.

@@ -156,6 +156,8 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
     out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
     out.update(_layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
     out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.'))
+    out.update({f'{t}{scale}.gamma': flat[p + scale] for scale in ('ls1', 'ls2')
+                if p + scale in flat})
   out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
   if 'MAPHead_0/probe' in flat:
     p, t = 'MAPHead_0/', 'attn_pool.'
@@ -177,10 +179,15 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   return out
 
 
+# LayerScale's starting value in timm's files that have it (DINOv2's; CaiT and DeiT III
+# start at 1e-5 or 1e-6): a loaded file's scales replace it.
+LAYER_SCALE_INIT = 1e-5
+
+
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ViT or hybrid state dict fixes: the head (class token, attention
-  pooling or the tokens' mean), the classes, and the image size of its position
-  embeddings on `config`'s patch grid.
+  pooling or the tokens' mean), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
+  or none, and the image size of its position embeddings on `config`'s patch grid.
 
   Args:
     state: the state dict.
@@ -205,7 +212,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   stride = config.patch_size if config.resnet_layers is None else (
       config.patch_size * 4 * 2 ** max(len(config.resnet_layers) - 1, 0))
   return dict(classifier=classifier, image_size=grid * stride,
-              num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0)
+              num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
+              layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.)
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
