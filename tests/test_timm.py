@@ -287,3 +287,30 @@ def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias, i
     model = tiny_bit(num_classes=3)
   np.testing.assert_allclose(apply(model, {'params': params}, images(2, 32)),
                              np.load(files['logits']), rtol=1e-3, atol=1e-4)
+
+
+TIMM_RESAMPLE = r'''
+import json, sys
+import numpy as np
+import torch
+from timm.layers import resample_patch_embed
+spec = json.loads(sys.argv[1])
+kernel = torch.from_numpy(np.load(spec['kernel']).transpose(3, 2, 0, 1))  # (D, C, h, w)
+out = resample_patch_embed(kernel, spec['size'], interpolation='bilinear', antialias=False)
+np.save(spec['out'], out.numpy().transpose(2, 3, 1, 0))
+'''
+
+
+@needs_timm
+@pytest.mark.parametrize('old,new', [(4, 8), (8, 6)])
+def test_the_patch_kernel_resize_is_timms_resample_patch_embed(tmp_path, old, new):
+  """timm's bilinear, unantialiased resize: the same pseudo-inverse."""
+  from vit_jax.models.vit import resize_patch_kernel
+  kernel = np.random.RandomState(0).normal(size=(old, old, 3, 5)).astype(np.float32)
+  np.save(tmp_path / 'kernel.npy', kernel)
+  subprocess.run([sys.executable, '-c', TIMM_RESAMPLE, json.dumps(
+      {'kernel': str(tmp_path / 'kernel.npy'), 'out': str(tmp_path / 'out.npy'),
+       'size': [new, new]})], check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''},
+      timeout=600)
+  np.testing.assert_allclose(resize_patch_kernel(kernel, (new, new)),
+                             np.load(tmp_path / 'out.npy'), rtol=1e-4, atol=1e-4)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import reference
-from helpers import apply, apply_with_intermediates, images, init, perturbed, tiny_vit
+from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, perturbed, tiny_vit
 from vit_jax import models
 from vit_jax.models.vit import sincos2d_posembed
 
@@ -186,3 +186,54 @@ def test_hybrid_forward():
   chex.assert_shape(inter['block2/unit1/output'], (2, 4, 4, 512))
   with pytest.raises(ValueError, match='multiple of 32'):
     init(models.get_model('R+ViT-Ti_16', 5, num_layers=1), 36)
+
+
+def _tf_resize(x, size):
+  """Patches (B, h, w, C) resized bilinearly as the input pipeline resizes images."""
+  import tensorflow as tf
+  return tf.image.resize(x, size, method='bilinear').numpy()
+
+
+@pytest.mark.parametrize('old,new', [(4, 8), (4, 6), (8, 4)])
+def test_a_resized_patch_kernel_gives_the_original_tokens_on_resized_patches(old, new):
+  """FlexiViT's defining property, against TensorFlow's resize: exact when the
+  patch grows; when it shrinks, the kernel is the least-squares solution (the
+  normal equations hold)."""
+  from vit_jax.models.vit import resize_patch_kernel
+  rng = np.random.RandomState(0)
+  kernel = rng.normal(size=(old, old, 3, 5)).astype(np.float32)
+  resized = resize_patch_kernel(kernel, (new, new))
+  chex.assert_shape(resized, (new, new, 3, 5))
+  patches = rng.uniform(-1, 1, size=(6, old, old, 3)).astype(np.float32)
+  tokens = np.einsum('bhwc,hwcd->bd', patches, kernel)
+  if new >= old:
+    np.testing.assert_allclose(
+        np.einsum('bhwc,hwcd->bd', _tf_resize(patches, (new, new)), resized), tokens,
+        rtol=1e-4, atol=1e-4)
+  else:
+    basis = np.eye(old * old, dtype=np.float32).reshape(-1, old, old, 1)
+    b_t = _tf_resize(basis, (new, new)).reshape(old * old, -1).astype(np.float64)  # B^T
+    flat = lambda k: k.reshape(k.shape[0] * k.shape[1], -1).astype(np.float64)
+    np.testing.assert_allclose(b_t.T @ (b_t @ flat(resized) - flat(kernel)), 0, atol=1e-4)
+
+
+def test_fine_tuning_at_twice_the_patch_size_on_twice_the_image_gives_the_same_logits(tmp_path):
+  """A checkpoint of 4 px patches loaded into a model of 8 px patches classifies
+  16 px images whose every patch is enlarged to 8 px as the original classifies
+  them (the same 4x4 grid, position embeddings unchanged). Enlarging the whole
+  image instead blends neighbouring patches at their borders, so big_vision's
+  "on 2x larger input image, the result will match" holds only roughly."""
+  from vit_jax import checkpoint, finetune
+  small = tiny_vit(patch_size=4)
+  params = perturbed(init(small, 16))['params']
+  checkpoint.save(str(tmp_path / 'p4.npz'), params)
+  large = tiny_vit(patch_size=8)
+  config = models.get_config('ViT-Ti_16', num_classes=10, **{**TINY_VIT, 'patch_size': 8})
+  fitted = finetune.load_pretrained(str(tmp_path / 'p4.npz'), init(large, 32)['params'], config,
+                                    keep_head=True)
+  x = images(2, 16)
+  patches = x.reshape(2, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 4, 4, 3)
+  enlarged = _tf_resize(patches, (8, 8)).reshape(2, 4, 4, 8, 8, 3).transpose(
+      0, 1, 3, 2, 4, 5).reshape(2, 32, 32, 3)
+  np.testing.assert_allclose(apply(large, {'params': fitted}, enlarged),
+                             apply(small, {'params': params}, x), rtol=1e-4, atol=1e-4)

@@ -595,6 +595,34 @@ def _resize_axis0(table: np.ndarray, length: int) -> np.ndarray:
   return scipy.ndimage.zoom(table, zoom, order=1)
 
 
+def resize_patch_kernel(kernel: np.ndarray, size: Sequence[int]) -> np.ndarray:
+  """A patch-embedding kernel for patches of another size: FlexiViT's
+  pseudo-inverse resize (Beyer et al. 2023; big_vision's `resample_patchemb`,
+  big_vision/models/proj/flexi/vit.py). With B the bilinear resize of a patch to
+  `size` (half-pixel centres, no antialiasing, as `tf.image.resize` and the input
+  pipeline), the new kernel w' solves B^T w' = w in least squares, so a patch
+  resized by B gives the token the original patch gave: exactly when the patch
+  grows, as nearly as B allows when it shrinks.
+
+  Args:
+    kernel: (h, w, C, D) kernel.
+    size: the new (h, w).
+
+  Returns:
+    The (size[0], size[1], C, D) kernel.
+  """
+  old = tuple(kernel.shape[:2])
+  if old == tuple(size):
+    return kernel
+  n = old[0] * old[1]
+  basis = np.eye(n, dtype=np.float32).reshape(n, old[0], old[1], 1)
+  # Row i: the i-th basis patch resized, i.e. B^T.
+  resized = np.asarray(jax.image.resize(basis, (n, size[0], size[1], 1), 'bilinear',
+                                        antialias=False), np.float64).reshape(n, -1)
+  flat = np.asarray(kernel, np.float64).reshape(n, -1)
+  return (np.linalg.pinv(resized) @ flat).reshape(*size, *kernel.shape[2:]).astype(kernel.dtype)
+
+
 def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
                    grid_shape: Optional[Sequence[int]], source: str) -> Flat:
   """`pre_logits` dropped without a representation size (or initialised when the
@@ -602,7 +630,8 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   learned position embedding resized to the new grid (`grid_shape`, inferred
   when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
   tables along their axis, `relative` offset tables along the offsets. A MAP
-  head that the checkpoint lacks starts from initialisation.
+  head that the checkpoint lacks starts from initialisation. A patch embedding of
+  another patch size is resized (`resize_patch_kernel`).
 
   Args:
     restored: the checkpoint's flat parameters (head taken from `init`).
@@ -616,6 +645,12 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   """
   restored = dict(restored)
   has_token = config.classifier in ('token', 'token_unpooled')
+  kernel = 'embedding/kernel'
+  if kernel in restored and kernel in init and (
+      restored[kernel].shape[:2] != init[kernel].shape[:2]):
+    log.info('Resized the patch embedding of %s from %s to %s patches.', source,
+             restored[kernel].shape[:2], init[kernel].shape[:2])
+    restored[kernel] = resize_patch_kernel(np.asarray(restored[kernel]), init[kernel].shape[:2])
   if config.classifier == 'map':
     restored.update({k: v for k, v in init.items()
                      if k.startswith('MAPHead_0/') and k not in restored})
