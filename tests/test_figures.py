@@ -190,3 +190,31 @@ def test_every_figure_a_tool_cites_is_in_the_inventory_and_runs_the_tool():
           assert (paper, number) in by_figure, f'{name} cites {paper} Fig. {number}'
           commands_of_cited += by_figure[(paper, number)]
     assert f'analysis {name} ' in commands_of_cited, name
+
+
+ATTRIBUTIONS = ('scale', 'different at both tiers', 'untestable offline',
+                'waits for the paper-like tier')
+
+
+def _tier_rows() -> Dict[str, Dict[str, str]]:
+  """The rows of 'Different findings by tier', keyed 'paper, figure'."""
+  section = _text().split('## Different findings by tier', 1)[1]
+  table = [line for line in section.splitlines() if line.startswith('| ')]
+  header = [c.strip() for c in table[0].strip()[1:-1].split('|')]
+  return {cells[0]: dict(zip(header, cells)) for cells in (
+      [c.strip() for c in line.strip()[1:-1].split('|')] for line in table[2:])}
+
+
+def test_every_different_finding_is_attributed_by_tier_and_counted():
+  tiers = _tier_rows()
+  different = {f'{paper}, {row["figure"]}' for paper, row in rows()
+               if row['status'] == 'different finding'}
+  assert set(tiers) == different
+  said = {kind: sum(row['attribution'].strip('*').startswith(kind) or
+                    row['attribution'].startswith(f'**{kind}**') for row in tiers.values())
+          for kind in ATTRIBUTIONS}
+  assert sum(said.values()) == len(tiers), [r['attribution'] for r in tiers.values()]
+  counts = re.search(r'(\d+) attributed \(.*?\), (\d+)\s+waiting for the paper-like tier',
+                     _text(), re.S)
+  assert counts and [int(n) for n in counts.groups()] == [
+      len(tiers) - said['waits for the paper-like tier'], said['waits for the paper-like tier']]
