@@ -11,10 +11,10 @@ Args:
             96 and 3 heads of 32, the largest that trains several epochs in
             the hour (see docs/papers.md for the measured step);
   resnet    their ResNet-50 layout (bottleneck units 3, 4, 6, 3) as a BiT
-            ResNetV2 at a quarter width, the root's 7x7/2 conv without its
+            ResNetV2 at half width, the root's 7x7/2 conv without its
             max-pool (stage maps 14, 7, 4, 2: the first at the ViT's grid);
   alternet  their AlterNet-50 (blocks 3, 4, 6, 4, of which MSA 0, 1, 3, 2 at
-            the end of each stage, heads 3, 6, 12, 24 of 32) at a quarter width;
+            the end of each stage, heads 3, 6, 12, 24 of 32) at half width;
   posemb, pool, skip, window, data, buildup
             the ablation sweeps of configs/ablations.py over these recipes.
 
