@@ -413,26 +413,13 @@ def mixup(batch: Dict[str, tf.Tensor], alpha: float, seed: tf.Tensor) -> Dict[st
   return {'image': mix(batch['image']), 'label': mix(batch['label'])}
 
 
-def local_batch_size(batch_size: int, process_count: int, local_devices: Optional[int] = None,
-                     what: str = 'The batch size') -> int:
-  """This process's share of a global batch, split evenly over its devices.
-
-  Args:
-    batch_size: the global batch size.
-    process_count: the processes.
-    local_devices: this process's devices (JAX's if None).
-    what: the batch size in words, as a refusal names it (a recipe field).
-
-  Returns:
-    The per-process batch size.
-
-  Raises:
-    DataError: it does not split evenly.
-  """
+def _local_batch_size(batch_size: int, process_count: int,
+                      local_devices: Optional[int] = None) -> int:
+  """This process's share of a global batch, which must split evenly over every device."""
   local_devices = jax.local_device_count() if local_devices is None else local_devices
   devices = process_count * local_devices
   if batch_size % devices:
-    raise DataError(f'{what} {batch_size} does not split over the {devices} devices '
+    raise DataError(f'The batch size {batch_size} does not split over the {devices} devices '
                     f'({process_count} processes of {local_devices}); choose a multiple of '
                     f'{devices}.')
   return batch_size // process_count
@@ -490,7 +477,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
     The dataset.
   """
   process_count = jax.process_count() if process_count is None else process_count
-  local_batch = local_batch_size(batch_size, process_count, local_devices)
+  local_batch = _local_batch_size(batch_size, process_count, local_devices)
   if crop and crop_padding:
     raise ValueError('crop_padding shifts resized images; it does not combine with the '
                      'Inception crop. Turn one off.')
@@ -557,7 +544,7 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
     The dataset.
   """
   process_count = jax.process_count() if process_count is None else process_count
-  local_batch = local_batch_size(batch_size, process_count, local_devices)
+  local_batch = _local_batch_size(batch_size, process_count, local_devices)
   num_batches = math.ceil(source.max_examples / local_batch)
 
   dataset = source.dataset
