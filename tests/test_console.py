@@ -31,6 +31,9 @@ def test_a_training_line_says_the_step_schedule_rate_and_time_left():
   assert console.training_line(400, 6084, 0.0657, metrics, 480.4, 750, budgeted=False) == (
       'step 400/6084 (schedule 6.6%): loss 1.2346, lr 1.20e-03, 480 images/s, about 12m30s '
       'left')
+  # The budget spent during the last step: nothing left, not a negative time.
+  assert console.training_line(1339, 6250, 1., metrics, 94., -0.6, budgeted=True).endswith(
+      ', 94 images/s, 0s of the budget left')
   assert console.training_line(1, 6084, 0., metrics, 0., 0., budgeted=False) == (
       'step 1/6084 (schedule 0.0%): loss 1.2346, lr 1.20e-03')
 

@@ -171,6 +171,7 @@ def training_line(step: int, total_steps: int, progress: float, metrics: dict,
     480 images/s, 12m30s of the budget left'.
   """
   rate = f', {images_per_second:.0f} images/s' if images_per_second else ''
+  left_seconds = max(left_seconds, 0.)  # a budget spent during the last step
   left = (f'{duration(left_seconds)} of the budget left' if budgeted else
           f'about {duration(left_seconds)} left' if images_per_second else '')
   return (f'step {step}/{total_steps} (schedule {100 * progress:.1f}%): loss '
