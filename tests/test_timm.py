@@ -1,8 +1,9 @@
 """Export to timm: our state_dict equals what timm's own `.npz` loader makes of our
 saved file, and timm then computes our logits. Import from timm: the inverse, exact,
 from a state dict or a `.safetensors`/`.pth` file; a model timm initialised gives
-timm's logits here. The comparisons with timm are skipped without torch and timm,
-which stay out of the required dependencies.
+timm's logits here. torch and timm stay out of the required dependencies; the
+test command installs them (requirements-timm.txt), and the comparisons with timm
+skip where they are missing.
 
 timm runs in a subprocess: torchvision (which timm imports) crashes a process
 that imported TensorFlow first, as the test helpers do.
