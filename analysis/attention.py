@@ -36,7 +36,7 @@ def patch_distances(grid: Tuple[int, int], patch_size: float) -> np.ndarray:
 
 
 def spatial_attention(weights: jax.Array, has_cls: bool,
-                      keep_class_key: bool = False) -> jax.Array:
+                      keep_class_key: bool = False, registers: int = 0) -> jax.Array:
   """Attention among spatial tokens only: (B, H, N, N) -> (B, H, n, n), n = h*w.
 
   The class token's query row is dropped, and so is the weight each spatial
@@ -44,28 +44,34 @@ def spatial_attention(weights: jax.Array, has_cls: bool,
   renormalised to sum to 1, so the result says where the spatial part of the
   attention goes. With `keep_class_key` they are left as they are: the class
   token's share then counts as distance 0 in `mean_attention_distance`.
+  Registers (the tokens after the class token, which have no position either)
+  are dropped as the class token is.
 
   Args:
     weights: (B, H, N, N) attention weights, queries by keys.
     has_cls: the first token is a class token.
-    keep_class_key: keep the weights on the class token's key, unrenormalised.
+    keep_class_key: keep the weights on the class token's (and registers') keys,
+      unrenormalised.
+    registers: the number of registers after the class token.
 
   Returns:
     The (B, H, n, n) weights among spatial tokens.
   """
-  if not has_cls:
+  prefix = int(has_cls) + registers
+  if not prefix:
     return weights
-  weights = weights[..., 1:, 1:]
+  weights = weights[..., prefix:, prefix:]
   return weights if keep_class_key else weights / jnp.sum(weights, axis=-1, keepdims=True)
 
 
 def mean_attention_distance(weights: jax.Array, grid: Tuple[int, int], patch_size: float,
-                            has_cls: bool, keep_class_key: bool = False) -> jax.Array:
+                            has_cls: bool, keep_class_key: bool = False,
+                            registers: int = 0) -> jax.Array:
   """(B, H, N, N) attention weights -> (H,) mean distance in pixels.
 
   For each spatial query, the sum over spatial keys of weight x distance between
   the query and key patch centres; averaged over queries and images. The class
-  token is handled as in `spatial_attention`.
+  token and registers are handled as in `spatial_attention`.
 
   Args:
     weights: (B, H, N, N) attention weights.
@@ -73,11 +79,12 @@ def mean_attention_distance(weights: jax.Array, grid: Tuple[int, int], patch_siz
     patch_size: a patch's side in pixels.
     has_cls: the first token is a class token.
     keep_class_key: as in `spatial_attention`.
+    registers: the number of registers after the class token.
 
   Returns:
     The (H,) mean distance per head, in pixels.
   """
-  weights = spatial_attention(weights, has_cls, keep_class_key)
+  weights = spatial_attention(weights, has_cls, keep_class_key, registers)
   distances = jnp.asarray(patch_distances(grid, patch_size), weights.dtype)
   per_query = jnp.einsum('bhqk,qk->bhq', weights, distances)
   return jnp.mean(per_query, axis=(0, 2))
@@ -103,21 +110,25 @@ def attention_rollout(weights: Sequence[jax.Array]) -> jax.Array:
   return rollout
 
 
-def rollout_map(rollout: jax.Array, grid: Tuple[int, int], has_cls: bool) -> jax.Array:
+def rollout_map(rollout: jax.Array, grid: Tuple[int, int], has_cls: bool,
+                registers: int = 0) -> jax.Array:
   """(B, N, N) rollout -> (B, h, w) input-patch relevance for the model's output,
-  from the class token's row, or for a GAP model the mean of the spatial rows.
+  from the class token's row, or for a GAP model the mean of the spatial rows;
+  registers (which the head never reads) are left out as rows and columns.
 
   Args:
     rollout: the (B, N, N) `attention_rollout`.
     grid: (h, w) patches.
     has_cls: the first token is a class token.
+    registers: the number of registers after the class token.
 
   Returns:
     The (B, h, w) relevance, scaled to a maximum of 1 per image.
   """
+  prefix = int(has_cls) + registers
   if has_cls:
-    relevance = rollout[:, 0, 1:]
+    relevance = rollout[:, 0, prefix:]
   else:
-    relevance = jnp.mean(rollout, axis=1)
+    relevance = jnp.mean(rollout[:, prefix:, prefix:], axis=1)
   relevance = relevance / jnp.max(relevance, axis=-1, keepdims=True)
   return relevance.reshape((-1,) + tuple(grid))

@@ -87,6 +87,11 @@ class Subject:
     """Whether the token sequence starts with a class token."""
     return self.layers.class_token
 
+  @property
+  def registers(self) -> int:
+    """How many registers follow the class token: tokens that are no patch."""
+    return self.layers.registers
+
   def parameter(self, path: str) -> jax.Array:
     """The parameter at a '/'-joined path, as `Layers` names them.
 
@@ -111,7 +116,7 @@ class Subject:
     if shapes[first].ndim != 3:
       raise ValueError(f'{self.label} ({self.config.name}) has feature maps, not a token '
                        'sequence: token grids need a ViT or a Mixer.')
-    tokens = shapes[first].shape[1] - int(self.has_cls)
+    tokens = shapes[first].shape[1] - int(self.has_cls) - self.registers
     side = int(round(np.sqrt(tokens)))
     return (side, side), self.image_size / side
 
@@ -249,18 +254,18 @@ def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[
   return reps
 
 
-def tokens_to_grid(tokens: jax.Array, has_cls: bool) -> jax.Array:
-  """(B, [1+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids).
+def tokens_to_grid(tokens: jax.Array, has_cls: bool, registers: int = 0) -> jax.Array:
+  """(B, [1+] [R+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids).
 
   Args:
     tokens: a token sequence.
     has_cls: its first token is a class token (dropped).
+    registers: the number of registers after the class token (dropped).
 
   Returns:
     The map.
   """
-  if has_cls:
-    tokens = tokens[:, 1:]
+  tokens = tokens[:, int(has_cls) + registers:]
   side = int(round(np.sqrt(tokens.shape[1])))
   if side * side != tokens.shape[1]:
     raise ValueError(f'{tokens.shape[1]} spatial tokens do not form a square grid.')
@@ -277,7 +282,7 @@ def spatial_map(subject: Subject, x: jax.Array) -> jax.Array:
   Returns:
     The map.
   """
-  return tokens_to_grid(x, subject.has_cls) if x.ndim == 3 else x
+  return tokens_to_grid(x, subject.has_cls, subject.registers) if x.ndim == 3 else x
 
 
 def load_subject(model_name: str, path: str, image_size: int, overrides: Optional[dict] = None,

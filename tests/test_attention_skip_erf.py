@@ -70,6 +70,17 @@ def test_rollout_of_identity_is_identity_and_rows_sum_to_one():
   maps = attention.rollout_map(rollout, (2, 2), has_cls=True)
   chex.assert_shape(maps, (2, 2, 2))
   chex.assert_trees_all_close(maps.max(axis=(1, 2)), jnp.ones(2))
+  # Registers are neither read nor shown. Of 1 + 2 + 4 tokens (class token, 2
+  # registers, 2x2 patches): the class token's row over the patches; without a
+  # class token (2 registers, 4 patches), the mean of the patch rows over the patches.
+  with_cls = np.asarray(attention.attention_rollout(
+      [jax.nn.softmax(jnp.asarray(rng.randn(2, 4, 7, 7)), -1)]))
+  without = with_cls[:, 1:, 1:] / with_cls[:, 1:, 1:].sum(-1, keepdims=True)
+  for has_cls, x, expected in ((True, with_cls, with_cls[:, 0, 3:]),
+                               (False, without, without[:, 2:, 2:].mean(axis=1))):
+    np.testing.assert_allclose(
+        attention.rollout_map(jnp.asarray(x), (2, 2), has_cls, registers=2),
+        (expected / expected.max(-1, keepdims=True)).reshape(2, 2, 2), rtol=1e-6)
 
 
 def test_norm_ratio_of_scaled_branch_is_inverse_scale():

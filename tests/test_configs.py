@@ -133,6 +133,16 @@ def test_a_value_a_field_does_not_allow_is_named(override, says):
     _parse(os.path.join(ROOT, 'configs', 'quickstart_vit.py'), None, [f'--config.{override}'])
 
 
+@pytest.mark.parametrize('fields,says', [
+    (dict(num_registers=-1), 'config.model.num_registers is -1; give a whole number'),
+    (dict(num_registers=2, posemb_where='every_layer'),
+     "num_registers 2 needs posemb_where='input'"),
+])
+def test_registers_that_cannot_be_built_are_refused_with_the_settings(fields, says):
+  with pytest.raises(errors.ConfigError, match=re.escape(says)):
+    settings.check_geometry(models.get_config('ViT-Ti_16', **fields), 224)
+
+
 def test_model_parallelism_is_refused_for_a_family_that_cannot_split():
   with pytest.raises(errors.ConfigError, match=r'BiT-M-R50x1 \(BiT\) cannot split its heads.*'
                      r'Models that can: ViT, hybrid\.'):

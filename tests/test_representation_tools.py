@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import chex
 import flax
 import jax
 import numpy as np
@@ -168,6 +169,57 @@ def test_vit_tools(subjects, tool, label, tmp_path):
       assert np.all(kept < distances + 1e-6)
     else:
       assert 'distance_with_class_key_per_layer_head' not in result
+
+
+class RegistersHidden(features.Subject):
+  """A ViT with registers seen as one without: its token sequences lack the
+  registers, and its attention maps lack their rows and columns, each query's
+  weights renormalised over the keys left."""
+
+  def __init__(self, with_registers: features.Subject):
+    super().__init__('hidden', with_registers.config, with_registers.params, 32,
+                     with_registers.recipe)
+    self.start, self.stop = int(with_registers.has_cls), int(with_registers.has_cls) + 2
+
+  @property
+  def layers(self):
+    return dataclasses.replace(super().layers, registers=0)
+
+  def intermediates(self, images, names):
+    keep = lambda n: np.r_[0:self.start, self.stop:n]
+    out = {}
+    for name, x in super().intermediates(images, names).items():
+      x = np.asarray(x)
+      if name in self.layers.attention_weights:
+        x = x[:, :, keep(x.shape[2])][..., keep(x.shape[3])]
+        x = x / x.sum(-1, keepdims=True)
+      elif x.ndim >= 3:
+        x = x[:, keep(x.shape[1])]
+      out[name] = jax.numpy.asarray(x)
+    return out
+
+
+@pytest.mark.parametrize('classifier', ['token', 'gap'])
+def test_registers_never_reach_a_spatial_analysis(classifier, tmp_path):
+  """Each tool that reads patch tokens gives a ViT with 2 registers the result it
+  gives when the registers are cut out of what the model sows: attention distances
+  (spatial keys renormalised), localisation maps, per-token probes, Fourier maps
+  and the spatial tokens' norm ratios."""
+  from helpers import subject_of, tiny_family_config
+  with_registers = subject_of(tiny_family_config('vit', classifier=classifier, num_registers=2),
+                              'registers')
+  assert with_registers.registers == 2 and with_registers.token_grid()[0] == (4, 4)
+  hidden = RegistersHidden(with_registers)
+  one_batch = lambda split: iter([next(batches(split))])
+  for tool, keys in [('attention_distance', ['distance_per_layer_head']),
+                     ('localisation', ['maps']), ('fourier', ['curves', 'high_frequency']),
+                     ('norm_ratio', ['ratios'])]:
+    ours, theirs = ({k: r[k] for k in keys} for r in (
+        TOOLS[tool].run(s, one_batch, str(tmp_path)) for s in (with_registers, hidden)))
+    chex.assert_trees_all_close(ours, theirs, rtol=1e-5, atol=1e-6)
+  probes = [TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5))[
+      'few_shot_per_token']['accuracy'] for s in (with_registers, hidden)]
+  np.testing.assert_allclose(*probes, atol=1e-6)
 
 
 @pytest.mark.parametrize('label', models.families(models.CLASSIFY) + ['vit_gap', 'hybrid'])

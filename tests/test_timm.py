@@ -148,6 +148,9 @@ TINY_HYBRID_FIELDS = dict(TINY_VIT, resnet_layers=(1,), patch_size=1)
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=0, classifier='gap'), TINY_VIT_FIELDS),
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=5, classifier='map'), TINY_VIT_FIELDS),
     ('ViT-Ti_16', lambda: tiny_vit(num_classes=3, layer_scale_init=0.1), TINY_VIT_FIELDS),
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=3, num_registers=4), TINY_VIT_FIELDS),
+    ('ViT-Ti_16', lambda: tiny_vit(num_classes=3, classifier='gap', num_registers=2),
+     TINY_VIT_FIELDS),
     ('R50+ViT-B_16', lambda: tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1),
      TINY_HYBRID_FIELDS),
     ('BiT-M-R50x1', lambda: tiny_bit(num_classes=3), dict(num_layers=(1, 1))),
@@ -178,6 +181,11 @@ def test_a_state_dict_of_another_model_is_named_key_by_key():
     timm_files.from_timm(state, 'ViT-Ti_16')
   with pytest.raises(CheckpointError, match='fc_norm'):
     timm_files.from_timm({**state, 'fc_norm.weight': np.ones(32)}, 'ViT-Ti_16', **TINY_VIT)
+  # Registers with position embeddings of their own (timm's no_embed_class=False).
+  with pytest.raises(CheckpointError, match='no_embed_class=True'):
+    timm_files.from_timm({**state, 'reg_token': np.zeros((1, 4, 32), np.float32),
+                          'pos_embed': np.zeros((1, 1 + 4 + 64, 32), np.float32)},
+                         'ViT-Ti_16', **TINY_VIT)
   with pytest.raises(ValueError, match='timm layouts cover'):
     timm_files.from_timm(state, 'Mixer-B_16')
 
@@ -252,9 +260,12 @@ torch.manual_seed(0)
 if spec['family'] == 'vit':
   module = VisionTransformer(img_size=32, act_layer='gelu_tanh', num_classes=3,
                              qkv_bias=spec['qkv_bias'], init_values=spec['init_values'],
-                             **spec['size'])
-  for p in module.parameters():  # timm zero-initialises biases and the head
-    torch.nn.init.normal_(p, std=0.1) if p.dim() == 1 else None
+                             reg_tokens=spec['registers'],
+                             no_embed_class=spec['registers'] > 0, **spec['size'])
+  for name, p in module.named_parameters():
+    # timm zero-initialises biases and the head, and starts its tokens near 0.
+    if p.dim() == 1 or name in ('cls_token', 'reg_token'):
+      torch.nn.init.normal_(p, std=0.1)
 else:
   module = ResNetV2(layers=(1, 1), channels=(256, 512), num_classes=3, stem_type='fixed',
                     conv_layer=functools.partial(StdConv2d, eps=1e-8),
@@ -267,22 +278,26 @@ with torch.no_grad():
 
 
 @needs_timm
-@pytest.mark.parametrize('family, qkv_bias, init_values', [
-    ('vit', True, None), ('vit', False, None), ('vit', True, 1e-5), ('bit', None, None)])
-def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias, init_values):
-  """`init_values`: LayerScale, its scales drawn at random (as the biases)."""
+@pytest.mark.parametrize('family, qkv_bias, init_values, registers', [
+    ('vit', True, None, 0), ('vit', False, None, 0), ('vit', True, 1e-5, 0), ('vit', True, 1e-5, 4),
+    ('bit', None, None, 0)])
+def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias, init_values,
+                                                    registers):
+  """`init_values`: LayerScale, its scales drawn at random (as the biases);
+  `registers`: timm's `reg_token` with `no_embed_class`, as DINOv2 with registers."""
   files = {'state': str(tmp_path / 'state.npz'), 'images': str(tmp_path / 'images.npy'),
            'logits': str(tmp_path / 'logits.npy')}
   np.save(files['images'], images(2, 32))
   subprocess.run([sys.executable, '-c', TIMM_MODEL,
                   json.dumps({**files, 'family': family, 'qkv_bias': qkv_bias,
-                              'init_values': init_values,
+                              'init_values': init_values, 'registers': registers,
                               'size': timm_size(TINY_VIT['patch_size'])})],
                  check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   state = dict(np.load(files['state']))
   if family == 'vit':
     params = timm_files.from_timm(state, 'ViT-Ti_16', **TINY_VIT)
-    model = tiny_vit(num_classes=3, layer_scale_init=1e-5 if init_values else 0.)
+    model = tiny_vit(num_classes=3, layer_scale_init=1e-5 if init_values else 0.,
+                     num_registers=registers)
   else:
     params = timm_files.from_timm(state, 'BiT-M-R50x1', num_layers=(1, 1))
     model = tiny_bit(num_classes=3)

@@ -77,6 +77,48 @@ def test_layer_scale_is_the_branch_outputs_last_layer_scaled_per_channel():
   assert all(np.all(v == 1e-5) for k, v in fresh.items() if k.endswith(('ls1', 'ls2')))
 
 
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'token_unpooled', 'unpooled'])
+def test_registers_join_after_the_position_embedding_and_never_reach_the_head(classifier):
+  """The first block's input is the class token and the registers as learned,
+  then the patches with their position embeddings (blank images: the patch
+  embedding's bias); the head reads the encoder's output without the registers,
+  computed here in numpy from the last block's output."""
+  registers = 3
+  model = tiny_vit(classifier=classifier, num_registers=registers)
+  variables = perturbed(init(model))
+  params = variables['params']
+  chex.assert_shape(params['registers'], (1, registers, 32))
+  chex.assert_shape(params['Transformer']['posembed_input']['pos_embedding'], (1, 16, 32))
+  cls = int(classifier.startswith('token'))
+  first = apply_with_intermediates(model, variables, np.zeros((2, 32, 32, 3), np.float32))[1][
+      'Transformer/encoderblock_0/input']
+  chex.assert_shape(first, (2, cls + registers + 16, 32))
+  if cls:
+    np.testing.assert_array_equal(first[:, 0], np.broadcast_to(params['cls'][0], (2, 32)))
+  np.testing.assert_array_equal(first[:, cls:cls + registers],
+                                np.broadcast_to(params['registers'][0], (2, registers, 32)))
+  np.testing.assert_allclose(first[:, cls + registers:], np.broadcast_to(
+      params['embedding']['bias'] + params['Transformer']['posembed_input']['pos_embedding'][0],
+      (2, 16, 32)), rtol=1e-6, atol=1e-6)
+
+  x = images(2)
+  out, inter = apply_with_intermediates(model, variables, x)
+  last = np.asarray(inter['Transformer/encoderblock_1/+mlp'], np.float64)
+  norm = params['Transformer']['encoder_norm']
+  normed = ((last - last.mean(-1, keepdims=True)) / np.sqrt(last.var(-1, keepdims=True) + 1e-6)
+            * norm['scale'] + norm['bias'])
+  tokens = np.concatenate([normed[:, :cls], normed[:, cls + registers:]], axis=1)
+  features = {'token': tokens[:, 0], 'gap': tokens.mean(1)}.get(classifier, tokens)
+  expected = features @ params['head']['kernel'] + params['head']['bias']
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_registers_refuse_position_embeddings_before_every_block():
+  model = tiny_vit(num_registers=2, posemb_where='every_layer')
+  with pytest.raises(ValueError, match="posemb_where='input' with registers"):
+    init(model)
+
+
 def test_intermediates_are_named_and_consistent():
   model = tiny_vit()
   variables = perturbed(init(model))

@@ -246,7 +246,8 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def check_geometry(model: ml_collections.ConfigDict, image_size: int) -> None:
   """Refuses architecture fields that do not fit each other or the image: attention
-  heads that do not divide the width, and a patch embedding on the image (not a
+  heads that do not divide the width, registers that are no whole number or meet
+  position embeddings after the input, and a patch embedding on the image (not a
   hybrid's feature map) whose patch is larger than the image or does not divide it.
 
   Args:
@@ -258,6 +259,14 @@ def check_geometry(model: ml_collections.ConfigDict, image_size: int) -> None:
     raise ConfigError(f'config.model: hidden_size {width} is not divisible by num_heads {heads} '
                       '(each head takes hidden_size / num_heads channels); choose a number of '
                       'heads that divides it.')
+  registers = model.get('num_registers', 0)
+  if not isinstance(registers, int) or registers < 0:
+    raise ConfigError(f'config.model.num_registers is {registers!r}; give a whole number of '
+                      'registers, 0 for none.')
+  if registers and model.get('posemb_where', 'input') != 'input':
+    raise ConfigError(f"config.model.num_registers {registers} needs posemb_where='input' "
+                      '(registers join after the position embedding at the input), not '
+                      f'{model.get("posemb_where")!r}.')
   patch = model.get('patch_size')
   if isinstance(patch, int) and not model.get('resnet_layers'):
     if patch > image_size:

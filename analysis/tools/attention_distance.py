@@ -30,7 +30,8 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
   def per_layer(images, _):
     inter = subject.intermediates(images, names)
     return jnp.stack([jnp.stack([attention.mean_attention_distance(
-        inter[n], grid, pixels, subject.has_cls, keep) for n in names]) for keep in variants])
+        inter[n], grid, pixels, subject.has_cls, keep, subject.registers) for n in names])
+        for keep in variants])
 
   distances, stderr = batch_mean(batches('eval'), per_layer)
   uniform = float(attention.patch_distances(grid, pixels).mean())

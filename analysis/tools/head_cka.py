@@ -51,12 +51,12 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
     distances, sizes = [], []
     for images, _ in batches('eval'):
       inter = s.intermediates(images, heads_of + weights_of)
-      heads = [y[:, int(s.has_cls):, h] for y in (inter[n] for n in heads_of)
+      heads = [y[:, int(s.has_cls) + s.registers:, h] for y in (inter[n] for n in heads_of)
                for h in range(y.shape[2])]
       stream.update(heads + features.layer_representations(
           others, [r.layers.stream for r in others], images))
       distances.append([np.asarray(attention.mean_attention_distance(
-          inter[n], grid, pixels, s.has_cls)) for n in weights_of])
+          inter[n], grid, pixels, s.has_cls, registers=s.registers)) for n in weights_of])
       sizes.append(len(images))
     matrix, num_heads = stream.result(), len(heads) // len(blocks)
     distance = np.average(np.asarray(distances), axis=0, weights=sizes)

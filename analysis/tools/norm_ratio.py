@@ -27,8 +27,8 @@ def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
 
   def ratios(images, _):
     inter = subject.intermediates(images, names)
-    values = [skip.token_norm_ratios(inter[row.skip], inter[row.output], subject.has_cls)
-              for row in rows]
+    values = [skip.token_norm_ratios(inter[row.skip], inter[row.output], subject.has_cls,
+                                     subject.registers) for row in rows]
     return jnp.array([[v[k] for k in kinds] for v in values])
 
   table, stderr = batch_mean(batches('eval'), ratios)

@@ -41,7 +41,9 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
   result['panels'].append('filters')
   if subject.layers.position_embedding is not None:
     posemb = subject.parameter(subject.layers.position_embedding)
-    similarity = embeddings.position_embedding_similarity(posemb, grid, subject.has_cls)
+    # With registers the table holds the patches only (no class-token row).
+    similarity = embeddings.position_embedding_similarity(
+        posemb, grid, subject.has_cls and not subject.registers)
     result['figures'].append(plots.image_grid(
         similarity.reshape(-1, *grid), figure_path(out, 'position_similarity', subject),
         f'Position-embedding similarity (a panel per position, rows top to bottom): '
@@ -55,7 +57,7 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
   names = features.attention_names(subject)
   inter = subject.intermediates(images, names)
   rollout = attention.attention_rollout([inter[n] for n in names])
-  maps = np.asarray(attention.rollout_map(rollout, grid, subject.has_cls))
+  maps = np.asarray(attention.rollout_map(rollout, grid, subject.has_cls, subject.registers))
   upsampled = np.kron(maps, np.ones((1, subject.image_size // grid[0],
                                      subject.image_size // grid[1])))
   panels = np.concatenate([(images + 1) / 2, upsampled[..., None] * (images + 1) / 2])

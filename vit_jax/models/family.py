@@ -66,6 +66,7 @@ class Layers:
   attention_weights: Tuple[str, ...]  # global (B, heads, T, T) attention maps over the tokens
   pre_logits: str  # the features the head reads
   class_token: bool  # token sequences start with a class token
+  registers: int = 0  # tokens after the class token (if any) and before the patches
   stages: Tuple[int, ...] = ()  # stream indices where a new stage begins
   branch_stages: Tuple[int, ...] = ()  # branch indices where a new stage begins
   embedding: Optional[str] = None  # parameter path of the patch-embedding kernel

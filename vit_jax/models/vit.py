@@ -227,7 +227,9 @@ class Encoder(nn.Module):
   each block's activations in the backward pass instead of storing them;
   parameter names are unchanged. `scan_layers` runs identical blocks as one
   `nn.scan`, their parameters stacked under `encoderblock` (layer axis first);
-  `checkpoint.save` still writes the published per-block names.
+  `checkpoint.save` still writes the published per-block names. `prefix`
+  tokens (a ViT's class token and registers, where it has registers) join the
+  sequence in front after the input position embedding, without one.
   """
   grid: Tuple[int, int]
   num_layers: int
@@ -248,7 +250,12 @@ class Encoder(nn.Module):
   dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x, *, train: bool):
+  def __call__(self, x, *, train: bool, prefix: Optional[jax.Array] = None):
+    if prefix is not None and self.posemb not in ('none', 'relative') and (
+        self.posemb_where != 'input'):
+      raise ValueError(f'Registers join the tokens after the position embedding at the input; '
+                       f'posemb_where {self.posemb_where!r} adds it before every block: use '
+                       "posemb_where='input' with registers.")
     for block_index, kind in self.skip_removed:
       if kind not in SKIPS or not 0 <= block_index < self.num_layers:
         raise ValueError(f'skip_removed entry {(block_index, kind)} names no skip connection: '
@@ -276,6 +283,8 @@ class Encoder(nn.Module):
 
     if not relative and 0 in entries:
       x = position(entries.pop(0))(x)
+    if prefix is not None:
+      x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
     block = Encoder1DBlock
     if self.remat != 'none':
@@ -341,6 +350,12 @@ class VisionTransformer(nn.Module):
   pairs whose residual connection is dropped) and `attention_window` (k > 0:
   each patch attends to the k x k patches around it; the class token stays
   global). `layer_scale_init` > 0 gives every block LayerScale.
+  `num_registers` > 0 adds that many learned tokens (`registers`, Darcet et al.
+  2024, "Vision Transformers Need Registers") after the class token: every block
+  sees them, the head does not. A ViT with registers adds its position
+  embeddings to the patches only (one row per patch), the class token and the
+  registers joining after, as DINOv2 with registers and timm (`reg_token`,
+  `no_embed_class`) have it.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -364,6 +379,7 @@ class VisionTransformer(nn.Module):
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
   layer_scale_init: float = 0.
+  num_registers: int = 0
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
@@ -388,9 +404,18 @@ class VisionTransformer(nn.Module):
                 conv_general_dilated=conv.conv_general_dilated, name='embedding')(x)
     b, gh, gw, d = x.shape
     x = x.reshape(b, gh * gw, d)
+    tokens = []  # before the patches: the class token, then the registers
     if self.classifier in ('token', 'token_unpooled'):
-      cls = self.param('cls', nn.initializers.zeros, (1, 1, d))
-      x = jnp.concatenate([jnp.tile(cls.astype(x.dtype), (b, 1, 1)), x], axis=1)
+      tokens.append(self.param('cls', nn.initializers.zeros, (1, 1, d)))
+    if self.num_registers:
+      # Random, not zeros: identical registers would get identical gradients.
+      tokens.append(self.param('registers', nn.initializers.normal(stddev=0.02),
+                               (1, self.num_registers, d)))
+    prefix = None
+    if tokens:
+      prefix = jnp.tile(jnp.concatenate(tokens, axis=1).astype(x.dtype), (b, 1, 1))
+    if prefix is not None and not self.num_registers:  # the class token gets a position
+      x, prefix = jnp.concatenate([prefix, x], axis=1), None
 
     x = Encoder(grid=(gh, gw), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
                 num_heads=self.num_heads, dropout_rate=self.dropout_rate,
@@ -400,11 +425,14 @@ class VisionTransformer(nn.Module):
                 skip_removed=self.skip_removed, layer_scale_init=self.layer_scale_init,
                 attention_impl=self.attention_impl,
                 remat=self.remat, scan_layers=self.scan_layers, dtype=self.dtype,
-                name='Transformer')(x, train=train)
+                name='Transformer')(x, train=train, prefix=prefix)
 
     if self.classifier == 'token':
       x = x[:, 0]
-    elif self.classifier == 'gap':
+    else:  # the registers never reach the head
+      cls_tokens = int(self.classifier == 'token_unpooled')
+      x = jnp.concatenate([x[:, :cls_tokens], x[:, cls_tokens + self.num_registers:]], axis=1)
+    if self.classifier == 'gap':
       x = jnp.mean(x, axis=1)
     elif self.classifier == 'map':
       x = MAPHead(self.mlp_dim, self.num_heads, self.dtype)(x, train=train)
@@ -452,7 +480,7 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
               resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
               scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
-              layer_scale_init=0.)
+              layer_scale_init=0., num_registers=0)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -504,6 +532,7 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
           for i in range(config.num_layers)),
       pre_logits='pre_logits',
       class_token=config.classifier in ('token', 'token_unpooled'),
+      registers=config.num_registers,
       embedding='embedding/kernel',
       position_embedding=('Transformer/posembed_input/pos_embedding'
                           if config.posemb == 'learn' and config.posemb_where != 'every_layer'
@@ -521,6 +550,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
     The words.
   """
   head = 'class token' if config.classifier.startswith('token') else config.classifier
+  if config.num_registers:
+    head += f', {config.num_registers} registers'
   shape = (f'{config.num_layers} blocks, width {config.hidden_size}, {config.num_heads} heads, '
            f'patch {config.patch_size}')
   if config.resnet_layers is None:
@@ -630,8 +661,9 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   learned position embedding resized to the new grid (`grid_shape`, inferred
   when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
   tables along their axis, `relative` offset tables along the offsets. A MAP
-  head that the checkpoint lacks starts from initialisation. A patch embedding of
-  another patch size is resized (`resize_patch_kernel`).
+  head that the checkpoint lacks starts from initialisation, and so do registers
+  (dropped where the new model has none). A patch embedding of another patch size
+  is resized (`resize_patch_kernel`).
 
   Args:
     restored: the checkpoint's flat parameters (head taken from `init`).
@@ -668,11 +700,19 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
       restored.pop(key, None)
     elif key not in restored and key in init:
       restored[key] = init[key]
+  if 'registers' not in init:
+    restored.pop('registers', None)
+  elif np.shape(restored.get('registers')) != np.shape(init['registers']):
+    log.info('%s has no %d registers; they start from initialisation.', source,
+             config.num_registers)
+    restored['registers'] = init['registers']
+  # With registers the class token enters after the position embedding: no row of its own.
+  class_row = has_token and not config.num_registers
   for key in set(restored) & set(init):
     if not key.startswith('Transformer/posembed_'):
       continue
     if key.endswith('/pos_embedding'):
-      restored[key] = _fit_posembed(restored[key], init[key], has_token, grid_shape)
+      restored[key] = _fit_posembed(restored[key], init[key], class_row, grid_shape)
     elif key.endswith(('/pos_embedding_row', '/pos_embedding_col', '/relative_embedding')):
       restored[key] = _resize_axis0(restored[key], init[key].shape[0])
   return restored

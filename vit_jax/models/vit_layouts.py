@@ -147,6 +147,8 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   out['patch_embed.proj.bias'] = flat['embedding/bias']
   if 'cls' in flat:
     out['cls_token'] = flat['cls']
+  if 'registers' in flat:  # timm's no_embed_class: the position table holds the patches only
+    out['reg_token'] = flat['registers']
   out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
   blocks = sorted({int(k.split('/')[1].split('_')[1]) for k in flat
                    if k.startswith('Transformer/encoderblock_')})
@@ -187,7 +189,8 @@ LAYER_SCALE_INIT = 1e-5
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ViT or hybrid state dict fixes: the head (class token, attention
   pooling or the tokens' mean), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
-  or none, and the image size of its position embeddings on `config`'s patch grid.
+  or none, the registers (`reg_token`), and the image size of its position
+  embeddings on `config`'s patch grid.
 
   Args:
     state: the state dict.
@@ -203,7 +206,14 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
         'built with fc_norm=False (the class token, or global_pool="avg", fc_norm=False) load.')
   classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
                 else 'gap')
-  tokens = np.shape(state['pos_embed'])[1] - (classifier == 'token')
+  registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
+  rows = np.shape(state['pos_embed'])[1]
+  if registers and math.isqrt(rows) ** 2 != rows:
+    raise CheckpointError(
+        'This timm ViT adds position embeddings to its registers (no_embed_class=False), where '
+        'these ViTs add them to the patches only, as DINOv2 with registers does: only timm ViTs '
+        'with registers built with no_embed_class=True load.')
+  tokens = rows - (classifier == 'token' and not registers)
   grid = math.isqrt(tokens)
   if grid * grid != tokens:
     raise CheckpointError(f'pos_embed holds {tokens} patch positions, not a square grid.')
@@ -213,7 +223,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
       config.patch_size * 4 * 2 ** max(len(config.resnet_layers) - 1, 0))
   return dict(classifier=classifier, image_size=grid * stride,
               num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
-              layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.)
+              layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.,
+              num_registers=registers)
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
