@@ -128,6 +128,14 @@ def test_a_fully_sharded_step_equals_the_replicated_one(model):
   assert float(sums['count']) == 16
 
 
+def test_the_moving_average_of_the_weights_is_sharded_as_the_weights():
+  _, state, _ = _train(_config(MODELS[0], sharding='fsdp', ema_decay=0.9), jax.devices(), 1)
+  chex.assert_trees_all_equal_structs(state.ema_params, state.params)
+  for ema, params in zip(jax.tree_util.tree_leaves(state.ema_params),
+                         jax.tree_util.tree_leaves(state.params)):
+    assert ema.sharding == params.sharding
+
+
 @pytest.mark.numerics
 def test_a_fully_sharded_scanned_step_equals_the_replicated_unrolled_one(tmp_path):
   """fsdp with `scan_layers`, both fine-tuned from one file (the two forms draw

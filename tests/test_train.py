@@ -8,6 +8,7 @@ import sys
 import time
 
 import chex
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -140,8 +141,10 @@ class Interrupted(Exception):
   pass
 
 
-def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch):
-  config = tiny_config(folder)
+@pytest.mark.parametrize('ema_decay', [0., 0.9])
+def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch, ema_decay):
+  """Bit for bit, the weights and (with `ema_decay`) their moving average."""
+  config = tiny_config(folder, ema_decay=ema_decay)
   loop.train_and_evaluate(config, str(tmp_path / 'straight'))
 
   prefetch = input_pipeline.prefetch_to_devices
@@ -156,8 +159,54 @@ def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypa
   monkeypatch.undo()
   assert os.listdir(tmp_path / 'resumed' / 'checkpoints') == ['3']
   loop.train_and_evaluate(config, str(tmp_path / 'resumed'))
-  chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'resumed' / 'params.npz')),
-                              checkpoint.load(str(tmp_path / 'straight' / 'params.npz')))
+  files = ['params.npz'] + ([workdirs.EMA_PARAMS] if ema_decay else [])
+  assert os.path.exists(tmp_path / 'straight' / workdirs.EMA_PARAMS) == bool(ema_decay)
+  for name in files:
+    chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'resumed' / name)),
+                                checkpoint.load(str(tmp_path / 'straight' / name)))
+
+
+def test_the_moving_average_of_the_weights_follows_its_formula(folder, tmp_path):
+  """ema_0 = the initial weights, ema_t = 0.8 ema_(t-1) + 0.2 w_t, in float64
+  from each step's weights; evaluated beside the weights and written as
+  params_ema.npz by the train command."""
+  config = tiny_config(ema_decay=0.8)
+  state, step_fn, shard = state_and_steps(config, jax.devices())
+  flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(
+      jax.device_get(tree))]).astype(np.float64)
+  expected = flat(state.params)
+  np.testing.assert_array_equal(flat(state.ema_params), expected)
+  batch = shard(fixed_batch())
+  for _ in range(5):
+    state, _ = step_fn(state, batch)
+    expected = 0.8 * expected + 0.2 * flat(state.params)
+    np.testing.assert_allclose(flat(state.ema_params), expected, rtol=1e-5, atol=1e-7)
+  assert np.abs(flat(state.ema_params) - flat(state.params)).max() > 1e-4  # it lags
+  # Without ema_decay the state holds no average at all.
+  assert state_and_steps(tiny_config(), jax.devices())[0].ema_params is None
+
+  summary = loop.train_and_evaluate(tiny_config(folder, ema_decay=0.8), str(tmp_path))
+  assert {'ema_eval_accuracy', 'ema_eval_loss', 'ema_eval_ece', 'ema_eval_brier'} <= set(summary)
+  assert summary['ema_eval_examples'] == summary['eval_examples']
+  ended = json.loads((tmp_path / workdirs.RESULTS).read_text())
+  assert ended['ema_eval_accuracy'] == summary['ema_eval_accuracy']
+  assert 'their moving average: accuracy' in loop.evaluation_line(summary)
+  averaged = checkpoint.load(str(tmp_path / workdirs.EMA_PARAMS))
+  chex.assert_trees_all_equal_shapes(averaged, checkpoint.load(str(tmp_path / 'params.npz')))
+
+
+def test_a_checkpoint_without_a_moving_average_starts_one_at_its_weights():
+  """A run given ema_decay on resume (--reconfigure): the average starts at the
+  restored weights; one that stops keeping it leaves the saved average out."""
+  with_ema = state_and_steps(tiny_config(ema_decay=0.9), jax.devices()[:1])[0]
+  without = state_and_steps(tiny_config(), jax.devices()[:1])[0]
+  saved = jax.device_get(flax.serialization.to_state_dict(without))
+  saved['params'] = jax.tree_util.tree_map(lambda x: x + 1., saved['params'])
+  restored = run_state.migrated(saved, with_ema)
+  chex.assert_trees_all_equal(restored.ema_params, restored.params)
+  chex.assert_trees_all_equal(restored.params, saved['params'])
+  back = run_state.migrated(jax.device_get(flax.serialization.to_state_dict(with_ema)), without)
+  assert back.ema_params is None
 
 
 def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):

@@ -259,19 +259,27 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   saved = start_step if start_step else None  # the last good checkpoint
   kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
 
-  def evaluate(params) -> Dict[str, float]:
-    batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
-                                          image_size=config.image_size)
-    sums = None
-    for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), data_sharded):
-      out = setup.eval_step(params, batch)
-      sums = out if sums is None else otu.tree_add(sums, out)
-    sums = jax.device_get(sums)
-    return {'eval_accuracy': float(sums['correct'] / sums['count']),
-            'eval_loss': float(sums['loss'] / sums['count']),
-            'eval_ece': calibration.ece(calibration.bins(sums['calibration'])),
-            'eval_brier': float(sums['brier'] / sums['count']),
-            'eval_examples': int(sums['count'])}
+  def evaluate(state) -> Dict[str, float]:
+    """The weights' metrics, and with `ema_decay` their average's, prefixed 'ema_'."""
+    summary = {}
+    for prefix, params in (('', state.params), ('ema_', state.ema_params)):
+      if params is None:
+        continue
+      batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
+                                            image_size=config.image_size)
+      sums = None
+      for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(),
+                                                      data_sharded):
+        out = setup.eval_step(params, batch)
+        sums = out if sums is None else otu.tree_add(sums, out)
+      sums = jax.device_get(sums)
+      summary.update({prefix + k: v for k, v in {
+          'eval_accuracy': float(sums['correct'] / sums['count']),
+          'eval_loss': float(sums['loss'] / sums['count']),
+          'eval_ece': calibration.ece(calibration.bins(sums['calibration'])),
+          'eval_brier': float(sums['brier'] / sums['count']),
+          'eval_examples': int(sums['count'])}.items()})
+    return summary
 
   batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
   writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
@@ -328,7 +336,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
             'command to resume from it.')
       if itstime(step, config.eval_every, last):
         began = time.perf_counter()
-        summary = evaluate(state.params)
+        summary = evaluate(state)
         writer.write_scalars(step, summary)
         log.info('step %d: %s (%s)', step, evaluation_line(summary),
                  console.duration(time.perf_counter() - began))
@@ -337,14 +345,18 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       if last:
         break
     manager.wait_until_finished()
-    params = steps.gathered(state.params, setup.mesh)
-    if jax.process_index() == 0:
-      with workdirs.saving(workdir, 'params.npz', params_bytes, saved):
-        checkpoint.save(os.path.join(workdir, 'params.npz'), jax.device_get(params))
-      log.info('step %d: parameters written to %s', int(state.step),
-               os.path.join(workdir, 'params.npz'))
+    for name, tree in (('params.npz', state.params), (workdirs.EMA_PARAMS, state.ema_params)):
+      if tree is None:
+        continue
+      params = steps.gathered(tree, setup.mesh)
+      if jax.process_index() == 0:
+        with workdirs.saving(workdir, name, params_bytes, saved):
+          checkpoint.save(os.path.join(workdir, name), jax.device_get(params))
+        log.info('step %d: %s written to %s', int(state.step),
+                 'parameters' if tree is state.params else 'their moving average',
+                 os.path.join(workdir, name))
     if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
-      summary = evaluate(state.params)
+      summary = evaluate(state)
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
         json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
@@ -361,11 +373,17 @@ def evaluation_line(summary: Dict[str, float]) -> str:
     summary: what `train_and_evaluate` returns.
 
   Returns:
-    'evaluation on N images: accuracy A%, loss L, ECE E, Brier B'.
+    'evaluation on N images: accuracy A%, loss L, ECE E, Brier B', and with a
+    moving average of the weights '; their moving average: accuracy ...'.
   """
-  return (f'evaluation on {summary["eval_examples"]} images: accuracy '
+  line = (f'evaluation on {summary["eval_examples"]} images: accuracy '
           f'{100 * summary["eval_accuracy"]:.2f}%, loss {summary["eval_loss"]:.4f}, ECE '
           f'{summary["eval_ece"]:.4f}, Brier {summary["eval_brier"]:.4f}')
+  if 'ema_eval_accuracy' in summary:
+    line += (f'; their moving average: accuracy {100 * summary["ema_eval_accuracy"]:.2f}%, '
+             f'loss {summary["ema_eval_loss"]:.4f}, ECE {summary["ema_eval_ece"]:.4f}, '
+             f'Brier {summary["ema_eval_brier"]:.4f}')
+  return line
 
 
 def itstime(step: int, every: int, also: bool = False) -> bool:

@@ -6,7 +6,9 @@ refused, never silently restarted from step 0.
 A checkpoint whose optimizer state holds the learning rate's bookkeeping in
 another layout (one written before the rate became an `optax.inject_hyperparams`
 hyperparameter, or by the same run with or without a time budget) is restored
-by path and its bookkeeping completed (`migrated`).
+by path and its bookkeeping completed (`migrated`); so is one written before the
+recipe kept a moving average of the weights (`ema_decay`, which then starts at
+the restored weights) or after it stopped keeping one.
 """
 import logging
 import os
@@ -29,6 +31,7 @@ STATE, CHECKSUMS, CLOCK = 'state', 'checksums', 'clock'  # the items of one chec
 # The learning rate's bookkeeping in the optimizer state (`steps.learning_rate`):
 # what a checkpoint in another layout may lack or hold besides.
 BOOKKEEPING = re.compile(r'(^|/)(hyperparams|hyperparams_states)/')
+EMA = 'ema_params/'  # the weights' moving average (`steps.TrainState.ema_params`)
 
 
 def _bytes(leaf) -> bytes:
@@ -81,7 +84,9 @@ def migrated(saved: Any, abstract: Any) -> Any:
   """A state restored without a target (dicts and lists) in the tree of
   `abstract`, leaf by path; the learning rate's bookkeeping it lacks is
   completed: a schedule's step count from the count beside it, the rate itself
-  from `abstract` (recomputed, or set from outside, before the next update).
+  from `abstract` (recomputed, or set from outside, before the next update). A
+  moving average of the weights that `abstract` has and `saved` lacks starts at
+  the saved weights; one `saved` has and `abstract` lacks is left out.
 
   Args:
     saved: the restored state.
@@ -94,7 +99,8 @@ def migrated(saved: Any, abstract: Any) -> Any:
     CheckpointError: the trees differ beyond that bookkeeping.
   """
   have, want = _paths(saved), _paths(abstract)
-  differ = sorted(p for p in set(have) ^ set(want) if not BOOKKEEPING.search(p))
+  differ = sorted(p for p in set(have) ^ set(want)
+                  if not BOOKKEEPING.search(p) and not p.startswith(EMA))
   if differ:
     raise CheckpointError(f'its state has another tree than this recipe\'s ({len(differ)} '
                           f'paths differ, e.g. {differ[0]})')
@@ -102,6 +108,8 @@ def migrated(saved: Any, abstract: Any) -> Any:
   def leaf(path, shape):
     if path in have:
       return have[path]
+    if path.startswith(EMA):
+      return np.array(have['params/' + path[len(EMA):]])  # a buffer of its own
     if path.endswith('/count'):  # a schedule's steps: those of the node that holds it
       node = path[:BOOKKEEPING.search(path).start()]
       return np.array(have[f'{node}/count' if node else 'count'])  # a buffer of its own
@@ -160,9 +168,9 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any) -> Tuple
       problem = _problem(state, expected)
       if problem is None and other:
         state = migrated(state, abstract_state)
-        log.info('Checkpoint at step %d holds the learning rate\'s bookkeeping in another '
-                 'layout (an earlier version\'s, or a run with or without a time budget): '
-                 'restored by path.', step)
+        log.info('Checkpoint at step %d holds the learning rate\'s bookkeeping or the '
+                 'weights\' moving average in another layout (an earlier version\'s, or a run '
+                 'with or without a time budget or ema_decay): restored by path.', step)
     except Exception as e:  # orbax raises many kinds for a damaged checkpoint.
       problem = f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'  # one line
     if problem is None:

@@ -136,6 +136,9 @@ FIELDS: Dict[str, Field] = {
     'decay': Field('cosine', *_one_of('cosine', 'linear')),
     'weight_decay': Field(0., *_NON_NEGATIVE),  # decoupled, kernels only, per step at peak lr
     'grad_clip': Field(1.0, _NON_NEGATIVE[0], 'a number >= 0 (0: no clipping)'),
+    # An exponential moving average of the weights, evaluated and saved beside them.
+    'ema_decay': Field(0., lambda v: _is_number(v) and 0 <= v < 1,
+                       'a number in [0, 1) (0: none)'),
     'loss': Field('softmax', *_one_of('softmax', 'sigmoid')),
     'label_smoothing': Field(0., lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
     # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds

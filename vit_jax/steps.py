@@ -28,8 +28,12 @@ class TrainingError(UserError, RuntimeError):
 
 
 class TrainState(train_state.TrainState):
-  """Parameters, optimizer state and step; `rng` drives dropout and stochastic depth."""
+  """Parameters, optimizer state and step; `rng` drives dropout and stochastic
+  depth; `ema_params`, for a recipe with `ema_decay`, the exponential moving
+  average of the parameters (None otherwise: a state without it has no leaves
+  for it)."""
   rng: jax.Array
+  ema_params: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +253,8 @@ def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: fl
 def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Module,
                config: ml_collections.ConfigDict) -> Tuple[TrainState, Dict[str, jax.Array]]:
   """One update from the mean gradient over the batch, in `accum_steps` pieces, at
-  the learning rate the optimizer holds (`learning_rate`).
+  the learning rate the optimizer holds (`learning_rate`); with `ema_decay` the
+  parameters' moving average follows the updated parameters.
 
   Accumulating over pieces gives the update of the whole batch (the loss is a
   mean over examples) at the memory of one piece.
@@ -288,8 +293,12 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Modu
     (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
     loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
   updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
-  new_state = state.replace(step=state.step + 1, rng=rng, opt_state=opt_state,
-                            params=optax.apply_updates(state.params, updates))
+  params = optax.apply_updates(state.params, updates)
+  ema = state.ema_params
+  if config.ema_decay:  # ema * decay + params * (1 - decay)
+    ema = optax.incremental_update(params, ema, step_size=1. - config.ema_decay)
+  new_state = state.replace(step=state.step + 1, rng=rng, opt_state=opt_state, params=params,
+                            ema_params=ema)
   metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
              'learning_rate': last_learning_rate(opt_state)}
   return new_state, metrics
@@ -361,7 +370,10 @@ def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
     params = finetune.load_pretrained(
         augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
         keep_head=config.keep_head)
-  return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng)
+  # The average starts at the parameters, in buffers of its own (the step donates both).
+  ema = jax.tree_util.tree_map(jnp.copy, params) if config.ema_decay else None
+  return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng,
+                           ema_params=ema)
 
 
 def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mesh,

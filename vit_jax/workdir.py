@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 LOCK = 'lock.json'
 RECORD = 'config.json'
 RESULTS = 'results.json'  # a finished run's final step and evaluation (train.py writes it)
+EMA_PARAMS = 'params_ema.npz'  # the weights' moving average, beside params.npz (ema_decay)
 WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
 
 
