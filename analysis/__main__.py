@@ -222,6 +222,27 @@ def check_amounts(num_images: int, batch_size: int) -> None:
                       f'({num_images}).')
 
 
+def check_heads(subjects: Sequence[features.Subject], names: Sequence[str]) -> None:
+  """Refuses tools that read logits on a model without a classifier head (one
+  published without, as DINOv2 and SigLIP), naming the tools that run on it.
+
+  Args:
+    subjects: the models analysed.
+    names: the tools to run.
+
+  Raises:
+    ConfigError: such a tool and such a model.
+  """
+  needing = [n for n in names if tool.TOOLS[n].reads_logits]
+  headless = [s.label for s in subjects if not s.config.num_classes]
+  if needing and headless:
+    others = [n for n in tool.TOOLS if not tool.TOOLS[n].reads_logits]
+    raise ConfigError(
+        f'{", ".join(headless)} has no classifier head, and {", ".join(needing)} read its '
+        f'logits: run the tools that read representations ({", ".join(others)}), or fine-tune '
+        'a head first (python -m vit_jax.train --config.pretrained=FILE).')
+
+
 def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num_images: int,
                splits: Sequence[str]) -> None:
   """Each model's head against the classes of the data it is analysed on, and each
@@ -401,6 +422,7 @@ def run(name: str) -> Dict:
                      os.path.join(FLAGS.out, 'tensorboard', s.label)}
            for s, source, workdir in loaded}
 
+  check_heads(subjects, names)
   check_data(subjects, FLAGS.dataset, FLAGS.num_images,
              sorted({split for n in names for split in tool.TOOLS[n].splits}))
   claim_out(FLAGS.out, about, FLAGS.overwrite)

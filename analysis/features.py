@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis import progress
-from vit_jax import checkpoint, layout, models, sharding, workdir as workdirs
+from vit_jax import checkpoint, layout, models, sharding, timm_files, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -288,10 +288,12 @@ def spatial_map(subject: Subject, x: jax.Array) -> jax.Array:
 def load_subject(model_name: str, path: str, image_size: int, overrides: Optional[dict] = None,
                  label: Optional[str] = None,
                  recipe: Optional[ml_collections.ConfigDict] = None) -> Subject:
-  """A model from a `.npz` (published or ours) or a training workdir (its params.npz).
+  """A model from a `.npz` (published or ours), a training workdir (its
+  params.npz), or a timm file of `model_name` (`.safetensors`, `.pth`, ...).
 
-  The number of classes comes from the checkpoint's head; `overrides` are the
-  architecture fields of the recipe that trained it.
+  The number of classes comes from the checkpoint's head (0 for a model published
+  without one); `overrides` are the architecture fields of the recipe that
+  trained it.
 
   Args:
     model_name: the zoo name.
@@ -316,7 +318,11 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   if family.can(models.SCAN) and config.scan_layers:
     # the tools read what each block sows, under its own name
     config.scan_layers = False
-  params = checkpoint.load(path)
+  if path.endswith(timm_files.TORCH_SUFFIXES + ('.safetensors',)):
+    fields = {k: v for k, v in (overrides or {}).items() if k != 'scan_layers'}
+    params = checkpoint.load(path, model_name, **fields)
+  else:
+    params = checkpoint.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
   config.num_classes = int(head[0].shape[-1]) if head else 0

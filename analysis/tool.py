@@ -117,6 +117,7 @@ class Tool:
   host_prices: Optional[Callable[[Subject, np.ndarray, np.ndarray, Mapping[str, Any],
                                   estimate.Amounts], Mapping[str, float]]] = None
   splits: Tuple[str, ...] = ('eval',)
+  reads_logits: bool = False  # it needs a classifier head (not a headless DINOv2 or SigLIP)
 
   def read_options(self) -> Mapping[str, Any]:
     """The keyword arguments of `run` the command line's flags give, checked.

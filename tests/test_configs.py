@@ -12,6 +12,7 @@ from ml_collections import config_flags
 
 from configs import common
 from vit_jax import entry, errors, models, settings, steps, workdir
+from vit_jax.models.vit import TIMM_VARIANTS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,7 +21,7 @@ RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('quickstart_a
            ('vit_b16', 'cifar10'), ('vit_b16', 'cifar100'), ('vit_b16', 'imagenet2012'),
            ('vit_b16', 'pretrain'), ('bit_r50x1', 'cifar10'), ('bit_r50x1', 'oxford_iiit_pet'),
            ('bit_r50x1', 'imagenet2012'), ('papers', 'vit'), ('papers', 'resnet'),
-           ('papers', 'alternet')]
+           ('papers', 'alternet')] + [('timm_models', name) for name in TIMM_VARIANTS]
 
 
 def load(name, arg):
@@ -63,7 +64,7 @@ def test_published_recipe_figures():
 OVERRIDES = {
     'model_name': None, 'tier': 'mine', 'pretrained': 'some/file.npz', 'keep_head': 'True',
     'augreg_dir': '/data/augreg', 'dataset': 'cifar10', 'data_dir': '/data/tfds',
-    'train_split': 'train[:90%]', 'eval_split': 'train[90%:]', 'image_size': '96',
+    'train_split': 'train[:90%]', 'eval_split': 'train[90%:]', 'image_size': '224',
     'input.crop': 'False', 'input.crop_padding': '3', 'input.mixup_alpha': '0.4',
     'input.randaugment': '(3, 11)', 'batch_size': '48', 'eval_batch_size': '40',
     'accum_steps': '3',

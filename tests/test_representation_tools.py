@@ -519,3 +519,27 @@ def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path):
     else:
       assert {k: np.array(v['distance_per_layer_head']).shape for k, v in result.items()} == {
           'vit_b16': (12, 3), 'vit_b16_2': (12, 3)}
+
+
+def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_path):
+  """DINOv2 with registers from a .safetensors state dict at a small width: read
+  by name, its registers and missing head known; the tools that read logits are
+  refused before any runs, naming the others; attention distances run."""
+  from safetensors.numpy import save_file
+  from analysis import __main__ as command
+  from vit_jax import timm_files
+  small = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2)
+  config = models.get_config('DINOv2-S_14-reg4', num_classes=0, **small)
+  params = perturbed(init(models.build_model(config), 28))['params']
+  save_file(timm_files.to_timm(params, 'DINOv2-S_14-reg4'), str(tmp_path / 'dinov2.safetensors'))
+  s = features.load_subject('DINOv2-S_14-reg4', str(tmp_path / 'dinov2.safetensors'), 28,
+                            overrides=small)
+  assert s.registers == 4 and s.config.num_classes == 0 and s.token_grid()[0] == (2, 2)
+  chex.assert_trees_all_close(jax.device_get(s.params), jax.device_get(params))
+  with pytest.raises(command.ConfigError, match=r'DINOv2-S_14-reg4 has no classifier head, and '
+                     r'nll read its logits: run the tools that read representations \(.*cka'):
+    command.check_heads([s], ['attention_distance', 'nll'])
+  command.check_heads([s], ['attention_distance', 'cka'])
+  result = TOOLS['attention_distance'].run(s, lambda split: iter(
+      [(images[:, :28, :28], labels) for images, labels in batches(split)]), str(tmp_path))
+  assert np.array(result['distance_per_layer_head']).shape == (2, 4)

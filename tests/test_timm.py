@@ -330,3 +330,64 @@ def test_the_patch_kernel_resize_is_timms_resample_patch_embed(tmp_path, old, ne
       timeout=600)
   np.testing.assert_allclose(resize_patch_kernel(kernel, (new, new)),
                              np.load(tmp_path / 'out.npy'), rtol=1e-4, atol=1e-4)
+
+
+# Every named model of today's ViTs, built by timm under its own name at a small
+# width and depth (random weights, biases and scales drawn at random): its
+# state_dict and its logits on images normalised as the model was trained.
+TIMM_NAMED = r'''
+import json, sys
+import numpy as np
+import torch, timm
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+for name, (timm_name, size, kwargs) in spec['models'].items():
+  module = timm.create_model(timm_name, pretrained=False, img_size=size, num_classes=3,
+                             embed_dim=64, num_heads=4, depth=2, **kwargs)
+  for key, p in module.named_parameters():
+    if p.dim() == 1 or key in ('cls_token', 'reg_token'):
+      torch.nn.init.normal_(p, std=0.1)
+  np.savez(f"{spec['out']}/{name}.npz", **{k: v.numpy() for k, v in module.state_dict().items()})
+  cfg = module.pretrained_cfg
+  x = (np.load(spec['images'])[:, :size, :size] + 1) / 2  # [-1, 1] -> [0, 1]
+  x = (x - np.array(cfg['mean'])) / np.array(cfg['std'])
+  with torch.no_grad():
+    np.save(f"{spec['out']}/{name}.npy", module.eval()(
+        torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32))).numpy())
+'''
+
+
+@needs_timm
+def test_todays_vits_read_from_timm_give_timms_logits(tmp_path):
+  """Each name of `TIMM_VARIANTS` holds the architecture and preprocessing of
+  timm's model: the pixel statistics timm's pretrained config declares, the
+  activation, LayerNorm epsilon, CLIP's norm_pre, DINOv2's LayerScale and
+  registers, SigLIP's attention pooling. timm's SigLIP uses the exact GELU where
+  big_vision's (and ours) is tanh-approximated: it is built with gelu_tanh here."""
+  from vit_jax.models.vit import TIMM_VARIANTS
+  small = dict(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=2)
+  np.save(tmp_path / 'images.npy', images(2, 32))
+  spec = {name: (v.timm_name, 2 * v.patch,
+                 {'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else {})
+          for name, v in TIMM_VARIANTS.items()}
+  subprocess.run([sys.executable, '-c', TIMM_NAMED, json.dumps(
+      {'models': spec, 'images': str(tmp_path / 'images.npy'), 'out': str(tmp_path)})],
+      check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
+  for name, (_, size, _) in spec.items():
+    state = dict(np.load(tmp_path / f'{name}.npz'))
+    params = timm_files.from_timm(state, name, **small)
+    model = models.build_model(models.get_config(name, num_classes=3, **small))
+    np.testing.assert_allclose(apply(model, {'params': params}, images(2, 32)[:, :size, :size]),
+                               np.load(tmp_path / f'{name}.npy'), rtol=1e-3, atol=1e-4,
+                               err_msg=name)
+    back = timm_files.to_timm(params, name)
+    assert set(back) == set(state), name
+    for key, value in state.items():
+      np.testing.assert_array_equal(back[key], value, err_msg=f'{name}: {key}')
+
+
+def test_a_distilled_deit_is_refused_with_the_reason():
+  state = timm_files.to_timm(init(tiny_vit(num_classes=3), 32)['params'], 'ViT-Ti_16')
+  with pytest.raises(CheckpointError, match=r'distilled DeiT \(dist_token\).*deit_\*_patch16_224'):
+    timm_files.from_timm({**state, 'dist_token': np.zeros((1, 1, 32), np.float32)}, 'DeiT-Ti_16',
+                         **TINY_VIT)

@@ -92,6 +92,7 @@ TOOL = register(Tool(
     paper='Park & Kim\'s code (ops/tests.py) reports NLL, Brier and ECE beside accuracy for '
           'every model; the paper argues from NLL that ViTs underfit small training sets '
           'rather than overfit them.',
+    reads_logits=True,
     run=run_calibration, joint=joint,
     findings=each_model(lambda label, r, q: [
         f'{label}: accuracy ', q('accuracy'), ', NLL ', q('nll'), ' ± ', q('nll_stderr'),

@@ -305,6 +305,7 @@ TOOL = register(Tool(
              'clean error first (Hendrycks & Dietterich).',
     paper='Park & Kim (Sec. 4, robustness on CIFAR-100-C): attention makes a model more '
           'robust to corrupted data; AlterNet is more robust than the ResNet it builds on.',
+    reads_logits=True,
     run=run_corruption, runs_on=ALL_MODELS, findings=findings, figures=figures, joint=joint,
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}

@@ -429,6 +429,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 1, 4): ViT\'s top eigenvalues are smaller (a flatter landscape) '
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
+    reads_logits=True,
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
     flags=Options, options=options,

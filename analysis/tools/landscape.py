@@ -207,6 +207,7 @@ TOOL = register(Tool(
              'L2 kept apart in the JSON, which names the L2 term and normalisation used.',
     paper='Park & Kim (Fig. 1): ViT\'s loss landscape is flatter than ResNet\'s near the '
           'optimum, and its training loss higher.',
+    reads_logits=True,
     run=run_landscape,
     findings=each_model(lambda label, r, q: [
         f'{label}: loss at the trained parameters ', q('centre_loss'), ', grid from ',

@@ -113,6 +113,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Sec. 4, lesion study): multi-stage networks behave like a series of '
           'small models; the blocks at the end of a stage are the ones the accuracy depends '
           'on, which is where AlterNet puts its attention.',
+    reads_logits=True,
     run=run_lesion, findings=each_model(_findings),
     scalars=lambda result, label: ({'lesion/drop': result[label]['drop']}
                                    if label in result else {}),

@@ -172,6 +172,7 @@ TOOL = register(Tool(
              'batches (binomial for the error).',
     paper='Park & Kim (Fig. 3): models with a lower NLL on their (augmented) training data err '
           'less on the test data: ViTs do not overfit small training sets, they underfit them.',
+    reads_logits=True,
     run=run_nll, findings=each_model(_findings), joint=joint,
     flags=Options, options=lambda chosen: {'train_nll': chosen.nll_train},
     scalars=lambda result, label: ({'nll/train': [result[label]['train_nll']],

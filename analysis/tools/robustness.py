@@ -203,6 +203,7 @@ TOOL = register(Tool(
              'standard errors; a band the mask leaves empty at the image size is not drawn.',
     paper='Park & Kim (Fig. 2c): ViT is robust to high-frequency noise where ResNet is '
           'vulnerable; both suffer from low-frequency noise.',
+    reads_logits=True,
     run=run_robustness,
     findings=each_model(_findings),
     scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts, work=work, shrink=shrink,

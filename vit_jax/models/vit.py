@@ -6,9 +6,10 @@ it (`+mlp`); the attention module sows its weights (B, heads, N, N). Nothing is
 kept unless `intermediates` is mutable in `apply`.
 """
 import dataclasses
+import functools
 import logging
 import math
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -109,18 +110,29 @@ class RelativeEmbedding(nn.Module):
                       (2 * self.num_patches - 1, self.num_heads, self.head_dim))
 
 
+# The MLP's nonlinearity: the published ViTs' and SigLIP's tanh-approximated GELU,
+# the exact GELU of DINOv2 and DeiT, OpenAI CLIP's x * sigmoid(1.702 x).
+ACTIVATIONS = {
+    'gelu_tanh': functools.partial(nn.gelu, approximate=True),
+    'gelu': functools.partial(nn.gelu, approximate=False),
+    'quick_gelu': lambda x: x * nn.sigmoid(1.702 * x),
+}
+
+
 class MlpBlock(nn.Module):
-  """Dense -> tanh-GELU -> dropout -> Dense back to the input width -> dropout."""
+  """Dense -> GELU (`activation`, an `ACTIVATIONS` key) -> dropout -> Dense back to
+  the input width -> dropout."""
   mlp_dim: int
   dropout_rate: float = 0.
   dtype: Dtype = jnp.float32
+  activation: str = 'gelu_tanh'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     dense = lambda features, name: nn.Dense(
         features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
-    y = nn.gelu(dense(self.mlp_dim, 'Dense_0')(x))
+    y = ACTIVATIONS[self.activation](dense(self.mlp_dim, 'Dense_0')(x))
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = dense(x.shape[-1], 'Dense_1')(y)
     return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
@@ -132,6 +144,8 @@ class MAPHead(nn.Module):
   mlp_dim: int
   num_heads: int
   dtype: Dtype = jnp.float32
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -139,8 +153,9 @@ class MAPHead(nn.Module):
     probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
     x = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, dtype=self.dtype,
                                         kernel_init=nn.initializers.xavier_uniform())(probe, x)
-    y = nn.LayerNorm(dtype=self.dtype)(x)
-    return (x + MlpBlock(self.mlp_dim, dtype=self.dtype)(y, train=train))[:, 0]
+    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype)(x)
+    return (x + MlpBlock(self.mlp_dim, dtype=self.dtype, activation=self.activation)(
+        y, train=train))[:, 0]
 
 
 class Encoder1DBlock(nn.Module):
@@ -167,6 +182,8 @@ class Encoder1DBlock(nn.Module):
   attention_skip: bool = True
   mlp_skip: bool = True
   layer_scale_init: float = 0.
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
@@ -175,7 +192,7 @@ class Encoder1DBlock(nn.Module):
     rate = self.drop_path if drop_path is None else drop_path
     self.sow('intermediates', 'input', x)
 
-    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
                            self.dtype, self.grid, self.attention_window,
                            name='MultiHeadDotProductAttention_1')(
@@ -187,8 +204,9 @@ class Encoder1DBlock(nn.Module):
     x = x + y if self.attention_skip else y
     self.sow('intermediates', '+sa', x)
 
-    y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_2')(x)
-    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, name='MlpBlock_3')(y, train=train)
+    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.activation,
+                 name='MlpBlock_3')(y, train=train)
     y = self._layer_scale('ls2', y)
     y = branch_output(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
@@ -244,6 +262,9 @@ class Encoder(nn.Module):
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
   layer_scale_init: float = 0.
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  pre_norm: bool = False
   attention_impl: str = 'auto'
   remat: str = 'none'
   scan_layers: bool = False
@@ -286,15 +307,20 @@ class Encoder(nn.Module):
     if prefix is not None:
       x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
+    if self.pre_norm:  # CLIP's LayerNorm of the embedded tokens, before the blocks
+      x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='pre_norm')(x)
     block = Encoder1DBlock
     if self.remat != 'none':
       # static_argnums counts `self`: `train` (index 2) selects the program.
       block = nn.remat(block, policy=REMAT_POLICIES[self.remat], static_argnums=(2,))
+    block = functools.partial(block, activation=self.activation,
+                              layer_norm_eps=self.layer_norm_eps)
     rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
              for i in range(self.num_layers)]
     if self.scan_layers:
       x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train)
-      return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+      return nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
+                          name='encoder_norm')(x)
     removed = {(int(b), str(k)) for b, k in self.skip_removed}
     for i in range(self.num_layers):
       table = None
@@ -309,7 +335,7 @@ class Encoder(nn.Module):
           attention_window=self.attention_window, attention_skip=(i, 'sa') not in removed,
           mlp_skip=(i, 'mlp') not in removed, layer_scale_init=self.layer_scale_init,
           name=f'encoderblock_{i}')(x, train, table)
-    return nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='encoder_norm')(x)
+    return nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
@@ -355,7 +381,12 @@ class VisionTransformer(nn.Module):
   sees them, the head does not. A ViT with registers adds its position
   embeddings to the patches only (one row per patch), the class token and the
   registers joining after, as DINOv2 with registers and timm (`reg_token`,
-  `no_embed_class`) have it.
+  `no_embed_class`) have it. The ViTs trained otherwise differ in `activation`
+  (`ACTIVATIONS`), `layer_norm_eps`, `pre_norm` (CLIP's LayerNorm before the
+  blocks, `pre_norm`), a patch embedding without bias (`patch_bias`, CLIP's) and
+  the pixel statistics they were trained on:
+  `pixel_mean` and `pixel_std` (per channel, for images in [0, 1]) make the
+  model take [-1, 1] images as every model here does and normalise them itself.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -380,15 +411,24 @@ class VisionTransformer(nn.Module):
   skip_removed: Sequence[Tuple[int, str]] = ()
   layer_scale_init: float = 0.
   num_registers: int = 0
+  activation: str = 'gelu_tanh'
+  layer_norm_eps: float = 1e-6
+  pre_norm: bool = False
+  pixel_mean: Optional[Sequence[float]] = None
+  pixel_std: Optional[Sequence[float]] = None
+  patch_bias: bool = True
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
-                         ('posemb_where', POSEMB_WHERE),
+                         ('posemb_where', POSEMB_WHERE), ('activation', ACTIVATIONS),
                          ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES)):
       if getattr(self, field) not in valid:
         raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
     x = images.astype(self.dtype)
+    if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
+      x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
+          self.pixel_std, x.dtype)
     if self.resnet_layers is not None:
       resnet = ResNetV1(tuple(self.resnet_layers), self.resnet_width, self.dtype)
       nn.share_scope(self, resnet)
@@ -401,7 +441,8 @@ class VisionTransformer(nn.Module):
           f'divisible by the patch size {p}; resize or crop the images to a multiple of '
           f'{p * images.shape[1] // x.shape[1]} pixels.')
     x = nn.Conv(self.hidden_size, (p, p), strides=(p, p), padding='VALID', dtype=self.dtype,
-                conv_general_dilated=conv.conv_general_dilated, name='embedding')(x)
+                use_bias=self.patch_bias, conv_general_dilated=conv.conv_general_dilated,
+                name='embedding')(x)
     b, gh, gw, d = x.shape
     x = x.reshape(b, gh * gw, d)
     tokens = []  # before the patches: the class token, then the registers
@@ -423,7 +464,8 @@ class VisionTransformer(nn.Module):
                 stochastic_depth=self.stochastic_depth, posemb=self.posemb,
                 posemb_where=self.posemb_where, attention_window=self.attention_window,
                 skip_removed=self.skip_removed, layer_scale_init=self.layer_scale_init,
-                attention_impl=self.attention_impl,
+                activation=self.activation, layer_norm_eps=self.layer_norm_eps,
+                pre_norm=self.pre_norm, attention_impl=self.attention_impl,
                 remat=self.remat, scan_layers=self.scan_layers, dtype=self.dtype,
                 name='Transformer')(x, train=train, prefix=prefix)
 
@@ -435,7 +477,8 @@ class VisionTransformer(nn.Module):
     if self.classifier == 'gap':
       x = jnp.mean(x, axis=1)
     elif self.classifier == 'map':
-      x = MAPHead(self.mlp_dim, self.num_heads, self.dtype)(x, train=train)
+      x = MAPHead(self.mlp_dim, self.num_heads, self.dtype, self.activation,
+                  self.layer_norm_eps)(x, train=train)
     if self.representation_size is not None:
       x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     self.sow('intermediates', 'pre_logits', x)
@@ -480,11 +523,53 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               dropout_rate=0., attention_dropout_rate=0., stochastic_depth=0.,
               resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
               scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
-              layer_scale_init=0., num_registers=0)
+              layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
+              pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
 GAP_NOREP = ('S/16', 'B/16', 'S/32', 'B/32')
+
+# The pixel statistics (per channel, images in [0, 1]) the models below were trained on.
+IMAGENET_PIXELS = dict(pixel_mean=(0.485, 0.456, 0.406), pixel_std=(0.229, 0.224, 0.225))
+CLIP_PIXELS = dict(pixel_mean=(0.48145466, 0.4578275, 0.40821073),
+                   pixel_std=(0.26862954, 0.26130258, 0.27577711))
+_DINOV2 = dict(layer_scale_init=1e-5, activation='gelu', **IMAGENET_PIXELS)
+_DEIT = dict(activation='gelu', **IMAGENET_PIXELS)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimmVariant:
+  """A ViT studied today whose weights timm publishes: read with
+  `checkpoint.load(path, name)` from timm's file of `timm_name`."""
+  size: str  # a `SIZES` key
+  patch: int
+  fields: Mapping[str, Any]  # what differs from the published ViTs, preprocessing included
+  timm_name: str  # timm's model and pretrained tag
+  resolution: int  # the images' side it was trained at
+
+
+# SigLIP sees images in [-1, 1], as the published ViTs: no pixel statistics.
+TIMM_VARIANTS = {
+    'DINOv2-S_14': TimmVariant('S', 14, _DINOV2, 'vit_small_patch14_dinov2.lvd142m', 518),
+    'DINOv2-B_14': TimmVariant('B', 14, _DINOV2, 'vit_base_patch14_dinov2.lvd142m', 518),
+    'DINOv2-L_14': TimmVariant('L', 14, _DINOV2, 'vit_large_patch14_dinov2.lvd142m', 518),
+    'DINOv2-S_14-reg4': TimmVariant('S', 14, dict(_DINOV2, num_registers=4),
+                                    'vit_small_patch14_reg4_dinov2.lvd142m', 518),
+    'DINOv2-B_14-reg4': TimmVariant('B', 14, dict(_DINOV2, num_registers=4),
+                                    'vit_base_patch14_reg4_dinov2.lvd142m', 518),
+    'DINOv2-L_14-reg4': TimmVariant('L', 14, dict(_DINOV2, num_registers=4),
+                                    'vit_large_patch14_reg4_dinov2.lvd142m', 518),
+    'SigLIP-B_16': TimmVariant('B', 16, dict(classifier='map'),
+                               'vit_base_patch16_siglip_224.webli', 224),
+    'CLIP-B_16': TimmVariant('B', 16, dict(pre_norm=True, patch_bias=False,
+                                           activation='quick_gelu', layer_norm_eps=1e-5,
+                                           **CLIP_PIXELS),
+                             'vit_base_patch16_clip_quickgelu_224.openai', 224),
+    'DeiT-Ti_16': TimmVariant('Ti', 16, _DEIT, 'deit_tiny_patch16_224.fb_in1k', 224),
+    'DeiT-S_16': TimmVariant('S', 16, _DEIT, 'deit_small_patch16_224.fb_in1k', 224),
+    'DeiT-B_16': TimmVariant('B', 16, _DEIT, 'deit_base_patch16_224.fb_in1k', 224),
+}
 
 
 def _variants() -> dict:
@@ -497,6 +582,8 @@ def _variants() -> dict:
     table[f'ViT-{size}_{patch}-gap-norep'] = dict(_fields(size, int(patch)), classifier='gap')
   for name, (size, patch, stages) in HYBRID_PUBLISHED.items():
     table[name] = _fields(size, patch, stages)
+  for name, variant in TIMM_VARIANTS.items():
+    table[name] = dict(_fields(variant.size, variant.patch), **variant.fields)
   # The original code's test models: one block of width 10.
   testing = dict(_fields('Ti', 16), hidden_size=10, mlp_dim=10, num_heads=2, num_layers=1,
                  dropout_rate=0.1)
@@ -736,4 +823,4 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 published=vit_layouts.published, module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
                 timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL_RULES,
-                sequence_fields=('resnet_layers', 'skip_removed'))
+                sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))

@@ -144,12 +144,15 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
   if 'conv_root/kernel' in flat:
     out.update(_hybrid_backbone_to_timm(flat))
   out['patch_embed.proj.weight'] = oihw(flat['embedding/kernel'])
-  out['patch_embed.proj.bias'] = flat['embedding/bias']
+  if 'embedding/bias' in flat:
+    out['patch_embed.proj.bias'] = flat['embedding/bias']
   if 'cls' in flat:
     out['cls_token'] = flat['cls']
   if 'registers' in flat:  # timm's no_embed_class: the position table holds the patches only
     out['reg_token'] = flat['registers']
   out['pos_embed'] = flat['Transformer/posembed_input/pos_embedding']
+  if 'Transformer/pre_norm/scale' in flat:
+    out.update(_layernorm_to_timm(flat, 'Transformer/pre_norm/', 'norm_pre.'))
   blocks = sorted({int(k.split('/')[1].split('_')[1]) for k in flat
                    if k.startswith('Transformer/encoderblock_')})
   for i in blocks:
@@ -189,8 +192,10 @@ LAYER_SCALE_INIT = 1e-5
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ViT or hybrid state dict fixes: the head (class token, attention
   pooling or the tokens' mean), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
-  or none, the registers (`reg_token`), and the image size of its position
-  embeddings on `config`'s patch grid.
+  or none, the registers (`reg_token`), CLIP's LayerNorm before the blocks
+  (`norm_pre`) or none, and the image size of its position embeddings on
+  `config`'s patch grid. What a state dict does not show (the MLP's activation,
+  the LayerNorms' epsilon, the pixel statistics) comes from the named model.
 
   Args:
     state: the state dict.
@@ -204,6 +209,11 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
         'This timm ViT normalises the pooled tokens (fc_norm), where these ViTs normalise '
         'every token before pooling: the two compute different functions. Only timm ViTs '
         'built with fc_norm=False (the class token, or global_pool="avg", fc_norm=False) load.')
+  if 'dist_token' in state:
+    raise CheckpointError(
+        "This is a distilled DeiT (dist_token): its logits average a class-token head and a "
+        'distillation-token head (head_dist), which these ViTs do not have. Load the plain DeiT '
+        "weights (timm's deit_*_patch16_224, not deit_*_distilled_*) as DeiT-*_16.")
   classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
                 else 'gap')
   registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
@@ -224,7 +234,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   return dict(classifier=classifier, image_size=grid * stride,
               num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
               layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.,
-              num_registers=registers)
+              num_registers=registers, pre_norm='norm_pre.weight' in state,
+              patch_bias='patch_embed.proj.bias' in state)
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
