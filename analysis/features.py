@@ -255,7 +255,8 @@ def layer_representations(subjects: Sequence[Subject], names: Sequence[Sequence[
 
 
 def tokens_to_grid(tokens: jax.Array, has_cls: bool, registers: int = 0) -> jax.Array:
-  """(B, [1+] [R+] h*w, D) tokens -> (B, h, w, D) spatial map (square grids).
+  """(B, prefix + h*w, D) tokens -> (B, h, w, D) spatial map (square grids); the
+  prefix is the class token and registers, where the model has them.
 
   Args:
     tokens: a token sequence.

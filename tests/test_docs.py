@@ -65,12 +65,15 @@ def _workdir(name: str, folder: str) -> None:
 
 
 def _timm_file(name: str, folder: str) -> None:
-  """`<model>.safetensors`: the timm state dict of an initialised model, 1,000 classes at
-  224 px."""
+  """`<model>.safetensors`: the timm state dict of an initialised model at 224 px, with
+  the classes of timm's file of a model of today (`TIMM_VARIANTS`: none for DINOv2
+  and SigLIP), 1,000 for the others."""
   from safetensors.numpy import save_file
   from vit_jax import models, timm_files
+  from vit_jax.models.vit import TIMM_VARIANTS
   model_name = name[:-len('.safetensors')]
-  model = models.get_model(model_name, num_classes=1000)
+  variant = TIMM_VARIANTS.get(model_name)
+  model = models.get_model(model_name, num_classes=variant.classes if variant else 1000)
   params = model.init(jax.random.PRNGKey(0), np.zeros((1, 224, 224, 3), np.float32))['params']
   save_file(timm_files.to_timm(params, model_name), os.path.join(folder, name))
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator
 import jax
 import ml_collections
 import numpy as np
-import optax.tree_utils as otu
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -270,9 +269,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       sums = None
       for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(),
                                                       data_sharded):
-        out = setup.eval_step(params, batch)
-        sums = out if sums is None else otu.tree_add(sums, out)
-      sums = jax.device_get(sums)
+        # Summed on the host: eager sums of arrays on several CPU devices, queued
+        # behind the steps, can leave XLA:CPU's collectives waiting on each other.
+        out = jax.device_get(setup.eval_step(params, batch))
+        sums = out if sums is None else jax.tree_util.tree_map(np.add, sums, out)
       summary.update({prefix + k: v for k, v in {
           'eval_accuracy': float(sums['correct'] / sums['count']),
           'eval_loss': float(sums['loss'] / sums['count']),

@@ -1,6 +1,7 @@
 """Mean attention distance per layer and head (Raghu et al. Fig. 3, ViT paper Fig. 7)."""
 from typing import Dict, List, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -27,11 +28,15 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
   grid, pixels = subject.token_grid()
   variants = (False, True) if subject.has_cls else (False,)
 
+  # One compiled program per batch: eager steps on weights split over many CPU
+  # devices can leave XLA:CPU's collectives waiting on one another.
+  distances_of = jax.jit(lambda inter: jnp.stack([jnp.stack([
+      attention.mean_attention_distance(inter[n], grid, pixels, subject.has_cls, keep,
+                                        subject.registers) for n in names])
+      for keep in variants]))
+
   def per_layer(images, _):
-    inter = subject.intermediates(images, names)
-    return jnp.stack([jnp.stack([attention.mean_attention_distance(
-        inter[n], grid, pixels, subject.has_cls, keep, subject.registers) for n in names])
-        for keep in variants])
+    return distances_of(subject.intermediates(images, names))
 
   distances, stderr = batch_mean(batches('eval'), per_layer)
   uniform = float(attention.patch_distances(grid, pixels).mean())

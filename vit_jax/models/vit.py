@@ -547,28 +547,29 @@ class TimmVariant:
   fields: Mapping[str, Any]  # what differs from the published ViTs, preprocessing included
   timm_name: str  # timm's model and pretrained tag
   resolution: int  # the images' side it was trained at
+  classes: int  # the outputs of the file's head: 0 where it has none
 
 
 # SigLIP sees images in [-1, 1], as the published ViTs: no pixel statistics.
 TIMM_VARIANTS = {
-    'DINOv2-S_14': TimmVariant('S', 14, _DINOV2, 'vit_small_patch14_dinov2.lvd142m', 518),
-    'DINOv2-B_14': TimmVariant('B', 14, _DINOV2, 'vit_base_patch14_dinov2.lvd142m', 518),
-    'DINOv2-L_14': TimmVariant('L', 14, _DINOV2, 'vit_large_patch14_dinov2.lvd142m', 518),
+    'DINOv2-S_14': TimmVariant('S', 14, _DINOV2, 'vit_small_patch14_dinov2.lvd142m', 518, 0),
+    'DINOv2-B_14': TimmVariant('B', 14, _DINOV2, 'vit_base_patch14_dinov2.lvd142m', 518, 0),
+    'DINOv2-L_14': TimmVariant('L', 14, _DINOV2, 'vit_large_patch14_dinov2.lvd142m', 518, 0),
     'DINOv2-S_14-reg4': TimmVariant('S', 14, dict(_DINOV2, num_registers=4),
-                                    'vit_small_patch14_reg4_dinov2.lvd142m', 518),
+                                    'vit_small_patch14_reg4_dinov2.lvd142m', 518, 0),
     'DINOv2-B_14-reg4': TimmVariant('B', 14, dict(_DINOV2, num_registers=4),
-                                    'vit_base_patch14_reg4_dinov2.lvd142m', 518),
+                                    'vit_base_patch14_reg4_dinov2.lvd142m', 518, 0),
     'DINOv2-L_14-reg4': TimmVariant('L', 14, dict(_DINOV2, num_registers=4),
-                                    'vit_large_patch14_reg4_dinov2.lvd142m', 518),
+                                    'vit_large_patch14_reg4_dinov2.lvd142m', 518, 0),
     'SigLIP-B_16': TimmVariant('B', 16, dict(classifier='map'),
-                               'vit_base_patch16_siglip_224.webli', 224),
+                               'vit_base_patch16_siglip_224.webli', 224, 0),
     'CLIP-B_16': TimmVariant('B', 16, dict(pre_norm=True, patch_bias=False,
                                            activation='quick_gelu', layer_norm_eps=1e-5,
                                            **CLIP_PIXELS),
-                             'vit_base_patch16_clip_quickgelu_224.openai', 224),
-    'DeiT-Ti_16': TimmVariant('Ti', 16, _DEIT, 'deit_tiny_patch16_224.fb_in1k', 224),
-    'DeiT-S_16': TimmVariant('S', 16, _DEIT, 'deit_small_patch16_224.fb_in1k', 224),
-    'DeiT-B_16': TimmVariant('B', 16, _DEIT, 'deit_base_patch16_224.fb_in1k', 224),
+                             'vit_base_patch16_clip_quickgelu_224.openai', 224, 512),
+    'DeiT-Ti_16': TimmVariant('Ti', 16, _DEIT, 'deit_tiny_patch16_224.fb_in1k', 224, 1000),
+    'DeiT-S_16': TimmVariant('S', 16, _DEIT, 'deit_small_patch16_224.fb_in1k', 224, 1000),
+    'DeiT-B_16': TimmVariant('B', 16, _DEIT, 'deit_base_patch16_224.fb_in1k', 224, 1000),
 }
 
 
