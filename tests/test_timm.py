@@ -222,6 +222,28 @@ def test_fine_tuning_starts_from_a_timm_file(tmp_path):
   chex.assert_trees_all_equal(fitted['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
 
 
+def test_fine_tuning_starts_from_a_headless_dinov2_file_with_registers(tmp_path):
+  """DINOv2 with registers at a small width, its file without a head at 28 px
+  (a 2x2 grid): fitted to a 56 px, 5-class model, the registers and blocks kept,
+  the position table (patches only) resized to 4x4, the head new."""
+  from safetensors.numpy import save_file
+  small = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2)
+  trained = models.get_config('DINOv2-S_14-reg4', num_classes=0, **small)
+  params = perturbed(init(models.build_model(trained), 28))['params']
+  path = str(tmp_path / 'dinov2.safetensors')
+  save_file(timm_files.to_timm(params, 'DINOv2-S_14-reg4'), path)
+  config = models.get_config('DINOv2-S_14-reg4', num_classes=5, **small)
+  fresh = init(models.build_model(config), 56)['params']
+  fitted = finetune.load_pretrained(path, fresh, config)
+  for key in ('registers', 'cls'):
+    np.testing.assert_array_equal(fitted[key], params[key])
+  chex.assert_trees_all_equal(fitted['Transformer']['encoderblock_1'],
+                              jax.tree_util.tree_map(np.asarray,
+                                                     params['Transformer']['encoderblock_1']))
+  chex.assert_shape(fitted['Transformer']['posembed_input']['pos_embedding'], (1, 16, 32))
+  chex.assert_trees_all_equal(fitted['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
+
+
 def test_a_pth_file_without_torch_says_what_to_install(tmp_path):
   if importlib.util.find_spec('torch') is not None:
     pytest.skip('torch is installed: test_load_reads_a_pth_file reads the file')

@@ -19,4 +19,5 @@ from analysis.tools import robustness  # noqa: F401
 from analysis.tools import nll  # noqa: F401
 from analysis.tools import calibration  # noqa: F401
 from analysis.tools import lesion  # noqa: F401
+from analysis.tools import head_ablation  # noqa: F401
 from analysis.tools import corruption  # noqa: F401
