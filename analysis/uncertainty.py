@@ -1,6 +1,6 @@
 """Standard errors of the analysis numbers: binomial ones for accuracies, and the
 spread of a per-batch quantity over the batches it is averaged from."""
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 import numpy as np
 
@@ -39,3 +39,21 @@ def weighted_mean_stderr(values: Sequence[np.ndarray], weights: Sequence[float]
     return np.full(x.shape[1:], np.nan)
   mean = np.sum(w * x, axis=0)
   return np.sqrt(len(x) / (len(x) - 1) * np.sum(w**2 * (x - mean) ** 2, axis=0))
+
+
+def paired_drops(correct: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """The accuracy each edited model loses against the intact one on the same
+  images, and the standard error of that paired difference over the images.
+
+  Args:
+    correct: (1 + edits, N) 1 where a model classified an image right, the intact
+      model first.
+
+  Returns:
+    (the (edits,) drops, their standard errors: NaN with one image).
+  """
+  difference = correct[:1] - correct[1:]
+  n = correct.shape[1]
+  stderr = (difference.std(axis=1, ddof=1) / np.sqrt(n) if n > 1
+            else np.full(len(difference), np.nan))
+  return difference.mean(axis=1), stderr

@@ -27,11 +27,4 @@ def get_config(arg: str = 'DINOv2-S_14') -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict(dict(dtype='bfloat16'))
   config.dataset = 'cifar10'
   config.image_size = TIMM_VARIANTS[arg].resolution
-  config.batch_size = 512
-  config.accum_steps = 8
-  config.total_steps = 10_000
-  config.optimizer = 'sgd'
-  config.lr = 0.03
-  config.warmup_steps = 500
-  config.weight_decay = 0.
-  return config
+  return common.vit_fine_tuning(config)

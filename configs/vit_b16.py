@@ -41,11 +41,4 @@ def get_config(arg: str = 'cifar10') -> ml_collections.ConfigDict:
   config.dataset = arg
   config.eval_split = FINE_TUNE[arg]
   config.image_size = 384
-  config.batch_size = 512
-  config.accum_steps = 8
-  config.total_steps = 10_000
-  config.optimizer = 'sgd'
-  config.lr = 0.03
-  config.warmup_steps = 500
-  config.weight_decay = 0.
-  return config
+  return common.vit_fine_tuning(config)

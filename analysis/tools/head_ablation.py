@@ -96,10 +96,7 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
     sizes.append(len(images))
   correct = np.array([np.concatenate(c) for c in correct], np.float64)  # (1 + heads, N)
   n = correct.shape[1]
-  difference = correct[:1] - correct[1:]
-  drop = difference.mean(axis=1)
-  drop_stderr = (difference.std(axis=1, ddof=1) / np.sqrt(n) if n > 1
-                 else np.full(len(removed), np.nan))
+  drop, drop_stderr = uncertainty.paired_drops(correct)
   distance = [np.average([d[layer] for d in distances], axis=0, weights=sizes)
               for layer in range(len(names))]
   by_layer = lambda values: [[float(values[k]) for k, (l, _) in enumerate(removed) if l == layer]

@@ -57,10 +57,7 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
       correct[i].append(np.asarray(predict(subject.params, scales, x)) == np.asarray(labels))
   correct = np.array([np.concatenate(c) for c in correct], np.float64)  # (1 + branches, N)
   n = correct.shape[1]
-  difference = correct[:1] - correct[1:]
-  drop = difference.mean(axis=1)
-  drop_stderr = (difference.std(axis=1, ddof=1) / np.sqrt(n) if n > 1
-                 else np.full(len(branches), np.nan))
+  drop, drop_stderr = uncertainty.paired_drops(correct)
   ends = stage_ends(len(branches), subject.layers.branch_stages)
   accuracy = float(correct[0].mean())
   figure = plots.bars(100 * drop, 100 * drop_stderr, [b.label for b in branches],
