@@ -133,8 +133,9 @@ TOOL = register(Tool(
              '`head_scales` collection, as Michel et al. 2019 mask heads): the drop from the '
              'intact accuracy ± the standard error of the paired difference over images, per '
              'head, against the head\'s mean attention distance on the same images.',
-    paper='No claim of the two papers: Raghu et al. (Fig. 5) place heads by attention '
-          'distance; this asks which of them the prediction needs.',
+    paper='No claim of the two papers: Raghu et al. sort heads by their mean attention '
+          'distance (the axis of their Fig. 5); this asks which of them the prediction '
+          'needs.',
     reads_logits=True,
     run=run_head_ablation, runs_on=ATTENTION, findings=each_model(_findings),
     scalars=lambda result, label: ({'head_ablation/drop': [
