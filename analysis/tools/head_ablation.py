@@ -79,7 +79,8 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
                      'its attention: head ablation needs a ViT.')
   model = subject.model
   cases, removed = ablations(subject)
-  counts = head_counts(subject)
+  counts = [sum(1 for l, _ in removed if l == layer)
+            for layer in range(len(subject.layers.head_outputs))]
   predict = jax.jit(lambda params, scales, x: jnp.argmax(
       model.apply({'params': params, HEAD_SCALES: scales}, x), -1))
   grid, pixels = subject.token_grid()
