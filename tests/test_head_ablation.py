@@ -1,15 +1,15 @@
 """Head ablation on constructed models: a head the model does not use costs
-nothing, removing the only head it uses leaves a constant prediction."""
+nothing, removing the only head it uses leaves a constant prediction, and
+mean-ablating a head whose output is the same on every image changes nothing."""
 import flax
 import numpy as np
 import pytest
 
 from analysis import features
 from analysis.tools import TOOLS
-from analysis.tools.head_ablation import ablations
+from analysis.tools.head_ablation import ablations, mean_head_outputs
 from helpers import TINY_VIT, batches, images, init, perturbed, tiny_vit
 from vit_jax import models
-from vit_jax.models.attention import HEAD_SCALES
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -43,7 +43,7 @@ def test_a_head_whose_output_the_model_never_reads_costs_nothing(tmp_path):
   subject = _subject(flat)
   cases, removed = ablations(subject)
   x = images(4)
-  logits = [np.asarray(subject.model.apply({'params': subject.params, HEAD_SCALES: c}, x))
+  logits = [np.asarray(subject.model.apply({'params': subject.params, **c}, x))
             for c in cases]
   # Intact, the scales change nothing (another compiled program: float sums may differ).
   np.testing.assert_allclose(logits[0], np.asarray(subject.logits(x)), rtol=1e-4, atol=1e-5)
@@ -83,8 +83,33 @@ def test_removing_the_only_head_a_model_uses_leaves_a_constant_prediction(tmp_pa
   cases, removed = ablations(subject)
   x = np.concatenate([x for x, _ in batches('eval')])
   without = np.asarray(subject.model.apply(
-      {'params': subject.params, HEAD_SCALES: cases[1 + removed.index((0, 0))]}, x))
+      {'params': subject.params, **cases[1 + removed.index((0, 0))]}, x))
   np.testing.assert_allclose(without, np.broadcast_to(without[0], without.shape), atol=1e-5)
   constant = int(without[0].argmax())
   assert result['drop'][0][0] == pytest.approx(1. - np.mean(labels == constant))
   assert result['drop'][0][1:] == [0., 0., 0.]
+
+
+def test_mean_ablating_a_head_whose_output_never_changes_changes_nothing(tmp_path):
+  """With its value kernel zero, head 2 of the first block outputs its value bias
+  at every token of every image (attention averages equal values): its mean is
+  itself, so mean-ablation keeps every logit, while zero-ablation, removing the
+  bias, changes them."""
+  flat = _flat(tiny_vit(num_classes=3))
+  value = 'Transformer/encoderblock_0/MultiHeadDotProductAttention_1/value/'
+  flat[value + 'kernel'][:, 2] = 0.
+  flat[value + 'bias'][2] = 1.
+  subject = _subject(flat)
+  means = mean_head_outputs(subject, batches)
+  sown = [np.asarray(subject.intermediates(x, subject.layers.head_outputs)[
+      subject.layers.head_outputs[0]]) for x, _ in batches('eval')]
+  np.testing.assert_allclose(means[0], np.concatenate(sown).mean(0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(means[0][:, 2], 1., rtol=1e-6)
+  x = images(4)
+  for mode_means, changes in ((means, False), (None, True)):
+    cases, removed = ablations(subject, mode_means)
+    apply = lambda edits: np.asarray(subject.model.apply({'params': subject.params, **edits}, x))
+    difference = np.abs(apply(cases[1 + removed.index((0, 2))]) - apply(cases[0])).max()
+    assert (difference > 1e-4) if changes else (difference < 1e-5)
+  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path), mode='mean')
+  assert result['mode'] == 'mean' and result['drop'][0][2] == 0.

@@ -1,4 +1,4 @@
-"""The `branch_scales` collection that removes one residual branch at inference,
+"""The `scales` collection that removes one residual branch at inference,
 against zeroed parameters of that branch's last layer, and the lesion tool."""
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 
 from analysis.tools import TOOLS, lesion
 from helpers import batches
-from vit_jax.models.family import BRANCH_SCALES, branch_scales
+from vit_jax.models.family import SCALES, branch_scales
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -22,7 +22,7 @@ def flat(tree):
 def logits(subject, scales, x):
   variables = {'params': subject.params}
   if scales is not None:
-    variables[BRANCH_SCALES] = scales
+    variables[SCALES] = scales
   return np.asarray(subject.model.apply(variables, x))
 
 

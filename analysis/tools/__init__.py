@@ -20,4 +20,5 @@ from analysis.tools import nll  # noqa: F401
 from analysis.tools import calibration  # noqa: F401
 from analysis.tools import lesion  # noqa: F401
 from analysis.tools import head_ablation  # noqa: F401
+from analysis.tools import logit_lens  # noqa: F401
 from analysis.tools import corruption  # noqa: F401

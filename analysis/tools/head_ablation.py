@@ -3,7 +3,8 @@ at inference, head by head, drawn against the head's mean attention distance
 (the axis of Raghu et al.'s Fig. 5). Heads are removed as Michel et al. (2019,
 "Are Sixteen Heads Really Better than One?") mask them: the head's output is
 multiplied by 0 before the output projection."""
-from typing import Dict, List, Tuple
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -15,7 +16,18 @@ from analysis.estimate import Work
 from analysis.features import shard_examples
 from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register
 from vit_jax import models
-from vit_jax.models.attention import HEAD_SCALES
+from analysis.tool_options import option
+from vit_jax.models.family import SCALES, SHIFTS
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The head-ablation tool's command-line options."""
+  head_ablation: str = option(
+      'zero', "zero: a removed head's output is multiplied by 0 (Michel et al.'s head "
+      'masking); mean: replaced by its mean over the evaluation images, per token (mean-'
+      'ablation, a departure that keeps the layer\'s input in its usual range).',
+      choices=('zero', 'mean'))
 
 
 def head_counts(subject: Subject) -> List[int]:
@@ -36,30 +48,69 @@ def head_counts(subject: Subject) -> List[int]:
   return [int(shapes[n].shape[2]) for n in names]
 
 
-def ablations(subject: Subject) -> Tuple[List[Dict], List[Tuple[int, int]]]:
-  """The intact `head_scales` collection, then one per head with that head's scale
-  0 (every one with the same tree, so that one compiled model runs them all), and
-  the (layer, head) each removes.
+def ablations(subject: Subject, means: Optional[Sequence[np.ndarray]] = None
+              ) -> Tuple[List[Dict], List[Tuple[int, int]]]:
+  """The intact edit collections, then one per head with that head removed (every
+  one with the same tree, so that one compiled model runs them all), and the
+  (layer, head) each removes. A head is removed by a scale of 0 on its output
+  (`family.sow_edited`); with `means`, its output is then replaced by its mean.
 
   Args:
     subject: the model.
+    means: per attention layer, the mean (T, heads, D/heads) head outputs over
+      the data (`mean_head_outputs`), for mean-ablation; None for zero-ablation.
 
   Returns:
-    (the collections, intact first; the (layer, head) of each after the first).
+    (the `scales` and, with `means`, `shifts` collections, intact first; the
+    (layer, head) of each after the first).
   """
   names, counts = subject.layers.head_outputs, head_counts(subject)
-  intact = {tuple(n.split('/')): np.ones(h, np.float32) for n, h in zip(names, counts)}
-  cases, removed = [intact], []
-  for layer, (name, count) in enumerate(zip(names, counts)):
+  keys = [tuple(n.split('/')) for n in names]
+  intact = {k: np.ones((h, 1), np.float32) for k, h in zip(keys, counts)}
+  unshifted = {k: np.zeros((h, 1), np.float32) for k, h in zip(keys, counts)}
+  cases, removed = [(intact, unshifted)], []
+  for layer, (key, count) in enumerate(zip(keys, counts)):
     for head in range(count):
-      scales = np.ones(count, np.float32)
+      scales = np.ones((count, 1), np.float32)
       scales[head] = 0.
-      cases.append({**intact, tuple(name.split('/')): scales})
+      shift = unshifted[key]
+      if means is not None:
+        shift = np.zeros_like(means[layer])
+        shift[:, head] = means[layer][:, head]
+      cases.append(({**intact, key: scales}, {**unshifted, key: shift}))
       removed.append((layer, head))
-  return [flax.traverse_util.unflatten_dict(c) for c in cases], removed
+  unflatten = flax.traverse_util.unflatten_dict
+  if means is None:
+    return [{SCALES: unflatten(c)} for c, _ in cases], removed
+  # Every case shifts every layer by an array of one shape: one compiled model.
+  full = lambda shifts: {k: np.broadcast_to(v, means[i].shape)
+                         for i, (k, v) in enumerate(shifts.items())}
+  return [{SCALES: unflatten(c), SHIFTS: unflatten(full(d))} for c, d in cases], removed
 
 
-def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
+def mean_head_outputs(subject: Subject, batches: Batches) -> List[np.ndarray]:
+  """Each attention layer's head outputs (before the output projection) averaged
+  over the evaluation images, per token position: what mean-ablation puts in a
+  removed head's place.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+
+  Returns:
+    Per attention layer, the (T, heads, D/heads) mean.
+  """
+  names = subject.layers.head_outputs
+  sums, count = None, 0
+  for images, _ in batches('eval'):
+    outputs = subject.intermediates(images, names)
+    batch = [np.asarray(outputs[n], np.float64).sum(0) for n in names]
+    sums = batch if sums is None else [a + b for a, b in zip(sums, batch)]
+    count += len(images)
+  return [(s / count).astype(np.float32) for s in sums]
+
+
+def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 'zero') -> Dict:
   """Accuracy on the evaluation split with each attention head removed in turn,
   against the intact model; the drop's standard error is that of a paired
   difference over images. Each head's mean attention distance (spatial keys,
@@ -70,6 +121,8 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
+    mode: 'zero' (the head's output times 0, Michel et al.'s masking) or 'mean'
+      (replaced by its mean over the evaluation images, per token).
 
   Returns:
     The model's JSON.
@@ -78,11 +131,12 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no per-head outputs of '
                      'its attention: head ablation needs a ViT.')
   model = subject.model
-  cases, removed = ablations(subject)
+  cases, removed = ablations(subject, mean_head_outputs(subject, batches)
+                             if mode == 'mean' else None)
   counts = [sum(1 for l, _ in removed if l == layer)
             for layer in range(len(subject.layers.head_outputs))]
-  predict = jax.jit(lambda params, scales, x: jnp.argmax(
-      model.apply({'params': params, HEAD_SCALES: scales}, x), -1))
+  predict = jax.jit(lambda params, edits, x: jnp.argmax(
+      model.apply({'params': params, **edits}, x), -1))
   grid, pixels = subject.token_grid()
   names = subject.layers.attention_weights
   distances_of = jax.jit(lambda inter: [attention.mean_attention_distance(
@@ -90,8 +144,8 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
   correct, distances, sizes = [[] for _ in cases], [], []
   for images, labels in batches('eval'):
     x = shard_examples(images, mesh=subject.mesh)
-    for i, scales in enumerate(cases):
-      correct[i].append(np.asarray(predict(subject.params, scales, x)) == np.asarray(labels))
+    for i, edits in enumerate(cases):
+      correct[i].append(np.asarray(predict(subject.params, edits, x)) == np.asarray(labels))
     distances.append([np.asarray(d, np.float64) for d in distances_of(
         subject.intermediates(images, names))])
     sizes.append(len(images))
@@ -108,11 +162,11 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str) -> Dict:
       {name: (distance[layer], np.array(by_layer(100 * drop)[layer]))
        for layer, name in enumerate(layer_names)},
       figure_path(out, 'head_ablation', subject),
-      f'Head ablation: {subject.label} (intact {100 * accuracy:.1f}%)',
+      f'Head ablation ({mode}): {subject.label} (intact {100 * accuracy:.1f}%)',
       'mean attention distance (pixels)', 'accuracy lost (points)')
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
-          'layers': layer_names, 'heads': counts,
+          'mode': mode, 'layers': layer_names, 'heads': counts,
           'drop': by_layer(drop), 'drop_stderr': by_layer(drop_stderr),
           'distance': [d.tolist() for d in distance],
           'num_images': n, 'figures': [figure]}
@@ -131,17 +185,18 @@ TOOL = register(Tool(
     name='head_ablation', title='Head ablation',
     quantity='Accuracy on the evaluation split with one attention head removed at inference '
              "(its output times 0 before the output projection, through the model's "
-             '`head_scales` collection, as Michel et al. 2019 mask heads): the drop from the '
+             '`scales` collection, as Michel et al. 2019 mask heads): the drop from the '
              'intact accuracy ± the standard error of the paired difference over images, per '
              'head, against the head\'s mean attention distance on the same images.',
     paper='No claim of the two papers: Raghu et al. sort heads by their mean attention '
           'distance (the axis of their Fig. 5); this asks which of them the prediction '
           'needs.',
-    reads_logits=True,
+    reads_logits=True, flags=Options, options=lambda chosen: {'mode': chosen.head_ablation},
     run=run_head_ablation, runs_on=ATTENTION, findings=each_model(_findings),
     scalars=lambda result, label: ({'head_ablation/drop': [
         d for row in result[label]['drop'] for d in row]} if label in result else {}),
-    # One forward pass over the evaluation split per head, the intact one, and the
-    # attention maps' pass.
+    # One forward pass over the evaluation split per head, the intact one, the
+    # attention maps' pass and, for mean-ablation, the means' pass.
     work=lambda subject, options, amounts: Work(
-        {'forward': (2 + sum(head_counts(subject))) * amounts.batches}, {'forward': 2})))
+        {'forward': (2 + (options.get('mode') == 'mean') + sum(head_counts(subject)))
+         * amounts.batches}, {'forward': 2})))

@@ -11,11 +11,11 @@ from analysis import plots, uncertainty
 from analysis.estimate import Work
 from analysis.features import shard_examples
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
-from vit_jax.models.family import BRANCH_SCALES, branch_scales
+from vit_jax.models.family import SCALES, branch_scales
 
 
 def lesions(subject: Subject) -> List[Dict]:
-  """The intact `branch_scales` collection, then one per branch with that branch's scale
+  """The intact `scales` collection, then one per branch with that branch's scale
   0: every one has the same tree, so one compiled model runs them all.
 
   Args:
@@ -48,7 +48,7 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
   """
   model, branches = subject.model, subject.layers.branches
   predict = jax.jit(lambda params, scales, x: jnp.argmax(
-      model.apply({'params': params, BRANCH_SCALES: scales}, x), -1))
+      model.apply({'params': params, SCALES: scales}, x), -1))
   cases = lesions(subject)
   correct = [[] for _ in cases]
   for images, labels in batches('eval'):
@@ -102,7 +102,7 @@ def _findings(label, r, q):
 TOOL = register(Tool(
     name='lesion', title='Lesion study',
     quantity='Accuracy on the evaluation split with one residual branch removed at inference '
-             '(its output set to 0 through the `branch_scales` collection, shortcut or projection '
+             '(its output set to 0 through the `scales` collection, shortcut or projection '
              'kept): each branch of a ViT block (attention, MLP) and each unit of a ResNet, '
              'AlterNet or Mixer apart; the drop from the intact accuracy ± the standard error '
              'of the paired difference over images, and the mean drop of the last branch of '

@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax.models import conv
-from vit_jax.models.family import (HYBRID, Branch, Family, Layers, branch_output,
+from vit_jax.models.family import (HYBRID, Branch, Family, Layers, sow_edited,
                                    stage_starts)
 from vit_jax.models.resnet import GroupNorm
 
@@ -151,10 +151,9 @@ class Block(nn.Module):
       y = conv_(self.features, 3, self.strides, name='conv1')(y)
       y = conv_(out, 3, name='conv2')(nn.relu(norm('norm2')(y)))
     self.sow('intermediates', 'shortcut', shortcut)
-    y = branch_output(self, 'residual', y)
+    y = sow_edited(self, 'residual', y)
     y = nn.Dropout(self.drop_path, broadcast_dims=(1, 2, 3))(y, deterministic=not train)
-    x = shortcut + y
-    self.sow('intermediates', 'output', x)
+    x = sow_edited(self, 'output', shortcut + y)
     return x
 
 
@@ -191,7 +190,7 @@ class AlterNet(nn.Module):
                 name='stem_conv')(images.astype(self.dtype))
     if self.stem_pool:
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=[(1, 1), (1, 1)])
-    self.sow('intermediates', 'stem', x)
+    x = sow_edited(self, 'stem', x)
     total, index = sum(self.num_layers), 0
     for s, (depth, msa, heads) in enumerate(zip(self.num_layers, self.num_msa, self.num_heads)):
       for u, kind in enumerate(block_kinds(depth, msa)):

@@ -12,14 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models.family import sow_edited
+
 Dtype = Any
 ATTENTION_IMPLS = ('auto', 'xla', 'cudnn', 'explicit')
 ATTENTION_WEIGHTS = 'attention_weights'  # the sown name of the explicit path's weights
 HEAD_OUTPUTS = 'head_outputs'  # the sown name of each head's output, before the projection
-# The variable collection that scales each head's output before the projection: a
-# (heads,) array under the name HEAD_OUTPUTS in the attention module's scope; 0
-# removes that head. A model applied without it computes what it always does.
-HEAD_SCALES = 'head_scales'
 # cuDNN's fused kernels take sequence lengths in multiples of this; shorter
 # sequences are padded and the padded keys masked.
 CUDNN_SEQ_MULTIPLE = 8
@@ -145,8 +143,9 @@ class MultiHeadAttention(nn.Module):
   `impl` picks the computation (`ATTENTION_IMPLS`, 'auto' by `resolve_impl`):
   'explicit' forms the weights and sows them as `attention_weights`; the others
   are fused. Every path sows the heads' outputs before the output projection as
-  `head_outputs`, each scaled first by its entry of the `head_scales` collection
-  where `apply` is given one. Attention dropout needs the weights, so a training call with
+  `head_outputs`, edited first by the `scales` and `shifts` collections
+  where `apply` is given them (`family.sow_edited`: a (heads, 1) scale of 0
+  removes a head). Attention dropout needs the weights, so a training call with
   `dropout_rate` > 0 is explicit. With `window` > 0 patch tokens attend only to
   their neighbours on `grid` (`window_mask`); a `relative_table` adds
   `relative_logits` before the softmax. Both run fused through XLA where the
@@ -183,9 +182,7 @@ class MultiHeadAttention(nn.Module):
                                        implementation='xla')
     else:
       y = fused_attention(q, k, v, impl)
-    if self.has_variable(HEAD_SCALES, HEAD_OUTPUTS):
-      y = y * self.get_variable(HEAD_SCALES, HEAD_OUTPUTS).astype(y.dtype)[:, None]
-    self.sow('intermediates', HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
+    y = sow_edited(self, HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
     return dense(width, axis=(-2, -1), name='out')(y)
 
   def explicit(self, q: jax.Array, k: jax.Array, v: jax.Array, bias: Optional[jax.Array],

@@ -77,31 +77,40 @@ class Layers:
   head_outputs: Tuple[str, ...] = ()
 
 
-BRANCH_SCALES = 'branch_scales'  # the variable collection that scales residual branches
+# Variable collections that edit what a model sows, keyed as the sown names (in
+# the sowing module's scope): a sown value y becomes y * scale + shift where
+# `apply` is given an entry for it. Scales of 0 remove a residual branch or a
+# head (lesions, ablations); a shift then puts another value in its place (mean
+# ablation, activation patching, the logit lens). Without them a model computes
+# what it always does.
+SCALES = 'scales'
+SHIFTS = 'shifts'
 
 
-def branch_output(module: nn.Module, name: str, y: Any) -> Any:
-  """A residual branch's output f(z), as the family adds it to the stream, sown
-  under `name` (a `Branch.output`): times the scale the `branch_scales` collection
-  holds under that name where `apply` is given one, so that 0 removes the branch
-  at inference and leaves its shortcut.
+def sow_edited(module: nn.Module, name: str, y: Any) -> Any:
+  """`y` as the `scales` and `shifts` collections edit it under `name` (each
+  broadcast against `y`, where `apply` is given it), sown as `name`. Families
+  sow every residual stream entry, residual branch output and attention head
+  output through it.
 
   Args:
-    module: the module that adds the branch.
-    name: the branch output's sown name.
-    y: the branch's output.
+    module: the module that sows it.
+    name: the sown name.
+    y: the value.
 
   Returns:
-    The output, scaled where a scale is given.
+    The edited value, which the model goes on with.
   """
-  if module.has_variable(BRANCH_SCALES, name):
-    y = y * module.get_variable(BRANCH_SCALES, name).astype(y.dtype)
+  if module.has_variable(SCALES, name):
+    y = y * module.get_variable(SCALES, name).astype(y.dtype)
+  if module.has_variable(SHIFTS, name):
+    y = y + module.get_variable(SHIFTS, name).astype(y.dtype)
   module.sow('intermediates', name, y)
   return y
 
 
 def branch_scales(layers: 'Layers') -> Dict[str, Any]:
-  """The `branch_scales` collection with scale 1 for every branch of `layers`
+  """The `scales` collection with scale 1 for every branch of `layers`
   (nested by the branches' sown paths); set one to 0 to remove that branch. Every
   choice has the same tree, so that a compiled model serves them all.
 

@@ -15,7 +15,7 @@ import ml_collections
 
 from vit_jax.models import conv
 from vit_jax.models.family import (MLP, Branch, CheckpointError, Family, Flat, Layers,
-                                   branch_output)
+                                   sow_edited)
 
 Dtype = Any
 
@@ -39,18 +39,18 @@ class MixerBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    self.sow('intermediates', 'input', x)
+    x = sow_edited(self, 'input', x)
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MlpBlock(self.tokens_mlp_dim, self.dtype, name='token_mixing')(y.swapaxes(1, 2))
     y = y.swapaxes(1, 2)
-    y = branch_output(self, 'token_mlp', y)
+    y = sow_edited(self, 'token_mlp', y)
     x = x + y
-    self.sow('intermediates', '+token_mlp', x)
+    x = sow_edited(self, '+token_mlp', x)
     y = nn.LayerNorm(epsilon=1e-6, dtype=self.dtype, name='LayerNorm_1')(x)
     y = MlpBlock(self.channels_mlp_dim, self.dtype, name='channel_mixing')(y)
-    y = branch_output(self, 'channel_mlp', y)
+    y = sow_edited(self, 'channel_mlp', y)
     x = x + y
-    self.sow('intermediates', '+channel_mlp', x)
+    x = sow_edited(self, '+channel_mlp', x)
     return x
 
 

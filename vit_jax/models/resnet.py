@@ -16,7 +16,7 @@ from jax import lax
 
 from vit_jax.models import conv
 from vit_jax.models.conv import oihw
-from vit_jax.models.family import (CONVNET, Branch, Family, Flat, Layers, branch_output,
+from vit_jax.models.family import (CONVNET, Branch, Family, Flat, Layers, sow_edited,
                                    stage_starts)
 
 Dtype = Any
@@ -115,9 +115,8 @@ class BottleneckV1(nn.Module):
     # Zero-init of the last scale makes every unit start as the identity map.
     y = norm(name='gn3', scale_init=nn.initializers.zeros)(y)
     self.sow('intermediates', 'shortcut', residual)
-    y = branch_output(self, 'residual', y)
-    out = nn.relu(residual + y)
-    self.sow('intermediates', 'output', out)
+    y = sow_edited(self, 'residual', y)
+    out = sow_edited(self, 'output', nn.relu(residual + y))
     return out
 
 
@@ -160,7 +159,7 @@ class ResNetV1(nn.Module):
     x = StdConv(width, (7, 7), 2, use_bias=False, dtype=self.dtype, name='conv_root')(x)
     x = GroupNorm(32, 1e-6, self.dtype, 'scale', 'bias', name='gn_root')(x)
     x = nn.max_pool(nn.relu(x), (3, 3), strides=(2, 2), padding='SAME')
-    self.sow('intermediates', 'root', x)
+    x = sow_edited(self, 'root', x)
     for s, depth in enumerate(self.num_layers):
       x = Stage(BottleneckV1, 'unit{}', depth, width * 2**s, 1 if s == 0 else 2, self.dtype,
                 name=f'block{s + 1}')(x)
@@ -234,9 +233,8 @@ class BottleneckV2(nn.Module):
     y, _ = NormActConv(out, 1, dtype=self.dtype, name='c')(y)
     shortcut = x if shortcut is None else shortcut
     self.sow('intermediates', 'shortcut', shortcut)
-    y = branch_output(self, 'residual', y)
-    out = y + shortcut
-    self.sow('intermediates', 'output', out)
+    y = sow_edited(self, 'residual', y)
+    out = sow_edited(self, 'output', y + shortcut)
     return out
 
 
@@ -272,7 +270,7 @@ class ResNetV2Body(nn.Module):
   def __call__(self, x):
     width = int(64 * self.width_factor)
     x = RootBlock(width, self.dtype, self.root_pool, name='root_block')(x)
-    self.sow('intermediates', 'root', x)
+    x = sow_edited(self, 'root', x)
     for s, depth in enumerate(self.num_layers):
       x = Stage(BottleneckV2, 'unit{:02d}', depth, width * 2**s, 1 if s == 0 else 2, self.dtype,
                 name=f'block{s + 1}')(x)

@@ -22,7 +22,7 @@ from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
                                      MultiHeadAttention)
 from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRANSFORMER, Branch,
-                                   CheckpointError, Family, Flat, Layers, branch_output)
+                                   CheckpointError, Family, Flat, Layers, sow_edited)
 from vit_jax.models.resnet import ResNetV1
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Encoder1DBlock(nn.Module):
     """`drop_path`, when given, overrides the attribute: a scanned block's rate is
     an array, one entry per layer."""
     rate = self.drop_path if drop_path is None else drop_path
-    self.sow('intermediates', 'input', x)
+    x = sow_edited(self, 'input', x)
 
     y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
@@ -199,19 +199,19 @@ class Encoder1DBlock(nn.Module):
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = self._layer_scale('ls1', y)
-    y = branch_output(self, 'sa', y)
+    y = sow_edited(self, 'sa', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.attention_skip else y
-    self.sow('intermediates', '+sa', x)
+    x = sow_edited(self, '+sa', x)
 
     y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.activation,
                  name='MlpBlock_3')(y, train=train)
     y = self._layer_scale('ls2', y)
-    y = branch_output(self, 'mlp', y)
+    y = sow_edited(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
     x = x + y if self.mlp_skip else y
-    self.sow('intermediates', '+mlp', x)
+    x = sow_edited(self, '+mlp', x)
     return x
 
   def _layer_scale(self, name: str, y):
