@@ -107,6 +107,26 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'fourier', 'relative log amplitude',
         'log amplitude of the 2-D Fourier transform of the feature maps at frequencies '
         'along the diagonal, minus that at frequency 0', f'{PK} fourier_analysis.ipynb'),
+    Convention(
+        'head_ablation', 'removing a head',
+        "the head's output multiplied by a mask of 0 before the output projection, one head "
+        'at a time, the accuracy compared with the intact model\'s',
+        'pmichel31415/are-16-heads-really-better-than-1 experiments/BERT/heads_ablation.sh, '
+        'lines 12-20 (--attention_mask_heads layer:head)', 'mode', 'head_ablation', 'zero',
+        (('mean', "the head's output replaced by its mean over the evaluation images, per "
+          'token (mean-ablation)'),), ('mode',)),
+    Convention(
+        'artifact_tokens', 'outlier rule',
+        'a token whose norm exceeds 150, set on DINOv2 ViT-g/14 (no code of the analysis is '
+        'published)', 'Darcet et al. 2024, Sec. 3.1', 'rule', 'artifact_rule', 'absolute',
+        (('relative', 'a norm beyond --artifact_factor (default 4) times the median '
+          'patch-token norm of its layer, for models of another scale'),), ('rule',)),
+    Convention(
+        'activation_patching', 'restored share',
+        '(m(patched) - m(corrupted)) / (m(clean) - m(corrupted)), m the logit of the clean '
+        "run's answer minus that of the corrupted run's, averaged over the pairs",
+        'TransformerLensOrg/TransformerLens demos/Activation_Patching_in_TL_Demo.ipynb, '
+        'get_logit_diff and ioi_metric (cells 10-11)'),
 )
 # 'auto' resolves to a set by image size; the JSON records the set.
 AUTHORS_VALUES = {('corruption', 'parameters'): ('auto', 'cifar')}

@@ -356,7 +356,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
 
 
 def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[str],
-              title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None) -> Any:
+              title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None,
+              logy: bool = False, marks: Sequence[Tuple[float, str]] = ()) -> Any:
   """A histogram, or overlaid ones on shared bins for named value sets.
 
   Args:
@@ -365,6 +366,8 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
     title: the title.
     xlabel: the x axis' label.
     colours_of: each set's colour.
+    logy: a log count axis (to show a few outliers beside the bulk).
+    marks: vertical (value, name) lines, such as a threshold.
 
   Returns:
     `path`, or the open figure where `path` is None.
@@ -375,8 +378,12 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
   for name, v in sets.items():
     ax.hist(np.ravel(v), bins=bins, alpha=0.6 if len(sets) > 1 else 1., label=name or None,
             color=(colours_of or {}).get(name))
+  for value, name in marks:
+    ax.axvline(value, color='k', linestyle='--', linewidth=1, label=name)
   ax.set(title=title, xlabel=xlabel, ylabel='count')
-  if len(sets) > 1:
+  if logy:
+    ax.set_yscale('log')
+  if len(sets) > 1 or marks:
     ax.legend(fontsize='small')
   return _save(fig, path)
 

@@ -57,3 +57,25 @@ def paired_drops(correct: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
   stderr = (difference.std(axis=1, ddof=1) / np.sqrt(n) if n > 1
             else np.full(len(difference), np.nan))
   return difference.mean(axis=1), stderr
+
+
+def ratio_of_means(numerators: np.ndarray, denominators: np.ndarray
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+  """R = mean(a) / mean(b) over paired samples, and its delta-method standard error
+  sqrt(var(a - R b) / n) / |mean(b)|: a share whose parts come from the same images.
+
+  Args:
+    numerators: (..., N) samples a_i (a leading axis holds several ratios).
+    denominators: (N,) samples b_i, shared by every ratio.
+
+  Returns:
+    (the ratios, their standard errors: NaN with one sample).
+  """
+  a = np.asarray(numerators, np.float64)
+  b = np.asarray(denominators, np.float64)
+  ratio = a.mean(-1) / b.mean()
+  n = b.shape[-1]
+  if n < 2:
+    return ratio, np.full(np.shape(ratio), np.nan)
+  residual = a - ratio[..., None] * b
+  return ratio, residual.std(-1, ddof=1) / np.sqrt(n) / abs(b.mean())

@@ -17,7 +17,11 @@ Args (one sweep each; `vit_jax.sweep` trains every row, resuming finished ones):
   buildup the quick-start AlterNet's layout built up as Park & Kim build up
           AlterNet: from all convolutions, MSA blocks replace conv blocks one
           at a time from the end of the last stage (alternating), then from the
-          end of each earlier stage; trained for the data sweep's steps.
+          end of each earlier stage; trained for the data sweep's steps;
+  registers the quick-start ViT without and with 4 registers (Darcet et al.
+          2024: learned tokens that take the high-norm outliers off the
+          patches), pooling its tokens as the recipe does and reading a class
+          token as Darcet et al.'s models do.
 Rows train the quick-start ViT for 4 epochs (1,872 steps of 128) so that one
 takes at most about 5 minutes on 2 CPU cores; `--config.dataset=cifar10`
 (with `--config.image_size=32`) and `--config.num_epochs` run them at scale.
@@ -26,7 +30,7 @@ import ml_collections
 
 from configs import quickstart_alternet, quickstart_resnet, quickstart_vit
 
-SWEEPS = ('posemb', 'pool', 'skip', 'window', 'data', 'buildup')
+SWEEPS = ('posemb', 'pool', 'skip', 'window', 'data', 'buildup', 'registers')
 EPOCHS = 4
 STEPS = 1_872  # 4 epochs of 60,000 images in batches of 128: the data sweep's fixed budget
 
@@ -98,6 +102,11 @@ def sweep(arg: str, vit: ml_collections.ConfigDict, resnet: ml_collections.Confi
     rows.update({f'k{k}': dict(model=dict(attention_window=k)) for k in (3, 5, 8)})
   elif arg == 'data':
     rows = _data_rows(vit, resnet, steps)
+  elif arg == 'registers':
+    # The recipe pools its tokens; Darcet et al.'s models read a class token.
+    rows = {'none': {}, 'reg4': dict(model=dict(num_registers=4)),
+            'token': dict(model=dict(classifier='token')),
+            'token-reg4': dict(model=dict(classifier='token', num_registers=4))}
   else:
     config = alternet
     config.total_steps = steps

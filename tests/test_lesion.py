@@ -10,7 +10,8 @@ import pytest
 
 from analysis.tools import TOOLS, lesion
 from helpers import batches
-from vit_jax.models.family import SCALES, branch_scales
+from vit_jax import models
+from vit_jax.models.family import SCALES, SHIFTS, branch_scales
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -85,3 +86,24 @@ def test_the_lesion_tool_on_every_family(subjects, family_name, tmp_path):
 def test_stage_ends():
   assert lesion.stage_ends(4, ()) == [3]
   assert lesion.stage_ends(6, (2, 4)) == [1, 3, 5]
+
+
+def test_every_stream_entry_branch_and_head_output_takes_the_edits(subjects, family_name):
+  """What the analysis edits (lesions, ablations, patching, the logit lens) the
+  family sows through `family.sow_edited`: a shift under a sown name moves what
+  is sown there by that much, and a scale multiplies it, so the model goes on
+  with the edited value."""
+  subject = subjects[family_name]
+  x = next(batches('eval'))[0][:2]
+  layers = subject.layers
+  names = list(layers.stream) + [b.output for b in layers.branches] + list(layers.head_outputs)
+  _, intact = models.apply_with_intermediates(subject.model, {'params': subject.params}, x,
+                                              names=names)
+  for name in names:
+    key = tuple(name.split('/'))
+    edits = {SCALES: flax.traverse_util.unflatten_dict({key: np.float32(2.)}),
+             SHIFTS: flax.traverse_util.unflatten_dict({key: np.float32(1.)})}
+    _, edited = models.apply_with_intermediates(
+        subject.model, {'params': subject.params, **edits}, x, names=[name])
+    np.testing.assert_allclose(edited[name], 2. * np.asarray(intact[name]) + 1.,
+                               rtol=1e-5, atol=1e-5, err_msg=name)

@@ -21,4 +21,6 @@ from analysis.tools import calibration  # noqa: F401
 from analysis.tools import lesion  # noqa: F401
 from analysis.tools import head_ablation  # noqa: F401
 from analysis.tools import logit_lens  # noqa: F401
+from analysis.tools import artifact_tokens  # noqa: F401
+from analysis.tools import activation_patching  # noqa: F401
 from analysis.tools import corruption  # noqa: F401

@@ -1,0 +1,192 @@
+"""High-norm artifact tokens (Darcet et al. 2024, "Vision Transformers Need
+Registers"): patch tokens whose norm in the residual stream is far above the
+rest, which large and long-trained ViTs grow in low-information background
+patches, which the class token attends to, and which registers take away.
+
+Per layer, the distribution of the patch tokens' L2 norms and the share beyond
+the outlier rule; where the outliers of the last layer sit (how alike their
+patches are to their neighbours, Darcet et al.'s Sec. 3.1 sign of a background
+patch), and how much of the class token's attention in the last layer they
+receive. The paper's rule is an absolute norm: 150, set on DINOv2 ViT-g, whose
+outliers it separates from a bulk below 100 (their Sec. 3.1 and Fig. 3). It
+depends on the model's scale, so small models need the relative rule, a named
+departure (`--artifact_rule relative`): a token is an outlier where its norm is
+more than `--artifact_factor` times the median norm of the patch tokens at its
+layer.
+"""
+import dataclasses
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from analysis import plots, uncertainty
+from analysis.estimate import Work
+from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register
+from analysis.tool_options import option
+
+PAPER_THRESHOLD = 150.  # Darcet et al.'s outlier norm for DINOv2 ViT-g (Sec. 3.1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The artifact-token tool's command-line options."""
+  artifact_rule: str = option(
+      'absolute', f'absolute: a patch token is an outlier where its norm exceeds '
+      f'--artifact_threshold (Darcet et al.: {PAPER_THRESHOLD:g}, set on DINOv2 ViT-g); '
+      'relative: where it exceeds --artifact_factor times the median patch-token norm of its '
+      'layer (a departure for models of another scale).', choices=('absolute', 'relative'))
+  artifact_threshold: float = option(PAPER_THRESHOLD, 'The norm beyond which a patch token is '
+                                     'an outlier, under --artifact_rule absolute.', least=0.)
+  artifact_factor: float = option(4., 'The multiple of the median patch-token norm beyond '
+                                  'which a token is an outlier, under --artifact_rule relative.',
+                                  least=1.)
+
+
+def neighbour_similarity(images: np.ndarray, grid: int) -> np.ndarray:
+  """Each patch's mean cosine similarity, over pixels, to its 4 neighbours on the
+  grid (those that exist): near 1 on uniform background, lower on an object's
+  edges and textures.
+
+  Args:
+    images: (B, H, W, C) square images, each patch `H // grid` pixels square.
+    grid: patches per side.
+
+  Returns:
+    (B, grid * grid) similarities, patches in row-major order.
+  """
+  p = images.shape[1] // grid
+  images = images[:, :grid * p, :grid * p]  # a border the patches do not cover left out
+  b, c = images.shape[0], images.shape[-1]
+  patches = images.reshape(b, grid, p, grid, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(
+      b, grid, grid, -1).astype(np.float64)
+  unit = patches / np.maximum(np.linalg.norm(patches, axis=-1, keepdims=True), 1e-12)
+  total, count = np.zeros((b, grid, grid)), np.zeros((1, grid, grid))
+  for axis in (1, 2):
+    similar = np.sum(np.take(unit, range(1, grid), axis) * np.take(unit, range(grid - 1), axis),
+                     -1)
+    for lead in (slice(1, None), slice(None, -1)):  # the later and the earlier of each pair
+      index = [slice(None)] * 3
+      index[axis] = lead
+      total[tuple(index)] += similar
+      count[tuple(index)] += 1
+  return (total / count).reshape(b, grid * grid)
+
+
+def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) -> float:
+  return threshold if rule == 'absolute' else factor * float(np.median(norms))
+
+
+def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str = 'absolute',
+                        threshold: float = PAPER_THRESHOLD, factor: float = 4.) -> Dict:
+  """Patch-token norms per residual-stream entry on the evaluation split; the
+  outliers' share (± its standard error over images) at each; at the last entry,
+  the outliers' neighbour similarity against the other patches' and the class
+  token's attention they receive in the last attention layer.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures go to.
+    rule: 'absolute' (the paper's) or 'relative'.
+    threshold: the absolute rule's norm.
+    factor: the relative rule's multiple of the median.
+
+  Returns:
+    The model's JSON.
+  """
+  layers = subject.layers
+  if not layers.attention_weights:
+    raise ValueError(f'{subject.label} ({subject.config.name}) sows no global attention over '
+                     'a token sequence: artifact tokens need a ViT.')
+  (side, _), _ = subject.token_grid()
+  prefix = int(subject.has_cls) + subject.registers
+  last_attention = layers.attention_weights[-1]
+  names = list(layers.stream) + [last_attention]
+  norms, prefix_norms, similarity, cls_attention = [[] for _ in layers.stream], [], [], []
+  for images, _ in batches('eval'):
+    inter = subject.intermediates(images, names)
+    for k, name in enumerate(layers.stream):
+      tokens = np.linalg.norm(np.asarray(inter[name], np.float64), axis=-1)  # (B, T)
+      norms[k].append(tokens[:, prefix:])
+      if k == len(layers.stream) - 1:
+        prefix_norms.append(tokens[:, :prefix])
+    similarity.append(neighbour_similarity(np.asarray(images), side))
+    if subject.has_cls:  # the class token's row, averaged over heads, to the patches
+      cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
+  norms = [np.concatenate(n) for n in norms]  # per entry, (N, patches)
+  n = len(norms[0])
+  cuts = [_threshold(v, rule, threshold, factor) for v in norms]
+  per_image = [np.mean(v > cut, axis=1) for v, cut in zip(norms, cuts)]
+  share = [float(s.mean()) for s in per_image]
+  share_stderr = [float(s.std(ddof=1) / np.sqrt(n)) if n > 1 else 0. for s in per_image]
+  outlier = norms[-1] > cuts[-1]
+  similarity = np.concatenate(similarity)
+  result = {
+      'layers': list(layers.labels), 'rule': rule, 'threshold': cuts,
+      'percentiles': [50, 90, 99, 100],
+      'norm_percentiles': [np.percentile(v, [50, 90, 99, 100]).tolist() for v in norms],
+      'share': share, 'share_stderr': share_stderr,
+      'first_outlier_layer': next((layers.labels[k] for k, s in enumerate(share) if s > 0),
+                                  None),
+      'prefix_norm_last': (np.concatenate(prefix_norms).mean(0).tolist() if prefix else []),
+      'neighbour_similarity_outliers': _mean_or_none(similarity[outlier]),
+      'neighbour_similarity_others': _mean_or_none(similarity[~outlier]),
+      'num_images': n}
+  if cls_attention:
+    attention = np.concatenate(cls_attention)
+    result['cls_attention_outliers'] = _mean_or_none(attention[outlier])
+    result['cls_attention_others'] = _mean_or_none(attention[~outlier])
+    result['cls_attention_share_outliers'] = float(np.sum(attention * outlier) /
+                                                   np.sum(attention))
+  result['figures'] = [
+      plots.histogram(norms[-1], figure_path(out, 'artifact_tokens', subject),
+                      f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
+                      'L2 norm', logy=True, marks=[(cuts[-1], f'outlier rule ({rule})')]),
+      plots.curves({'outliers': 100 * np.array(share)},
+                   figure_path(out, 'artifact_tokens_layers', subject),
+                   f'Outlier patch tokens per layer: {subject.label}', 'layer',
+                   'share of patch tokens (%)', xlabels=layers.labels, stages=layers.stages,
+                   errors={'outliers': 100 * np.array(share_stderr)})]
+  return result
+
+
+def _mean_or_none(values: np.ndarray) -> Optional[float]:
+  return float(values.mean()) if values.size else None
+
+
+def _findings(label, r, q) -> List:
+  text = [f'{label}: at {r["layers"][-1]}, ', q('share', -1), ' ± ', q('share_stderr', -1),
+          f' of patch tokens beyond the outlier rule ({r["rule"]}: norm > ',
+          q('threshold', -1), '; median norm ', q('norm_percentiles', -1, 0), ', largest ',
+          q('norm_percentiles', -1, 3), ')']
+  if r['first_outlier_layer'] is None:
+    return text + ['; no layer has an outlier']
+  text += [f'; outliers from {r["first_outlier_layer"]} on; their patches\' similarity to '
+           'their neighbours ', q('neighbour_similarity_outliers'), ' against ',
+           q('neighbour_similarity_others')]
+  if 'cls_attention_share_outliers' in r:
+    text += ['; they receive ', q('cls_attention_share_outliers'),
+             " of the class token's attention in the last layer"]
+  return text
+
+
+TOOL = register(Tool(
+    name='artifact_tokens', title='Artifact tokens',
+    quantity='L2 norms of the patch tokens in the residual stream (class token and registers '
+             'apart) at each stream entry, on the evaluation split; the share beyond the '
+             'outlier rule (± its standard error over images); at the last entry, the '
+             "outliers' mean cosine similarity of pixels to their 4 neighbouring patches "
+             "against the other patches', and their share of the class token's attention "
+             '(mean over heads) in the last attention layer.',
+    paper='Darcet et al. 2024 (Sec. 3.1, Fig. 3-4): large, long-trained ViTs (DINOv2, '
+          'OpenCLIP, DeiT III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 '
+          'ViT-g) from the middle layers on, in background patches alike to their '
+          'neighbours; they carry global information and draw attention (Fig. 2); '
+          'registers remove them (Fig. 7).',
+    run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
+    flags=Options, options=lambda chosen: {'rule': chosen.artifact_rule,
+                                           'threshold': chosen.artifact_threshold,
+                                           'factor': chosen.artifact_factor},
+    scalars=lambda result, label: ({'artifact_tokens/share': result[label]['share']}
+                                   if label in result else {}),
+    work=lambda subject, options, amounts: Work({'forward': amounts.batches}, {'forward': 1})))

@@ -1,0 +1,74 @@
+"""Artifact tokens: the norms, outlier shares and class-token attention against
+numpy on what the model sows, the neighbour similarity on constructed images,
+the registers kept apart from the patches, and the refusal without attention."""
+import json
+
+import numpy as np
+import pytest
+
+from analysis.tools import TOOLS
+from analysis.tools.artifact_tokens import neighbour_similarity
+from helpers import batches, subject_of, tiny_family_config
+
+pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
+
+
+@pytest.mark.parametrize('registers', [0, 2])
+def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
+  subject = subject_of(tiny_family_config('vit', num_registers=registers), 'vit')
+  layers = subject.layers
+  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule='relative',
+                                        factor=1.2)
+  json.dumps(result)
+  last = layers.attention_weights[-1]
+  sown = [subject.intermediates(x, list(layers.stream) + [last]) for x, _ in batches('eval')]
+  prefix = 1 + registers
+  for k, name in enumerate(layers.stream):
+    tokens = np.concatenate([np.asarray(s[name], np.float64) for s in sown])
+    norms = np.sqrt(np.sum(tokens ** 2, -1))[:, prefix:]
+    cut = 1.2 * np.median(norms)
+    np.testing.assert_allclose(result['threshold'][k], cut, rtol=1e-9)
+    np.testing.assert_allclose(result['norm_percentiles'][k],
+                               np.percentile(norms, [50, 90, 99, 100]), rtol=1e-9)
+    share = np.mean(norms > cut, axis=1)
+    np.testing.assert_allclose(result['share'][k], share.mean(), rtol=1e-9)
+    np.testing.assert_allclose(result['share_stderr'][k],
+                               share.std(ddof=1) / np.sqrt(len(share)), rtol=1e-9)
+  assert len(result['prefix_norm_last']) == prefix
+  outlier = norms > cut
+  assert 0 < outlier.mean() < 1
+  attention = np.concatenate([np.asarray(s[last], np.float64) for s in sown])
+  from_cls = attention[:, :, 0, prefix:].mean(1)  # over heads, to the patches
+  np.testing.assert_allclose(result['cls_attention_share_outliers'],
+                             from_cls[outlier].sum() / from_cls.sum(), rtol=1e-6)
+  np.testing.assert_allclose(result['cls_attention_outliers'], from_cls[outlier].mean(),
+                             rtol=1e-6)
+  # The paper's absolute rule: no token of a fresh tiny model reaches a norm of 150.
+  paper = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path))
+  assert paper['threshold'][-1] == 150. and paper['share'][-1] == 0.
+  assert paper['first_outlier_layer'] is None
+  assert paper['neighbour_similarity_outliers'] is None
+
+
+def test_neighbour_similarity_on_constructed_images():
+  """A 2x2 grid of 2 px patches: a uniform image is alike everywhere (1); with the
+  right column negated, each patch has one neighbour alike and one opposite (0)."""
+  uniform = np.ones((1, 4, 4, 3), np.float32)
+  np.testing.assert_allclose(neighbour_similarity(uniform, 2), 1.)
+  flipped = uniform.copy()
+  flipped[:, :, 2:] = -1.
+  np.testing.assert_allclose(neighbour_similarity(flipped, 2), 0., atol=1e-12)
+  # A 3x3 grid whose centre patch is negated: the centre is opposite to its 4
+  # neighbours (-1); an edge patch has 1 of its 3 neighbours opposite (1/3); a
+  # corner has none (1).
+  centre = np.ones((1, 3, 3, 1))
+  centre[:, 1, 1] = -1.
+  np.testing.assert_allclose(neighbour_similarity(centre, 3).reshape(3, 3),
+                             [[1, 1 / 3, 1], [1 / 3, -1, 1 / 3], [1, 1 / 3, 1]], atol=1e-12)
+
+
+def test_artifact_tokens_refuse_a_model_without_attention(subjects, tmp_path):
+  resnet = next(s for s in subjects.values() if not s.layers.attention_weights)
+  assert not TOOLS['artifact_tokens'].applies_to(resnet)
+  with pytest.raises(ValueError, match='artifact tokens need a ViT'):
+    TOOLS['artifact_tokens'].run(resnet, batches, str(tmp_path))
