@@ -72,3 +72,16 @@ def test_artifact_tokens_refuse_a_model_without_attention(subjects, tmp_path):
   assert not TOOLS['artifact_tokens'].applies_to(resnet)
   with pytest.raises(ValueError, match='artifact tokens need a ViT'):
     TOOLS['artifact_tokens'].run(resnet, batches, str(tmp_path))
+
+
+def test_the_registers_verdict_pairs_a_model_without_registers_with_one_with_them():
+  from analysis import verdict
+  from analysis.tools.artifact_tokens import verdicts
+  entry = lambda registers, share, stderr: {'registers': registers, 'share': [0.5, share],
+                                            'share_stderr': [0.1, stderr], 'figures': []}
+  judged, = verdicts({'plain': entry(0, 0.03, 0.005), 'reg4': entry(4, 0.001, 0.001)}, {})
+  assert judged.verdict == verdict.AGREES and 'plain' in judged.measured
+  judged, = verdicts({'plain': entry(0, 0.001, 0.001), 'reg4': entry(4, 0.03, 0.005)}, {})
+  assert judged.verdict == verdict.DIFFERS
+  judged, = verdicts({'plain': entry(0, 0.03, 0.005)}, {})
+  assert judged.verdict == verdict.NOT_COMPARABLE

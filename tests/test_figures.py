@@ -15,7 +15,7 @@ from doc_snippets import ROOT
 PAGE = os.path.join(ROOT, 'docs', 'figures.md')
 STATUSES = ('reproduced', 'different finding', 'needs data', 'not yet')
 PAPERS = {'An Image is Worth': 'ViT paper', 'Raghu et al.': 'Raghu et al.',
-          'Park & Kim': 'Park & Kim'}
+          'Park & Kim': 'Park & Kim', 'Darcet et al.': 'Darcet et al.'}
 RECIPE_FLAGS = ('config', 'config2')
 # The flags of the training and sweep commands (defined under their __main__).
 COMMAND_FLAGS = {
@@ -178,8 +178,8 @@ def test_every_figure_a_tool_cites_is_in_the_inventory_and_runs_the_tool():
   page = open(PAGE).read()
   for name, record in tool.TOOLS.items():
     commands_of_cited = ''
-    citations = re.findall(r'(Raghu et al\.|Park & Kim|ViT paper) \(Fig\. ([^)]*)\)',
-                           record.paper)
+    citations = re.findall(r'(Raghu et al\.|Park & Kim|ViT paper|Darcet et al\.) '
+                           r'\(Fig\. ([^)]*)\)', record.paper)
     if not citations:  # a measurement without a figure: the page names its command
       assert re.search(rf'python -m\s+analysis\s+{name} ', page), name
       continue

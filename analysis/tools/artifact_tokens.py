@@ -15,13 +15,14 @@ more than `--artifact_factor` times the median norm of the patch tokens at its
 layer.
 """
 import dataclasses
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
-from analysis import plots, uncertainty
+from analysis import plots, verdict
 from analysis.estimate import Work
-from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register
+from analysis.tool import (ATTENTION, Batches, Subject, Tool, each_model, figure_path, per_model,
+                           register)
 from analysis.tool_options import option
 
 PAPER_THRESHOLD = 150.  # Darcet et al.'s outlier norm for DINOv2 ViT-g (Sec. 3.1)
@@ -131,7 +132,7 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
       'prefix_norm_last': (np.concatenate(prefix_norms).mean(0).tolist() if prefix else []),
       'neighbour_similarity_outliers': _mean_or_none(similarity[outlier]),
       'neighbour_similarity_others': _mean_or_none(similarity[~outlier]),
-      'num_images': n}
+      'registers': subject.registers, 'num_images': n}
   if cls_attention:
     attention = np.concatenate(cls_attention)
     result['cls_attention_outliers'] = _mean_or_none(attention[outlier])
@@ -152,6 +153,38 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
 
 def _mean_or_none(values: np.ndarray) -> Optional[float]:
   return float(values.mean()) if values.size else None
+
+
+def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
+  """Darcet et al.'s claim that registers take the outliers off the patches, on
+  each pair of a model without registers and one with them (in the order given).
+
+  Args:
+    result: the tool's JSON.
+    models: what the report knows of each model label.
+
+  Returns:
+    The verdicts.
+  """
+  entries = per_model(result)
+  without = [label for label, r in entries.items() if not r['registers']]
+  with_registers = [label for label, r in entries.items() if r['registers']]
+  claim = ('With registers, the high-norm outlier tokens leave the patches (Darcet et al. '
+           'Fig. 7).')
+  if not without or not with_registers:
+    return [verdict.Verdict('registers remove outliers', claim, '', verdict.NOT_COMPARABLE,
+                            'needs a ViT with registers and one without, analysed together')]
+  found = []
+  for plain, registered in zip(without, with_registers):
+    last = lambda label: (entries[label]['share'][-1], entries[label]['share_stderr'][-1])
+    value = verdict.difference(last(plain), last(registered))
+    judged, why = verdict.judge(value)
+    found.append(verdict.Verdict(
+        'registers remove outliers', claim,
+        f'outlier share of the patch tokens at the last layer, {plain} '
+        f'{verdict.show(last(plain))} minus {registered} ({entries[registered]["registers"]} '
+        f'registers) {verdict.show(last(registered))}', judged, why))
+  return found
 
 
 def _findings(label, r, q) -> List:
@@ -178,12 +211,12 @@ TOOL = register(Tool(
              "outliers' mean cosine similarity of pixels to their 4 neighbouring patches "
              "against the other patches', and their share of the class token's attention "
              '(mean over heads) in the last attention layer.',
-    paper='Darcet et al. 2024 (Sec. 3.1, Fig. 3-4): large, long-trained ViTs (DINOv2, '
-          'OpenCLIP, DeiT III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 '
-          'ViT-g) from the middle layers on, in background patches alike to their '
-          'neighbours; they carry global information and draw attention (Fig. 2); '
-          'registers remove them (Fig. 7).',
+    paper='Darcet et al. (Fig. 2-4, 7): large, long-trained ViTs (DINOv2, OpenCLIP, DeiT '
+          'III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 ViT-g, Sec. 3.1) '
+          'from the middle layers on, in background patches alike to their neighbours; the '
+          "class token's attention picks them out; registers take them off the patches.",
     run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
+    verdicts=verdicts,
     flags=Options, options=lambda chosen: {'rule': chosen.artifact_rule,
                                            'threshold': chosen.artifact_threshold,
                                            'factor': chosen.artifact_factor},
