@@ -166,10 +166,11 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     pairs = answer != other
     if not pairs.any():
       continue
-    logits = patched_logits(subject, images[pairs], corrupted[pairs], [[s] for s in every])
-    m = lambda z: logit_difference(z, answer[pairs], other[pairs])
-    base = m(corrupted_logits[pairs])
-    full.append(m(clean_logits[pairs]) - base)
+    # The whole batch runs (one compiled shape for every batch); the pairs are kept.
+    logits = patched_logits(subject, images, corrupted, [[s] for s in every])
+    m = lambda z: logit_difference(z[pairs], answer[pairs], other[pairs])
+    base = m(corrupted_logits)
+    full.append(m(clean_logits) - base)
     restored.append(np.stack([m(z) - base for z in logits]))
   pairs = sum(len(f) for f in full)
   if pairs < MIN_PAIRS:
@@ -232,7 +233,7 @@ TOOL = register(Tool(
     run=run_activation_patching, findings=each_model(_findings),
     scalars=lambda result, label: ({'activation_patching/restored': result[label]['restored']}
                                    if label in result else {}),
-    # The clean and corrupted runs, the clean intermediates and one run per site
-    # (at most every image of a batch is a pair); the corruption on the host.
+    # The clean and corrupted runs, the clean intermediates and one run per site;
+    # the corruption on the host.
     work=lambda subject, options, amounts: Work(
         {'forward': (3 + len(sites(subject))) * amounts.batches}, {'forward': 3})))
