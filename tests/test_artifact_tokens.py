@@ -85,3 +85,5 @@ def test_the_registers_verdict_pairs_a_model_without_registers_with_one_with_the
   assert judged.verdict == verdict.DIFFERS
   judged, = verdicts({'plain': entry(0, 0.03, 0.005)}, {})
   assert judged.verdict == verdict.NOT_COMPARABLE
+  judged, = verdicts({'plain': entry(0, 0., 0.), 'reg4': entry(4, 0., 0.)}, {})
+  assert judged.verdict == verdict.NOT_COMPARABLE and 'nothing to remove' in judged.why

@@ -142,7 +142,8 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
   result['figures'] = [
       plots.histogram(norms[-1], figure_path(out, 'artifact_tokens', subject),
                       f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
-                      'L2 norm', logy=True, marks=[(cuts[-1], f'outlier rule ({rule})')]),
+                      'L2 norm', logy=True,
+                      marks=[(cuts[-1], f'outlier rule ({rule}: {cuts[-1]:.3g})')]),
       plots.curves({'outliers': 100 * np.array(share)},
                    figure_path(out, 'artifact_tokens_layers', subject),
                    f'Outlier patch tokens per layer: {subject.label}', 'layer',
@@ -179,6 +180,9 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
     last = lambda label: (entries[label]['share'][-1], entries[label]['share_stderr'][-1])
     value = verdict.difference(last(plain), last(registered))
     judged, why = verdict.judge(value)
+    if not last(plain)[0] and not last(registered)[0]:
+      judged, why = verdict.NOT_COMPARABLE, ('neither model has a patch token beyond the '
+                                             'outlier rule: there is nothing to remove')
     found.append(verdict.Verdict(
         'registers remove outliers', claim,
         f'outlier share of the patch tokens at the last layer, {plain} '
