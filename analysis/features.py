@@ -151,6 +151,25 @@ class Subject:
     return self._compiled[('logits',)]({'params': self.params},
                                        shard_examples(images, mesh=self.mesh))
 
+  def edited_logits(self, images: np.ndarray, edits: Dict[str, Any]) -> jax.Array:
+    """The model's logits on a batch with what it sows edited: `edits` holds the
+    `scales` and `shifts` collections (`vit_jax.models.family.sow_edited`).
+    Compiled once per tree of edits.
+
+    Args:
+      images: (B, H, W, 3) images.
+      edits: {collection name: its tree}.
+
+    Returns:
+      The (B, classes) logits.
+    """
+    if ('edited',) not in self._compiled:
+      model = self.model
+      self._compiled[('edited',)] = jax.jit(
+          lambda params, edits, x: model.apply({'params': params, **edits}, x))
+    return self._compiled[('edited',)](self.params, edits,
+                                       shard_examples(images, mesh=self.mesh))
+
 
 def split_parameters(subject: Subject) -> Subject:
   """`subject` with its parameters split over every device as fully sharded

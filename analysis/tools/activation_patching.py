@@ -15,15 +15,13 @@ over the pairs whose prediction the corruption changes; 0 where the site
 carries nothing of it, 1 where it alone restores the clean run.
 """
 import dataclasses
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
 import flax
-import jax
 import numpy as np
 
 from analysis import corruptions, plots, uncertainty
 from analysis.estimate import Work
-from analysis.features import shard_examples
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import option
 from analysis.tools.head_ablation import head_counts
@@ -101,21 +99,10 @@ def patched_logits(subject: Subject, clean: np.ndarray, corrupted: np.ndarray,
   Returns:
     One (B, classes) array per set.
   """
-  names = sorted({site.name for sites_ in site_sets for site in sites_})
+  names = sorted({site.name for patched in site_sets for site in patched})
   values = subject.intermediates(clean, names) if names else {}
-  x = shard_examples(corrupted, mesh=subject.mesh)
-  apply = _compiled(subject)
-  return [np.asarray(apply(subject.params, _edits(patched, values), x))
+  return [np.asarray(subject.edited_logits(corrupted, _edits(patched, values)))
           for patched in site_sets]
-
-
-def _compiled(subject: Subject) -> Callable:
-  key = ('activation_patching',)
-  if key not in subject._compiled:  # pylint: disable=protected-access
-    model = subject.model
-    subject._compiled[key] = jax.jit(  # pylint: disable=protected-access
-        lambda params, edits, x: model.apply({'params': params, **edits}, x))
-  return subject._compiled[key]  # pylint: disable=protected-access
 
 
 def logit_difference(logits: np.ndarray, label: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -234,6 +221,8 @@ TOOL = register(Tool(
     scalars=lambda result, label: ({'activation_patching/restored': result[label]['restored']}
                                    if label in result else {}),
     # The clean and corrupted runs, the clean intermediates and one run per site;
-    # the corruption on the host.
+    # a compilation per sown name patched (the edits' tree differs), once for all
+    # batches.
     work=lambda subject, options, amounts: Work(
-        {'forward': (3 + len(sites(subject))) * amounts.batches}, {'forward': 3})))
+        {'forward': (3 + len(sites(subject))) * amounts.batches},
+        {'forward': 3 + len({site.name for site in sites(subject)})})))

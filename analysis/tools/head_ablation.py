@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import attention, features, plots, uncertainty
+from analysis import attention, plots, uncertainty
 from analysis.estimate import Work
 from analysis.features import shard_examples
 from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register

@@ -167,6 +167,7 @@ TOOL = register(Tool(
     run=run_logit_lens, findings=each_model(_findings),
     scalars=lambda result, label: ({'logit_lens/agreement': [
         a for a in result[label]['agreement'] if a is not None]} if label in result else {}),
-    # The intact pass, then one pass per readable entry.
+    # The intact pass, then one pass per readable entry, all in one program.
     work=lambda subject, options, amounts: Work(
-        {'forward': (1 + len(readable(subject))) * amounts.batches}, {'forward': 1})))
+        {'forward': (1 + len(readable(subject))) * amounts.batches},
+        {'forward': 1 + len(readable(subject))})))
