@@ -93,8 +93,11 @@ def test_ratio_of_means_standard_error():
   np.testing.assert_allclose(stderr, a.std(1, ddof=1) / np.sqrt(50) / 2.)
 
 
-def test_patching_refuses_a_corruption_that_flips_nothing(subjects, monkeypatch, tmp_path):
+def test_patching_refuses_to_measure_when_the_corruption_flips_nothing(subjects, monkeypatch, tmp_path):
   monkeypatch.setattr(patching.corruptions, 'corrupt',
                       lambda x, name, severity, seed, parameters: x)
-  with pytest.raises(ValueError, match='on 0 of 36 evaluation images'):
-    TOOLS['activation_patching'].run(subjects['vit'], batches, str(tmp_path))
+  result = TOOLS['activation_patching'].run(subjects['vit'], batches, str(tmp_path))
+  assert 'restored' not in result and result['pairs'] == 0
+  assert 'on 0 of 36 evaluation images' in result['refused']
+  text = TOOLS['activation_patching'].findings({'vit': result}, lambda *path, **kw: '')
+  assert 'not measured' in ''.join(map(str, text['vit']))

@@ -135,10 +135,8 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     severity: 1-5.
 
   Returns:
-    The model's JSON.
-
-  Raises:
-    ValueError: the corruption changes fewer than `MIN_PAIRS` predictions.
+    The model's JSON; where the corruption changes fewer than `MIN_PAIRS`
+    predictions, no share, and under 'refused' why and what to change.
   """
   every = sites(subject)
   parameters = corruptions.parameters_for(subject.image_size)
@@ -160,11 +158,12 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     full.append(m(clean_logits) - base)
     restored.append(np.stack([m(z) - base for z in logits]))
   pairs = sum(len(f) for f in full)
+  about = {'corruption': corruption, 'severity': severity, 'pairs': pairs, 'num_images': seen}
   if pairs < MIN_PAIRS:
-    raise ValueError(
-        f'{corruption} at severity {severity} changes the prediction of {subject.label} on '
-        f'{pairs} of {seen} evaluation images; patching needs at least {MIN_PAIRS}: raise '
-        '--patching_severity, pick another --patching_corruption, or analyse more images.')
+    return {**about, 'figures': [], 'refused': (
+        f'{corruption} at severity {severity} changes the prediction on {pairs} of {seen} '
+        f'evaluation images; patching needs at least {MIN_PAIRS}: raise '
+        '--patching_severity, pick another --patching_corruption, or analyse more images')}
   share, stderr = uncertainty.ratio_of_means(np.concatenate(restored, axis=1),
                                              np.concatenate(full))
   branches = [k for k, s in enumerate(every) if s.kind != 'head']
@@ -180,14 +179,17 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
         share[heads].reshape(len(counts), counts[0]),
         figure_path(out, 'activation_patching_heads', subject),
         f'Patching one head: {subject.label}', 'head', 'attention layer', vmin=None,
-        vmax=None, colorbar_label='clean logit difference restored'))
-  return {'corruption': corruption, 'severity': severity, 'pairs': pairs, 'num_images': seen,
-          'sites': [s.label for s in every], 'kinds': [s.kind for s in every],
+        vmax=None, xlabels=[str(h) for h in range(counts[0])],
+        ylabels=[b.label for b in subject.layers.branches if b.kind == 'attention'],
+        colorbar_label='clean logit difference restored'))
+  return {**about, 'sites': [s.label for s in every], 'kinds': [s.kind for s in every],
           'restored': share.tolist(), 'restored_stderr': stderr.tolist(),
           'figures': figures}
 
 
 def _findings(label, r, q):
+  if 'refused' in r:
+    return [f'{label}: not measured: {r["refused"]}']
   branches = [k for k, kind in enumerate(r['kinds']) if kind != 'head']
   best = max(branches, key=lambda k: r['restored'][k])
   text = [f'{label}: on {r["pairs"]} of {r["num_images"]} images whose prediction '
@@ -219,7 +221,7 @@ TOOL = register(Tool(
                             'severity': chosen.patching_severity},
     run=run_activation_patching, findings=each_model(_findings),
     scalars=lambda result, label: ({'activation_patching/restored': result[label]['restored']}
-                                   if label in result else {}),
+                                   if 'restored' in result.get(label, {}) else {}),
     # The clean and corrupted runs, the clean intermediates and one run per site;
     # a compilation per sown name patched (the edits' tree differs), once for all
     # batches.
