@@ -13,10 +13,9 @@ import numpy as np
 
 from analysis import attention, plots, uncertainty
 from analysis.estimate import Work
-from analysis.features import shard_examples
 from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register
-from vit_jax import models
 from analysis.tool_options import option
+from vit_jax import models
 from vit_jax.models.family import SCALES, SHIFTS
 
 
@@ -67,25 +66,23 @@ def ablations(subject: Subject, means: Optional[Sequence[np.ndarray]] = None
   names, counts = subject.layers.head_outputs, head_counts(subject)
   keys = [tuple(n.split('/')) for n in names]
   intact = {k: np.ones((h, 1), np.float32) for k, h in zip(keys, counts)}
-  unshifted = {k: np.zeros((h, 1), np.float32) for k, h in zip(keys, counts)}
+  # Mean-ablation shifts every layer by an array of one shape in every case.
+  unshifted = None if means is None else {k: np.zeros_like(m) for k, m in zip(keys, means)}
   cases, removed = [(intact, unshifted)], []
   for layer, (key, count) in enumerate(zip(keys, counts)):
     for head in range(count):
       scales = np.ones((count, 1), np.float32)
       scales[head] = 0.
-      shift = unshifted[key]
+      shifts = None
       if means is not None:
         shift = np.zeros_like(means[layer])
         shift[:, head] = means[layer][:, head]
-      cases.append(({**intact, key: scales}, {**unshifted, key: shift}))
+        shifts = {**unshifted, key: shift}
+      cases.append(({**intact, key: scales}, shifts))
       removed.append((layer, head))
   unflatten = flax.traverse_util.unflatten_dict
-  if means is None:
-    return [{SCALES: unflatten(c)} for c, _ in cases], removed
-  # Every case shifts every layer by an array of one shape: one compiled model.
-  full = lambda shifts: {k: np.broadcast_to(v, means[i].shape)
-                         for i, (k, v) in enumerate(shifts.items())}
-  return [{SCALES: unflatten(c), SHIFTS: unflatten(full(d))} for c, d in cases], removed
+  return [{SCALES: unflatten(scales), **({} if shifts is None else {SHIFTS: unflatten(shifts)})}
+          for scales, shifts in cases], removed
 
 
 def mean_head_outputs(subject: Subject, batches: Batches) -> List[np.ndarray]:
@@ -130,22 +127,19 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 
   if not subject.layers.head_outputs:
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no per-head outputs of '
                      'its attention: head ablation needs a ViT.')
-  model = subject.model
   cases, removed = ablations(subject, mean_head_outputs(subject, batches)
                              if mode == 'mean' else None)
   counts = [sum(1 for l, _ in removed if l == layer)
             for layer in range(len(subject.layers.head_outputs))]
-  predict = jax.jit(lambda params, edits, x: jnp.argmax(
-      model.apply({'params': params, **edits}, x), -1))
   grid, pixels = subject.token_grid()
   names = subject.layers.attention_weights
   distances_of = jax.jit(lambda inter: [attention.mean_attention_distance(
       inter[n], grid, pixels, subject.has_cls, registers=subject.registers) for n in names])
   correct, distances, sizes = [[] for _ in cases], [], []
   for images, labels in batches('eval'):
-    x = shard_examples(images, mesh=subject.mesh)
     for i, edits in enumerate(cases):
-      correct[i].append(np.asarray(predict(subject.params, edits, x)) == np.asarray(labels))
+      predicted = np.asarray(subject.edited_logits(images, edits)).argmax(-1)
+      correct[i].append(predicted == np.asarray(labels))
     distances.append([np.asarray(d, np.float64) for d in distances_of(
         subject.intermediates(images, names))])
     sizes.append(len(images))

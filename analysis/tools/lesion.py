@@ -3,13 +3,10 @@ residual branch removed at inference, branch by branch."""
 from typing import Dict, List
 
 import flax
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from analysis import plots, uncertainty
 from analysis.estimate import Work
-from analysis.features import shard_examples
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from vit_jax.models.family import SCALES, branch_scales
 
@@ -46,15 +43,13 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
   Returns:
     The model's JSON.
   """
-  model, branches = subject.model, subject.layers.branches
-  predict = jax.jit(lambda params, scales, x: jnp.argmax(
-      model.apply({'params': params, SCALES: scales}, x), -1))
+  branches = subject.layers.branches
   cases = lesions(subject)
   correct = [[] for _ in cases]
   for images, labels in batches('eval'):
-    x = shard_examples(images, mesh=subject.mesh)
     for i, scales in enumerate(cases):
-      correct[i].append(np.asarray(predict(subject.params, scales, x)) == np.asarray(labels))
+      predicted = np.asarray(subject.edited_logits(images, {SCALES: scales})).argmax(-1)
+      correct[i].append(predicted == np.asarray(labels))
   correct = np.array([np.concatenate(c) for c in correct], np.float64)  # (1 + branches, N)
   n = correct.shape[1]
   drop, drop_stderr = uncertainty.paired_drops(correct)
