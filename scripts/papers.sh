@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paper-like tier (configs/papers.py): trains Park & Kim's ViT, ResNet-50 and
 # AlterNet-50 layouts at their token grid into workdirs/papers/{vit,resnet,alternet},
-# each within its recipe's one-hour time budget, then runs every analysis tool on
+# each within its recipe's 45-minute time budget, then runs every analysis tool on
 # the ViT and the ResNet into workdirs/papers/analysis (within 30 minutes) and the
 # lesion study on the AlterNet and the ResNet into workdirs/papers/lesion, ending
 # with the quick start's summary. Rerun it after a stop: a trained model is not

@@ -267,14 +267,25 @@ def test_the_paper_like_tier_is_park_and_kims_cifar_models_and_recipe():
   github.com/xxxnell/how-do-vits-work, at 28 px."""
   from vit_jax.models import alternet
   vit, resnet, net = (papers.get_config(name) for name in papers.MODELS)
-  for config in (vit, resnet, net):
-    settings.check(config)
-    assert (config.tier, config.time_budget, config.optimizer, config.batch_size) == (
-        'paper-like', '60m', 'adam', 96)
-    assert (config.lr, config.weight_decay, config.grad_clip) == (1.25e-4, 1.25e-4 * 0.05, 5.)
-    assert (config.label_smoothing, config.input.mixup_alpha, config.input.randaugment) == (
-        0.1, 1., (2, 9))
-    assert config.warmup_steps == round(papers.STEPS / 60)  # 5 of 300 epochs
+  for name in papers.MODELS:
+    tier, authors = papers.get_config(name), papers.get_config(name + papers.AUTHORS)
+    for config in (tier, authors):
+      settings.check(config)
+      assert (config.tier, config.time_budget, config.batch_size, config.decay) == (
+          'paper-like', papers.BUDGET, 96, 'cosine')
+      assert (config.grad_clip, config.label_smoothing) == (5., 0.1)
+      assert config.warmup_steps == round(papers.STEPS / 60)  # 5 of 300 epochs
+      assert config.keep_params_at == 'warmup'  # Park & Kim's Fig. 4 reads early training
+    # The authors' recipe unchanged, on the same model.
+    assert authors.model == tier.model
+    assert (authors.optimizer, authors.lr, authors.weight_decay) == ('adam', 1.25e-4,
+                                                                     1.25e-4 * 0.05)
+    assert (authors.input.mixup_alpha, authors.input.randaugment) == (1., (2, 9))
+    # The tier's: flips only, the quick start's learning rates.
+    assert (tier.input.mixup_alpha, tier.input.randaugment, tier.input.crop) == (0., None, False)
+  assert (vit.optimizer, vit.lr, vit.weight_decay) == ('adam', 1e-3, 1e-3 * 0.05)
+  for config in (resnet, net):
+    assert config.optimizer == 'sgd' and config.lr == pytest.approx(0.1 * 96 / 128)
   # 2 px patches: 14x14 tokens and a class token, as 16x16 on 32 px CIFAR.
   assert (vit.image_size // vit.model.patch_size) ** 2 == 196
   assert vit.model.classifier == 'token' and vit.model.stochastic_depth == 0.1
