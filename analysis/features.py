@@ -92,6 +92,17 @@ class Subject:
     """How many registers follow the class token: tokens that are no patch."""
     return self.layers.registers
 
+  @property
+  def variables(self) -> Dict[str, Any]:
+    """The variables the model is applied with at its fixed parameters
+    (`models.fixed_variables`: the standardised kernels computed once), made
+    again when `params` is replaced. Not for differentiating in `params`."""
+    made = self._compiled.get(('variables',))
+    if made is None or made['params'] is not self.params:
+      made = models.fixed_variables(self.model, self.params, self.image_size)
+      self._compiled[('variables',)] = made
+    return made
+
   def parameter(self, path: str) -> jax.Array:
     """The parameter at a '/'-joined path, as `Layers` names them.
 
@@ -133,9 +144,9 @@ class Subject:
     key = tuple(names)
     if key not in self._compiled:
       model = self.model
-      self._compiled[key] = jax.jit(lambda p, x: models.apply_with_intermediates(
-          model, {'params': p}, x, names=key)[1])
-    return self._compiled[key](self.params, shard_examples(images, mesh=self.mesh))
+      self._compiled[key] = jax.jit(lambda v, x: models.apply_with_intermediates(
+          model, v, x, names=key)[1])
+    return self._compiled[key](self.variables, shard_examples(images, mesh=self.mesh))
 
   def logits(self, images: np.ndarray) -> jax.Array:
     """The model's logits on a batch, compiled once.
@@ -148,8 +159,7 @@ class Subject:
     """
     if ('logits',) not in self._compiled:
       self._compiled[('logits',)] = jax.jit(self.model.apply)
-    return self._compiled[('logits',)]({'params': self.params},
-                                       shard_examples(images, mesh=self.mesh))
+    return self._compiled[('logits',)](self.variables, shard_examples(images, mesh=self.mesh))
 
   def edited_logits(self, images: np.ndarray, edits: Dict[str, Any]) -> jax.Array:
     """The model's logits on a batch with what it sows edited: `edits` holds the
@@ -166,8 +176,8 @@ class Subject:
     if ('edited',) not in self._compiled:
       model = self.model
       self._compiled[('edited',)] = jax.jit(
-          lambda params, edits, x: model.apply({'params': params, **edits}, x))
-    return self._compiled[('edited',)](self.params, edits,
+          lambda variables, edits, x: model.apply({**variables, **edits}, x))
+    return self._compiled[('edited',)](self.variables, edits,
                                        shard_examples(images, mesh=self.mesh))
 
 

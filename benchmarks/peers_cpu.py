@@ -82,7 +82,9 @@ def our_forward(name: str, images: np.ndarray, keep_blocks: bool = False) -> Cal
   attention and MLP branch), which the CKA tool reads."""
   from vit_jax import models
   model = models.get_model(name, 1000)
-  variables = _mesh_put(jax.jit(model.init)(jax.random.PRNGKey(0), images[:1]), False)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), images[:1])['params']
+  # As inference and the analysis apply a model: BiT's kernels standardised once.
+  variables = _mesh_put(models.fixed_variables(model, params, images.shape[1]), False)
   x = _mesh_put(images, True)
   if keep_blocks:
     config = models.get_config(name)

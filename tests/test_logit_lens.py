@@ -28,7 +28,7 @@ def test_the_lens_on_the_last_entry_is_the_models_output(subjects, label, tmp_pa
   else:  # the units of the last stage
     assert entries == list(range(subject.layers.stages[-1], len(stream)))
   x = images(4)
-  final, read = lens_logits(subject, entries)(subject.params, x)
+  final, read = lens_logits(subject, entries)(subject.variables, x)
   np.testing.assert_allclose(np.asarray(final), np.asarray(subject.logits(x)),
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(read[-1]), np.asarray(final), rtol=1e-5, atol=1e-5)
@@ -53,7 +53,7 @@ def test_a_vit_layer_read_through_its_final_norm_and_head(classifier):
   stream = subject.layers.stream
   middle = stream.index('Transformer/encoderblock_0/+sa')
   x = images(4)
-  _, read = lens_logits(subject, [middle])(subject.params, x)
+  _, read = lens_logits(subject, [middle])(subject.variables, x)
   tokens = np.asarray(subject.intermediates(x, [stream[middle]])[stream[middle]], np.float64)
   norm = {k: np.asarray(v, np.float64)
           for k, v in subject.params['Transformer']['encoder_norm'].items()}

@@ -153,3 +153,38 @@ def test_bit_bfloat16_close_to_float32():
   bf16 = apply(tiny_bit(num_classes=0, dtype='bfloat16'), variables, x)
   # 8 significant bits through six convs and GroupNorms.
   assert np.linalg.norm(bf16 - f32) / np.linalg.norm(f32) < 3e-2
+
+
+def test_fixed_variables_hold_each_std_conv_kernel_standardised_once():
+  """Every weight-standardised conv of BiT and of the hybrid ViT's ResNet v1, and
+  only those, is in the `standardised` collection, standardised as in float64."""
+  from vit_jax import models
+  x = images(2, 32)
+  for model in (tiny_bit(), models.get_model('R26+ViT-S_32', 5, num_layers=1,
+                                             resnet_layers=(1, 1))):
+    params = perturbed(init(model), scale=0.3)['params']
+    fixed = models.fixed_variables(model, params, 32)
+    kernels = flax.traverse_util.flatten_dict(fixed[resnet.STANDARDISED], sep='/')
+    flat = flax.traverse_util.flatten_dict(params, sep='/')
+    # Every conv kernel but the classifier's (BiT's head conv) and the ViT's patch embedding.
+    assert set(kernels) == {k for k, v in flat.items()
+                            if v.ndim == 4 and not k.startswith(('resnet/head', 'embedding'))}
+    bit = 'resnet/root_block/standardized_conv2d/kernel' in kernels
+    for path, kernel in kernels.items():
+      w = np.asarray(flat[path], np.float64)
+      centred, var = w - w.mean((0, 1, 2)), w.var((0, 1, 2))
+      expected = centred / (np.sqrt(var + 1e-10) if bit else np.sqrt(var) + 1e-5)
+      np.testing.assert_allclose(kernel, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(apply(model, fixed, x), apply(model, {'params': params}, x))
+
+
+def test_fixed_variables_give_every_familys_outputs(family_name):
+  from helpers import tiny_family_config
+  from vit_jax import models
+  model = models.build_model(tiny_family_config(family_name))
+  params = perturbed(init(model))['params']
+  fixed = models.fixed_variables(model, params, 32)
+  assert fixed['params'] is params
+  x = images(2, 32)
+  out, inter = apply_with_intermediates(model, fixed, x)
+  chex.assert_trees_all_equal((out, inter), apply_with_intermediates(model, {'params': params}, x))

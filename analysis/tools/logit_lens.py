@@ -61,7 +61,7 @@ def kl_divergence(reference: np.ndarray, logits: np.ndarray) -> np.ndarray:
 
 def lens_logits(subject: Subject, entries: Sequence[int]
                 ) -> Callable[[Any, jax.Array], Tuple[jax.Array, List[jax.Array]]]:
-  """The compiled lens: (params, images) -> (the model's logits, the logits of its
+  """The compiled lens: (variables, images) -> (the model's logits, the logits of its
   readout applied to each of `entries`), the entry put in place of the last
   stream entry through the `scales` and `shifts` collections.
 
@@ -77,10 +77,10 @@ def lens_logits(subject: Subject, entries: Sequence[int]
   scales = flax.traverse_util.unflatten_dict({last: np.float32(0.)})
 
   @jax.jit
-  def lens(params, x):
+  def lens(variables, x):
     final, inter = models.apply_with_intermediates(
-        model, {'params': params}, x, names=[stream[i] for i in entries])
-    return final, [model.apply({'params': params, SCALES: scales, SHIFTS:
+        model, variables, x, names=[stream[i] for i in entries])
+    return final, [model.apply({**variables, SCALES: scales, SHIFTS:
                                 flax.traverse_util.unflatten_dict({last: inter[stream[i]]})}, x)
                    for i in entries]
   return lens
@@ -105,7 +105,7 @@ def run_logit_lens(subject: Subject, batches: Batches, out: str) -> Dict:
   lens = lens_logits(subject, entries)
   correct, agree, kl = ([[] for _ in entries] for _ in range(3))
   for images, labels in batches('eval'):
-    final, read = lens(subject.params, shard_examples(images, mesh=subject.mesh))
+    final, read = lens(subject.variables, shard_examples(images, mesh=subject.mesh))
     final = np.asarray(final)
     for k, logits in enumerate(read):
       logits = np.asarray(logits)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import flax
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import ml_collections
 
@@ -175,6 +176,29 @@ def get_model(name: str, num_classes: Optional[int] = 1000, **overrides: Any) ->
   if 'num_classes' in FAMILIES[get_config(name).family].defaults:
     overrides['num_classes'] = num_classes
   return build_model(get_config(name, **overrides))
+
+
+def fixed_variables(model: nn.Module, params: Any, image_size: int) -> Dict[str, Any]:
+  """The variables to apply `model` with while `params` stay fixed (evaluation,
+  inference, analysis): `params`, and the kernels of its weight-standardised
+  convolutions (BiT, hybrid) standardised once, in the `standardised` collection,
+  so that no call standardises them again. For a model without them, only
+  `params`. The standardised kernels are constants to `model.apply`: a gradient
+  or jvp with respect to `params` takes `{'params': params}`.
+
+  Args:
+    model: a zoo module.
+    params: its parameters.
+    image_size: a side length the model takes, to trace it at.
+
+  Returns:
+    {'params': params} and, where the model has them, {'standardised': ...}.
+  """
+  def standardised(p):
+    images = jnp.zeros((1, image_size, image_size, 3), jnp.float32)
+    # Only the collection is returned: XLA drops the forward pass it rides on.
+    return model.apply({'params': p}, images, mutable=[resnet.STANDARDISED])[1]
+  return {'params': params, **jax.jit(standardised)(params)}
 
 
 def apply_with_intermediates(model: nn.Module, variables: Any, images: Any, *,

@@ -22,11 +22,17 @@ from vit_jax.models.family import (CONVNET, Branch, Family, Flat, Layers, sow_ed
 Dtype = Any
 
 
+STANDARDISED = 'standardised'  # the collection of kernels standardised once
+
+
 class StdConv(nn.Conv):
   """Convolution with a weight-standardised kernel (zero mean, unit std over HWI).
 
   The two families standardise slightly differently: ResNet v1 divides by
   `std + eps`, BiT by `sqrt(var + eps)`; `eps_inside_sqrt` picks the BiT form.
+  Applied with a `standardised` collection (`models.fixed_variables`), the
+  kernel is read from it instead of standardised on every call; with the
+  collection mutable, the standardised kernel is put there.
   """
   ws_eps: float = 1e-5
   eps_inside_sqrt: bool = False
@@ -46,11 +52,17 @@ class StdConv(nn.Conv):
     param = super().param(name, *args, **kwargs)
     if name != 'kernel':
       return param
+    if self.has_variable(STANDARDISED, name):
+      return self.get_variable(STANDARDISED, name)
     centred = param - jnp.mean(param, axis=(0, 1, 2), keepdims=True)
     var = jnp.mean(jnp.square(centred), axis=(0, 1, 2), keepdims=True)
     if self.eps_inside_sqrt:
-      return centred / jnp.sqrt(var + self.ws_eps)
-    return centred / (jnp.sqrt(var) + self.ws_eps)
+      kernel = centred / jnp.sqrt(var + self.ws_eps)
+    else:
+      kernel = centred / (jnp.sqrt(var) + self.ws_eps)
+    if self.is_mutable_collection(STANDARDISED):
+      self.put_variable(STANDARDISED, name, kernel)
+    return kernel
 
 
 class GroupNorm(nn.Module):
