@@ -83,8 +83,10 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
   path = path or workdir
   if path is None:
     raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
-  label = os.path.splitext(os.path.basename(config_flags.get_config_filename(
-      FLAGS['config' + which])))[0]
+  # 'configs/papers.py:vit' -> 'papers_vit': a recipe file's models told apart.
+  name, _, arg = os.path.basename(config_flags.get_config_filename(
+      FLAGS['config' + which])).partition(':')
+  label = os.path.splitext(name)[0] + (f'_{arg}' if arg else '')
   if 'sweep' in config:
     rows = [name for name, _ in config.sweep.rows]
     if row not in rows:

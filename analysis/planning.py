@@ -12,7 +12,9 @@ that could have been avoided.
 import dataclasses
 import inspect
 import time
-from typing import Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence
+
+import numpy as np
 
 from analysis import estimate, tool
 from analysis.features import Subject
@@ -77,6 +79,15 @@ def _changes(name: str, before: Mapping, after: Mapping) -> Dict[str, list]:
   """{option: [its value before, after]} of tool `name`'s options that changed."""
   return {k: [_given(name, before, k), v] for k, v in after.items()
           if _given(name, before, k) != v}
+
+
+def _shown(value: Any) -> str:
+  """An option's value as the log shows it: numbers to 4 decimals, sequences in brackets."""
+  if isinstance(value, (list, tuple)):
+    return '(' + ', '.join(map(_shown, value)) + ')'
+  if isinstance(value, (float, np.floating)):
+    return str(round(float(value), 4))
+  return str(value)
 
 
 @dataclasses.dataclass
@@ -191,7 +202,8 @@ class Planner:
       changed = _changes(n, before[n], self.options[n])
       if changed:
         print(f'{n}: a smaller sample for {why}: ' +
-              ', '.join(f'{k} {a} -> {b}' for k, (a, b) in changed.items()), flush=True)
+              ', '.join(f'{k} {_shown(a)} -> {_shown(b)}' for k, (a, b) in changed.items()),
+              flush=True)
     if first:
       print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}'
             f'; {console.duration(total)} of the {console.duration(left)} left of '

@@ -21,7 +21,8 @@ RECIPES = [('quickstart_vit', None), ('quickstart_resnet', None), ('quickstart_a
            ('vit_b16', 'cifar10'), ('vit_b16', 'cifar100'), ('vit_b16', 'imagenet2012'),
            ('vit_b16', 'pretrain'), ('bit_r50x1', 'cifar10'), ('bit_r50x1', 'oxford_iiit_pet'),
            ('bit_r50x1', 'imagenet2012'), ('papers', 'vit'), ('papers', 'resnet'),
-           ('papers', 'alternet')] + [('timm_models', name) for name in TIMM_VARIANTS]
+           ('papers', 'alternet'), ('papers', 'vit-authors')] + [
+               ('timm_models', name) for name in TIMM_VARIANTS]
 
 
 def load(name, arg):

@@ -458,7 +458,7 @@ def test_the_analysis_command_splits_parameters_when_asked(tmp_path):
        '--num_images', '8', '--batch_size', '4', '--sharding', 'fsdp', '--out', str(out)],
       check=True, cwd=ROOT, env=dict(os.environ, XLA_FLAGS=flags, JAX_NUM_CPU_DEVICES='2'))
   result = json.loads((out / 'cka.json').read_text())
-  np.testing.assert_allclose(np.diag(result['cka']['vit_b16']), 1., rtol=1e-4)
+  np.testing.assert_allclose(np.diag(result['cka']['vit_b16_imagenet2012']), 1., rtol=1e-4)
 
 
 def published_layout(tmp_path, name, num_classes=2):
@@ -482,7 +482,7 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
        '--config.train_split=train', '--config.eval_split=test', '--checkpoint', path,
        '--dataset', folder, '--num_images', '8', '--batch_size', '4', '--hessian_batches', '2',
        '--lanczos_steps', '3', '--out', str(out)], check=True, cwd=ROOT)
-  result = json.loads((out / 'hessian.json').read_text())['vit_b16']
+  result = json.loads((out / 'hessian.json').read_text())['vit_b16_imagenet2012']
   assert np.array(result['top_per_minibatch']).shape == (2, 3)  # 3 steps: 3 Ritz values
   assert result['objective']['name'] == 'training'
   assert json.loads((out / 'timings.json').read_text())['hessian'] > 0

@@ -188,3 +188,9 @@ def test_fixed_variables_give_every_familys_outputs(family_name):
   x = images(2, 32)
   out, inter = apply_with_intermediates(model, fixed, x)
   chex.assert_trees_all_equal((out, inter), apply_with_intermediates(model, {'params': params}, x))
+
+
+def test_init_keeps_no_standardised_kernels():
+  """Kernels kept at `init` would be read in place of the trained parameters' own."""
+  variables = init(tiny_bit())
+  assert set(variables) == {'params'}

@@ -60,7 +60,9 @@ class StdConv(nn.Conv):
       kernel = centred / jnp.sqrt(var + self.ws_eps)
     else:
       kernel = centred / (jnp.sqrt(var) + self.ws_eps)
-    if self.is_mutable_collection(STANDARDISED):
+    # Only when asked for: `init` makes every collection mutable, and kernels it
+    # kept would go stale as the parameters train.
+    if self.is_mutable_collection(STANDARDISED) and not self.is_initializing():
       self.put_variable(STANDARDISED, name, kernel)
     return kernel
 
