@@ -78,15 +78,19 @@ flags.DEFINE_bool('tensorboard', True, 'Also write the results as TensorBoard ev
                   '<workdir>/analysis (or <out>/tensorboard/<model> for a --checkpoint).')
 
 
+def _config_file(which: str) -> Tuple[str, str]:
+  """(file name, argument) of --config<which>: 'configs/papers.py:vit' -> ('papers.py', 'vit')."""
+  name, _, arg = os.path.basename(config_flags.get_config_filename(
+      FLAGS['config' + which])).partition(':')
+  return name, arg
+
+
 def _subject(config, workdir, path, which: str, row: Optional[str]):
   """The model, the file or workdir it came from, and its workdir if from one."""
   path = path or workdir
   if path is None:
     raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
-  # 'configs/papers.py:vit' -> 'papers_vit': a recipe file's models told apart.
-  name, _, arg = os.path.basename(config_flags.get_config_filename(
-      FLAGS['config' + which])).partition(':')
-  label = os.path.splitext(name)[0] + (f'_{arg}' if arg else '')
+  label = os.path.splitext(_config_file(which)[0])[0]
   if 'sweep' in config:
     rows = [name for name, _ in config.sweep.rows]
     if row not in rows:
@@ -412,6 +416,12 @@ def run(name: str) -> Dict:
     loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row)]
   if FLAGS.config2 is not None:
     loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2', FLAGS.row2))
+    # Two recipes of one file ('configs/papers.py:vit', ':resnet') named by their arguments.
+    (first, *_), (second, *_) = loaded
+    args = _config_file('')[1], _config_file('2')[1]
+    if first.label == second.label and args[0] != args[1] and FLAGS.row2 is None:
+      first.label, second.label = (f'{s.label}_{a}' if a else s.label
+                                   for s, a in zip((first, second), args))
   if FLAGS.steps:
     loaded = at_steps(loaded, FLAGS.steps)
   subjects = [s for s, _, _ in loaded]

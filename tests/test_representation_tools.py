@@ -458,7 +458,7 @@ def test_the_analysis_command_splits_parameters_when_asked(tmp_path):
        '--num_images', '8', '--batch_size', '4', '--sharding', 'fsdp', '--out', str(out)],
       check=True, cwd=ROOT, env=dict(os.environ, XLA_FLAGS=flags, JAX_NUM_CPU_DEVICES='2'))
   result = json.loads((out / 'cka.json').read_text())
-  np.testing.assert_allclose(np.diag(result['cka']['vit_b16_imagenet2012']), 1., rtol=1e-4)
+  np.testing.assert_allclose(np.diag(result['cka']['vit_b16']), 1., rtol=1e-4)
 
 
 def published_layout(tmp_path, name, num_classes=2):
@@ -482,7 +482,7 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
        '--config.train_split=train', '--config.eval_split=test', '--checkpoint', path,
        '--dataset', folder, '--num_images', '8', '--batch_size', '4', '--hessian_batches', '2',
        '--lanczos_steps', '3', '--out', str(out)], check=True, cwd=ROOT)
-  result = json.loads((out / 'hessian.json').read_text())['vit_b16_imagenet2012']
+  result = json.loads((out / 'hessian.json').read_text())['vit_b16']
   assert np.array(result['top_per_minibatch']).shape == (2, 3)  # 3 steps: 3 Ritz values
   assert result['objective']['name'] == 'training'
   assert json.loads((out / 'timings.json').read_text())['hessian'] > 0
@@ -543,3 +543,22 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   result = TOOLS['attention_distance'].run(s, lambda split: iter(
       [(images[:, :28, :28], labels) for images, labels in batches(split)]), str(tmp_path))
   assert np.array(result['distance_per_layer_head']).shape == (2, 4)
+
+
+def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path):
+  """'configs/papers.py:vit' and ':vit-authors' are papers_vit and papers_vit-authors;
+  one recipe twice stays <file> and <file>_2."""
+  from configs import papers
+  config = papers.get_config('vit')
+  model = models.get_model(config.model_name, 10, **config.model)
+  path = str(tmp_path / 'vit.npz')
+  checkpoint.save(path, perturbed(init(model, 28), scale=0.02)['params'])
+  for second, labels in (('vit-authors', ['papers_vit', 'papers_vit-authors']),
+                         ('vit', ['papers', 'papers_2'])):
+    out = tmp_path / second
+    subprocess.run([sys.executable, '-m', 'analysis', 'vit_figures',
+                    '--config', 'configs/papers.py:vit', '--checkpoint', path,
+                    '--config2', f'configs/papers.py:{second}', '--checkpoint2', path,
+                    '--num_images', '8', '--batch_size', '8', '--out', str(out)],
+                   check=True, cwd=ROOT)
+    assert sorted(json.loads((out / 'vit_figures.json').read_text())) == labels
