@@ -224,6 +224,10 @@ class NormActConv(nn.Module):
   @nn.compact
   def __call__(self, x):
     x = nn.relu(GroupNorm(dtype=self.dtype, name='group_norm')(x))
+    # In memory once for every consumer (this conv, the projection, the backward
+    # pass's ReLU mask and kernel gradient), where XLA:CPU would recompute it in
+    # each; the barrier has JVP and transpose rules, so jvp of grad still runs.
+    x = lax.optimization_barrier(x)
     shortcut = None
     if self.projection is not None:
       shortcut = Projection(self.projection, self.projection_strides, self.dtype, name='proj')(x)
