@@ -81,10 +81,18 @@ def _changes(name: str, before: Mapping, after: Mapping) -> Dict[str, list]:
           if _given(name, before, k) != v}
 
 
-def _shown(value: Any) -> str:
-  """An option's value as the log shows it: numbers to 4 decimals, sequences in brackets."""
+def shown(value: Any) -> str:
+  """An option's value as the log and the report show it: numbers to 4 decimals,
+  sequences in brackets.
+
+  Args:
+    value: the option's value.
+
+  Returns:
+    The text.
+  """
   if isinstance(value, (list, tuple)):
-    return '(' + ', '.join(map(_shown, value)) + ')'
+    return '(' + ', '.join(map(shown, value)) + ')'
   if isinstance(value, (float, np.floating)):
     return str(round(float(value), 4))
   return str(value)
@@ -202,7 +210,7 @@ class Planner:
       changed = _changes(n, before[n], self.options[n])
       if changed:
         print(f'{n}: a smaller sample for {why}: ' +
-              ', '.join(f'{k} {_shown(a)} -> {_shown(b)}' for k, (a, b) in changed.items()),
+              ', '.join(f'{k} {shown(a)} -> {shown(b)}' for k, (a, b) in changed.items()),
               flush=True)
     if first:
       print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}'

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 import numpy as np
 from PIL import Image
 
-from analysis import cka, conventions, joint_figures, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
+from analysis import cka, conventions, joint_figures, planning, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
 from analysis.verdict import Z, Verdict
 from vit_jax.atomic import atomic_write
 
@@ -156,7 +156,8 @@ def plan_note(out: str, name: str) -> str:
   if not planned:
     return ''
   return (f'Smaller samples to fit --time_budget={planned["time_budget"]}: ' + ', '.join(
-      f'{k} {a} instead of {b}' for k, (b, a) in planned['options'].items()) +
+      f'{k} {planning.shown(a)} instead of {planning.shown(b)}'
+      for k, (b, a) in planned['options'].items()) +
       '; the standard errors are those of these samples.')
 
 
