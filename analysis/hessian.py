@@ -9,6 +9,7 @@ product uses the same matrix. Batches are stacked, (K, B, ...) images and
 holds one forward, backward and jvp however many batches there are; for ResNets
 on CPU the batches are a Python loop instead (`sum_over_batches`).
 """
+import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
@@ -17,6 +18,7 @@ import ml_collections
 import numpy as np
 import optax.tree_utils as otu
 from jax.flatten_util import ravel_pytree
+from jax.tree_util import Partial
 
 from vit_jax import steps
 from vit_jax.models.family import CONVNET, HYBRID
@@ -200,9 +202,129 @@ def flat_hvp(loss: Loss, params: Any, unroll: bool = False) -> Tuple[Callable[..
   """
   _, unravel = ravel_pytree(params)
 
+  @jax.jit
   def matvec(v, params, batches):
     return ravel_pytree(hvp(loss, params, batches, unravel(v), unroll))[0]
-  return matvec, ravel_pytree(params)[0].shape[0]
+  return matvec, dimension(params)
+
+
+def dimension(params: Any) -> int:
+  """The number of parameters: the Hessian's side.
+
+  Args:
+    params: the parameter tree.
+
+  Returns:
+    The number.
+  """
+  return sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
+
+
+def linearise(loss: Loss, params: Any, batches: Batches) -> Tuple[Partial, ...]:
+  """Each batch's gradient of `loss` linearised at `params` (`jax.linearize`): its
+  forward and backward pass run once and their residuals are kept, so that a
+  product with that batch's Hessian is the tangent pass alone. All of them share one
+  program, and so one `linearised_hvp` program serves any of them.
+
+  Args:
+    loss: (params, stacked batches) -> a scalar (`training_loss`).
+    params: where the Hessian is taken.
+    batches: K stacked batches.
+
+  Returns:
+    K linear maps, tree like `params` -> (the batch's Hessian) times it.
+  """
+  one = jax.jit(lambda p, batch: jax.linearize(
+      lambda q: jax.grad(loss)(q, jax.tree_util.tree_map(lambda x: x[None], batch)), p)[1])
+  return tuple(one(params, jax.tree_util.tree_map(lambda x: x[i], batches))
+               for i in range(batches[0].shape[0]))
+
+
+def linearisation_bytes(loss: Loss, params: Any, batches: Batches) -> int:
+  """The memory `linearise` keeps for one of the K batches, found without running it.
+
+  Args:
+    loss: as in `linearise`.
+    params: as in `linearise`.
+    batches: as in `linearise`.
+
+  Returns:
+    Bytes of one batch's residuals.
+  """
+  shapes = jax.eval_shape(lambda p, b: linearise(loss, p, b)[0], params,
+                          jax.tree_util.tree_map(lambda x: x[:1], batches))
+  return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
+
+
+def linearised_hvp(params: Any) -> Callable[..., jax.Array]:
+  """matvec(v, linearisations) = the mean over the given `linearise` maps of their
+  products with v, on flat vectors: H v over those batches, one compiled tangent
+  pass per batch, summed from Python (straight-line, as `sum_over_batches` with
+  `unroll`).
+
+  Args:
+    params: a tree of the parameters' shapes.
+
+  Returns:
+    The matvec.
+  """
+  _, unravel = ravel_pytree(params)
+  # Each product adds to the running sum, so the batches' programs run one after the
+  # other: independent programs in flight at once can deadlock XLA:CPU's collectives
+  # when the batches are split over several devices.
+  accumulate = jax.jit(lambda total, v, linear: total + ravel_pytree(linear(unravel(v)))[0])
+
+  def matvec(v, linearisations):
+    total = jnp.zeros_like(v)
+    for linear in linearisations:
+      total = accumulate(total, v, linear)
+    return total / len(linearisations)
+  return matvec
+
+
+def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = False,
+                  keep_free: int = 0
+                  ) -> Tuple[Callable[..., jax.Array], int, Callable[[slice], tuple], str]:
+  """H v of `loss` over any run of the K fixed batches, as a compiled operator.
+
+  Where the batches are a Python loop (`unroll`: `loops_on_host`) and every
+  batch's residuals fit in half the memory available now (less `keep_free`),
+  each batch's gradient is linearised once (`linearise`) and every product after
+  is a tangent pass
+  (the quick-start ResNet's: 0.155 s against 0.238 s for jvp of grad, batch 100,
+  2-core AMD EPYC); otherwise each product is jvp of grad (`flat_hvp`). The
+  products are the same to float32 rounding.
+
+  Args:
+    loss: (params, stacked batches) -> a scalar.
+    params: where the Hessian is taken.
+    batches: K stacked batches.
+    unroll: as in `sum_over_batches`.
+    keep_free: bytes the caller will allocate besides (a Lanczos basis).
+
+  Returns:
+    (matvec, dimension, operands, method): matvec(v, *operands(slice)) is H v over
+    the batches the slice picks (`slice(None)`: all of them); method is
+    'linearised' or 'jvp of grad'.
+  """
+  dim = dimension(params)
+  count = batches[0].shape[0]
+  if unroll and (count * linearisation_bytes(loss, params, batches)
+                 < (available_memory() - keep_free) / 2):
+    linearisations = linearise(loss, params, batches)
+    return linearised_hvp(params), dim, lambda which: (linearisations[which],), 'linearised'
+  matvec, _ = flat_hvp(loss, params, unroll)
+  return (matvec, dim, lambda which: (params, tuple(x[which] for x in batches)),
+          'jvp of grad')
+
+
+def available_memory() -> int:
+  """Bytes of host memory available now.
+
+  Returns:
+    The bytes.
+  """
+  return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
 
 
 def block_names(params: Any, depth: int = 2) -> List[str]:

@@ -5,6 +5,7 @@ trace estimator.
 
 Nothing here knows about models: a Hessian is one closure that feeds `matvec`.
 """
+import functools
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
@@ -45,11 +46,11 @@ def _orthogonalise(w: jax.Array, basis: jax.Array) -> jax.Array:
   return w
 
 
-def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence, size: int,
-                  mesh: Optional[Mesh]):
+def _lanczos_update(i, carry, w: jax.Array, key: jax.Array, size: int, mesh: Optional[Mesh]):
+  """The step after the product: w = H basis[i] orthogonalised into basis[i + 1]."""
   basis, alphas, betas = carry
   v = basis[i]
-  w = _split(jnp.pad(matvec(v[:size], *operands), (0, v.shape[0] - size)), mesh)
+  w = _split(jnp.pad(w, (0, v.shape[0] - size)), mesh)
   alpha = jnp.vdot(w, v)
   w = _orthogonalise(w, basis)  # rows after i are still zero
   beta = jnp.linalg.norm(w)
@@ -66,7 +67,16 @@ def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence, 
   return basis, alphas.at[i].set(alpha), betas.at[i].set(jnp.where(broke_down, 0., beta))
 
 
-_jitted_step = jax.jit(_lanczos_step, static_argnames=('matvec', 'size', 'mesh'))
+# The host loop's update, compiled once per basis shape; the loop state is donated,
+# so the basis is updated in place rather than copied every step.
+_jitted_update = jax.jit(_lanczos_update, static_argnames=('size', 'mesh'),
+                         donate_argnames=('carry',))
+
+
+def _lanczos_step(i, carry, matvec: MatVec, key: jax.Array, operands: Sequence, size: int,
+                  mesh: Optional[Mesh]):
+  w = matvec(carry[0][i, :size], *operands)
+  return _lanczos_update(i, carry, w, key, size, mesh)
 
 
 def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
@@ -84,10 +94,13 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   next vector is a fresh random one orthogonal to the basis and beta is 0, so
   the tridiagonal matrix splits into exact blocks. The steps run in one
   `fori_loop`, so compile time does not depend on `num_steps`. With
-  `host_loop`, Python calls one compiled step instead (same compile time,
-  same arithmetic): XLA:CPU runs convolutions inside loop bodies several
-  times slower, so ResNet Hessians are faster this way on CPU; there `on_step`
-  is called with the loop's state after every step (for `progress.Progress`).
+  `host_loop`, Python drives the steps instead (same arithmetic): it calls
+  `matvec` as it is, so pass a compiled one (`hessian.minibatch_hvp`), then one
+  compiled update of the basis. XLA:CPU runs convolutions inside loop bodies
+  several times slower, so ResNet Hessians are faster this way on CPU; and one
+  operator's program serves every caller, whatever its operands' batches. There
+  `on_step` is called with the loop's state after every step (for
+  `progress.Progress`).
 
   With a `mesh` (the one fully sharded parameters live on), every vector of the
   basis is split over its devices, as the parameters are: each device holds
@@ -115,10 +128,11 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   carry = (basis, jnp.zeros(num_steps, start.dtype), jnp.zeros(num_steps, start.dtype))
   if host_loop:
     for i in range(num_steps):
-      carry = _jitted_step(jnp.int32(i), carry, matvec=matvec, key=key,
-                           operands=tuple(operands), size=size, mesh=mesh)
+      w = matvec(carry[0][i, :size], *operands)
+      carry = _jitted_update(jnp.int32(i), carry, w, key=key, size=size, mesh=mesh)
       if on_step is not None:
         on_step(carry)
+    jax.block_until_ready(carry)  # before a caller's next run, which does not depend on it
   else:
     carry = jax.lax.fori_loop(
         0, num_steps, lambda i, c: _lanczos_step(i, c, matvec, key, operands, size, mesh),
@@ -265,6 +279,7 @@ def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
   (probes, num_segments). With Rademacher probes (E[v v^T] = I) the mean of column b
   estimates the trace of block b's diagonal block and the mean of the row sums
   tr(H) (Hutchinson's estimator, PyHessian's trace), one product per probe.
+  `matvec` is called as it is, so pass a compiled one.
 
   Args:
     matvec: the operator, v -> matvec(v, *operands).
@@ -277,11 +292,14 @@ def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
     (probes, num_segments) sums of v * Hv per segment.
   """
   ids = jnp.zeros(probes.shape[1], jnp.int32) if segment_ids is None else segment_ids
+  return np.stack([np.asarray(_segment_products(v, matvec(v, *operands), ids, num_segments))
+                   for v in probes])
 
-  @jax.jit
-  def one(v, ops):
-    return jax.ops.segment_sum(v * matvec(v, *ops), ids, num_segments)
-  return np.stack([np.asarray(one(v, tuple(operands))) for v in probes])
+
+@functools.partial(jax.jit, static_argnames='num_segments')
+def _segment_products(v: jax.Array, hv: jax.Array, ids: jax.Array, num_segments: int
+                      ) -> jax.Array:
+  return jax.ops.segment_sum(v * hv, ids, num_segments)
 
 
 def density(nodes: np.ndarray, weights: np.ndarray, grid: np.ndarray, sigma: float

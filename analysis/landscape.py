@@ -196,7 +196,8 @@ def grid(loss: Callable[[Any], jax.Array], params: Any, directions: Sequence[Any
 
 
 def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps: int,
-                       operands: Sequence = (), count: int = 2, key: jax.Array = None) -> list:
+                       operands: Sequence = (), count: int = 2, key: jax.Array = None,
+                       host_loop: bool = False) -> list:
   """The Ritz vectors of the `count` largest eigenvalues of the operator
   `matvec(v, *operands)` on flat vectors of `params`' size (`hessian.flat_hvp`), from
   `num_steps` Lanczos steps, as unit-norm trees like `params`.
@@ -208,6 +209,7 @@ def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps:
     operands: the arrays `matvec` takes after the vector.
     count: how many eigenvectors.
     key: the start vector's randomness (PRNGKey(0) if None).
+    host_loop: as in `lanczos.lanczos_tridiag`.
 
   Returns:
     The eigenvectors, largest eigenvalue first.
@@ -215,7 +217,8 @@ def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps:
   flat, unravel = ravel_pytree(params)
   key = jax.random.PRNGKey(0) if key is None else key
   alphas, betas, basis = lanczos.lanczos_tridiag(
-      matvec, jax.random.normal(key, flat.shape, jnp.float32), num_steps, operands=operands)
+      matvec, jax.random.normal(key, flat.shape, jnp.float32), num_steps, operands=operands,
+      host_loop=host_loop)
   values, vectors = lanczos.tridiag_eigh(alphas, betas)
   top = np.argsort(values)[::-1][:count]
   ritz = np.asarray(basis, np.float64).T @ vectors[:, top]

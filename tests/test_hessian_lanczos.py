@@ -360,3 +360,63 @@ def test_lanczos_vectors_split_over_a_mesh_give_the_same_coefficients():
   np.testing.assert_allclose(
       result['top'], lanczos.extreme_eigenvalues(lambda v: diagonal * v, 1003, 12, k=2)['top'],
       rtol=1e-5)
+
+
+def tiny_resnet_problem(num_batches=3):
+  model = tiny_bit(num_classes=3, num_layers=(1,), width_factor=0.5)
+  rng = np.random.RandomState(0)
+  batches = hessian.stack_batches(
+      [(jnp.asarray(rng.uniform(-1, 1, (4, 8, 8, 3)), jnp.float32),
+        jnp.asarray(np.eye(3)[rng.randint(0, 3, 4)], jnp.float32)) for _ in range(num_batches)])
+  params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
+  return hessian.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=True), params, batches
+
+
+def test_linearised_products_equal_jvp_of_grad_on_any_run_of_the_batches():
+  """The host loop's operator linearises each batch once; its products over all the
+  batches and over any run of them are jvp of grad's on the same batches."""
+  loss, params, batches = tiny_resnet_problem()
+  matvec, dim, operands, method = hessian.minibatch_hvp(loss, params, batches, unroll=True)
+  assert method == 'linearised' and dim == hessian.dimension(params)
+  reference, _ = hessian.flat_hvp(loss, params, unroll=True)
+  v = jnp.asarray(np.random.RandomState(1).randn(dim), jnp.float32)
+  for which in (slice(None), slice(0, 1), slice(1, 3)):
+    expected = reference(v, params, tuple(x[which] for x in batches))
+    assert_close_at_scale(matvec(v, *operands(which)), expected, rtol=1e-4, ulps=50)
+  one = hessian.linearisation_bytes(loss, params, batches)
+  assert one == sum(x.nbytes for x in jax.tree_util.tree_leaves(operands(slice(0, 1))[0][0]))
+
+
+def test_products_are_jvp_of_grad_where_residuals_would_not_fit_or_batches_scan(monkeypatch):
+  loss, params, batches = tiny_resnet_problem(num_batches=2)
+  assert hessian.minibatch_hvp(loss, params, batches, unroll=False)[3] == 'jvp of grad'
+  free = hessian.available_memory()
+  assert hessian.minibatch_hvp(loss, params, batches, True, keep_free=free)[3] == 'jvp of grad'
+  matvec, dim, operands, _ = hessian.minibatch_hvp(loss, params, batches, True, keep_free=free)
+  v = jnp.ones(dim)
+  np.testing.assert_array_equal(matvec(v, *operands(slice(0, 1))),
+                                hessian.flat_hvp(loss, params, True)[0](
+                                    v, params, tuple(x[:1] for x in batches)))
+
+
+@pytest.mark.slow
+def test_the_hessian_tools_results_do_not_depend_on_how_products_are_taken(
+    subjects, tmp_path, monkeypatch):
+  """The tool on the smallest tiny model it drives from the host (a ResNet or a
+  hybrid): linearised products, then jvp of grad (residuals too large to keep),
+  give the same spectra and traces."""
+  from analysis.tools import hessian as hessian_tool
+  from helpers import batches
+  subject = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
+                key=lambda s: hessian.dimension(s.params))
+  small = dict(num_minibatches=2, steps_top=4, steps_density=6, trace_probes=2, block_steps=2)
+  with monkeypatch.context() as patch:
+    linearised = hessian_tool.run_hessian(subject, batches, str(tmp_path), **small)
+    patch.setattr(hessian, 'linearisation_bytes', lambda *_: hessian.available_memory())
+    jvp = hessian_tool.run_hessian(subject, batches, str(tmp_path), **small)
+  assert (linearised['hvp'], jvp['hvp']) == ('linearised', 'jvp of grad')
+  for key in ('top_per_minibatch', 'slq_nodes', 'slq_weights', 'trace'):
+    np.testing.assert_allclose(linearised[key], jvp[key], rtol=1e-3, atol=1e-5, err_msg=key)
+  for key in ('block_traces', 'block_top_eigenvalue'):
+    np.testing.assert_allclose(list(linearised[key].values()), list(jvp[key].values()),
+                               rtol=1e-3, atol=1e-5, err_msg=key)

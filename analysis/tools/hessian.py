@@ -169,8 +169,10 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   host_loop = hessian.loops_on_host(subject.layers.architecture)
   loss, split, description = hessian_objective(subject, objective, host_loop, l2_on)
   fixed = fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
-  matvec, dim = hessian.flat_hvp(loss, subject.params, unroll=host_loop)
-  check_lanczos(max(steps_top, steps_density), dim, subject.label)
+  basis = check_lanczos(max(steps_top, steps_density), hessian.dimension(subject.params),
+                        subject.label)
+  matvec, dim, operands, method = hessian.minibatch_hvp(loss, subject.params, fixed, host_loop,
+                                                        keep_free=basis)
   ids, blocks = hessian.parameter_blocks(subject.params)
   sizes = hessian.block_sizes(subject.params)
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
@@ -183,12 +185,12 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   for i in range(num_minibatches):
     tops.append(lanczos.extreme_eigenvalues(
         matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
-        operands=(subject.params, tuple(x[i:i + 1] for x in fixed)), host_loop=host_loop,
+        operands=operands(slice(i, i + 1)), host_loop=host_loop,
         on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'].tolist())
     if not host_loop:
       done.advance(steps_top)
   nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
-                               operands=(subject.params, fixed), host_loop=host_loop,
+                               operands=operands(slice(None)), host_loop=host_loop,
                                on_step=lambda carry: done.advance(num_minibatches, carry),
                                mesh=subject.mesh)
   block_top, masked = {}, hessian.block_matvec(matvec)  # one program for every block
@@ -196,14 +198,14 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
     steps = min(block_steps, sizes[name])
     block_top[name] = float(lanczos.extreme_eigenvalues(
         masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
-        operands=((ids == b).astype(jnp.float32), subject.params,
-                  tuple(x[:1] for x in fixed)), host_loop=host_loop,
+        operands=((ids == b).astype(jnp.float32), *operands(slice(0, 1))),
+        host_loop=host_loop,
         on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'][0])
     if not host_loop:
       done.advance(steps)
   signs = jax.random.rademacher(jax.random.PRNGKey(num_minibatches), (trace_probes, dim),
                                 jnp.float32)
-  sums = lanczos.hutchinson(matvec, signs, (subject.params, fixed), ids, len(blocks))
+  sums = lanczos.hutchinson(matvec, signs, operands(slice(None)), ids, len(blocks))
   done.advance(num_minibatches * trace_probes)
   block_traces = sums.mean(0)
   block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(trace_probes))
@@ -230,7 +232,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                    f'Hessian per parameter block (trace: Hutchinson, {trace_probes} probes): '
                    f'{subject.label}', 'parameter block', 'value', xlabels=blocks,
                    errors={'trace of the block': block_stderr})]
-  return {'objective': {'name': objective, **description},
+  return {'objective': {'name': objective, **description}, 'hvp': method,
           'top_per_minibatch': tops, 'num_parameters': dim,
           'num_minibatches': num_minibatches, 'lanczos_steps': steps_top,
           'density_steps': steps_density, 'density_probes': num_probes,
@@ -283,7 +285,7 @@ def shrink(options: Mapping) -> Optional[Dict]:
   return None
 
 
-def check_lanczos(steps: int, dim: int, label: str) -> None:
+def check_lanczos(steps: int, dim: int, label: str) -> int:
   """Refuses more Lanczos steps than the Hessian has dimensions, or a basis (steps
   float32 vectors of `dim`) larger than half the memory available now.
 
@@ -292,19 +294,23 @@ def check_lanczos(steps: int, dim: int, label: str) -> None:
     dim: the Hessian's dimension.
     label: the model's label, for the message.
 
+  Returns:
+    The basis's bytes.
+
   Raises:
     ConfigError: too many steps, or a basis beyond the memory.
   """
   if steps > dim:
     raise ConfigError(f'{steps} Lanczos steps exceed the {dim} parameters of {label}; give '
                       f'--lanczos_steps of at most {dim // 2}.')
-  available = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  available = hessian.available_memory()
   basis = 4 * steps * dim
   if basis > available / 2:
     raise ConfigError(
         f'{steps} Lanczos steps on the {dim:,} parameters of {label} keep a {basis / 2**30:.1f} '
         f'GiB basis, more than half the {available / 2**30:.1f} GiB of memory available: lower '
         '--lanczos_steps.')
+  return basis
 
 
 def _findings(label, r, q):
@@ -395,7 +401,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
   minibatch, then the SLQ probes and the trace probes over all of them, and
-  Lanczos on each block's diagonal block on one minibatch; the four compile apart.
+  Lanczos on each block's diagonal block on one minibatch; the four compile apart,
+  except where the host drives them (`hessian.minibatch_hvp`: one product's
+  program, and the linearisation's or the product over all batches).
 
   Args:
     subject: the model.
@@ -409,7 +417,8 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density']
                                      + o['trace_probes'])
   blocks = sum(min(o['block_steps'], n) for n in hessian.block_sizes(subject.params).values())
-  return Work({'hvp': products + blocks}, {'hvp': 4})
+  return Work({'hvp': products + blocks},
+              {'hvp': 2 if hessian.loops_on_host(subject.layers.architecture) else 4})
 
 
 TOOL = register(Tool(

@@ -131,10 +131,12 @@ def run_landscape(subject: Subject, batches: Batches, out: str,
                                         normalisation=normalisation)
   elif directions == 'hessian':
     total_loss, _ = hessian.recipe_objective(subject.model, subject.recipe, unroll)
-    matvec, dim = hessian.flat_hvp(total_loss, subject.params, unroll=unroll)
-    check_lanczos(lanczos_steps, dim, subject.label)
+    basis = check_lanczos(lanczos_steps, hessian.dimension(subject.params), subject.label)
+    first = tuple(x[:1] for x in fixed)
+    matvec, _, operands, _ = hessian.minibatch_hvp(total_loss, subject.params, first, unroll,
+                                                   keep_free=basis)
     bases = landscape.hessian_directions(matvec, subject.params, lanczos_steps,
-                                         (subject.params, tuple(x[:1] for x in fixed)))
+                                         operands(slice(None)), host_loop=unroll)
   else:
     raise ValueError(f'Unknown landscape directions {directions!r}; use random or hessian.')
   axis = np.linspace(-SPAN, SPAN, points)
