@@ -18,6 +18,7 @@ does). Three places needed more than the file gives:
 Random draws come from numpy's global generator, as in the file; `corruptions`
 seeds it per batch and restores it after.
 """
+import functools
 from io import BytesIO
 from typing import Any, Callable, Dict, Sequence
 
@@ -152,15 +153,19 @@ def glass_blur(x: np.ndarray, c: Any) -> np.ndarray:
   """
   sigma, delta, iterations = c
   x = np.uint8(_gaussian(x / 255., sigma) * 255)
-  height, width = x.shape[:2]
+  height, width, channels = x.shape
+  order = [(h, w) for h in range(height - delta, delta, -1)
+           for w in range(width - delta, delta, -1)]
+  pixels = [tuple(p) for p in x.reshape(-1, channels).tolist()]
   for _ in range(iterations):  # locally shuffle pixels
-    for h in range(height - delta, delta, -1):
-      for w in range(width - delta, delta, -1):
-        dx, dy = np.random.randint(-delta, delta, size=(2,))
-        h_prime, w_prime = h + dy, w + dx
-        # The file's swap of numpy views: both pixels end as x[h', w'] (kept, as the
-        # published CIFAR-C was made by it).
-        x[h, w], x[h_prime, w_prime] = x[h_prime, w_prime], x[h, w]
+    # The file draws (dx, dy) pixel by pixel; one draw of all of them is the same
+    # sequence from numpy's generator.
+    shifts = np.random.randint(-delta, delta, size=(len(order), 2)).tolist()
+    for (h, w), (dx, dy) in zip(order, shifts):
+      # The file's swap of numpy views: both pixels end as x[h + dy, w + dx] (kept,
+      # as the published CIFAR-C was made by it).
+      pixels[h * width + w] = pixels[(h + dy) * width + w + dx]
+  x = np.array(pixels, np.uint8).reshape(height, width, channels)
   return np.clip(_gaussian(x / 255., sigma), 0, 1) * 255
 
 
@@ -221,6 +226,20 @@ def snow(x: np.ndarray, c: Any) -> np.ndarray:
   return np.clip(x + layer + np.rot90(layer, k=2), 0, 1) * 255
 
 
+@functools.lru_cache(maxsize=None)
+def _frost_picture(name: str) -> np.ndarray:
+  """One of the package's frost pictures, BGR, resized to a fifth as the file does;
+  read once, as every image of every severity crops from the same five."""
+  import cv2
+  import importlib.resources
+  with importlib.resources.as_file(
+      importlib.resources.files('imagecorruptions') / 'frost' / name) as path:
+    picture = cv2.imread(str(path))
+  picture = cv2.resize(picture, (0, 0), fx=0.2, fy=0.2)
+  picture.flags.writeable = False
+  return picture
+
+
 def frost(x: np.ndarray, c: Any) -> np.ndarray:
   """`make_cifar_c.py`'s frost.
 
@@ -231,13 +250,7 @@ def frost(x: np.ndarray, c: Any) -> np.ndarray:
   Returns:
     The corrupted image, floats in [0, 255].
   """
-  import cv2
-  import importlib.resources
-  name = FROST_FILES[np.random.randint(5)]
-  with importlib.resources.as_file(
-      importlib.resources.files('imagecorruptions') / 'frost' / name) as path:
-    picture = cv2.imread(str(path))
-  picture = cv2.resize(picture, (0, 0), fx=0.2, fy=0.2)
+  picture = _frost_picture(FROST_FILES[np.random.randint(5)])
   height, width = x.shape[:2]
   top = np.random.randint(0, picture.shape[0] - height)
   left = np.random.randint(0, picture.shape[1] - width)
