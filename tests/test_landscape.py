@@ -167,6 +167,8 @@ def test_the_batched_grid_is_the_loop_over_points():
   looped = [float(loss(jax.tree_util.tree_map(lambda p, d1, d2: p + x * d1 + y * d2, params,
                                               *directions))) for x, y in points]
   np.testing.assert_allclose(batched, looped, rtol=1e-5, atol=1e-6)
+  hosted = landscape.grid(loss, params, directions, points, host_loop=True)
+  np.testing.assert_allclose(hosted, looped, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('directions,l2_term', [('random', 'authors'), ('hessian', 'objective')])
@@ -194,3 +196,20 @@ def test_the_landscape_tool(directions, l2_term, tmp_path):
     centre = float(loss(s.params, fixed))
   assert result['centre_loss'] == pytest.approx(centre, rel=1e-4)
   assert all(os.path.exists(f) for f in result['figures']) and len(result['figures']) == 3
+
+
+def test_the_landscape_of_a_model_the_host_loops_over(subjects, tmp_path):
+  """The smallest tiny model whose batches, Lanczos steps and grid points the host
+  drives (a ResNet or a hybrid): Hessian directions from linearised products, the
+  grid point by point, and the centre is the objective at the parameters."""
+  from helpers import batches
+  from analysis.tools.hessian import fixed_batches
+  from analysis import features
+  s = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
+          key=lambda s: hessian.dimension(s.params))
+  result = TOOLS['landscape'].run(s, batches, str(tmp_path), points=3, num_batches=2,
+                                  directions='hessian', lanczos_steps=3, l2_term='objective')
+  loss, _ = hessian.recipe_objective(s.model, s.recipe, l2_on='kernels')
+  fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
+  assert result['centre_loss'] == pytest.approx(float(loss(s.params, fixed)), rel=1e-4)
+  assert np.isfinite(result['loss']).all()

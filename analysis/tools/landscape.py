@@ -144,7 +144,7 @@ def run_landscape(subject: Subject, batches: Batches, out: str,
   coordinates = np.stack([a.ravel(), b.ravel()], axis=1)
   started = time.perf_counter()
   nll = landscape.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
-                       chunk).reshape(points, points)
+                       chunk, host_loop=unroll).reshape(points, points)
   seconds = time.perf_counter() - started
   l2 = landscape.grid(penalty, subject.params, bases, coordinates,
                       chunk).reshape(points, points)
