@@ -2,9 +2,10 @@
 # The paper-like tier (configs/papers.py): trains Park & Kim's ViT, ResNet-50 and
 # AlterNet-50 layouts at their token grid into workdirs/papers/{vit,resnet,alternet},
 # each within its recipe's 45-minute time budget, then runs every analysis tool on
-# the ViT and the ResNet into workdirs/papers/analysis (within 30 minutes) and the
-# lesion study on the AlterNet and the ResNet into workdirs/papers/lesion, ending
-# with the quick start's summary. Rerun it after a stop: a trained model is not
+# the ViT and the ResNet into workdirs/papers/analysis (within 30 minutes), their
+# Hessians at the end of warm-up and at the end into workdirs/papers/phases (within
+# 25 minutes) and the lesion study on the AlterNet and the ResNet into
+# workdirs/papers/lesion, ending with the quick start's summary. Rerun it after a stop: a trained model is not
 # trained again and an interrupted one resumes from its last checkpoint; the
 # analyses run again. Extra arguments go to the three trainers; WORKDIRS=DIR puts
 # papers/ in DIR instead of workdirs/.
@@ -22,6 +23,10 @@ status=0
   --config configs/papers.py:vit --workdir "$work/vit" \
   --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
   --out "$work/analysis" --time_budget=30m || status=$?
+.venv/bin/python -m analysis hessian \
+  --config configs/papers.py:vit --workdir "$work/vit" \
+  --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
+  --steps warmup,last --out "$work/phases" --time_budget=25m || status=$?
 .venv/bin/python -m analysis lesion \
   --config configs/papers.py:alternet --workdir "$work/alternet" \
   --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
