@@ -290,10 +290,10 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
   Where the batches are a Python loop (`unroll`: `loops_on_host`) and every
   batch's residuals fit in half the memory available now (less `keep_free`),
   each batch's gradient is linearised once (`linearise`) and every product after
-  is a tangent pass
-  (the quick-start ResNet's: 0.155 s against 0.238 s for jvp of grad, batch 100,
-  2-core AMD EPYC); otherwise each product is jvp of grad (`flat_hvp`). The
-  products are the same to float32 rounding.
+  is a tangent pass (the quick-start ResNet's: 0.148 s against 0.230 s for jvp
+  of grad, batch 100, 2-core AMD EPYC: `benchmarks/hessian.py`); otherwise each
+  product is jvp of grad (`flat_hvp`). The products are the same to float32
+  rounding.
 
   Args:
     loss: (params, stacked batches) -> a scalar.

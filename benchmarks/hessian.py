@@ -73,8 +73,8 @@ def main():
   v = jnp.asarray(np.random.RandomState(1).randn(dim), jnp.float32)
   one = tuple(x[:1] for x in batches)
   grad_s = seconds_per_call(grad, params, one, repeats=3)
-  hvp_one_s = seconds_per_call(jax.jit(matvec), v, params, one, repeats=3)
-  hvp_s = seconds_per_call(jax.jit(matvec), v, params, batches, repeats=3)
+  hvp_one_s = seconds_per_call(matvec, v, params, one, repeats=3)
+  hvp_s = seconds_per_call(matvec, v, params, batches, repeats=3)
   print(f'{args.model}: {dim:,} parameters, {count * args.batch} examples of {size} px in '
         f'{count} batches of {args.batch}, {jax.device_count()} x {jax.devices()[0].device_kind}')
   print(f'one batch: gradient {grad_s:.3f} s, HVP {hvp_one_s:.3f} s: ratio '
