@@ -190,6 +190,32 @@ def test_fixed_variables_give_every_familys_outputs(family_name):
   chex.assert_trees_all_equal((out, inter), apply_with_intermediates(model, {'params': params}, x))
 
 
+@pytest.mark.parametrize('shape', [(1, 1, 24, 16), (3, 3, 4, 16), (1, 3, 8, 16)])
+def test_standardisation_and_its_gradient_match_float64_closed_forms(shape):
+  """BiT's standardisation k = (w - mean) / sqrt(var + eps) over the input axes
+  (1x1 kernels reduced without their unit axes) and its gradient
+  r * (g - mean(g) - k * mean(g * k)), r = 1 / sqrt(var + eps), in float64."""
+  conv = resnet.StdConv(shape[-1], shape[:2], use_bias=False, eps_inside_sqrt=True,
+                        ws_eps=1e-10)
+  x = np.zeros((1, 4, 4, shape[2]), np.float32)
+  rng = np.random.RandomState(0)
+  w = (rng.randn(*shape) * 0.2 + 0.05).astype(np.float32)
+  g = rng.randn(*shape).astype(np.float32)
+
+  def standardised(kernel):
+    _, made = conv.apply({'params': {'kernel': kernel}}, x, mutable=[resnet.STANDARDISED])
+    return made[resnet.STANDARDISED]['kernel']
+
+  kernel, vjp = jax.vjp(standardised, jnp.asarray(w))
+  w64, g64 = w.astype(np.float64), g.astype(np.float64)
+  mean = lambda a: a.mean((0, 1, 2), keepdims=True)
+  r = 1. / np.sqrt(mean(np.square(w64 - mean(w64))) + 1e-10)
+  k = (w64 - mean(w64)) * r
+  np.testing.assert_allclose(kernel, k, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(vjp(jnp.asarray(g))[0], r * (g64 - mean(g64) - k * mean(g64 * k)),
+                             rtol=1e-4, atol=1e-4)
+
+
 def test_init_keeps_no_standardised_kernels():
   """Kernels kept at `init` would be read in place of the trained parameters' own."""
   variables = init(tiny_bit())
