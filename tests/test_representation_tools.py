@@ -280,6 +280,13 @@ class CopyingModel(features.Subject):
     return {'final': jax.numpy.asarray(grid)}
 
 
+def test_a_patch_without_cka_is_no_rival_in_the_localisation_margin():
+  from analysis.tools.localisation import own_margin
+  maps = np.array([[[0.9, np.nan], [0.2, 0.5]], [[0.1, 0.4], [np.nan, 0.3]]])
+  assert own_margin(maps, np.array([0, 1])) == pytest.approx(((0.9 - 0.5) + (0.4 - 0.3)) / 2)
+  assert np.isnan(own_margin(maps, np.array([1, 0])))
+
+
 def test_localisation_finds_positions_a_model_keeps(subjects, tmp_path):
   copying = CopyingModel('copying', subjects['bit'].config, subjects['bit'].params, 32)
   result = TOOLS['localisation'].run(copying, batches, str(tmp_path))

@@ -12,7 +12,10 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 
 def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
   """Mean over queries of (CKA with the query's own patch) - (largest CKA with any
-  other patch): positive when every map peaks at its own position.
+  other patch): positive when every map peaks at its own position. A patch whose
+  pixels do not vary over the images (a blank corner over one minibatch) has no
+  CKA (NaN) and is no other patch's rival; a NaN at the query's own patch leaves
+  the margin NaN.
 
   Args:
     maps: (queries, h, w) CKA maps.
@@ -23,8 +26,9 @@ def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
   """
   flat = maps.reshape(len(maps), -1)
   at_own = flat[np.arange(len(flat)), own]
-  others = np.where(np.arange(flat.shape[1])[None] == own[:, None], -np.inf, flat)
-  return float(np.mean(at_own - others.max(axis=1)))
+  others = np.where((np.arange(flat.shape[1])[None] == own[:, None]) | np.isnan(flat),
+                    -np.inf, flat).max(axis=1)
+  return float(np.mean(at_own - np.where(np.isinf(others), np.nan, others)))
 
 
 def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
