@@ -45,16 +45,15 @@ def _posemb_rows() -> dict:
   return rows
 
 
-def _data_rows(vit: ml_collections.ConfigDict, resnet: ml_collections.ConfigDict,
-               steps: int) -> dict:
+def _data_rows(vit: ml_collections.ConfigDict, resnet: ml_collections.ConfigDict) -> dict:
   # The ResNet rows take every field in which its recipe differs from the ViT's; with
-  # its model name, its model fields replace the ViT's.
+  # its model name, its model fields replace the ViT's. The steps are the sweep
+  # recipe's, so that `--config.total_steps` sets every row's.
   as_resnet = {k: resnet[k] for k in resnet if resnet[k] != vit[k]}
   rows = {}
   for name, fields in (('vit', {}), ('resnet', as_resnet)):
     for percent in (6, 25, 100):
-      rows[f'{name}-{percent}%'] = dict(fields, train_split=f'train[:{percent}%]',
-                                        total_steps=steps)
+      rows[f'{name}-{percent}%'] = dict(fields, train_split=f'train[:{percent}%]')
   return rows
 
 
@@ -101,7 +100,8 @@ def sweep(arg: str, vit: ml_collections.ConfigDict, resnet: ml_collections.Confi
     rows = {'global': {}}
     rows.update({f'k{k}': dict(model=dict(attention_window=k)) for k in (3, 5, 8)})
   elif arg == 'data':
-    rows = _data_rows(vit, resnet, steps)
+    rows = _data_rows(vit, resnet)
+    config.total_steps = steps
   elif arg == 'registers':
     # The recipe pools its tokens; Darcet et al.'s models read a class token.
     rows = {'none': {}, 'reg4': dict(model=dict(num_registers=4)),

@@ -238,6 +238,12 @@ def test_sweep_rows_bad_rows_are_named():
   data = sweep.row_config(ablations.get_config('data'), 'resnet-6%')
   assert data.model_name == 'BiT-M-R50x1' and 'hidden_size' not in data.model
   assert (data.train_split, data.total_steps) == ('train[:6%]', ablations.STEPS)
+  # `--config.total_steps` sets the steps of every row, as for the tier's rows trained
+  # at the steps its ViT reached.
+  config = papers.get_config('data')
+  config.total_steps = 2635
+  assert {sweep.row_config(config, label).total_steps
+          for label, _ in config.sweep.rows} == {2635}
   config = ablations.get_config('window')
   config.sweep.rows = (('bad', dict(lr_typo=1.)),)
   with pytest.raises(ValueError, match=r"sets \['lr_typo'\]"):
