@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The paper-like tier (configs/papers.py): trains Park & Kim's ViT, ResNet-50 and
 # AlterNet-50 layouts at their token grid into workdirs/papers/{vit,resnet,alternet},
-# each within its recipe's 45-minute time budget, and the two sweep rows the figure
+# each within its recipe's 45-minute time budget; the two sweep rows the figure
 # inventory reads (3x3 windows, global average pooling) at the ViT's steps into
-# workdirs/papers/{window,pool}; then runs every analysis tool on the ViT and the
-# ResNet into workdirs/papers/analysis (within 30 minutes), their Hessians at the
-# end of warm-up and at the end into workdirs/papers/phases (within 25 minutes), the
-# rows' analyses against the ViT into workdirs/papers/{window,pool}_analysis and the
-# lesion study on the AlterNet and the ResNet into workdirs/papers/lesion, ending
-# with the quick start's summary. Rerun it after a stop: a trained model is not
-# trained again and an interrupted one resumes from its last checkpoint; the
-# analyses run again. Extra arguments go to the three trainers; WORKDIRS=DIR puts
-# papers/ in DIR instead of workdirs/.
+# workdirs/papers/{window,pool}; and the ViT and the ResNet on 6% of the training
+# data, each at its own model's steps, into workdirs/papers/data. Then it runs every
+# analysis tool on the ViT and the ResNet into workdirs/papers/analysis (within 30
+# minutes), their Hessians at the end of warm-up and at the end into
+# workdirs/papers/phases (within 25 minutes), the rows' analyses against the ViT into
+# workdirs/papers/{window,pool}_analysis, the NLL of the 6% rows into
+# workdirs/papers/data_analysis and the lesion study on the AlterNet and the ResNet
+# into workdirs/papers/lesion, ending with the quick start's summary. Rerun it after
+# a stop: a trained model is not trained again and an interrupted one resumes from
+# its last checkpoint; the analyses run again. Extra arguments go to the three
+# trainers; WORKDIRS=DIR puts papers/ in DIR instead of workdirs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work="${WORKDIRS:-workdirs}/papers"
@@ -21,18 +23,23 @@ for model in vit resnet alternet; do
   .venv/bin/python -m vit_jax.train --config "configs/papers.py:${model}" \
     --workdir "$work/${model}" "$@"
 done
-# The sweep rows the figure inventory reads, each against the ViT above at the steps
-# it reached in its budget, so that the pair compares at equal steps whatever the
-# CPU's speed or load: 3x3 attention windows (Park & Kim's Fig. 5) and global
-# average pooling (Raghu et al.'s Fig. 10).
-steps=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" \
-  "$work/vit/results.json")
-at_vit_steps=(--config.time_budget= --config.total_steps="$steps"
-              --config.warmup_steps=$(( (steps + 30) / 60 )))
-.venv/bin/python -m vit_jax.sweep --config configs/papers.py:window --workdir "$work/window" \
-  --rows k3 "${at_vit_steps[@]}"
-.venv/bin/python -m vit_jax.sweep --config configs/papers.py:pool --workdir "$work/pool" \
-  --rows gap-lr0.001 "${at_vit_steps[@]}"
+# The sweep rows the figure inventory reads, each at the steps its model reached in
+# its budget, so that the pair compares at equal steps whatever the CPU's speed or
+# load: 3x3 attention windows (Park & Kim's Fig. 5) and global average pooling
+# (Raghu et al.'s Fig. 10) against the ViT; the ViT and the ResNet on 6% of the data
+# (Park & Kim's Fig. 3) against themselves on all of it.
+row() {  # row SWEEP ROW MODEL: trains the row for the steps MODEL reached
+  local steps
+  steps=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" \
+    "$work/$3/results.json")
+  .venv/bin/python -m vit_jax.sweep --config "configs/papers.py:$1" --workdir "$work/$1" \
+    --rows "$2" --config.time_budget= --config.total_steps="$steps" \
+    --config.warmup_steps=$(( (steps + 30) / 60 ))
+}
+row window k3 vit
+row pool gap-lr0.001 vit
+row data vit-6% vit
+row data resnet-6% resnet
 status=0
 .venv/bin/python -m analysis all \
   --config configs/papers.py:vit --workdir "$work/vit" \
@@ -49,6 +56,9 @@ status=0
 .venv/bin/python -m analysis localisation \
   --config configs/papers.py:pool --row gap-lr0.001 --workdir "$work/pool/gap-lr0.001" \
   --config2 configs/papers.py:vit --workdir2 "$work/vit" --out "$work/pool_analysis" || status=$?
+.venv/bin/python -m analysis nll \
+  --config configs/papers.py:data --workdir "$work/data" --rows vit-6%,resnet-6% \
+  --out "$work/data_analysis" || status=$?
 .venv/bin/python -m analysis lesion \
   --config configs/papers.py:alternet --workdir "$work/alternet" \
   --config2 configs/papers.py:resnet --workdir2 "$work/resnet" \
