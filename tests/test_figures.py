@@ -214,7 +214,11 @@ def test_every_different_finding_is_attributed_by_tier_and_counted():
                     row['attribution'].startswith(f'**{kind}**') for row in tiers.values())
           for kind in ATTRIBUTIONS}
   assert sum(said.values()) == len(tiers), [r['attribution'] for r in tiers.values()]
-  counts = re.search(r'(\d+) attributed \(.*?\), (\d+)\s+waiting for the paper-like tier',
-                     _text(), re.S)
-  assert counts and [int(n) for n in counts.groups()] == [
-      len(tiers) - said['waits for the paper-like tier'], said['waits for the paper-like tier']]
+  # "N attributed (a scale, b different at both tiers, c untestable offline)", then
+  # ", M waiting for the paper-like tier" while any waits.
+  counts = re.search(
+      r'(\d+) attributed \((\d+) scale, (\d+) different at both tiers, (\d+) untestable '
+      r'offline\)(?:, (\d+) waiting for the paper-like tier)?'.replace(' ', r'\s+'), _text())
+  assert counts, 'the inventory counts its attributions per kind'
+  assert [int(n or 0) for n in counts.groups()] == [
+      len(tiers) - said['waits for the paper-like tier'], *(said[k] for k in ATTRIBUTIONS)]
