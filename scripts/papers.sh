@@ -4,7 +4,7 @@
 # each within its recipe's 45-minute time budget; the two sweep rows the figure
 # inventory reads (3x3 windows, global average pooling) at the ViT's steps into
 # workdirs/papers/{window,pool}; and the ViT and the ResNet on 6% of the training
-# data, each at its own model's steps, into workdirs/papers/data. Then it runs every
+# data, also at the ViT's steps, into workdirs/papers/data. Then it runs every
 # analysis tool on the ViT and the ResNet into workdirs/papers/analysis (within 30
 # minutes), their Hessians at the end of warm-up and at the end into
 # workdirs/papers/phases (within 25 minutes), the rows' analyses against the ViT into
@@ -23,23 +23,20 @@ for model in vit resnet alternet; do
   .venv/bin/python -m vit_jax.train --config "configs/papers.py:${model}" \
     --workdir "$work/${model}" "$@"
 done
-# The sweep rows the figure inventory reads, each at the steps its model reached in
-# its budget, so that the pair compares at equal steps whatever the CPU's speed or
-# load: 3x3 attention windows (Park & Kim's Fig. 5) and global average pooling
-# (Raghu et al.'s Fig. 10) against the ViT; the ViT and the ResNet on 6% of the data
-# (Park & Kim's Fig. 3) against themselves on all of it.
-row() {  # row SWEEP ROW MODEL: trains the row for the steps MODEL reached
-  local steps
-  steps=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" \
-    "$work/$3/results.json")
-  .venv/bin/python -m vit_jax.sweep --config "configs/papers.py:$1" --workdir "$work/$1" \
-    --rows "$2" --config.time_budget= --config.total_steps="$steps" \
-    --config.warmup_steps=$(( (steps + 30) / 60 ))
-}
-row window k3 vit
-row pool gap-lr0.001 vit
-row data vit-6% vit
-row data resnet-6% resnet
+# The sweep rows the figure inventory reads, each at the steps the ViT reached in its
+# budget, so that rows compare at equal steps whatever the CPU's speed or load (one
+# sweep's rows share their settings): 3x3 attention windows (Park & Kim's Fig. 5)
+# and global average pooling (Raghu et al.'s Fig. 10) against the ViT; the ViT and
+# the ResNet on 6% of the data (Park & Kim's Fig. 3: about 70 passes over its 3,600
+# images, the figure's 67).
+steps=$(.venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['step'])" \
+  "$work/vit/results.json")
+at_vit_steps=(--config.time_budget= --config.total_steps="$steps"
+              --config.warmup_steps=$(( (steps + 30) / 60 )))
+for sweep_rows in window:k3 pool:gap-lr0.001 data:vit-6%,resnet-6%; do
+  .venv/bin/python -m vit_jax.sweep --config "configs/papers.py:${sweep_rows%%:*}" \
+    --workdir "$work/${sweep_rows%%:*}" --rows "${sweep_rows#*:}" "${at_vit_steps[@]}"
+done
 status=0
 .venv/bin/python -m analysis all \
   --config configs/papers.py:vit --workdir "$work/vit" \
