@@ -2,6 +2,7 @@
 attention) against independent references, and the sweep command end to end."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -302,3 +303,19 @@ def test_the_paper_like_tier_is_park_and_kims_cifar_models_and_recipe():
   assert alternet.block_kinds(6, 3) == ('conv', 'msa') * 3
   with pytest.raises(ValueError, match='Unknown recipe'):
     papers.get_config('vits')
+
+
+def test_the_tier_script_trains_and_analyses_rows_its_sweeps_have():
+  """scripts/papers.sh names each sweep row it trains and analyses; a renamed row
+  would stop it hours in."""
+  with open(os.path.join(ROOT, 'scripts', 'papers.sh')) as f:
+    script = f.read().replace('\\\n', ' ')
+  (trained,) = re.findall(r'^for sweep_rows in (.*); do$', script, re.M)
+  named = [pair.split(':') for pair in trained.split()]
+  named += re.findall(r'configs/papers\.py:([\w-]+) --rows? ([\w.%,-]+)', script)
+  assert {sweep for sweep, _ in named} == {'window', 'pool', 'data'}
+  for sweep_name, labels in named:
+    rows = dict(papers.get_config(sweep_name).sweep.rows)
+    assert set(labels.split(',')) <= set(rows), (sweep_name, labels)
+  for recipe in re.findall(r'configs/papers\.py:([\w-]+)"?\s', script):
+    papers.get_config(recipe)
