@@ -134,6 +134,11 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   assert ended['eval_accuracy'] == summary['eval_accuracy']
   # Rerun on the finished workdir: nothing trains, the restored model is evaluated.
   assert loop.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
+  # Its wall time is the training's, up to the last checkpoint, and the rerun's.
+  trained = ocp.CheckpointManager(tmp_path / 'checkpoints').restore(6, args=ocp.args.Composite(
+      **{run_state.CLOCK: ocp.args.JsonRestore()}))[run_state.CLOCK]['train_seconds']
+  rerun = json.loads((tmp_path / workdirs.RESULTS).read_text())['wall_seconds']
+  assert 0 < trained <= ended['wall_seconds'] and rerun > trained
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')), params)
 
 

@@ -357,10 +357,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                  os.path.join(workdir, name))
     if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
       summary = evaluate(state)
+    wall = clock.elapsed()  # the workdir's runs together, so that a resumed run counts all
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
         json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
-                   'wall_seconds': round(time.perf_counter() - started, 1)}, f, indent=1)
+                   'wall_seconds': round(wall, 1)}, f, indent=1)
     return summary
   finally:
     writer.close()

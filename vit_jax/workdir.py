@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 LOCK = 'lock.json'
 RECORD = 'config.json'
-RESULTS = 'results.json'  # a finished run's final step and evaluation (train.py writes it)
+# A finished run's final step, evaluation and wall seconds (those of the workdir's
+# runs, resumed ones included, up to its last checkpoint and after); train.py writes it.
+RESULTS = 'results.json'
 EMA_PARAMS = 'params_ema.npz'  # the weights' moving average, beside params.npz (ema_decay)
 WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
 
