@@ -15,14 +15,17 @@ its caption) and the numbers and figures as TensorBoard events in each model's
 workdir (`<workdir>/analysis`). `report` rebuilds the page and the joint
 figures from the JSON already in --out.
 """
+import contextlib
 import glob
 import importlib
 import json
 import logging
 import os
+import shlex
+import signal
 import sys
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -31,7 +34,7 @@ from vit_jax import console
 
 console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
-from analysis import estimate, events, features, planning, report, tool  # noqa: E402
+from analysis import estimate, events, features, planning, plots, report, tool  # noqa: E402
 from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
 from vit_jax import budget, entry, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
@@ -163,14 +166,15 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
 def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
               batches_for: Callable[[features.Subject], tool.Batches], out: str,
               options: Optional[Mapping[str, Mapping]] = None,
-              planner: Optional[planning.Planner] = None
-              ) -> Tuple[Dict, Dict, Dict[str, str]]:
+              planner: Optional[planning.Planner] = None,
+              given: str = 'all') -> Tuple[Dict, Dict, Dict[str, str]]:
   """Runs the registered tools `names` on every subject they apply to, with their
   `options` (tool name -> keyword arguments), writing `<tool>.json` and the
   figures into `out`. A tool that fails leaves the others running: its reason
   goes into `failures.json` (which forgets the tools that now ran) for the report.
   Under a time budget (`planner`, sharing `options`) the tools still to run are
-  fitted to the time left before each one, and `plan.json` kept up to date.
+  fitted to the time left before each one (those it leaves out do not run), and
+  `plan.json` kept up to date.
 
   Args:
     names: the tools, in the order they run.
@@ -179,6 +183,8 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
     out: the analysis directory.
     options: each tool's options.
     planner: the time budget's plan, or None.
+    given: the tool the command line names ('all'), for the commands of those
+      the plan leaves out.
 
   Returns:
     (each tool's JSON, each tool's wall seconds, each failed tool's reason).
@@ -188,7 +194,10 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   for i, name in enumerate(names):
     if planner is not None and i:
       planner.fit(names[i:])
-      report.record_plan(out, planner.budget_text, planner.changed(), names)
+      report.record_plan(out, planner.budget_text, planner.changed(), names,
+                         left_out_commands(planner.left_out, given))
+    if planner is not None and name in planner.left_out:
+      continue
     start = time.perf_counter()
     print(f'{name}: running', flush=True)
     try:
@@ -209,6 +218,38 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   with atomic_write(os.path.join(out, report.FAILURES_FILE)) as f:
     json.dump(now, f, indent=1)
   return results, seconds, failed
+
+
+def tool_command(name: str, argv: Sequence[str], given: str) -> str:
+  """The command that runs tool `name` alone on the models and --out of the
+  command line `argv` (this program's, which named the tool `given`), without
+  its time budget.
+
+  Args:
+    name: the tool.
+    argv: the command line, program first.
+    given: the tool (or 'all') `argv` names.
+
+  Returns:
+    The command, quoted for a shell.
+  """
+  args, skip = list(argv[1:]), False
+  args.remove(given)
+  kept = []
+  for arg in args:
+    if skip:
+      skip = False
+    elif arg == '--time_budget':
+      skip = True
+    elif not arg.startswith('--time_budget='):
+      kept.append(arg)
+  return shlex.join(['python', '-m', 'analysis', name, *kept])
+
+
+def left_out_commands(left_out: Mapping[str, str], given: str) -> Dict[str, Tuple[str, str]]:
+  """{tool: (why it was left out, the command that runs it)} of `left_out`, for
+  the command line that named the tool `given`."""
+  return {n: (why, tool_command(n, sys.argv, given)) for n, why in left_out.items()}
 
 
 def check_amounts(num_images: int, batch_size: int) -> None:
@@ -320,16 +361,40 @@ def files_in(out: str) -> set:
           for root, _, names in os.walk(out) for name in names}
 
 
+# The files of --out an analysis writes besides its tools' JSON, figures and events.
+OWN_FILES = (MANIFEST, report.SUBJECTS_FILE, report.FAILURES_FILE, report.PLAN_FILE,
+             'timings.json', 'estimates.json', 'report.html', 'report.md')
+EVENTS_FOLDER = 'tensorboard'  # <out>/tensorboard/<model>: the events of a --checkpoint's model
+
+
+def written_here(out: str, name: str) -> bool:
+  """Whether the file `name` (relative to `out`) is one this analysis writes: its
+  own files, a tool's JSON, a figure this process saved (`plots.SAVED`) or an
+  event file of a model without a workdir.
+
+  Args:
+    out: the analysis directory.
+    name: a path relative to it.
+
+  Returns:
+    Whether the analysis wrote it.
+  """
+  return (name in OWN_FILES or name.split(os.sep)[0] == EVENTS_FOLDER
+          or (name.endswith('.json') and name[:-len('.json')] in tool.TOOLS)
+          or os.path.abspath(os.path.join(out, name)) in plots.SAVED)
+
+
 def record_manifest(out: str, before: set) -> None:
-  """Adds the files that appeared in `out` since `before` (`files_in`) to its
-  manifest, so that --overwrite later removes those and nothing else.
+  """Adds the files this analysis wrote into `out` since `before` (`files_in`) to
+  its manifest, so that --overwrite later removes those and nothing else: a file
+  that someone else put there meanwhile stays out of it (`written_here`).
 
   Args:
     out: the analysis directory.
     before: the files there before this command (`files_in`).
   """
   written = set(_written_before(out) if os.path.exists(os.path.join(out, MANIFEST)) else [])
-  written |= files_in(out) - before
+  written |= {name for name in files_in(out) - before if written_here(out, name)}
   with atomic_write(os.path.join(out, MANIFEST)) as f:
     json.dump(sorted(written | {MANIFEST}), f, indent=0)
 
@@ -404,7 +469,21 @@ def run(name: str) -> Dict:
     raise ConfigError(f'--time_budget={FLAGS.time_budget} is not a duration such as 6m, 90s '
                       'or 1h30m.') from None
   names = list(tool.TOOLS) if name == 'all' else [name]
+  if seconds is not None:
+    names = planning.by_importance(names)
   options = {n: tool.TOOLS[n].read_options() for n in names}  # each checks its own flags
+  second = [f'--{f}' for f in ('workdir2', 'checkpoint2', 'row2') if FLAGS[f].value is not None]
+  if second and FLAGS.config2 is None:
+    raise app.UsageError(f'{" and ".join(second)} name a second model, whose recipe is '
+                         '--config2: give it too, or leave them out.')
+  with holding(FLAGS.out), stopped_by_signals(FLAGS.out):
+    return _run_held(name, names, options, seconds, started)
+
+
+def _run_held(name: str, names: List[str], options: Dict[str, Dict], seconds: Optional[float],
+              started: float) -> Dict:
+  """`run` once --out is held: loads the models, checks them and their data, claims
+  --out for them, then plans and runs the tools and writes the report."""
   if FLAGS.rows:
     if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
@@ -431,41 +510,46 @@ def run(name: str) -> Dict:
   # the training events when the model comes from a workdir.
   about = {s.label: {**features.describe(s, workdir), 'source': source,
                      'tensorboard': os.path.join(workdir, 'analysis') if workdir else
-                     os.path.join(FLAGS.out, 'tensorboard', s.label)}
+                     os.path.join(FLAGS.out, EVENTS_FOLDER, s.label)}
            for s, source, workdir in loaded}
 
+  names = check_tools(subjects, names, name)
   check_heads(subjects, names)
   check_data(subjects, FLAGS.dataset, FLAGS.num_images,
              sorted({split for n in names for split in tool.TOOLS[n].splits}))
   claim_out(FLAGS.out, about, FLAGS.overwrite)
-  os.makedirs(FLAGS.out, exist_ok=True)
   before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there
-
-  def batches_for(subject):
-    return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
-                                   FLAGS.dataset)
-
-  planner = None
-  if seconds is not None:
-    amounts = estimate.Amounts(FLAGS.num_images, FLAGS.batch_size)
-    planner = planning.Planner(names, subjects,
-                               planning.price(names, subjects, batches_for, options, amounts),
-                               options, amounts, started + seconds, FLAGS.time_budget)
-    planner.fit(names)
   try:
+    # The models first, so that an analysis stopped part-way is known to be theirs.
+    with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
+      json.dump(about, f, indent=1)
+
+    def batches_for(subject):
+      return features.recipe_batches(subject.recipe, FLAGS.num_images, FLAGS.batch_size,
+                                     FLAGS.dataset)
+
+    planner = None
+    if seconds is not None:
+      amounts = estimate.Amounts(FLAGS.num_images, FLAGS.batch_size)
+      prices, unpriced = planning.price(
+          names, subjects, batches_for, options, amounts,
+          deadline=time.perf_counter() + planning.PRICING_SHARE * seconds)
+      planner = planning.Planner(names, subjects, prices, options, amounts, started + seconds,
+                                 FLAGS.time_budget)
+      planner.leave_out(unpriced, f'not priced within {planning.PRICING_SHARE:.0%} of '
+                        f'--time_budget={FLAGS.time_budget}')
+      planner.fit(names)
     report.record_plan(FLAGS.out, FLAGS.time_budget, planner.changed() if planner else {},
-                       names)
+                       names, left_out_commands(planner.left_out, name) if planner else {})
     results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options,
-                                         planner)
+                                         planner, name)
     with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
       json.dump(timings, f)  # wall seconds per tool, compilation and data included
     if planner is not None:
       with atomic_write(os.path.join(FLAGS.out, 'estimates.json')) as f:
         json.dump({n: round(t, 1) for n, t in planner.estimated.items()}, f)
-    with atomic_write(os.path.join(FLAGS.out, report.SUBJECTS_FILE)) as f:
-      json.dump(about, f, indent=1)
-    page = (finish(FLAGS.out, tensorboard=FLAGS.tensorboard)
-            if report.load_results(FLAGS.out) else None)
+    page = finish(FLAGS.out, tensorboard=FLAGS.tensorboard) if report.has_report(
+        FLAGS.out) else None
   finally:
     record_manifest(FLAGS.out, before)
   if failed:
@@ -475,6 +559,96 @@ def run(name: str) -> Dict:
             f'; the report of the others: {page}' if page else '') +
         '. Run again with --verbosity=1 for their tracebacks.')
   return results
+
+
+def check_tools(subjects: Sequence[features.Subject], names: Sequence[str],
+                given: str) -> List[str]:
+  """The tools of `names` that have something to compute on `subjects`
+  (`Tool.cannot_run`): a tool named alone that has not is refused; `all` says
+  which it leaves out and why.
+
+  Args:
+    subjects: the models analysed.
+    names: the tools to run.
+    given: the tool the command line names, or 'all'.
+
+  Returns:
+    The tools that run.
+
+  Raises:
+    ConfigError: the tool named alone has nothing to compute on these models.
+  """
+  kept = []
+  for n in names:
+    why = tool.TOOLS[n].cannot_run(subjects)
+    if not why:
+      kept.append(n)
+    elif given != 'all':
+      raise ConfigError(f'{why}.')
+    else:
+      print(f'{n}: not run ({why}).', flush=True)
+  return kept
+
+
+OUT_LOCK = 'analysis_lock.json'  # held in --out while an analysis writes there
+
+
+@contextlib.contextmanager
+def holding(out: str) -> Iterator[None]:
+  """Holds --out for this analysis: a lock (`OUT_LOCK`) that a second analysis
+  into it is refused by while this one runs, as a training workdir's is; a
+  directory made here and left empty is removed on the way out.
+
+  Args:
+    out: --out.
+  """
+  made = not os.path.exists(out)
+  try:
+    os.makedirs(out, exist_ok=True)
+  except OSError as e:
+    raise WorkdirError(f'--out {out} cannot be created ({e.strerror}); give a directory you '
+                       'can write to.') from None
+  lock = os.path.join(out, OUT_LOCK)
+  workdirs.take_lock(lock, 'the analysis', 'give this one another --out')
+  try:
+    yield
+  finally:
+    os.remove(lock)
+    if made and not os.listdir(out):
+      os.rmdir(out)
+
+
+class Stopped(UserError):
+  """An analysis stopped by SIGTERM or Ctrl-C."""
+
+
+@contextlib.contextmanager
+def stopped_by_signals(out: str) -> Iterator[None]:
+  """SIGTERM and Ctrl-C stop the analysis with one line (`Stopped`), as they stop
+  training, the results of the tools that finished kept in `out` (a later run of
+  the same models adds to them; one of other models is refused or, with
+  --overwrite, removes them).
+
+  Args:
+    out: --out.
+  """
+  def stop(signum, frame):
+    del frame
+    raise Stopped(_stopped_message(signal.Signals(signum).name, out))
+
+  previous = signal.signal(signal.SIGTERM, stop)
+  try:
+    yield
+  except KeyboardInterrupt:
+    raise Stopped(_stopped_message('Ctrl-C', out)) from None
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped_message(by: str, out: str) -> str:
+  return (f'Stopped by {by}; the tools that finished kept their results in {out} '
+          f'(python -m analysis report --out {out} writes their report): rerun the command '
+          'to run the others.')
 
 
 def finish(out: str, tensorboard: bool) -> str:

@@ -1,25 +1,29 @@
 """Fitting the analysis tools into `--time_budget`, before they run and between them.
 
-Before any tool runs, each tool's time is estimated (`analysis.estimate`) and,
-while the total is beyond the budget, the costliest tool that can takes a
-smaller sample (`Tool.shrink`); a budget that even the smallest samples exceed
-is refused. Between tools the plan is made again for the tools still to run,
-against the time then left and with their estimates scaled by how far the
-tools already run were off theirs (a busy machine, host work the prices miss),
-so that a slow start is made up by smaller samples later, never by an overrun
-that could have been avoided.
+The tools run in the order of their importance (`Tool.importance`: the two
+papers' headline figures first). Before any tool runs, each tool's time is
+estimated (`analysis.estimate`; pricing stops at `PRICING_SHARE` of the budget,
+leaving out the tools not priced by then) and, while the total is beyond the
+budget, the costliest tool that can takes a smaller sample (`Tool.shrink`).
+Where even the smallest samples exceed it, the least important tools are left
+out until the rest fit: the analysis always ends with a report of what ran, and
+the report names each tool left out with the command that runs it. Between tools
+the plan is made again for the tools still to run, against the time then left
+and with their estimates scaled by how far the tools already run were off theirs
+(a busy machine, host work the prices miss), so that a slow start is made up by
+smaller samples or fewer tools later, never by an overrun that could have been
+avoided.
 """
 import dataclasses
 import inspect
 import time
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from analysis import estimate, tool
 from analysis.features import Subject
 from vit_jax import console
-from vit_jax.errors import ConfigError
 
 # Seconds of estimated work the tools already run must amount to before their
 # measured times rescale the others' estimates: below it, compilation and start-up
@@ -27,43 +31,80 @@ from vit_jax.errors import ConfigError
 EVIDENCE_SECONDS = 20.
 
 
-def price(names: Sequence[str], subjects: Sequence[Subject],
-          batches_for: Callable[[Subject], tool.Batches], options: Mapping[str, Mapping],
-          amounts: estimate.Amounts) -> Dict[str, estimate.Prices]:
-  """Each model's prices for the tools `names`: one timed pass of each kind they
-  use (`estimate.price`) and their host prices (`Tool.host_prices`), on the
-  model's first evaluation batch.
+# The share of the time budget that pricing may take: the tools not priced by then
+# are left out (on a quiet machine pricing takes a few seconds; under heavy load
+# its compilations can take minutes).
+PRICING_SHARE = 0.2
+
+
+def by_importance(names: Sequence[str]) -> List[str]:
+  """`names` in the order a budgeted analysis runs them (`Tool.importance`, the
+  registry's order among equals).
 
   Args:
-    names: the tools to price.
+    names: registered tools.
+
+  Returns:
+    The same names, the most important first.
+  """
+  order = {n: i for i, n in enumerate(tool.TOOLS)}
+  return sorted(names, key=lambda n: (tool.TOOLS[n].importance, order[n]))
+
+
+def price(names: Sequence[str], subjects: Sequence[Subject],
+          batches_for: Callable[[Subject], tool.Batches], options: Mapping[str, Mapping],
+          amounts: estimate.Amounts, deadline: float = float('inf')
+          ) -> Tuple[Dict[str, estimate.Prices], List[str]]:
+  """Each model's prices for the tools `names`, taken in their order: one timed
+  pass of each kind a tool uses that is not priced yet (`estimate.price`) and its
+  host prices (`Tool.host_prices`), on the model's first evaluation batch; once
+  `time.perf_counter()` passes `deadline`, the tools left are not priced.
+
+  Args:
+    names: the tools to price, the most important first.
     subjects: the models analysed.
     batches_for: a model's batches by split.
     options: each tool's options.
     amounts: the data the command gives every tool.
+    deadline: when pricing stops.
 
   Returns:
-    {model label: its prices}.
+    ({model label: its prices}, the tools not priced).
   """
-  def applying(s):
-    return [n for n in names if tool.TOOLS[n].applies_to(s)]
-  kinds = estimate.kinds_needed([tool.TOOLS[n].work(s, options[n], amounts)
-                                 for s in subjects for n in applying(s)])
-  prices, host_of = {}, {}
-  for s in subjects:
-    images, labels = next(iter(batches_for(s)('eval')))
-    priced = estimate.price(s, images, labels, kinds)
-    host = {}
-    for n in applying(s):
-      registered = tool.TOOLS[n]
+  batch = {}
+  run = {s.label: {} for s in subjects}
+  compile_ = {s.label: {} for s in subjects}
+  host = {s.label: {} for s in subjects}
+  host_of = {}
+  for i, n in enumerate(names):
+    if time.perf_counter() > deadline:
+      return _prices(subjects, run, compile_, host), list(names[i:])
+    registered = tool.TOOLS[n]
+    for s in subjects:
+      if not registered.applies_to(s):
+        continue
+      if s.label not in batch:
+        batch[s.label] = next(iter(batches_for(s)('eval')))
+      images, labels = batch[s.label]
+      kinds = [k for k in estimate.kinds_needed([registered.work(s, options[n], amounts)])
+               if k not in run[s.label]]
+      if kinds:
+        priced = estimate.price(s, images, labels, kinds)
+        run[s.label].update(priced.run)
+        compile_[s.label].update(priced.compile)
       if registered.host_prices is None:
         continue
       if registered.runs_on == tool.ALL_MODELS and n in host_of:  # done once, for all
-        host.update({unit: 0. for unit in host_of[n]})
+        host[s.label].update({unit: 0. for unit in host_of[n]})
       else:
         host_of[n] = registered.host_prices(s, images, labels, options[n], amounts)
-        host.update(host_of[n])
-    prices[s.label] = dataclasses.replace(priced, host=host)
-  return prices
+        host[s.label].update(host_of[n])
+  return _prices(subjects, run, compile_, host), []
+
+
+def _prices(subjects, run, compile_, host) -> Dict[str, estimate.Prices]:
+  return {s.label: estimate.Prices(run[s.label], compile_[s.label], host[s.label])
+          for s in subjects}
 
 
 def _given(name: str, options: Mapping, key: str):
@@ -113,6 +154,8 @@ class Planner:
     priced: each tool's estimate at its latest plan, as priced.
     estimated: the same scaled by the slowdown then measured (`slowdown`): what
       the plan expected of each tool when it ran.
+    ran: each tool run: [its latest priced estimate, its wall seconds].
+    left_out: each tool that will not run, with why.
   """
   names: Sequence[str]
   subjects: Sequence[Subject]
@@ -125,6 +168,7 @@ class Planner:
   priced: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
   estimated: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
   ran: Dict[str, List[float]] = dataclasses.field(init=False, default_factory=dict)
+  left_out: Dict[str, str] = dataclasses.field(init=False, default_factory=dict)
 
   def __post_init__(self):
     self.asked = {n: dict(self.options[n]) for n in self.names}
@@ -164,22 +208,67 @@ class Planner:
     return {n: changed for n in self.names
             if (changed := _changes(n, self.asked[n], self.options[n]))}
 
+  def minimum_seconds(self, name: str) -> float:
+    """Estimated seconds of tool `name` at its smallest sample, as priced.
+
+    Args:
+      name: the tool.
+
+    Returns:
+      The seconds.
+    """
+    registered, options = tool.TOOLS[name], self.options[name]
+    while registered.shrink and (smaller := registered.shrink(options)) is not None:
+      options = smaller
+    kept, self.options[name] = self.options[name], options
+    try:
+      return self.seconds(name)
+    finally:
+      self.options[name] = kept
+
+  def leave_out(self, names: Sequence[str], why: str) -> None:
+    """Tools `names` will not run, for the reason `why` (said and recorded).
+
+    Args:
+      names: the tools.
+      why: the reason, a clause.
+    """
+    for n in names:
+      self.left_out[n] = why
+    if names:
+      print(f'Left out, {why}: {", ".join(names)} (the report gives the command that runs '
+            'each).', flush=True)
+
   def fit(self, names: Sequence[str]) -> Dict[str, float]:
-    """Shrinks the samples of `names` (the tools still to run), the costliest first,
-    until their estimates fit the time left; prints each change and the plan.
-    Before any tool ran, a budget the smallest samples exceed is refused
-    (ConfigError, naming each tool's minimum); later the tools run at their
-    minimums and the expected overrun is said.
+    """Fits `names` (the tools still to run, the most important first) into the
+    time left: where even their smallest samples exceed it, the least important
+    are left out (`left_out`) until the rest fit; then the samples of those
+    kept shrink, the costliest first, until their estimates fit. Prints each
+    change and the plan.
 
     Args:
       names: the tools still to run.
 
     Returns:
-      Their estimates, scaled by the slowdown measured so far.
+      The estimates of the tools kept, scaled by the slowdown measured so far.
     """
     first = not self.ran
     left = self.deadline - time.perf_counter()
     factor = self.slowdown()
+    names = [n for n in names if n not in self.left_out]
+    why = (f'--time_budget={self.budget_text}' if first else
+           f'the {console.duration(left)} left of --time_budget={self.budget_text}'
+           + (f' (the tools so far took {factor:.1f}x their estimates)' if factor != 1 else ''))
+    smallest = {n: self.minimum_seconds(n) * factor for n in names}
+    if sum(smallest.values()) > left:
+      kept, room = [], left
+      for n in names:  # the most important first; a cheaper one after a dropped one may fit
+        if smallest[n] <= room:
+          kept.append(n)
+          room -= smallest[n]
+      self.leave_out([n for n in names if n not in kept],
+                     f'not fitting {why} even at their smallest samples')
+      names = kept
     before = {n: dict(self.options[n]) for n in names}
     while True:
       priced = {n: self.seconds(n) for n in names}
@@ -189,23 +278,11 @@ class Planner:
         break
       smaller = [n for n in sorted(estimated, key=estimated.get, reverse=True)
                  if tool.TOOLS[n].shrink and tool.TOOLS[n].shrink(self.options[n]) is not None]
-      if not smaller:
-        if first:
-          listed = '; '.join(f'{n} {console.duration(estimated[n])}' + (
-              f' (at its minimum, {tool.TOOLS[n].minimum})' if tool.TOOLS[n].minimum else '')
-              for n in sorted(estimated, key=estimated.get, reverse=True))
-          raise ConfigError(
-              f'The analysis would take about {console.duration(total)} even with the smallest '
-              f'samples, more than the {console.duration(left)} left of '
-              f'--time_budget={self.budget_text}: {listed}. Run fewer tools (python -m '
-              'analysis <tool>), fewer --num_images, or give a longer --time_budget.')
+      if not smaller:  # at their smallest samples, which fit (up to rounding)
         break
       self.options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(self.options[smaller[0]])
     self.priced.update(priced)
     self.estimated.update(estimated)
-    why = (f'--time_budget={self.budget_text}' if first else
-           f'the {console.duration(left)} left of --time_budget={self.budget_text}'
-           + (f' (the tools so far took {factor:.1f}x their estimates)' if factor != 1 else ''))
     for n in names:
       changed = _changes(n, before[n], self.options[n])
       if changed:
@@ -216,8 +293,4 @@ class Planner:
       print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}'
             f'; {console.duration(total)} of the {console.duration(left)} left of '
             f'--time_budget={self.budget_text}.', flush=True)
-    elif total > left:
-      print(f'The remaining tools at their smallest samples would take about '
-            f'{console.duration(total)}, more than the {console.duration(max(left, 0.))} left '
-            f'of --time_budget={self.budget_text}: they run at those.', flush=True)
     return estimated

@@ -7,7 +7,8 @@ the layout problems it finds (`LAYOUT_KEY`: text smaller than MIN_FONT points, o
 a title that another element overlaps), so that tests can read both from the file.
 """
 import json
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 import matplotlib
 
@@ -119,9 +120,15 @@ def describe(fig: Any) -> str:
   return ' '.join(' '.join(part.split()) for part in dict.fromkeys(parts))
 
 
+# Every figure file this process wrote (absolute paths): the analysis's manifest of
+# --out lists these, never a file that someone else put there meanwhile.
+SAVED: Set[str] = set()
+
+
 def _save(fig, path: Optional[str]):
   if path is None:
     return fig
+  SAVED.add(os.path.abspath(path))
   metadata = {ALT_KEY: describe(fig), LAYOUT_KEY: json.dumps(layout_problems(fig))}
   fig.savefig(path, dpi=110, metadata=metadata)
   plt.close(fig)

@@ -11,7 +11,7 @@ beside it (in the HTML, tagged with its file, path and reduction).
 import html
 import json
 import os
-from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -125,21 +125,53 @@ def load_failures(out: str) -> Dict[str, str]:
 
 
 def record_plan(out: str, budget: str, smaller: Mapping[str, Mapping[str, list]],
-                names: Sequence[str]) -> None:
+                names: Sequence[str],
+                left_out: Optional[Mapping[str, Tuple[str, str]]] = None) -> None:
   """Keeps in `out` (`plan.json`) the options each of `names` took smaller samples
   of to fit `budget` ({option: [asked, planned]}; tools run at their asked sizes
-  are dropped from it), for the report's sections.
+  are dropped from it), and the tools the plan left out, with why and the command
+  that runs each, for the report.
 
   Args:
     out: the analysis directory.
     budget: the time budget as the user wrote it.
     smaller: each shrunk tool's changed options.
     names: the tools this run planned.
+    left_out: {tool: (why, command)} of the tools it left out.
   """
   plan = {k: v for k, v in _load_json(os.path.join(out, PLAN_FILE)).items() if k not in names}
   plan.update({n: {'time_budget': budget, 'options': dict(o)} for n, o in smaller.items()})
+  plan.update({n: {'time_budget': budget, 'left_out': why, 'command': command}
+               for n, (why, command) in (left_out or {}).items()})
   with atomic_write(os.path.join(out, PLAN_FILE)) as f:
     json.dump(plan, f, indent=1)
+
+
+def load_left_out(out: str) -> Dict[str, Mapping[str, str]]:
+  """The tools a time budget left out of the analysis in `out` and that have no
+  results there: {tool: {'left_out': why, 'command': the command that runs it}}.
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    The tools left out.
+  """
+  return {n: p for n, p in _load_json(os.path.join(out, PLAN_FILE)).items()
+          if 'left_out' in p and not os.path.exists(os.path.join(out, f'{n}.json'))}
+
+
+def has_report(out: str) -> bool:
+  """Whether `out` holds anything a report shows: tools' results, or tools a
+  time budget left out.
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    Whether a report can be written.
+  """
+  return bool(load_results(out) or load_left_out(out))
 
 
 def plan_note(out: str, name: str) -> str:
@@ -153,7 +185,7 @@ def plan_note(out: str, name: str) -> str:
     The sentence.
   """
   planned = _load_json(os.path.join(out, PLAN_FILE)).get(name)
-  if not planned:
+  if not planned or 'options' not in planned:
     return ''
   return (f'Smaller samples to fit --time_budget={planned["time_budget"]}: ' + ', '.join(
       f'{k} {planning.shown(a)} instead of {planning.shown(b)}'
@@ -268,8 +300,8 @@ def write_report(out: str) -> Dict[str, str]:
   Returns:
     {'html': path, 'md': path}.
   """
-  results, subjects = load_results(out), load_subjects(out)
-  if not results:
+  results, subjects, left_out = load_results(out), load_subjects(out), load_left_out(out)
+  if not results and not left_out:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
                             '`python -m analysis all --out DIR ...` first.')
   kinds = {label: s.get('architecture', '') for label, s in subjects.items()}
@@ -298,6 +330,16 @@ def write_report(out: str) -> Dict[str, str]:
     markdown += ['## Tools that failed', ''] + [
         f'- {tool.TOOLS[n].title if n in tool.TOOLS else n} ({n}): {why}'
         for n, why in failed.items()] + ['']
+  if left_out:
+    title_of = lambda n: tool.TOOLS[n].title if n in tool.TOOLS else n
+    page.append('<section id="left-out"><h2>Tools left out for the time budget</h2><ul>' +
+                ''.join(f'<li>{html.escape(title_of(n))} ({html.escape(n)}): '
+                        f'{html.escape(p["left_out"])}; to run it: '
+                        f'<code>{html.escape(p["command"])}</code></li>'
+                        for n, p in left_out.items()) + '</ul></section>')
+    markdown += ['## Tools left out for the time budget', ''] + [
+        f'- {title_of(n)} ({n}): {p["left_out"]}; to run it: `{p["command"]}`'
+        for n, p in left_out.items()] + ['']
   verdicts = all_verdicts(results, subjects)
   head = ('<tr><th>finding</th><th>the paper</th><th>measured here</th><th>verdict</th>'
           '<th>why</th></tr>')

@@ -94,7 +94,11 @@ class Tool:
   its `work` counts in `Work.host` (for ALL_MODELS, work done once for all models,
   on the first).
   `splits` are those of `batches` it reads ('train', 'eval'), each of which must
-  hold `--num_images` (checked before any tool runs).
+  hold `--num_images` (checked before any tool runs). `importance` orders the
+  tools under `--time_budget` (lowest first: 1 and 2 are the two papers' headline
+  figures, Raghu et al.'s CKA and Park & Kim's Hessian spectra): they run in
+  that order, and when even the smallest samples do not fit, the least important
+  are left out rather than the analysis refused.
   """
   name: str
   title: str
@@ -118,6 +122,10 @@ class Tool:
                                   estimate.Amounts], Mapping[str, float]]] = None
   splits: Tuple[str, ...] = ('eval',)
   reads_logits: bool = False  # it needs a classifier head (not a headless DINOv2 or SigLIP)
+  importance: int = 100  # lower runs first and is left out last under a time budget
+  # What the models must have beyond `runs_on`: (models) -> why the tool cannot run on
+  # them, or '' where it can.
+  needs: Optional[Callable[[Sequence[Subject]], str]] = None
 
   def read_options(self) -> Mapping[str, Any]:
     """The keyword arguments of `run` the command line's flags give, checked.
@@ -138,6 +146,22 @@ class Tool:
       Whether it applies.
     """
     return self.runs_on != ATTENTION or bool(subject.layers.attention_weights)
+
+  def cannot_run(self, subjects: Sequence[Subject]) -> str:
+    """Why the tool has nothing to compute on `subjects`, or '' where it has.
+
+    Args:
+      subjects: the models analysed.
+
+    Returns:
+      The reason, a sentence, or ''.
+    """
+    if not any(self.applies_to(s) for s in subjects):
+      return (f'{self.name} reads global attention over tokens, and '
+              f'{", ".join(f"{s.label} ({s.config.name})" for s in subjects)} '
+              f'{"sows" if len(subjects) == 1 else "sow"} none: give it a ViT, a hybrid or a '
+              'timm ViT')
+    return self.needs(subjects) if self.needs else ''
 
 
 TOOLS: Dict[str, Tool] = {}

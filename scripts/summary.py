@@ -25,7 +25,49 @@ def _load(path: str) -> Optional[dict]:
     return json.load(f)
 
 
+# A run whose machine's load average exceeded this many times its cores was cut short
+# by other work: a CPU-bound process then gets about cores / load of the machine.
+BUSY = 1.5
+
+
+def busy_note(ended: dict) -> str:
+  """' (the machine was busy ...)' for a run whose load cut its steps short, else ''.
+
+  Args:
+    ended: the run's results.json.
+
+  Returns:
+    The note.
+  """
+  load, cores = ended.get('load_average'), ended.get('cpu_count')
+  if not load or not cores or load <= BUSY * cores:
+    return ''
+  quiet = min(round(ended['step'] * load / cores), ended['total_steps'])
+  return (f'; the machine was busy while it trained (load average {load:.1f} on {cores} '
+          f'cores): a quiet one trains about {quiet:,} steps in this time')
+
+
+def left_out_note(analysis: str) -> List[str]:
+  """The lines on the tools a time budget left out of the analysis in `analysis`."""
+  plan = _load(os.path.join(analysis, 'plan.json')) or {}
+  left = [n for n, p in plan.items()
+          if 'left_out' in p and not os.path.exists(os.path.join(analysis, f'{n}.json'))]
+  if not left:
+    return []
+  return [f'  left out for the time budget: {", ".join(left)} (the report gives the command '
+          'that runs each)']
+
+
 def summary(workdirs: List[str], analysis: Optional[str]) -> str:
+  """The summary's lines.
+
+  Args:
+    workdirs: the trained workdirs.
+    analysis: the analysis directory, or None.
+
+  Returns:
+    The text.
+  """
   lines = [f'Summary (CPU: {cpu_name()})']
   for workdir in workdirs:
     ended = _load(os.path.join(workdir, 'results.json'))
@@ -36,7 +78,7 @@ def summary(workdirs: List[str], analysis: Optional[str]) -> str:
     within = f' under a {budget["time_budget"]} budget' if budget else ''
     lines.append(f'  {workdir}: {ended["step"]:,} of {ended["total_steps"]:,} steps{within}, '
                  f'accuracy {100 * ended["eval_accuracy"]:.1f}% on {ended["eval_examples"]:,} '
-                 f'images, {console.duration(ended["wall_seconds"])}')
+                 f'images, {console.duration(ended["wall_seconds"])}{busy_note(ended)}')
   if analysis is not None:
     timings = _load(os.path.join(analysis, 'timings.json')) or {}
     report = os.path.abspath(os.path.join(analysis, 'report.html'))
@@ -45,6 +87,7 @@ def summary(workdirs: List[str], analysis: Optional[str]) -> str:
     total = console.duration(sum(timings.values()))
     lines.append(f'  analysis: {total} ({slowest})' if timings else
                  f'  analysis: no timings.json in {analysis}')
+    lines += left_out_note(analysis)
     lines.append(f'  report: {report}' if os.path.exists(report) else
                  f'  report: none in {analysis}')
   return '\n'.join(lines)

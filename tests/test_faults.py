@@ -467,7 +467,7 @@ def _lock_taker(barrier, path, results, rounds):
   for i in range(rounds):
     barrier.wait()
     try:
-      wd._take_lock(path)
+      wd.take_lock(path)
       results.put((i, os.getpid()))
     except errs.WorkdirError:
       results.put((i, None))

@@ -290,6 +290,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         if seconds and jax.process_count() > 1 else float))
     summary: Dict[str, float] = {}
     metrics = None
+    loads = []  # the 1-minute load average at each log step: how busy the machine was
     # A budgeted run resumed after its clock ran out has nothing left to train.
     to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
     for step in to_train:
@@ -309,6 +310,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       # Checked before every save too, so that no checkpoint holds a diverged state.
       if itstime(step, config.log_every, saving):
         scalars = finite(jax.device_get(metrics), step, manager.directory)
+        loads.append(os.getloadavg()[0])
         rate = throughput.rate(step)
         writer.write_scalars(step, {**scalars, **(
             {'images_per_sec_per_core': rate / jax.device_count()} if rate else {})})
@@ -361,7 +363,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
         json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
-                   'wall_seconds': round(wall, 1)}, f, indent=1)
+                   'wall_seconds': round(wall, 1), 'cpu_count': os.cpu_count(),
+                   **({'load_average': round(float(np.mean(loads)), 2)} if loads else {})},
+                  f, indent=1)
     return summary
   finally:
     writer.close()

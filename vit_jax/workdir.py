@@ -94,13 +94,20 @@ def _alive(pid: int) -> bool:
   return True
 
 
-def _take_lock(path: str) -> None:
+def take_lock(path: str, who: str = 'the trainer',
+              advice: str = 'train into another workdir') -> None:
   """Creates the lock file, or raises a WorkdirError naming its live holder; a
   stale lock (its process gone from this host) is taken over.
 
-  Takers of one workdir's lock on a host queue on an `flock` of the workdir, so
-  two processes finding one stale lock cannot both take it over; the file appears
-  whole (written aside, then hard-linked to its name, which fails if it exists).
+  Takers of one directory's lock on a host queue on an `flock` of the directory,
+  so two processes finding one stale lock cannot both take it over; the file
+  appears whole (written aside, then hard-linked to its name, which fails if it
+  exists).
+
+  Args:
+    path: the lock file.
+    who: what holds such a lock, as the error names it.
+    advice: what to do instead of waiting, as the error says it.
   """
   me = {'host': socket.gethostname(), 'pid': os.getpid(),
         'since': time.strftime('%Y-%m-%d %H:%M:%S')}
@@ -129,9 +136,9 @@ def _take_lock(path: str) -> None:
         os.remove(path)
         continue
       raise WorkdirError(
-          f'{os.path.dirname(path)} is in use by the trainer of process {holder.get("pid")} '
-          f'on {holder.get("host")} (since {holder.get("since")}): wait for it to end, or train '
-          f'into another workdir. If no such run is alive, delete {path}.')
+          f'{os.path.dirname(path)} is in use by {who} of process '
+          f'{holder.get("pid")} on {holder.get("host")} (since {holder.get("since")}): wait '
+          f'for it to end, or {advice}. If no such run is alive, delete {path}.')
   finally:
     os.close(folder)  # releases the flock
   raise WorkdirError(f'Could not take the lock {path}; delete it if no run holds it.')
@@ -283,7 +290,7 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
   if not os.access(workdir, os.W_OK | os.X_OK):
     raise WorkdirError(f'--workdir {workdir} is not writable; give a directory you can write to.')
   lock = os.path.join(workdir, LOCK)
-  _take_lock(lock)
+  take_lock(lock)
   try:
     settings, changes = check_record(workdir, config, reconfigure)
     remove_partial_files(workdir)

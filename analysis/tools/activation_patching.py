@@ -207,7 +207,7 @@ def _findings(label, r, q):
 
 
 TOOL = register(Tool(
-    name='activation_patching', title='Activation patching',
+    name='activation_patching', importance=20, title='Activation patching',
     quantity='On the evaluation images whose prediction a corruption changes, the model run '
              'on the corrupted image with one residual branch\'s output (or one attention '
              "head's, before the projection) replaced by its value on the clean image: the "

@@ -208,7 +208,7 @@ def _findings(label, r, q) -> List:
 
 
 TOOL = register(Tool(
-    name='artifact_tokens', title='Artifact tokens',
+    name='artifact_tokens', importance=19, title='Artifact tokens',
     quantity='L2 norms of the patch tokens in the residual stream (class token and registers '
              'apart) at each stream entry, on the evaluation split; the share beyond the '
              'outlier rule (± its standard error over images); at the last entry, the '

@@ -95,7 +95,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 TOOL = register(Tool(
-    name='attention_distance', title='Attention distance',
+    name='attention_distance', importance=3, title='Attention distance',
     quantity='Mean attention distance in pixels per head: distance from each spatial query to '
              'every key patch weighted by its attention, the class-token key dropped and the '
              'rest renormalised; error bars are standard errors over batches, the line the '

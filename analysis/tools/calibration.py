@@ -83,7 +83,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 TOOL = register(Tool(
-    name='calibration', title='Calibration',
+    name='calibration', importance=16, title='Calibration',
     quantity='On the evaluation split: accuracy, NLL and Brier score (squared distance of the '
              'predicted distribution to the one-hot label, summed over classes), and the '
              'expected calibration error over 10 equal-width bins of the top-class confidence, '

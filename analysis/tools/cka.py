@@ -184,7 +184,7 @@ def same_layer(result: Mapping) -> Dict[str, np.ndarray]:
 
 
 TOOL = register(Tool(
-    name='cka', title='Representation similarity (CKA)',
+    name='cka', importance=1, title='Representation similarity (CKA)',
     quantity='Linear CKA between every pair of residual-stream layers, minibatch HSIC '
              '(Nguyen et al.; unbiased unless the JSON says otherwise) over the evaluation '
              'images; layer 0 at the bottom left; ± the standard error of the per-batch CKA '

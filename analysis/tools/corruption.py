@@ -294,7 +294,7 @@ def shrink(options: Mapping) -> Optional[Dict]:
 
 
 TOOL = register(Tool(
-    name='corruption', title='Corruption robustness',
+    name='corruption', importance=15, title='Corruption robustness',
     quantity='Top-1 error under the 15 corruptions of Hendrycks & Dietterich (noise, blur, '
              'weather, digital) at severities 1-5, applied at the model\'s input resolution with '
              'CIFAR-C\'s parameters (Hendrycks\' make_cifar_c.py, `analysis.cifar_c`) for images '

@@ -130,7 +130,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
 
 
 TOOL = register(Tool(
-    name='erf', title='Effective receptive fields',
+    name='erf', importance=8, title='Effective receptive fields',
     quantity='Effective receptive field of the centre location: |d output / d input| summed '
              'over channels and images; the number is the area in pixels holding half its mass, '
              '± its standard error over four groups of the images.',

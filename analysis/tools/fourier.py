@@ -131,7 +131,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 TOOL = register(Tool(
-    name='fourier', title='Fourier analysis and feature-map variance',
+    name='fourier', importance=4, title='Fourier analysis and feature-map variance',
     quantity='Relative log amplitude of the feature maps\' 2-D Fourier transform: the '
              'high-frequency value is delta log amplitude at pi against 0, per layer; variance '
              'is the unbiased feature-map variance per layer; error bars are standard errors '

@@ -176,7 +176,7 @@ def _findings(label, r, q):
 
 
 TOOL = register(Tool(
-    name='head_ablation', title='Head ablation',
+    name='head_ablation', importance=18, title='Head ablation',
     quantity='Accuracy on the evaluation split with one attention head removed at inference '
              "(its output times 0 before the output projection, through the model's "
              '`scales` collection, as Michel et al. 2019 mask heads): the drop from the '

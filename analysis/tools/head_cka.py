@@ -123,7 +123,7 @@ def figures(result: Mapping) -> List[Figure]:
 
 
 TOOL = register(Tool(
-    name='head_cka', title='Attention heads against the other model\'s layers',
+    name='head_cka', importance=11, title='Attention heads against the other model\'s layers',
     quantity='Minibatch linear CKA (unbiased) between each head\'s output (spatial tokens, '
              'before the output projection) of the first and last attention layer and every '
              'stream layer of the other model, drawn against the head\'s mean attention '
@@ -131,4 +131,8 @@ TOOL = register(Tool(
              'layers.',
     paper='Raghu et al. (Fig. 5): the ViT\'s lower-layer heads that attend locally are the ones '
           'most similar to the ResNet\'s lower layers; globally attending heads are not.',
-    run=run_head_cka, runs_on=ALL_MODELS, findings=findings, figures=figures))
+    run=run_head_cka, runs_on=ALL_MODELS, findings=findings, figures=figures,
+    needs=lambda subjects: (
+        '' if len(subjects) > 1 and any(s.layers.head_outputs for s in subjects) else
+        'head_cka compares one model\'s attention heads with a second model\'s layers: give '
+        'a ViT and a second model (--config2 with --workdir2 or --checkpoint2)')))

@@ -422,7 +422,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
 
 
 TOOL = register(Tool(
-    name='hessian', title='Hessian spectra', splits=('train',),
+    name='hessian', importance=2, title='Hessian spectra', splits=('train',),
     quantity='Top-5 Hessian eigenvalues on each minibatch by Lanczos (the ticks under the '
              'density), and the SLQ spectral density on all of them, of the objective the JSON '
              'names, on a log axis so that the tails show. The negative mass counts all SLQ mass '

@@ -199,7 +199,7 @@ def shrink(options: Dict) -> Optional[Dict]:
 
 
 TOOL = register(Tool(
-    name='landscape', title='Loss landscape', splits=(),  # augmented training batches
+    name='landscape', importance=5, title='Loss landscape', splits=(),  # augmented training batches
     quantity='The recipe\'s NLL (with its label smoothing) on augmented training batches '
              'drawn once plus Park & Kim\'s L2 term (weight_decay, PyTorch\'s, here '
              'weight_decay / lr, times the sum of every parameter tensor\'s unsquared norm), '

@@ -95,7 +95,7 @@ def _findings(label, r, q):
 
 
 TOOL = register(Tool(
-    name='lesion', title='Lesion study',
+    name='lesion', importance=14, title='Lesion study',
     quantity='Accuracy on the evaluation split with one residual branch removed at inference '
              '(its output set to 0 through the `scales` collection, shortcut or projection '
              'kept): each branch of a ViT block (attention, MLP) and each unit of a ResNet, '

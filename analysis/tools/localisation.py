@@ -122,7 +122,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 TOOL = register(Tool(
-    name='localisation', title='Localisation of final-layer positions',
+    name='localisation', importance=10, title='Localisation of final-layer positions',
     quantity='Linear CKA over the evaluation images between the final-layer representation at '
              'five query positions (red crosses) and every non-overlapping patch of the input '
              'image at the same grid; the margin of the own patch over the best other one, '

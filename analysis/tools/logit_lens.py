@@ -153,7 +153,7 @@ def _findings(label, r, q):
 
 
 TOOL = register(Tool(
-    name='logit_lens', title='Logit lens',
+    name='logit_lens', importance=17, title='Logit lens',
     quantity="The model's own readout (final norm, pooling or class token, head) applied to "
              'each residual-stream entry of the shape the readout takes, in place of the last '
              'one: accuracy on the evaluation split, the share of images where it agrees with '

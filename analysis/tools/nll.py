@@ -164,7 +164,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 TOOL = register(Tool(
-    name='nll', title='Training NLL against test error',
+    name='nll', importance=13, title='Training NLL against test error',
     quantity='The training NLL as Park & Kim log it (train/nll): the recipe\'s loss with its '
              'label smoothing, in train mode (dropout, stochastic depth), on training batches '
              'drawn through the recipe\'s pipeline (its augmentation and mixup targets); and the '

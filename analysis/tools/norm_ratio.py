@@ -112,7 +112,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 
 
 TOOL = register(Tool(
-    name='norm_ratio', title='Skip connections: norm ratios',
+    name='norm_ratio', importance=7, title='Skip connections: norm ratios',
     quantity='||z|| / ||f(z)||: norm of the stream entering a residual branch over the norm of '
              'what the branch adds, per token, class token apart; one curve per kind of branch '
              '(attention branches shaded), error bars are standard errors over batches.',

@@ -242,7 +242,7 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
 
 
 TOOL = register(Tool(
-    name='probes', title='Linear probes', splits=('train', 'eval'),
+    name='probes', importance=9, title='Linear probes', splits=('train', 'eval'),
     quantity='Ridge linear probes per layer on the class token, the centre token and the token '
              'mean; few-shot linear accuracy on the pre-logits; a 10-shot probe on each '
              'final-layer token (a grid); ± and error bars are binomial standard errors on the '

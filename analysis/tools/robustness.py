@@ -197,7 +197,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
 
 
 TOOL = register(Tool(
-    name='robustness', title='Robustness to frequency-band noise',
+    name='robustness', importance=6, title='Robustness to frequency-band noise',
     quantity='Accuracy under noise eps * sign(N(0,1)) masked to a frequency band around f in '
              '[0, pi] (Park & Kim\'s protocol), images in [-1, 1]; error bars are binomial '
              'standard errors; a band the mask leaves empty at the image size is not drawn.',

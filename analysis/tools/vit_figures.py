@@ -148,7 +148,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
 
 
 TOOL = register(Tool(
-    name='vit_figures', title='Embedding filters, position embeddings, attention rollout',
+    name='vit_figures', importance=12, title='Embedding filters, position embeddings, attention rollout',
     quantity='Principal components of the patch-embedding filters, cosine similarity between '
              'position embeddings (parameters: exact, no sampling), attention rollout (Abnar & '
              'Zuidema).',
