@@ -422,7 +422,7 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   a file is refused; the same names and sources with other parameters (a model
   retrained in place) are other models."""
   import analysis.__main__ as cli
-  from analysis import report
+  from analysis import plots, report
   out = tmp_path / 'out'
   out.mkdir()
   (out / 'notes.json').write_text('{"mine": 1}')  # the user's, before any analysis
@@ -430,16 +430,24 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   about = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'w', 'params_checksum': 'aa'}}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
   (out / 'cka.json').write_text('{}')
+  plots.SAVED.add(str(out / 'cka_vit.png'))  # a figure the analysis saved
   (out / 'cka_vit.png').write_bytes(b'png')
+  (out / 'tensorboard' / 'vit').mkdir(parents=True)
+  (out / 'tensorboard' / 'vit' / 'events.out').write_bytes(b'events')
+  # Saved by the user while the analysis ran: never the analysis's to remove.
+  (out / 'my_figure.png').write_bytes(b'mine')
+  (out / 'notes2.json').write_text('{"mine": 2}')
   cli.record_manifest(str(out), before)
   assert set(json.loads((out / cli.MANIFEST).read_text())) == {
-      report.SUBJECTS_FILE, 'cka.json', 'cka_vit.png', cli.MANIFEST}
+      report.SUBJECTS_FILE, 'cka.json', 'cka_vit.png', os.path.join('tensorboard', 'vit',
+                                                                    'events.out'), cli.MANIFEST}
   retrained = {'vit': {**about['vit'], 'params_checksum': 'bb'}}
   with pytest.raises(errors.WorkdirError, match='before they changed'):
     cli.claim_out(str(out), retrained, overwrite=False)
   cli.claim_out(str(out), about, overwrite=False)  # the same parameters: allowed
   cli.claim_out(str(out), retrained, overwrite=True)
-  assert sorted(p.name for p in out.iterdir()) == ['notes.json']
+  assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
+      'my_figure.png', 'notes.json', 'notes2.json']
   run = tmp_path / 'run'
   run.mkdir()
   (run / workdir.RECORD).write_text('{}')
@@ -459,6 +467,68 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
       {'a': np.zeros((3, 2), np.float32)})
   assert features.params_checksum(zeros) != features.params_checksum(
       {'a': np.full((2, 3), 1e-8, np.float32)})
+
+
+def _analysis_command(out, checkpoint_path, tool='all', *extra):
+  """`python -m analysis` on the quick-start ViT recipe and the .npz `checkpoint_path`."""
+  return [sys.executable, '-m', 'analysis', tool, '--config', 'configs/quickstart_vit.py',
+          '--checkpoint', str(checkpoint_path), '--num_images', '40', '--batch_size', '20',
+          '--out', str(out), '--notensorboard', *extra]
+
+
+def test_an_analysis_out_is_locked_stopped_in_one_line_and_never_mixes_models(tmp_path):
+  """Two real analyses into one --out: the second is refused while the first runs;
+  Ctrl-C (a real SIGINT) stops the first with one line; a later analysis of another
+  model into that --out is refused (the stopped one's results are never shown under
+  the new model), and with --overwrite it removes them and keeps the user's file."""
+  import numpy as np
+  from helpers import quickstart_vit_checkpoint
+  from analysis import report
+  first = quickstart_vit_checkpoint(tmp_path)
+  other = tmp_path / 'other.npz'
+  params = checkpoint.load(first)
+  params['head']['bias'] = np.asarray(params['head']['bias']) + 1.
+  checkpoint.save(str(other), params)
+  out = tmp_path / 'out'
+  env = dict(os.environ, PYTHONUNBUFFERED='1')
+  running = subprocess.Popen(_analysis_command(out, first), cwd=ROOT, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    deadline = time.time() + 240
+    while not (out / 'cka.json').exists():  # the first tool has written its results
+      assert running.poll() is None, running.communicate()
+      assert time.time() < deadline
+      time.sleep(0.2)
+    (out / 'mine.txt').write_text('the user\'s')  # saved while the analysis runs
+    start = time.perf_counter()
+    second = subprocess.run(_analysis_command(out, first, 'norm_ratio'), cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1 and 'Traceback' not in second.stderr
+    assert second.stderr.strip().splitlines()[-1].startswith(
+        f'Error: {out} is in use by the analysis of process {running.pid}'), second.stderr
+    assert time.perf_counter() - start < 60
+    running.send_signal(signal.SIGINT)
+    stdout, stderr = running.communicate(timeout=120)
+  finally:
+    running.kill()
+  assert running.returncode == 1 and 'Traceback' not in stderr, stderr[-3000:]
+  assert stderr.strip().splitlines()[-1].startswith(
+      'Error: Stopped by Ctrl-C; the tools that finished kept their results in'), stderr
+  assert not (out / 'analysis_lock.json').exists()
+  manifest = json.loads((out / 'analysis_files.json').read_text())
+  assert 'cka.json' in manifest and report.SUBJECTS_FILE in manifest
+  assert 'mine.txt' not in manifest
+  refused = subprocess.run(_analysis_command(out, other, 'norm_ratio'), cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+  assert refused.returncode == 1 and 'holds the analysis of other models' in refused.stderr
+  assert (out / 'cka.json').exists() and (out / 'mine.txt').exists()
+  again = subprocess.run(_analysis_command(out, other, 'norm_ratio', '--overwrite'), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert not (out / 'cka.json').exists() and (out / 'mine.txt').exists()
+  assert json.loads((out / report.SUBJECTS_FILE).read_text())['quickstart_vit']['source'] == \
+      str(other)
+  assert '## Representation similarity' not in (out / 'report.md').read_text()
 
 
 def _lock_taker(barrier, path, results, rounds):

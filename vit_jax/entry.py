@@ -78,8 +78,8 @@ def _say(error: UserError, traceback: bool) -> None:
 
 def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
   """`app.run(main)`, with the recipe overrides checked first, the console set by
-  `--verbosity` (`console.configure`) and user errors printed as one message
-  (exit status 1).
+  `--verbosity` (`console.configure`), and user errors and Ctrl-C printed as one
+  message (exit status 1).
 
   Args:
     main: the command's absl main.
@@ -92,6 +92,11 @@ def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
       return main(argv)
     except UserError as e:
       _say(e, flags.FLAGS.traceback)
+    except KeyboardInterrupt:  # where the command has no handler of its own: one line
+      if flags.FLAGS.traceback:
+        raise
+      print('Error: Stopped by Ctrl-C.', file=sys.stderr, flush=True)
+      sys.exit(1)
 
   try:
     check_recipe_overrides(sys.argv, config_flags)
