@@ -46,8 +46,8 @@ log = logging.getLogger('analysis')  # run as __main__
 TOOL_MODULES_FLAG = '--tool_modules='
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file('config', None, 'Recipe of the (first) model.')
-config_flags.DEFINE_config_file('config2', None, 'Recipe of a second model, to compare.')
+entry.define_recipe_flag('config', 'Recipe of the (first) model.')
+entry.define_recipe_flag('config2', 'Recipe of a second model, to compare.')
 flags.DEFINE_string('workdir', None, 'Training workdir of the first model (its params.npz).')
 flags.DEFINE_string('workdir2', None, 'Training workdir of the second model.')
 flags.DEFINE_string('checkpoint', None, '.npz of the first model; overrides --workdir.')

@@ -83,8 +83,7 @@ def _parse(path, arg, args):
   """The recipe as `--config` and `args` make it, through the flag parser."""
   argv = ['prog', '--config', path + (f':{arg}' if arg else '')] + list(args)
   values = flags.FlagValues()
-  config_flags.DEFINE_config_file('config', None, '', flag_values=values, lock_config=True,
-                                  sys_argv=argv)
+  entry.define_recipe_flag('config', '', flag_values=values, sys_argv=argv)
   values(argv)
   return settings.check(values.config)
 
@@ -136,6 +135,20 @@ def test_a_value_a_field_does_not_allow_is_named(override, says):
     _parse(os.path.join(ROOT, 'configs', 'quickstart_vit.py'), None, [f'--config.{override}'])
 
 
+@pytest.mark.parametrize('field,value,says', [
+    ('num_registers', True, 'config.model.num_registers is True; it must be an integer, as its '
+                            'default 0 is.'),
+    ('num_heads', False, 'config.model.num_heads is False; it must be an integer'),
+    ('dropout_rate', True, 'config.model.dropout_rate is True; it must be a number'),
+])
+def test_a_boolean_where_a_count_belongs_is_refused(field, value, says):
+  """A recipe that writes `num_registers = True` (an int to Python) is refused."""
+  config = entry.load_recipe(os.path.join(ROOT, 'configs', 'quickstart_vit.py'))
+  config.model[field] = value
+  with pytest.raises(errors.ConfigError, match=re.escape(says)):
+    settings.check(config)
+
+
 @pytest.mark.parametrize('fields,says', [
     (dict(num_registers=-1), 'config.model.num_registers is -1; give a whole number'),
     (dict(num_registers=2, posemb_where='every_layer'),
@@ -144,6 +157,41 @@ def test_a_value_a_field_does_not_allow_is_named(override, says):
 def test_registers_that_cannot_be_built_are_refused_with_the_settings(fields, says):
   with pytest.raises(errors.ConfigError, match=re.escape(says)):
     settings.check_geometry(models.get_config('ViT-Ti_16', **fields), 224)
+
+
+def test_every_field_of_the_model_family_can_be_set_though_the_recipe_leaves_it_out():
+  """The quick-start ViT recipe sets 7 architecture fields; the rest of its family's
+  (registers, LayerScale, a representation size) are set from the command line too,
+  and a field the family does not have is still refused with the family's fields."""
+  path = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
+  assert 'num_registers' not in entry.load_recipe(path).model
+  config = _parse(path, None, ['--config.model.num_registers=4',
+                               '--config.model.layer_scale_init=0.1',
+                               '--config.model.representation_size=32'])
+  assert (config.model.num_registers, config.model.layer_scale_init,
+          config.model.representation_size) == (4, 0.1, 32)
+  model = models.get_config(config.model_name, **config.model)
+  assert model.num_registers == 4 and model.hidden_size == 64
+  argv = ['prog', '--config', path, '--config.model.num_register=4']
+  with pytest.raises(errors.ConfigError, match='names no field of the recipe. Did you mean '
+                                               'num_registers'):
+    entry.check_recipe_overrides(argv, ['config'])
+
+
+@pytest.mark.parametrize('body,says', [
+    ('def get_config():\n  return {"lr": 0.1}\n', 'returns a dict, not an ml_collections'),
+    ('def get_config():\n  raise RuntimeError("no")\n',
+     r'failed in get_config\(\) \(RuntimeError: no\)'),
+    ('import not_a_module_here\ndef get_config():\n  pass\n',
+     'imports not_a_module_here, which is not installed'),
+    ('def get_config(arg):\n  pass\n', r'needs an argument \(arg\): give it as'),
+    ('1 / 0\n', r'failed while loading \(ZeroDivisionError'),
+])
+def test_a_recipe_file_that_fails_is_one_sentence(tmp_path, body, says):
+  path = tmp_path / 'recipe.py'
+  path.write_text(body)
+  with pytest.raises(errors.ConfigError, match=says):
+    entry.load_recipe(str(path))
 
 
 def test_model_parallelism_is_refused_for_a_family_that_cannot_split():

@@ -129,3 +129,40 @@ def test_the_finetune_cases_recipe_builds_every_row():
     optax_tx = steps.make_optimizer(row, 100)
     assert isinstance(optax_tx, optax.GradientTransformation)
   assert sweep.row_config(config, 'scratch').pretrained is None
+
+
+def test_adding_registers_folds_the_class_row_into_the_class_token_as_timm_does(tmp_path):
+  """A token-head checkpoint without registers, fine-tuned into a model with 4: the
+  class token becomes cls + the position table's class row, written out from
+  timm's `_convert_dinov2` (timm/models/vision_transformer.py: `cls_token +
+  pos_embed[:, 0]`, `pos_embed[:, 1:]`), so the first block sees the same token."""
+  source = perturbed(init(tiny_vit(num_classes=3, classifier='token'), 16))['params']
+  path = str(tmp_path / 'plain.npz')
+  checkpoint.save(path, source)
+  target = tiny_vit(num_classes=5, classifier='token', num_registers=4)
+  config = models.get_config('ViT-Ti_16', num_classes=5, classifier='token', num_registers=4,
+                             **TINY_VIT)
+  fitted = finetune.load_pretrained(path, init(target, 16)['params'], config)
+  table = np.asarray(source['Transformer']['posembed_input']['pos_embedding'])
+  expected_cls = np.asarray(source['cls']) + table[:, 0][:, None]  # timm: cls + pos_embed[:, 0]
+  np.testing.assert_allclose(fitted['cls'], expected_cls, rtol=1e-6)
+  np.testing.assert_array_equal(fitted['Transformer']['posembed_input']['pos_embedding'],
+                                table[:, 1:])
+
+
+def test_fine_tuning_names_what_it_drops(tmp_path, caplog):
+  """Registers, the class token and pre_logits the new model has no place for are
+  named in a warning, never dropped silently."""
+  source = perturbed(init(tiny_vit(num_classes=3, classifier='token', num_registers=2,
+                                   representation_size=16), 16))['params']
+  path = str(tmp_path / 'registers.npz')
+  checkpoint.save(path, source)
+  target = tiny_vit(num_classes=5, classifier='gap')
+  config = models.get_config('ViT-Ti_16', num_classes=5, classifier='gap', **TINY_VIT)
+  with caplog.at_level('WARNING'):
+    fitted = finetune.load_pretrained(path, init(target, 16)['params'], config)
+  said = caplog.text
+  assert 'no registers (num_registers 0): registers' in said
+  assert "no class token (classifier 'gap'): cls" in said
+  assert 'no representation_size: pre_logits/bias, pre_logits/kernel' in said
+  assert 'registers' not in fitted and 'cls' not in fitted

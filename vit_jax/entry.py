@@ -3,12 +3,15 @@ flag parser reads them, a console that prints the project's lines and the
 libraries' only at a higher `--verbosity`, and a user's error (`errors.UserError`)
 said in its own words without a traceback, unless --traceback asks for it."""
 import importlib.util
+import inspect
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import ml_collections
 from absl import app, flags
+from ml_collections import config_flags
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from vit_jax import console, settings
 from vit_jax.errors import ConfigError, UserError
@@ -27,7 +30,9 @@ def load_recipe(spec: str) -> ml_collections.ConfigDict:
     The recipe.
 
   Raises:
-    ConfigError: no such file, not valid Python, or no `get_config`.
+    ConfigError: no such file, not valid Python, a module it imports missing, no
+      `get_config`, one that fails or takes another argument, or one that returns
+      no ConfigDict.
   """
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
@@ -40,13 +45,70 @@ def load_recipe(spec: str) -> ml_collections.ConfigDict:
   except SyntaxError as e:
     raise ConfigError(f'The recipe {path} is not valid Python ({e.msg}, line {e.lineno}); '
                       'correct it.') from e
-  if not callable(getattr(module, 'get_config', None)):
+  except ImportError as e:
+    raise ConfigError(f'The recipe {path} imports {e.name or e}, which is not installed or not '
+                      'found: run from the repository root, or correct the import.') from e
+  except Exception as e:  # noqa: BLE001  (the recipe's own code failed)
+    raise ConfigError(f'The recipe {path} failed while loading ({type(e).__name__}: {e}); '
+                      'correct it.') from e
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
     raise ConfigError(f'The recipe {path} defines no get_config(): a recipe is a module whose '
                       'get_config() returns the ConfigDict, as configs/quickstart_vit.py does.')
+  takes = [p for p in inspect.signature(get_config).parameters.values()
+           if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  needs = [p for p in takes if p.default is p.empty]
+  if arg and not takes:
+    raise ConfigError(f'{spec}: the recipe {path} takes no argument; give it as {path}.')
+  if not arg and needs:
+    raise ConfigError(f'The recipe {path} needs an argument ({needs[0].name}): give it as '
+                      f'{path}:<{needs[0].name}>.')
   try:
-    return module.get_config(arg) if arg else module.get_config()
+    config = get_config(arg) if arg else get_config()
   except ValueError as e:  # recipes refuse an argument they do not know this way
     raise ConfigError(f'{spec}: {e}') from e
+  except Exception as e:  # noqa: BLE001  (the recipe's own code failed)
+    raise ConfigError(f'The recipe {spec} failed in get_config() ({type(e).__name__}: {e}); '
+                      'correct it.') from e
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise ConfigError(f'The recipe {spec} returns a {type(config).__name__}, not an '
+                      'ml_collections.ConfigDict: return ml_collections.ConfigDict(...) from '
+                      'get_config(), as configs/quickstart_vit.py does.')
+  return config
+
+
+class RecipeParser(ConfigFileFlagParser):
+  """Loads a recipe flag's file as `load_recipe` does, adding to its `model` the
+  architecture fields that `--<flag>.model.FIELD=...` sets and the recipe leaves at
+  the family's default, so every documented model field can be set from the
+  command line (`--config.model.num_registers=4`)."""
+
+  def __init__(self, name: str, argv: Optional[Sequence[str]] = None):
+    super().__init__(name, lock_config=True)
+    self.argv = argv
+
+  def parse(self, path: str) -> ml_collections.ConfigDict:
+    config = load_recipe(path)
+    settings.add_model_fields(config, settings.model_overrides(
+        sys.argv if self.argv is None else self.argv, config, self.name))
+    config.lock()
+    return config
+
+
+def define_recipe_flag(name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS,
+                       sys_argv: Optional[Sequence[str]] = None) -> None:
+  """Defines the recipe flag `name` (`config_flags.DEFINE_config_file`, read by
+  `RecipeParser`).
+
+  Args:
+    name: the flag.
+    help_string: its help.
+    flag_values: where to define it.
+    sys_argv: the command line its overrides come from (default: sys.argv).
+  """
+  config_flags.DEFINE_config_file(name, None, help_string, flag_values=flag_values,
+                                  sys_argv=None if sys_argv is None else list(sys_argv))
+  flag_values[name].parser = RecipeParser(name, sys_argv)
 
 
 def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> None:

@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import math
 import re
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import ml_collections
 from ml_collections import config_dict
@@ -240,9 +240,16 @@ def check(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     models.require(model, models.CLASSIFY)  # before the fields, which a LiT model lacks
     if config.model_parallel > 1:
       models.require(model, models.TENSOR_PARALLEL)
+    family = models.get_config(config.model_name)
     model = models.get_config(config.model_name, **config.model)
   except ValueError as e:
     raise ConfigError(f'config.model_name / config.model: {e}') from e
+  for key, value in config.model.items():  # True is an int to Python, not a count
+    default = family.get(key)
+    if isinstance(value, bool) and _is_number(default):
+      raise ConfigError(f'config.model.{key} is {value!r}; it must be '
+                        f'{"an integer" if _is_int(default) else "a number"}, as its default '
+                        f'{default!r} is.')
   check_geometry(model, config.image_size)
   return config
 
@@ -263,7 +270,7 @@ def check_geometry(model: ml_collections.ConfigDict, image_size: int) -> None:
                       '(each head takes hidden_size / num_heads channels); choose a number of '
                       'heads that divides it.')
   registers = model.get('num_registers', 0)
-  if not isinstance(registers, int) or registers < 0:
+  if not _is_int(registers) or registers < 0:
     raise ConfigError(f'config.model.num_registers is {registers!r}; give a whole number of '
                       'registers, 0 for none.')
   if registers and model.get('posemb_where', 'input') != 'input':
@@ -291,6 +298,63 @@ def _meant(name: str, fields: Sequence[str] = tuple(FIELDS)) -> str:
   return f'The fields are: {", ".join(fields)}.'
 
 
+def model_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
+                    flag: str = 'config') -> List[str]:
+  """The architecture fields of the recipe's model that `--<flag>.model.FIELD` in
+  `argv` sets and the recipe's `model` leaves out (at the family's default).
+
+  Args:
+    argv: the command line.
+    config: the recipe.
+    flag: the recipe flag's name.
+
+  Returns:
+    The fields' names.
+  """
+  if 'model_name' not in config or not isinstance(config.get('model'), ml_collections.ConfigDict):
+    return []
+  fields = model_fields(config)
+  prefix = f'--{flag}.model.'
+  named = [arg[len(prefix):].partition('=')[0] for arg in argv if arg.startswith(prefix)]
+  return [n for n in dict.fromkeys(named) if n in fields and n not in config.model]
+
+
+def model_fields(config: ml_collections.ConfigDict) -> List[str]:
+  """The architecture fields the recipe's model takes: its family's, or where the
+  model name is unknown the recipe's own.
+
+  Args:
+    config: the recipe.
+
+  Returns:
+    The fields' names.
+  """
+  try:
+    family = models.get_config(config.model_name)
+  except (ValueError, AttributeError, KeyError):
+    return list(config.get('model', {}))
+  return [k for k in family if k not in ('family', 'name')]
+
+
+def add_model_fields(config: ml_collections.ConfigDict, names: Sequence[str]) -> None:
+  """Adds the architecture fields `names` to the recipe's `model` at the family's
+  defaults (a field whose default is None typed to take any literal), so that the
+  command line can set them.
+
+  Args:
+    config: the recipe.
+    names: fields of its model's family.
+  """
+  if not names:
+    return
+  family = models.get_config(config.model_name)
+  with config.unlocked(), config.model.unlocked():
+    for name in names:
+      default = family[name]
+      config.model[name] = (config_dict.placeholder(object) if default is None else
+                            tuple(default) if isinstance(default, list) else default)
+
+
 def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
                     flag: str = 'config') -> None:
   """Raises a ConfigError for a `--config.a.b=...` in `argv` that names no field of
@@ -302,6 +366,7 @@ def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
     config: the recipe.
     flag: the recipe flag's name.
   """
+  add_model_fields(config, model_overrides(argv, config, flag))
   prefix = f'--{flag}.'
   for i, arg in enumerate(argv):
     if not arg.startswith(prefix):
@@ -315,7 +380,8 @@ def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,
         raise ConfigError(f'{prefix}{path} names no field of the recipe: '
                           f'{flag}.{".".join(path.split(".")[:i])} has no fields.')
       if key not in node:
-        hint = _meant(key) if i == 0 else _meant(key, tuple(node))
+        hint = _meant(key) if i == 0 else _meant(key, tuple(
+            model_fields(config) if path.split('.')[:i] == ['model'] else node))
         raise ConfigError(f'{prefix}{path} names no field of the recipe. {hint}')
       node = node[key]
     _check_number(f'{prefix}{path}', node, given)

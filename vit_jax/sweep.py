@@ -20,7 +20,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
 from absl import flags
-from ml_collections import config_flags
 
 from vit_jax import entry, loop, settings
 from vit_jax import workdir as workdirs
@@ -214,8 +213,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  config_flags.DEFINE_config_file('config', None, 'Sweep recipe, e.g. configs/ablations.py:posemb.',
-                                  lock_config=True)
+  entry.define_recipe_flag('config', 'Sweep recipe, e.g. configs/ablations.py:posemb.')
   flags.DEFINE_string('workdir', None, 'Where each row trains (DIR/<row>) and the tables go.')
   flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
   flags.DEFINE_list('rows', None, 'Train only these rows (labels, comma-separated); the '

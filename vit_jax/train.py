@@ -8,7 +8,6 @@ from typing import Sequence
 
 import jax
 from absl import flags
-from ml_collections import config_flags
 
 from vit_jax import entry, loop
 from vit_jax.cpu_devices import split_cpu_into_devices
@@ -19,8 +18,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """The command-line flags; defined only when run as a program, so that importing
   this module leaves the flag namespace free."""
-  config_flags.DEFINE_config_file('config', None, 'Recipe file, e.g. configs/quickstart_vit.py.',
-                                  lock_config=True)
+  entry.define_recipe_flag('config', 'Recipe file, e.g. configs/quickstart_vit.py.')
   flags.DEFINE_string('workdir', None, 'Where checkpoints, params.npz and logs go.')
   flags.DEFINE_bool('reconfigure', False, 'Go on in a workdir trained with other settings, '
                     'from its checkpoint, with the settings given now.')

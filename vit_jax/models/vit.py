@@ -749,9 +749,11 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
   learned position embedding resized to the new grid (`grid_shape`, inferred
   when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
   tables along their axis, `relative` offset tables along the offsets. A MAP
-  head that the checkpoint lacks starts from initialisation, and so do registers
-  (dropped where the new model has none). A patch embedding of another patch size
-  is resized (`resize_patch_kernel`).
+  head that the checkpoint lacks starts from initialisation, and so do registers;
+  adding registers folds the checkpoint's class-token position row into the class
+  token (timm's DINOv2 layout). What the new model has no place for (registers, a
+  MAP head, `pre_logits`, the class token) is dropped and named in a warning. A
+  patch embedding of another patch size is resized (`resize_patch_kernel`).
 
   Args:
     restored: the checkpoint's flat parameters (head taken from `init`).
@@ -771,31 +773,47 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
     log.info('Resized the patch embedding of %s from %s to %s patches.', source,
              restored[kernel].shape[:2], init[kernel].shape[:2])
     restored[kernel] = resize_patch_kernel(np.asarray(restored[kernel]), init[kernel].shape[:2])
+  dropped = {}  # what of the checkpoint the new model has no place for, and why
+
+  def drop(keys: Sequence[str], why: str) -> None:
+    for key in keys:
+      if key in restored:
+        dropped.setdefault(why, []).append(key)
+        del restored[key]
+
   if config.classifier == 'map':
     restored.update({k: v for k, v in init.items()
                      if k.startswith('MAPHead_0/') and k not in restored})
   else:
-    restored = {k: v for k, v in restored.items() if not k.startswith('MAPHead_0/')}
+    drop([k for k in restored if k.startswith('MAPHead_0/')], 'the new head is not a MAP head')
   if config.representation_size is None:
-    restored = {k: v for k, v in restored.items() if not k.startswith('pre_logits/')}
+    drop([k for k in restored if k.startswith('pre_logits/')], 'no representation_size')
   elif not any(k.startswith('pre_logits/') for k in restored):
     log.info('%s has no pre_logits; they start from initialisation.', source)
     restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
   # The class token and its learn2d position row exist only with a token head.
-  for key in [k for k in set(restored) | set(init)
-              if k == 'cls' or k.endswith('/pos_embedding_extra')]:
-    if not has_token:
-      restored.pop(key, None)
-    elif key not in restored and key in init:
-      restored[key] = init[key]
+  extra = [k for k in set(restored) | set(init) if k == 'cls' or k.endswith('/pos_embedding_extra')]
+  if not has_token:
+    drop(sorted(extra), 'no class token (classifier ' + repr(config.classifier) + ')')
+  else:
+    restored.update({k: init[k] for k in extra if k not in restored and k in init})
   if 'registers' not in init:
-    restored.pop('registers', None)
+    drop(['registers'], 'no registers (num_registers 0)')
   elif np.shape(restored.get('registers')) != np.shape(init['registers']):
     log.info('%s has no %d registers; they start from initialisation.', source,
              config.num_registers)
     restored['registers'] = init['registers']
-  # With registers the class token enters after the position embedding: no row of its own.
+  # With registers the class token enters after the position embedding: no row of its
+  # own. A checkpoint's class-token row then joins the class token, as timm converts
+  # DINOv2 with registers (`_convert_dinov2` in timm/models/vision_transformer.py:
+  # cls_token + pos_embed[:, 0]), so the token the first block sees is unchanged.
   class_row = has_token and not config.num_registers
+  table = 'Transformer/posembed_input/pos_embedding'
+  if (has_token and config.num_registers and table in restored and 'cls' in restored
+      and _split_posembed(restored[table].shape[1])[0]):
+    restored['cls'] = np.asarray(restored['cls']) + np.asarray(restored[table])[:, :1]
+    log.info('%s: its class-token position row is folded into the class token, which the '
+             'registers\' layout gives no row.', source)
   for key in set(restored) & set(init):
     if not key.startswith('Transformer/posembed_'):
       continue
@@ -803,6 +821,8 @@ def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict
       restored[key] = _fit_posembed(restored[key], init[key], class_row, grid_shape)
     elif key.endswith(('/pos_embedding_row', '/pos_embedding_col', '/relative_embedding')):
       restored[key] = _resize_axis0(restored[key], init[key].shape[0])
+  for why, keys in dropped.items():
+    log.warning('Not used from %s, as the new model has %s: %s.', source, why, ', '.join(keys))
   return restored
 
 
