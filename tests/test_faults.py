@@ -599,3 +599,29 @@ def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
   with pytest.raises(errors.WorkdirError, match=f'delete {tmp_path}/{workdir.LOCK}'):
     with workdir.claim(str(tmp_path), tiny_config('fashion_mnist')):
       pass
+
+
+@pytest.mark.parametrize('name', ['attention_distance', 'artifact_tokens', 'head_ablation',
+                                  'vit_figures', 'head_cka'])
+def test_a_tool_with_nothing_to_compute_on_the_models_is_refused_not_empty(name, capsys):
+  """A tool that reads attention heads or tokens, named alone on a ResNet (head_cka:
+  on one model), is refused before any work, never `{}` with exit 0; `all` leaves
+  it out and says why."""
+  import analysis.__main__ as cli
+  from helpers import subject
+  resnet = subject('BiT-M-R50x1', 'resnet', num_layers=(1, 1))
+  with pytest.raises(errors.ConfigError, match=name):
+    cli.check_tools([resnet], [name], name)
+  kept = cli.check_tools([resnet], [name, 'norm_ratio'], 'all')
+  assert kept == ['norm_ratio'] and f'{name}: not run (' in capsys.readouterr().out
+
+
+def test_a_second_models_flags_without_its_recipe_are_refused(tmp_path):
+  for flag in ('--workdir2', '--checkpoint2'):
+    run = subprocess.run(
+        [sys.executable, '-m', 'analysis', 'cka', '--config', 'configs/quickstart_vit.py',
+         '--checkpoint', str(tmp_path / 'none.npz'), flag, str(tmp_path / 'other'),
+         '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and 'Traceback' not in run.stderr
+    assert f'{flag} name a second model, whose recipe is --config2' in run.stderr
+    assert not (tmp_path / 'out').exists()

@@ -342,3 +342,7 @@ def test_zero_shot_refuses_what_it_cannot_classify(tmp_path, bert_vocab):
     zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, class_names=['a', 'b', 'c'])
   with pytest.raises(ConfigError, match='--batch_size is 0; it must be at least 1'):
     zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, batch_size=0)
+  with pytest.raises(ConfigError, match="--classnames names 'Cat' twice \\(classes 0 and 1\\)"):
+    zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, class_names=['cat', 'Cat'])
+  with pytest.raises(ConfigError, match='--classnames gives 1 class name'):
+    zeroshot.zero_shot('LiT-testing', checkpoint_path, dataset, class_names=['cat'])

@@ -158,6 +158,28 @@ def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
           'predictions': predictions, 'labels': labels}
 
 
+def check_class_names(names: Sequence[str], where: str) -> None:
+  """Refuses class names a choice between them cannot be made from: fewer than two,
+  or one named twice (two classes with one text embedding).
+
+  Args:
+    names: the classes' names.
+    where: where they come from, as the error names it.
+
+  Raises:
+    ConfigError: fewer than two names, or a name given twice.
+  """
+  if len(names) < 2:
+    raise ConfigError(f'{where} gives {len(names)} class name(s): zero-shot classification '
+                      'chooses between at least two classes.')
+  seen = {}
+  for i, name in enumerate(names):
+    if name.strip().lower() in seen:
+      raise ConfigError(f'{where} names {name!r} twice (classes {seen[name.strip().lower()]} and '
+                        f'{i}): their prompts would embed alike; give each class its own name.')
+    seen[name.strip().lower()] = i
+
+
 def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str = 'test',
               vocab: Optional[str] = None, data_dir: Optional[str] = None,
               class_names: Optional[Sequence[str]] = None,
@@ -191,6 +213,8 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
   for name, value in (('batch_size', batch_size), ('max_examples', max_examples)):
     if value is not None and value < 1:
       raise ConfigError(f'--{name} is {value}; it must be at least 1.')
+  if class_names is not None:
+    check_class_names(class_names, '--classnames')
   model = models.build_model(config)
   params = load_params(checkpoint_path, model, config)
   vocab = vocab or default_vocab(checkpoint_path, config)
@@ -199,6 +223,7 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
 
   source = input_pipeline.get_source(dataset, split, data_dir, process_index=0, process_count=1)
   names = list(class_names) if class_names is not None else list(source.class_names)
+  check_class_names(names, f'{dataset} (its class names)')
   if len(names) != source.num_classes:
     raise ConfigError(f'{len(names)} class names for the {source.num_classes} classes of '
                       f'{dataset}: give one name per line, in label order.')
