@@ -465,9 +465,11 @@ def run(name: str) -> Dict:
   check_out(FLAGS.out)
   try:
     seconds = budget.parse_duration(FLAGS.time_budget) if FLAGS.time_budget else None
-  except ValueError:
-    raise ConfigError(f'--time_budget={FLAGS.time_budget} is not a duration such as 6m, 90s '
-                      'or 1h30m.') from None
+  except ValueError as e:
+    raise ConfigError(f'--{e}') from None
+  if seconds is not None and seconds <= 0:
+    raise ConfigError(f'--time_budget={FLAGS.time_budget} leaves no time; give a duration such '
+                      'as 6m, 90s or 1h30m, or leave it out for no budget.')
   names = list(tool.TOOLS) if name == 'all' else [name]
   if seconds is not None:
     names = planning.by_importance(names)

@@ -625,3 +625,16 @@ def test_a_second_models_flags_without_its_recipe_are_refused(tmp_path):
     assert run.returncode == 1 and 'Traceback' not in run.stderr
     assert f'{flag} name a second model, whose recipe is --config2' in run.stderr
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('given,says', [
+    ('0', "Error: --time_budget '0' has no unit: write 0s, 0m or 0h."),
+    ('90', "Error: --time_budget '90' has no unit: write 90s, 90m or 90h."),
+    ('0s', 'Error: --time_budget=0s leaves no time; give a duration such as 6m'),
+])
+def test_an_analysis_budget_without_unit_or_time_is_refused_at_once(tmp_path, given, says):
+  run = subprocess.run(
+      [sys.executable, '-m', 'analysis', 'cka', '--config', 'configs/quickstart_vit.py',
+       '--checkpoint', str(tmp_path / 'none.npz'), f'--time_budget={given}',
+       '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert run.returncode == 1 and run.stderr.strip().splitlines()[-1].startswith(says), run.stderr

@@ -278,7 +278,7 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize('text, seconds', [('15m', 900.), ('90s', 90.), ('1h30m', 5400.),
-                                           ('2.5m', 150.), ('120', 120.)])
+                                           ('2.5m', 150.)])
 def test_durations_parse(text, seconds):
   assert budget.parse_duration(text) == seconds
 
@@ -286,6 +286,13 @@ def test_durations_parse(text, seconds):
 @pytest.mark.parametrize('text', ['abc', '15 minutes', '15mm', 'm'])
 def test_bad_durations_are_named(text):
   with pytest.raises(ValueError, match='not a duration'):
+    budget.parse_duration(text)
+
+
+@pytest.mark.parametrize('text', ['0', '120', '2.5'])
+def test_a_number_without_its_unit_is_refused_naming_the_units(text):
+  with pytest.raises(ValueError, match=f"time_budget '{text}' has no unit: write {text}s, "
+                                       f'{text}m or {text}h.'):
     budget.parse_duration(text)
 
 

@@ -21,7 +21,7 @@ PROBE_STEPS = 8  # timed steps after the compiling one
 
 
 def parse_duration(text: str) -> float:
-  """Seconds of '15m', '90s', '1h30m' or a plain number of seconds.
+  """Seconds of '15m', '90s' or '1h30m'; a number without its unit is refused.
 
   Args:
     text: the duration as a user writes it.
@@ -34,7 +34,7 @@ def parse_duration(text: str) -> float:
   """
   text = str(text).strip()
   if re.fullmatch(r'\d+(\.\d*)?', text):
-    return float(text)
+    raise ValueError(f'time_budget {text!r} has no unit: write {text}s, {text}m or {text}h.')
   parts = re.findall(r'(\d+(?:\.\d*)?)([hms])', text)
   if not parts or ''.join(n + u for n, u in parts) != text:
     raise ValueError(f'time_budget {text!r} is not a duration such as 15m, 90s or 1h30m.')
