@@ -336,13 +336,8 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   Returns:
     The subject.
   """
-  if os.path.isdir(path):
-    npz = os.path.join(path, 'params.npz')
-    if not os.path.exists(npz):
-      raise checkpoint.CheckpointError(
-          f'{path} holds no params.npz: finish its training first (rerun the training '
-          'command, which resumes from its checkpoint), or name a .npz instead.')
-    path = npz
+  if os.path.isdir(path):  # a workdir's params.npz, or a download folder's weights
+    path = checkpoint.weights_file(path)
   config = models.get_config(model_name, **(overrides or {}))
   family = models.require(config, models.CLASSIFY)
   if family.can(models.SCAN) and config.scan_layers:

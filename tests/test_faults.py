@@ -397,7 +397,7 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
                                              r'--num_images=20000: give --num_images=10000 or'):
     cli.check_data([subject], None, 20000, ['train', 'eval'])
   (tmp_path / 'unfinished').mkdir()
-  with pytest.raises(checkpoint.CheckpointError, match='holds no params.npz: finish its training'):
+  with pytest.raises(checkpoint.CheckpointError, match='holds no weights file .* finish its training first'):
     features.load_subject(recipe.model_name, str(tmp_path / 'unfinished'), 28)
   params['head']['bias'] = np.full_like(params['head']['bias'], np.nan)
   checkpoint.save(path, params)
@@ -638,3 +638,67 @@ def test_an_analysis_budget_without_unit_or_time_is_refused_at_once(tmp_path, gi
        '--checkpoint', str(tmp_path / 'none.npz'), f'--time_budget={given}',
        '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert run.returncode == 1 and run.stderr.strip().splitlines()[-1].startswith(says), run.stderr
+
+
+def test_a_download_folder_as_checkpoint_loads_its_weights_file(tmp_path):
+  """A Hugging Face snapshot folder (config.json beside model.safetensors and
+  pytorch_model.bin) loads its .safetensors; a folder of several files of one kind
+  names them."""
+  import numpy as np
+  from vit_jax import timm_files
+  from helpers import init, perturbed, tiny_vit
+  params = perturbed(init(tiny_vit(num_classes=3), 16))['params']
+  state = timm_files.to_timm(params, 'ViT-Ti_16')
+  folder = tmp_path / 'snapshot'
+  folder.mkdir()
+  (folder / 'config.json').write_text('{"architecture": "vit_tiny_patch16_224"}')
+  from safetensors.numpy import save_file
+  save_file(state, str(folder / 'model.safetensors'))
+  (folder / 'pytorch_model.bin').write_bytes(b'not read')
+  from helpers import TINY_VIT
+  loaded = checkpoint.load(str(folder), 'ViT-Ti_16', **TINY_VIT)
+  chex.assert_trees_all_close(loaded, params)
+  (folder / 'other.safetensors').write_bytes(b'')
+  with pytest.raises(checkpoint.CheckpointError, match=r'holds 3 weights files \(model.safetensors,'
+                     r' other.safetensors, pytorch_model.bin\): give the one'):
+    checkpoint.load(str(folder), 'ViT-Ti_16', **TINY_VIT)
+
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_timm_files_with_ddp_names_or_bfloat16_load_and_other_keys_are_named(tmp_path, dtype):
+  """A .safetensors in bfloat16 reads (safetensors' numpy reader cannot), its
+  float32 twin reads as safetensors' own reader does; DistributedDataParallel's
+  `module.` prefix is taken off; a state dict of another model names a key it lacks."""
+  import ml_dtypes
+  import numpy as np
+  from safetensors.numpy import load as reference_load, save_file
+  from vit_jax import timm_files
+  from helpers import TINY_VIT, init, perturbed, tiny_vit
+  params = perturbed(init(tiny_vit(num_classes=3), 16))['params']
+  state = timm_files.to_timm(params, 'ViT-Ti_16')
+  stored = {('module.' + k): np.asarray(v).astype(getattr(ml_dtypes, dtype, dtype))
+            for k, v in state.items()}
+  path = tmp_path / 'ddp.safetensors'
+  if dtype == 'float32':
+    save_file(stored, str(path))
+    read = timm_files.read_safetensors(path.read_bytes())
+    reference = reference_load(path.read_bytes())
+    assert set(read) == set(reference)
+    for k in read:
+      np.testing.assert_array_equal(read[k], reference[k])
+  else:  # written by hand: the header, then each array's bytes
+    header, offset, body = {}, 0, b''
+    for k, v in stored.items():
+      raw = np.ascontiguousarray(v).tobytes()
+      header[k] = {'dtype': 'BF16', 'shape': list(v.shape), 'data_offsets': [offset,
+                                                                            offset + len(raw)]}
+      offset, body = offset + len(raw), body + raw
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, 'little') + text + body)
+  loaded = checkpoint.load(str(path), 'ViT-Ti_16', **TINY_VIT)
+  tolerance = 0 if dtype == 'float32' else 2 ** -8  # bfloat16 keeps 8 significant bits
+  chex.assert_trees_all_close(loaded, params, rtol=tolerance, atol=1e-30)
+  save_file({'foo': np.zeros(3, np.float32)}, str(tmp_path / 'other.safetensors'))
+  with pytest.raises(checkpoint.CheckpointError, match=r"The state dict has no 'pos_embed', "
+                                                       r'.*its first keys: foo'):
+    checkpoint.load(str(tmp_path / 'other.safetensors'), 'ViT-Ti_16', **TINY_VIT)

@@ -30,6 +30,40 @@ WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
                 f'{PUBLIC_DIRS[0]}ViT-B_16.npz)')
 
 
+WEIGHT_SUFFIXES = ('.npz', '.safetensors') + TORCH_SUFFIXES
+
+
+def weights_file(directory: str) -> str:
+  """The weights file in `directory`: a training workdir's params.npz, or the one
+  weights file of a download folder (a Hugging Face snapshot's model.safetensors
+  or pytorch_model.bin beside its config.json).
+
+  Args:
+    directory: the folder.
+
+  Returns:
+    The file's path.
+
+  Raises:
+    CheckpointError: none there, or several to choose from.
+  """
+  params = os.path.join(directory, 'params.npz')
+  if os.path.exists(params):
+    return params
+  found = sorted(n for n in os.listdir(directory) if n.endswith(WEIGHT_SUFFIXES)
+                 and os.path.isfile(os.path.join(directory, n)))
+  safetensors = [n for n in found if n.endswith('.safetensors')]
+  if len(found) == 1 or len(safetensors) == 1:  # a download's .bin beside its .safetensors
+    return os.path.join(directory, (safetensors or found)[0])
+  if found:
+    raise CheckpointError(f'{directory} holds {len(found)} weights files ({", ".join(found)}): '
+                          'give the one to load as the checkpoint.')
+  raise CheckpointError(
+      f'{directory} holds no weights file (params.npz, .npz, .safetensors, .pth, .bin): if it '
+      'is a training workdir, finish its training first (rerun the training command, which '
+      'resumes from its checkpoint); else give the file itself.')
+
+
 def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Params:
   """Reads a published (or our) `.npz` as a nested parameter dict of numpy arrays.
 
@@ -44,7 +78,7 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
   `scan_layers=True` gets its blocks stacked).
 
   Args:
-    path: the file, local or gs://.
+    path: the file, local or gs://; or a folder holding one (`weights_file`).
     model_name: the model it holds (`models.get_config` names); needed for a
       timm file and a whole LiT file.
     **overrides: architecture fields of that model (a CIFAR model's
@@ -60,6 +94,8 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
   if not path.exists():
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
+  if path.is_dir():
+    path = epath.Path(weights_file(os.fspath(path)))
   torch = os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',))
   if model_name is None:
     if torch:

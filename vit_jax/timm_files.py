@@ -4,11 +4,13 @@ timm builds for the same model (`to_timm`), a state dict read back as our tree
 `torch.save` files (`read_state_dict`). Each family that timm covers gives its
 name mapping (`Family.to_timm`, `Family.timm_fields`)."""
 import io
+import json
 import os
 from typing import Any, Dict, Mapping
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 from etils import epath
 
@@ -59,7 +61,13 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) 
   state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
            if not k.endswith('num_batches_tracked')}
   family = _timm_family(model_name)
-  fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+  try:
+    fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+  except KeyError as e:
+    raise CheckpointError(
+        f'The state dict has no {e.args[0]!r}, which a timm file of {model_name} has: it holds '
+        f'another model, or not a timm state dict (its first keys: '
+        f'{", ".join(list(state)[:5])}).') from None
   image_size = fields.pop('image_size')
   config = models.get_config(model_name, **{**overrides, **fields})
   model = models.build_model(config)
@@ -93,15 +101,16 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
       or 'state_dict_ema' is unwrapped).
 
   Returns:
-    name -> float32 numpy array.
+    name -> float32 numpy array, DistributedDataParallel's `module.` prefix taken
+    off the names.
   """
   path = epath.Path(path)
   if os.fspath(path).endswith('.safetensors'):
-    from safetensors.numpy import load as load_safetensors
     try:
-      return load_safetensors(path.read_bytes())
-    except Exception as e:  # safetensors raises its own error types
+      arrays = read_safetensors(path.read_bytes())
+    except (ValueError, KeyError, IndexError) as e:
       raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+    return _unwrapped({k: np.asarray(v, np.float32) for k, v in arrays.items()})
   try:
     import torch
   except ImportError as e:
@@ -115,7 +124,56 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
     if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
       data = data[key]
       break
-  return {k: v.float().numpy() for k, v in data.items() if hasattr(v, 'numpy')}
+  return _unwrapped({k: v.float().numpy() for k, v in data.items() if hasattr(v, 'numpy')})
+
+
+# The .safetensors dtypes (its format's names) as numpy reads them; bfloat16 through
+# ml_dtypes, which safetensors' own numpy reader lacks.
+SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
+                      'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32,
+                      'I16': np.int16, 'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
+
+
+def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
+  """The arrays of a `.safetensors` file's bytes, in their stored dtypes: the
+  format's 8-byte little-endian header length, its JSON header (each array's
+  dtype, shape and byte range) and the array bytes after it.
+
+  Args:
+    data: the file's bytes.
+
+  Returns:
+    name -> array.
+
+  Raises:
+    ValueError: the bytes are not such a file; KeyError: a dtype it does not know.
+  """
+  if len(data) < 8:
+    raise ValueError('shorter than its header length')
+  size = int.from_bytes(data[:8], 'little')
+  header = json.loads(data[8:8 + size])
+  body = memoryview(data)[8 + size:]
+  out = {}
+  for name, info in header.items():
+    if name == '__metadata__':
+      continue
+    start, end = info['data_offsets']
+    if not 0 <= start <= end <= len(body):
+      raise ValueError(f'the bytes of {name} lie outside the file')
+    dtype = np.dtype(SAFETENSORS_DTYPES[info['dtype']])
+    out[name] = np.frombuffer(body[start:end], dtype).reshape(info['shape'])
+  return out
+
+
+DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it
+
+
+def _unwrapped(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """`state` with DistributedDataParallel's `module.` prefix taken off, where every
+  name has it."""
+  if state and all(k.startswith(DDP_PREFIX) for k in state):
+    return {k[len(DDP_PREFIX):]: v for k, v in state.items()}
+  return state
 
 
 def _timm_family(model_name: str):
