@@ -207,6 +207,36 @@ def test_a_truncated_image_is_named_when_its_split_is_opened(tmp_path, kind):
     ).as_numpy_iterator())) == 1
 
 
+def test_a_png_with_damaged_pixel_data_is_named_before_training(tmp_path):
+  """Bytes of the PNG's image data overwritten (its end marker intact): TensorFlow's
+  decoder refuses it mid-training; the split's check names the file first."""
+  name = make_folder(str(tmp_path), {'train': [3]}, size=(16, 16))
+  path = tmp_path / 'train' / 'class_0' / '1.png'
+  data = bytearray(path.read_bytes())
+  middle = len(data) // 2
+  data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
+  path.write_bytes(bytes(data))
+  with pytest.raises(tf.errors.InvalidArgumentError):  # what training would meet
+    tf.io.decode_image(tf.io.read_file(str(path)), channels=3).numpy()
+  with pytest.raises(input_pipeline.DataError, match=f'^Damaged image file {path} \\(.*\\): '
+                                                     'replace or remove it.$'):
+    input_pipeline.get_source(name, 'train')
+
+
+@pytest.mark.parametrize('where', ['class', 'file'])
+def test_a_name_that_is_not_utf8_is_named_as_its_bytes(tmp_path, where):
+  name = make_folder(str(tmp_path), {'train': [2, 2]}, size=(8, 8))
+  latin1 = b'caf\xe9'  # 'café' in Latin-1, not UTF-8
+  if where == 'class':
+    os.rename(tmp_path / 'train' / 'class_1', os.fsencode(tmp_path / 'train') + b'/' + latin1)
+  else:
+    os.rename(tmp_path / 'train' / 'class_1' / '0.JPEG',
+              os.fsencode(tmp_path / 'train' / 'class_1') + b'/' + latin1 + b'.jpg')
+  with pytest.raises(input_pipeline.DataError, match=r"holds b'caf\\xe9.*not UTF-8 text: rename "
+                                                     'it'):
+    input_pipeline.get_source(name, 'train')
+
+
 def test_folders_are_checked_against_each_other_and_their_root(tmp_path):
   name = make_folder(str(tmp_path / 'data'), {'train': [2, 2], 'test': [2, 2]})
   os.rename(tmp_path / 'data' / 'test' / 'class_1', tmp_path / 'data' / 'test' / 'class_x')

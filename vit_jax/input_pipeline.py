@@ -18,10 +18,11 @@ import functools
 import math
 import os
 import socket
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
+import PIL.Image
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -216,10 +217,12 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
     raise DataError(f'Image folder {split_dir} does not exist; expected '
                     f'{root}/{{train,test}}/<class>/*.jpg.')
   classes = sorted(d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d)))
+  check_names(split_dir, classes)
   files, labels = [], []
   for label, name in enumerate(classes):
     found = [f for f in sorted(os.listdir(os.path.join(split_dir, name)))
              if f.lower().endswith(IMAGE_EXTENSIONS)]
+    check_names(os.path.join(split_dir, name), found)
     if not found:
       raise DataError(f'The class directory {os.path.join(split_dir, name)} holds no '
                       f'{"/".join(IMAGE_EXTENSIONS)} images: add some, or remove it (from '
@@ -247,9 +250,11 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
 
 def image_problem(path: str) -> Optional[str]:
   """What is wrong with the image file at `path`, or None: not JPEG or PNG (an
-  empty file among them), or cut short, lacking its format's end marker (JPEG's
+  empty file among them), cut short, lacking its format's end marker (JPEG's
   EOI, ff d9, among its last 64 bytes, as some writers pad after it; PNG's IEND
-  chunk, its last 8 bytes).
+  chunk, its last 8 bytes), or damaged inside: a PNG whose chunks fail their
+  checksums (which TensorFlow's decoder refuses mid-training), a JPEG whose
+  header or data PIL cannot decode (at 1/8 scale, its cheapest decode).
 
   Args:
     path: the file.
@@ -267,15 +272,45 @@ def image_problem(path: str) -> Optional[str]:
     whole = tail.endswith(b'IEND\xaeB`\x82')
   else:
     return f'Unreadable image file {path} (neither JPEG nor PNG): replace or remove it.'
-  return None if whole else (f'Truncated image file {path} (it ends before its last byte): '
-                             'replace or remove it.')
+  if not whole:
+    return f'Truncated image file {path} (it ends before its last byte): replace or remove it.'
+  try:
+    with PIL.Image.open(path) as image:
+      if image.format == 'PNG':
+        image.verify()
+      else:
+        image.draft('RGB', (1, 1))
+        image.load()
+  except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for damaged data
+    return f'Damaged image file {path} ({e}): replace or remove it.'
+  return None
+
+
+def check_names(directory: str, names: Sequence[str]) -> None:
+  """Refuses a file or folder name in `directory` that is not UTF-8 (TensorFlow
+  takes paths as UTF-8 text), naming it as its bytes.
+
+  Args:
+    directory: where the names are.
+    names: the names (undecodable bytes as `os.listdir` gives them, escaped).
+
+  Raises:
+    DataError: a name is not UTF-8.
+  """
+  for name in names:
+    try:
+      name.encode('utf-8')
+    except UnicodeEncodeError:
+      raise DataError(f'{os.fsencode(directory)!r} holds {os.fsencode(name)!r}, whose name is '
+                      'not UTF-8 text: rename it (e.g. convmv -f latin1 -t utf-8).') from None
 
 
 @functools.lru_cache(maxsize=None)
 def check_images(paths: Tuple[str, ...]) -> None:
   """Raises a DataError naming the first of `paths` that is not a whole JPEG or
-  PNG file (`image_problem`), and how many are not; reads 68 bytes of each, so
-  a bad file is found before training rather than when its batch comes. A split
+  PNG file (`image_problem`), and how many are not; reads each (a PNG's chunks,
+  a JPEG decoded at 1/8 scale), so a bad file is found before training rather
+  than when its batch comes. A split
   is checked once per process, however often it is opened (the analysis opens
   it for every pass).
 
