@@ -127,11 +127,18 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
     assert _files(tmp_path) == before
   # Free fields change nothing the files mean: the run goes on (here: nothing left to train).
   loop.train_and_evaluate(tiny_config(folder, log_every=2, eval_every=2), str(tmp_path))
-  # Asked to go on with another model, no checkpoint fits it: refused, never a silent restart.
-  with pytest.raises(checkpoint.CheckpointError, match='No checkpoint in .* can be used'):
-    loop.train_and_evaluate(
-        tiny_config(folder, model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))),
-        str(tmp_path), reconfigure=True)
+  # Asked to go on with another model or other registers, no checkpoint fits it:
+  # refused in one sentence naming the shapes, never a silent restart.
+  before = _files(tmp_path)
+  for changed, says in (
+      (dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))), 'the shapes of '),
+      (dict(model=dict(tiny_config(folder).model, num_registers=2)),
+       r'shapes of 1 parameter\(s\) they hold \(registers None -> \(1, 2, 32\)\)\. Train into '
+       'a new workdir, from its parameters with --config.pretrained=')):
+    with pytest.raises(errors.WorkdirError, match='--reconfigure cannot go on from the '
+                                                  f'checkpoints in .*{says}'):
+      loop.train_and_evaluate(tiny_config(folder, **changed), str(tmp_path), reconfigure=True)
+    assert _files(tmp_path) == before
   # With a longer schedule the run goes on from its checkpoint.
   summary = loop.train_and_evaluate(tiny_config(folder, total_steps=9), str(tmp_path),
                                      reconfigure=True)

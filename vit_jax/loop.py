@@ -27,11 +27,12 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, run_state,
-                     settings, steps)
+from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, models,
+                     run_state, settings, steps)
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
+from vit_jax.layout import flatten
 from vit_jax.steps import TrainingError
 
 if TYPE_CHECKING:  # the data's module imports TensorFlow
@@ -243,6 +244,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
       os.path.join(os.path.abspath(workdir), 'checkpoints'),
       options=ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints,
                                            enable_async_checkpointing=False))
+  if record.changes and manager.all_steps():
+    check_reconfigured_shapes(workdir, config, train_source.num_classes)
   state, spent = run_state.resume(manager, setup.state)
   start_step = int(state.step)
   if record.changes and start_step >= total_steps:
@@ -425,6 +428,57 @@ def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, fl
         f'stopped without saving, the last good checkpoint in {checkpoints} is intact. Lower '
         'lr or check the data.')
   return {k: float(v) for k, v in metrics.items()}
+
+
+def parameter_shapes(model_name: str, fields: Dict[str, Any], num_classes: int,
+                     image_size: int) -> Dict[str, tuple]:
+  """{'/'-joined name: shape} of the parameters of a zoo model, without allocating them.
+
+  Args:
+    model_name: the zoo name.
+    fields: its architecture fields.
+    num_classes: its classes.
+    image_size: the side of its images.
+
+  Returns:
+    The shapes.
+  """
+  model = models.get_model(model_name, num_classes, **fields)
+  tree = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                        jax.ShapeDtypeStruct((1, image_size, image_size, 3), np.float32))
+  return {k: v.shape for k, v in flatten(tree['params']).items()}
+
+
+def check_reconfigured_shapes(workdir: str, config: ml_collections.ConfigDict,
+                              num_classes: int) -> None:
+  """Refuses a --reconfigure whose settings change the shape of a parameter the
+  workdir's checkpoints hold (registers, heads, the patch), in one sentence, before
+  the checkpointer tries to restore them.
+
+  Args:
+    workdir: the run's directory, its settings recorded.
+    config: the settings given now.
+    num_classes: the data's classes.
+
+  Raises:
+    WorkdirError: a parameter would change its shape.
+  """
+  recorded = workdirs.recorded_settings(workdir)
+  if not recorded:
+    return
+  before = parameter_shapes(recorded['model_name'], recorded.get('model', {}), num_classes,
+                            recorded.get('image_size', config.image_size))
+  after = parameter_shapes(config.model_name, dict(config.model), num_classes, config.image_size)
+  changed = [f'{k} {before.get(k)} -> {after.get(k)}' for k in sorted(set(before) | set(after))
+             if before.get(k) != after.get(k)]
+  if changed:
+    params = os.path.join(workdir, 'params.npz')
+    start = (f'from its parameters with --config.pretrained={params}' if os.path.exists(params)
+             else 'from scratch')
+    raise WorkdirError(
+        f'--reconfigure cannot go on from the checkpoints in {workdir}: the new settings change '
+        f'the shapes of {len(changed)} parameter(s) they hold ({"; ".join(changed[:3])}'
+        f'{"; ..." if len(changed) > 3 else ""}). Train into a new workdir, {start}.')
 
 
 class Preempted(TrainingError):
