@@ -133,7 +133,8 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
   for changed, says in (
       (dict(model_name='BiT-M-R50x1', model=dict(num_layers=(1, 1))), 'the shapes of '),
       (dict(model=dict(tiny_config(folder).model, num_registers=2)),
-       r'shapes of 1 parameter\(s\) they hold \(registers None -> \(1, 2, 32\)\)\. Train into '
+       r'shapes of 2 parameter\(s\) they hold \(Transformer/posembed_input/pos_embedding '
+       r'\(1, 5, 32\) -> \(1, 4, 32\); registers None -> \(1, 2, 32\)\)\. Train into '
        'a new workdir, from its parameters with --config.pretrained=')):
     with pytest.raises(errors.WorkdirError, match='--reconfigure cannot go on from the '
                                                   f'checkpoints in .*{says}'):
