@@ -117,10 +117,17 @@ CONVENTIONS: Tuple[Convention, ...] = (
           'token (mean-ablation)'),), ('mode',)),
     Convention(
         'artifact_tokens', 'outlier rule',
-        'a token whose norm exceeds 150, set on DINOv2 ViT-g/14 (no code of the analysis is '
-        'published)', 'Darcet et al. 2024, Sec. 3.1', 'rule', 'artifact_rule', 'absolute',
+        'a token whose norm exceeds 150, a threshold set on DINOv2 ViT-g/14 (no code of the '
+        'analysis is published)', 'Darcet et al. 2024, Sec. 3.1', 'rule', 'artifact_rule', 'absolute',
         (('relative', 'a norm beyond --artifact_factor (default 4) times the median '
           'patch-token norm of its layer, for models of another scale'),), ('rule',)),
+    Convention(
+        'artifact_tokens', 'neighbour similarity',
+        'the cosine similarity of a patch with its 4 neighbours, of the patch embeddings '
+        '"right after the patch embedding layer" (no code of the analysis is published)',
+        'Darcet et al. 2024, Sec. 2.1 and Fig. 4a', 'similarity', 'artifact_similarity',
+        'embedding', (('pixels', "the patches' raw pixels (the only choice for a model "
+                                 'without a patch embedding, AlterNet)'),), ('similarity',)),
     Convention(
         'activation_patching', 'restored share',
         '(m(patched) - m(corrupted)) / (m(clean) - m(corrupted)), m the logit of the clean '

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analysis.tools import TOOLS
-from analysis.tools.artifact_tokens import neighbour_similarity
+from analysis.tools.artifact_tokens import neighbour_similarity, pixel_patches
 from helpers import batches, subject_of, tiny_family_config
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
@@ -54,17 +54,66 @@ def test_neighbour_similarity_on_constructed_images():
   """A 2x2 grid of 2 px patches: a uniform image is alike everywhere (1); with the
   right column negated, each patch has one neighbour alike and one opposite (0)."""
   uniform = np.ones((1, 4, 4, 3), np.float32)
-  np.testing.assert_allclose(neighbour_similarity(uniform, 2), 1.)
+  np.testing.assert_allclose(neighbour_similarity(pixel_patches(uniform, 2)), 1.)
   flipped = uniform.copy()
   flipped[:, :, 2:] = -1.
-  np.testing.assert_allclose(neighbour_similarity(flipped, 2), 0., atol=1e-12)
+  np.testing.assert_allclose(neighbour_similarity(pixel_patches(flipped, 2)), 0., atol=1e-12)
   # A 3x3 grid whose centre patch is negated: the centre is opposite to its 4
   # neighbours (-1); an edge patch has 1 of its 3 neighbours opposite (1/3); a
   # corner has none (1).
   centre = np.ones((1, 3, 3, 1))
   centre[:, 1, 1] = -1.
-  np.testing.assert_allclose(neighbour_similarity(centre, 3).reshape(3, 3),
+  np.testing.assert_allclose(neighbour_similarity(pixel_patches(centre, 3)).reshape(3, 3),
                              [[1, 1 / 3, 1], [1 / 3, -1, 1 / 3], [1, 1 / 3, 1]], atol=1e-12)
+
+
+def _cosine_to_neighbours(vectors):
+  """Darcet et al.'s Sec. 2.1 measure written out patch by patch: the mean cosine
+  similarity of a patch's vector with each of its (up to 4) grid neighbours."""
+  b, rows, cols, _ = vectors.shape
+  out = np.zeros((b, rows, cols))
+  for i in range(rows):
+    for j in range(cols):
+      near = [(i + di, j + dj) for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1))
+              if 0 <= i + di < rows and 0 <= j + dj < cols]
+      for n in range(b):
+        a = vectors[n, i, j]
+        out[n, i, j] = np.mean([a @ vectors[n, k, l] / np.linalg.norm(a) /
+                                np.linalg.norm(vectors[n, k, l]) for k, l in near])
+  return out.reshape(b, -1)
+
+
+def test_the_neighbour_similarity_compares_patch_embeddings_as_the_paper_does(tmp_path):
+  """By default the similarity is of the patch embeddings right after the patch
+  embedding layer (Darcet et al. Sec. 2.1), computed here from the parameters alone:
+  each patch's pixels times the embedding kernel, plus its bias; pixels are the
+  named departure. On a uniform image the two differ: every pixel patch is alike
+  (1) while the embeddings, with their bias, need not be."""
+  subject = subject_of(tiny_family_config('vit'), 'vit')
+  params, p = subject.params, subject.config.patch_size
+  kernel = np.asarray(params['embedding']['kernel'], np.float64)
+  bias = np.asarray(params['embedding']['bias'], np.float64)
+  images = np.concatenate([x for x, _ in batches('eval')]).astype(np.float64)
+  side = images.shape[1] // p
+  embedded = pixel_patches(images, side) @ kernel.reshape(-1, kernel.shape[-1]) + bias
+  expected = _cosine_to_neighbours(embedded)
+  for rule, factor in (('relative', 1.05),):
+    result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule=rule,
+                                          factor=factor)
+    assert result['similarity'] == 'embedding'
+    # Which tokens are outliers the model's norms decide; over all patches the
+    # means weighted by the outlier counts give the mean of every patch.
+    outlier_share = result['share'][-1]
+    overall = (outlier_share * result['neighbour_similarity_outliers'] +
+               (1 - outlier_share) * result['neighbour_similarity_others'])
+    np.testing.assert_allclose(overall, expected.mean(), rtol=1e-5)
+  pixels = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule='relative',
+                                        factor=1.05, similarity='pixels')
+  assert pixels['similarity'] == 'pixels'
+  overall = (pixels['share'][-1] * pixels['neighbour_similarity_outliers'] +
+             (1 - pixels['share'][-1]) * pixels['neighbour_similarity_others'])
+  np.testing.assert_allclose(overall, _cosine_to_neighbours(pixel_patches(images, side)).mean(),
+                             rtol=1e-9)
 
 
 def test_artifact_tokens_refuse_a_model_without_attention(subjects, tmp_path):

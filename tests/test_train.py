@@ -19,6 +19,7 @@ import tensorflow as tf
 from helpers import TINY_VIT, images, make_folder, tiny_config
 from vit_jax import (budget, checkpoint, cpu_devices, finetune, input_pipeline, loop, models,
                      run_state, steps, workdir as workdirs)
+from vit_jax.errors import WorkdirError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -169,6 +170,40 @@ def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypa
   for name in files:
     chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'resumed' / name)),
                                 checkpoint.load(str(tmp_path / 'straight' / name)))
+
+
+def test_the_moving_average_with_timms_warm_up_follows_its_formula():
+  """ema_warmup: decay_t = min(ema_decay, 1 - t^(-2/3)) after step t, written out
+  from timm's ModelEmaV3.get_decay (use_warmup, warmup_gamma 1, warmup_power 2/3,
+  update_after_step 0; train.py passes step = the updates so far, and get_decay
+  takes step - 1): 0 at the first step, so the average starts at the trained
+  weights rather than the initialisation. In float64 from each step's weights."""
+  config = tiny_config(ema_decay=0.9999, ema_warmup=True)
+  state, step_fn, shard = state_and_steps(config, jax.devices())
+  flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(
+      jax.device_get(tree))]).astype(np.float64)
+  expected = flat(state.params)
+  batch = shard(fixed_batch())
+  for t in range(1, 6):
+    state, _ = step_fn(state, batch)
+    timm_step = max(0, t - 0 - 1)  # get_decay's step: the updates so far less one
+    decay = 0. if timm_step <= 0 else max(min(1 - (1 + timm_step / 1.) ** (-2 / 3), 0.9999), 0.)
+    expected = decay * expected + (1 - decay) * flat(state.params)
+    np.testing.assert_allclose(flat(state.ema_params), expected, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(float(steps.ema_decay_at(config, 10_000)),
+                             1 - 10_000 ** (-2 / 3), rtol=1e-6)
+  # Without the warm-up, 10,000 steps at 0.9999 keep 0.9999^10000 = 37% of the start.
+  assert 0.9999 ** 10_000 == pytest.approx(0.368, abs=1e-3)
+
+
+def test_a_workdir_recorded_before_a_field_existed_resumes_at_its_default(folder, tmp_path):
+  loop.train_and_evaluate(tiny_config(folder), str(tmp_path))
+  record = json.loads((tmp_path / workdirs.RECORD).read_text())
+  del record['ema_warmup']  # a run recorded before the field existed
+  (tmp_path / workdirs.RECORD).write_text(json.dumps(record))
+  loop.train_and_evaluate(tiny_config(folder), str(tmp_path))  # nothing refused
+  with pytest.raises(WorkdirError, match=r"ema_warmup: False -> True"):
+    loop.train_and_evaluate(tiny_config(folder, ema_warmup=True), str(tmp_path))
 
 
 def test_the_moving_average_of_the_weights_follows_its_formula(folder, tmp_path):

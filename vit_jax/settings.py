@@ -139,6 +139,9 @@ FIELDS: Dict[str, Field] = {
     # An exponential moving average of the weights, evaluated and saved beside them.
     'ema_decay': Field(0., lambda v: _is_number(v) and 0 <= v < 1,
                        'a number in [0, 1) (0: none)'),
+    # timm's ModelEmaV3 warm-up: decay min(ema_decay, 1 - step^(-2/3)), so a short run's
+    # average does not keep a large share of the initialisation.
+    'ema_warmup': Field(False, *_FLAG),
     'loss': Field('softmax', *_one_of('softmax', 'sigmoid')),
     'label_smoothing': Field(0., lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
     # (regex, factor) pairs: a parameter whose '/'-joined path the first regex finds

@@ -296,12 +296,33 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Modu
   params = optax.apply_updates(state.params, updates)
   ema = state.ema_params
   if config.ema_decay:  # ema * decay + params * (1 - decay)
-    ema = optax.incremental_update(params, ema, step_size=1. - config.ema_decay)
+    decay = ema_decay_at(config, state.step + 1)
+    ema = optax.incremental_update(params, ema, step_size=1. - decay)
   new_state = state.replace(step=state.step + 1, rng=rng, opt_state=opt_state, params=params,
                             ema_params=ema)
   metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
              'learning_rate': last_learning_rate(opt_state)}
   return new_state, metrics
+
+
+def ema_decay_at(config: ml_collections.ConfigDict, step: jax.Array) -> jax.Array:
+  """The moving average's decay after training step `step` (1 for the first):
+  `ema_decay`, or with `ema_warmup` timm's ModelEmaV3 warm-up, min(ema_decay,
+  1 - step^(-2/3)) (timm/utils/model_ema.py, `get_decay` with use_warmup,
+  warmup_gamma 1 and warmup_power 2/3, as timm's train.py calls it after each
+  update: 0 at the first step, so the average starts at the trained weights).
+
+  Args:
+    config: the recipe.
+    step: the step just trained.
+
+  Returns:
+    The decay.
+  """
+  if not config.ema_warmup:
+    return jnp.asarray(config.ema_decay, jnp.float32)
+  warm = 1. - jnp.asarray(step, jnp.float32) ** (-2. / 3.)
+  return jnp.minimum(config.ema_decay, warm)
 
 
 def eval_step(params: Any, batch: Dict[str, jax.Array], *, model: nn.Module,

@@ -167,18 +167,22 @@ def _flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
   return out
 
 
-def differences(recorded: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+def differences(recorded: Dict[str, Any], new: Dict[str, Any],
+                defaults: Optional[Dict[str, Any]] = None) -> List[str]:
   """'field: old -> new' for every field that differs, free fields left out (a
-  field recorded under its earlier name compared under its name now).
+  field recorded under its earlier name compared under its name now; a field
+  newer than the record compared as its default, the value the run had).
 
   Args:
     recorded: the settings a workdir recorded.
     new: the settings given now.
+    defaults: each field's default ('input.crop' for a group's).
 
   Returns:
     One line per differing field.
   """
   recorded = {MOVED_FIELDS.get(k, k): v for k, v in _flat(recorded).items()}
+  recorded = {**{k: v for k, v in (defaults or {}).items() if k not in recorded}, **recorded}
   new = _flat(new)
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
@@ -243,7 +247,9 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
           f'trained with ({RECORD} is missing): restore it, train into a new workdir, or rerun '
           'with --reconfigure to go on from its checkpoint recording the current settings.')
     return new, []
-  changed = differences(recorded, new)
+  from vit_jax import settings  # the fields' defaults (settings reads this module's names)
+  changed = differences(recorded, new, {k: f.default for k, f in settings.FIELDS.items()
+                                        if not isinstance(f.default, ml_collections.ConfigDict)})
   if not changed:
     return None, []
   if not reconfigure and has_results(workdir):

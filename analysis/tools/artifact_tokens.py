@@ -5,9 +5,11 @@ patches, which the class token attends to, and which registers take away.
 
 Per layer, the distribution of the patch tokens' L2 norms and the share beyond
 the outlier rule; where the outliers of the last layer sit (how alike their
-patches are to their neighbours, Darcet et al.'s Sec. 3.1 sign of a background
-patch), and how much of the class token's attention in the last layer they
-receive. The paper's rule is an absolute norm: 150, set on DINOv2 ViT-g, whose
+patches are to their neighbours: Darcet et al.'s Sec. 2.1 measure, the cosine
+similarity of the patch embeddings right after the patch embedding layer, the
+sign of a redundant background patch; the patches' raw pixels are a named
+departure, `--artifact_similarity pixels`), and how much of the class token's
+attention in the last layer they receive. The paper's rule is an absolute norm: 150, set on DINOv2 ViT-g, whose
 outliers it separates from a bulk below 100 (their Sec. 3.1 and Fig. 3). It
 depends on the model's scale, so small models need the relative rule, a named
 departure (`--artifact_rule relative`): a token is an outlier where its norm is
@@ -26,6 +28,7 @@ from analysis.tool import (ATTENTION, Batches, Subject, Tool, each_model, figure
 from analysis.tool_options import option
 
 PAPER_THRESHOLD = 150.  # Darcet et al.'s outlier norm for DINOv2 ViT-g (Sec. 3.1)
+EMBEDDING, PIXELS = 'embedding', 'pixels'  # what the neighbour similarity compares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,36 +44,56 @@ class Options:
   artifact_factor: float = option(4., 'The multiple of the median patch-token norm beyond '
                                   'which a token is an outlier, under --artifact_rule relative.',
                                   least=1.)
+  artifact_similarity: str = option(
+      EMBEDDING, f'What a patch is compared with its neighbours by: {EMBEDDING}, the cosine '
+      'similarity of the patch embeddings right after the patch embedding layer (Darcet et al. '
+      f'Sec. 2.1); {PIXELS}, of the patches\' raw pixels (a departure).',
+      choices=(EMBEDDING, PIXELS))
 
 
-def neighbour_similarity(images: np.ndarray, grid: int) -> np.ndarray:
-  """Each patch's mean cosine similarity, over pixels, to its 4 neighbours on the
-  grid (those that exist): near 1 on uniform background, lower on an object's
-  edges and textures.
+def pixel_patches(images: np.ndarray, grid: int) -> np.ndarray:
+  """The images cut into a grid of patches, each patch's pixels one vector.
 
   Args:
-    images: (B, H, W, C) square images, each patch `H // grid` pixels square.
+    images: (B, H, W, C) square images, each patch `H // grid` pixels square (a
+      border the patches do not cover is left out).
     grid: patches per side.
 
   Returns:
-    (B, grid * grid) similarities, patches in row-major order.
+    (B, grid, grid, patch pixels x C).
   """
   p = images.shape[1] // grid
-  images = images[:, :grid * p, :grid * p]  # a border the patches do not cover left out
+  images = images[:, :grid * p, :grid * p]
   b, c = images.shape[0], images.shape[-1]
-  patches = images.reshape(b, grid, p, grid, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(
-      b, grid, grid, -1).astype(np.float64)
+  return images.reshape(b, grid, p, grid, p, c).transpose(0, 1, 3, 2, 4, 5).reshape(
+      b, grid, grid, -1)
+
+
+def neighbour_similarity(patches: np.ndarray) -> np.ndarray:
+  """Each patch's mean cosine similarity to its 4 neighbours on the grid (those
+  that exist): near 1 on uniform background, lower on an object's edges and
+  textures.
+
+  Args:
+    patches: (B, rows, cols, F): a vector per patch (its embedding, or its pixels).
+
+  Returns:
+    (B, rows * cols) similarities, patches in row-major order.
+  """
+  patches = np.asarray(patches, np.float64)
+  b, rows, cols = patches.shape[:3]
   unit = patches / np.maximum(np.linalg.norm(patches, axis=-1, keepdims=True), 1e-12)
-  total, count = np.zeros((b, grid, grid)), np.zeros((1, grid, grid))
+  total, count = np.zeros((b, rows, cols)), np.zeros((1, rows, cols))
   for axis in (1, 2):
-    similar = np.sum(np.take(unit, range(1, grid), axis) * np.take(unit, range(grid - 1), axis),
+    size = unit.shape[axis]
+    similar = np.sum(np.take(unit, range(1, size), axis) * np.take(unit, range(size - 1), axis),
                      -1)
     for lead in (slice(1, None), slice(None, -1)):  # the later and the earlier of each pair
       index = [slice(None)] * 3
       index[axis] = lead
       total[tuple(index)] += similar
       count[tuple(index)] += 1
-  return (total / count).reshape(b, grid * grid)
+  return (total / np.maximum(count, 1)).reshape(b, rows * cols)
 
 
 def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) -> float:
@@ -78,7 +101,8 @@ def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) ->
 
 
 def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str = 'absolute',
-                        threshold: float = PAPER_THRESHOLD, factor: float = 4.) -> Dict:
+                        threshold: float = PAPER_THRESHOLD, factor: float = 4.,
+                        similarity: str = EMBEDDING) -> Dict:
   """Patch-token norms per residual-stream entry on the evaluation split; the
   outliers' share (± its standard error over images) at each; at the last entry,
   the outliers' neighbour similarity against the other patches' and the class
@@ -91,6 +115,9 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
     rule: 'absolute' (the paper's) or 'relative'.
     threshold: the absolute rule's norm.
     factor: the relative rule's multiple of the median.
+    similarity: EMBEDDING (the paper's) or PIXELS: what the neighbour similarity
+      compares. A model without a patch embedding (AlterNet) has only its pixels,
+      which its JSON records.
 
   Returns:
     The model's JSON.
@@ -102,8 +129,11 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
   (side, _), _ = subject.token_grid()
   prefix = int(subject.has_cls) + subject.registers
   last_attention = layers.attention_weights[-1]
-  names = list(layers.stream) + [last_attention]
-  norms, prefix_norms, similarity, cls_attention = [[] for _ in layers.stream], [], [], []
+  if similarity == EMBEDDING and layers.patch_tokens is None:
+    similarity = PIXELS  # nothing else to compare; recorded, so the report names it
+  names = list(layers.stream) + [last_attention] + (
+      [layers.patch_tokens] if similarity == EMBEDDING else [])
+  norms, prefix_norms, similar, cls_attention = [[] for _ in layers.stream], [], [], []
   for images, _ in batches('eval'):
     inter = subject.intermediates(images, names)
     for k, name in enumerate(layers.stream):
@@ -111,7 +141,9 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
       norms[k].append(tokens[:, prefix:])
       if k == len(layers.stream) - 1:
         prefix_norms.append(tokens[:, :prefix])
-    similarity.append(neighbour_similarity(np.asarray(images), side))
+    vectors = (np.asarray(inter[layers.patch_tokens]).reshape(len(images), side, side, -1)
+               if similarity == EMBEDDING else pixel_patches(np.asarray(images), side))
+    similar.append(neighbour_similarity(vectors))
     if subject.has_cls:  # the class token's row, averaged over heads, to the patches
       cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
   norms = [np.concatenate(n) for n in norms]  # per entry, (N, patches)
@@ -121,17 +153,17 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
   share = [float(s.mean()) for s in per_image]
   share_stderr = [float(s.std(ddof=1) / np.sqrt(n)) if n > 1 else 0. for s in per_image]
   outlier = norms[-1] > cuts[-1]
-  similarity = np.concatenate(similarity)
+  similar = np.concatenate(similar)
   result = {
-      'layers': list(layers.labels), 'rule': rule, 'threshold': cuts,
+      'layers': list(layers.labels), 'rule': rule, 'threshold': cuts, 'similarity': similarity,
       'percentiles': [50, 90, 99, 100],
       'norm_percentiles': [np.percentile(v, [50, 90, 99, 100]).tolist() for v in norms],
       'share': share, 'share_stderr': share_stderr,
       'first_outlier_layer': next((layers.labels[k] for k, s in enumerate(share) if s > 0),
                                   None),
       'prefix_norm_last': (np.concatenate(prefix_norms).mean(0).tolist() if prefix else []),
-      'neighbour_similarity_outliers': _mean_or_none(similarity[outlier]),
-      'neighbour_similarity_others': _mean_or_none(similarity[~outlier]),
+      'neighbour_similarity_outliers': _mean_or_none(similar[outlier]),
+      'neighbour_similarity_others': _mean_or_none(similar[~outlier]),
       'registers': subject.registers, 'num_images': n}
   if cls_attention:
     attention = np.concatenate(cls_attention)
@@ -212,18 +244,21 @@ TOOL = register(Tool(
     quantity='L2 norms of the patch tokens in the residual stream (class token and registers '
              'apart) at each stream entry, on the evaluation split; the share beyond the '
              'outlier rule (± its standard error over images); at the last entry, the '
-             "outliers' mean cosine similarity of pixels to their 4 neighbouring patches "
-             "against the other patches', and their share of the class token's attention "
-             '(mean over heads) in the last attention layer.',
+             "outliers' mean cosine similarity to their 4 neighbouring patches (of the patch "
+             'embeddings right after the patch embedding layer, or of pixels, as the JSON '
+             "records) against the other patches', and their share of the class token's "
+             'attention (mean over heads) in the last attention layer.',
     paper='Darcet et al. (Fig. 2-4, 7): large, long-trained ViTs (DINOv2, OpenCLIP, DeiT '
-          'III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 ViT-g, Sec. 3.1) '
+          'III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 ViT-g, Sec. 3.1: a '
+          'threshold set on that model) '
           'from the middle layers on, in background patches alike to their neighbours; the '
           "class token's attention picks them out; registers take them off the patches.",
     run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
     verdicts=verdicts,
     flags=Options, options=lambda chosen: {'rule': chosen.artifact_rule,
                                            'threshold': chosen.artifact_threshold,
-                                           'factor': chosen.artifact_factor},
+                                           'factor': chosen.artifact_factor,
+                                           'similarity': chosen.artifact_similarity},
     scalars=lambda result, label: ({'artifact_tokens/share': result[label]['share']}
                                    if label in result else {}),
     work=lambda subject, options, amounts: Work({'forward': amounts.batches}, {'forward': 1})))

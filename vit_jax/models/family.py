@@ -70,6 +70,8 @@ class Layers:
   stages: Tuple[int, ...] = ()  # stream indices where a new stage begins
   branch_stages: Tuple[int, ...] = ()  # branch indices where a new stage begins
   embedding: Optional[str] = None  # parameter path of the patch-embedding kernel
+  # The sown output of the patch embedding, (B, patches, D), before positions are added.
+  patch_tokens: Optional[str] = None
   position_embedding: Optional[str] = None  # parameter path of a learned 1-D position table
   architecture: str = TRANSFORMER  # TRANSFORMER, CONVNET, HYBRID or MLP
   # Per global attention map, its heads' outputs (B, T, heads, D/heads) before the

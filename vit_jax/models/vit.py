@@ -1,6 +1,7 @@
 """Vision Transformer and hybrid ResNet+ViT, with the published parameter names.
 
-Each encoder block sows its input, the attention branch output (`sa`), the
+The model sows its patch embedding's output (`patch_embedding`, before positions);
+each encoder block sows its input, the attention branch output (`sa`), the
 residual after it (`+sa`), the MLP branch output (`mlp`) and the residual after
 it (`+mlp`); the attention module sows its weights (B, heads, N, N). Nothing is
 kept unless `intermediates` is mutable in `apply`.
@@ -25,6 +26,7 @@ from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRAN
                                    CheckpointError, Family, Flat, Layers, sow_edited)
 from vit_jax.models.resnet import ResNetV1
 
+PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (B, patches, D)
 log = logging.getLogger(__name__)
 
 Dtype = Any
@@ -445,6 +447,7 @@ class VisionTransformer(nn.Module):
                 name='embedding')(x)
     b, gh, gw, d = x.shape
     x = x.reshape(b, gh * gw, d)
+    self.sow('intermediates', PATCH_EMBEDDING, x)  # before positions, class token, registers
     tokens = []  # before the patches: the class token, then the registers
     if self.classifier in ('token', 'token_unpooled'):
       tokens.append(self.param('cls', nn.initializers.zeros, (1, 1, d)))
@@ -621,7 +624,7 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
       pre_logits='pre_logits',
       class_token=config.classifier in ('token', 'token_unpooled'),
       registers=config.num_registers,
-      embedding='embedding/kernel',
+      embedding='embedding/kernel', patch_tokens=PATCH_EMBEDDING,
       position_embedding=('Transformer/posembed_input/pos_embedding'
                           if config.posemb == 'learn' and config.posemb_where != 'every_layer'
                           else None),
