@@ -234,7 +234,8 @@ def tool_command(name: str, argv: Sequence[str], given: str) -> str:
     The command, quoted for a shell.
   """
   args, skip = list(argv[1:]), False
-  args.remove(given)
+  if given in args:
+    args.remove(given)
   kept = []
   for arg in args:
     if skip:

@@ -179,6 +179,23 @@ def cases(work: str):
     open(path, 'w').close()
     return train(path)
 
+  def damage_png(root):
+    path = os.path.join(root, 'train', 'class_0', '1.png')
+    data = bytearray(open(path, 'rb').read())
+    middle = len(data) // 2
+    data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
+    open(path, 'wb').write(bytes(data))
+
+  def latin1_class(root):
+    os.rename(os.path.join(root, 'train', 'class_1'),
+              os.fsencode(os.path.join(root, 'train')) + b'/caf\xe9')
+
+  def duplicate_classnames():
+    path = os.path.join(work, 'classnames.txt')
+    open(path, 'w').write('cat\nCat\ndog\n')
+    return timed('vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint',
+                 os.path.join(work, 'x.npz'), '--dataset', folder, '--classnames', path)
+
   def out_file():
     path = os.path.join(work, 'out_file')
     open(path, 'w').close()
@@ -237,6 +254,25 @@ def cases(work: str):
       'analysis_num_images_beyond': lambda: on_trained('--num_images', '100000'),
       'analysis_out_file': out_file,
       'analysis_out_run': lambda: on_trained('--out', trained(), '--overwrite'),
+      'damaged_png': lambda: folder_case('damaged', damage_png),
+      'class_not_utf8': lambda: folder_case('latin1', latin1_class),
+      'registers_true': lambda: recipe(
+          'from configs import quickstart_vit\n\ndef get_config():\n'
+          '  config = quickstart_vit.get_config()\n  config.model.num_registers = True\n'
+          '  return config\n'),
+      'recipe_dict': lambda: recipe('def get_config():\n  return {"lr": 0.1}\n'),
+      'recipe_raises': lambda: recipe('def get_config():\n  raise KeyError("lr")\n'),
+      'recipe_missing_module': lambda: recipe('import no_such_module\n'),
+      'recipe_needs_argument': lambda: recipe('def get_config(arg):\n  pass\n'),
+      'time_budget_bare': lambda: train(os.path.join(work, 'a'), '--config.time_budget=90'),
+      'reconfigure_registers': lambda: train(trained(), '--config.model.num_registers=2',
+                                             '--reconfigure'),
+      'analysis_budget_zero': lambda: on_trained('--time_budget=0s'),
+      'analysis_second_without_recipe': lambda: on_trained('--workdir2', trained()),
+      'analysis_head_cka_one_model': lambda: timed(
+          'analysis', 'head_cka', '--config', 'configs/quickstart_vit.py', '--workdir',
+          trained(), *tiny(folder)[:6], '--num_images', '60', '--batch_size', '30'),
+      'zeroshot_duplicate_classes': duplicate_classnames,
       'zeroshot_batch_size': lambda: timed(
           'vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint', os.path.join(work, 'x.npz'),
           '--dataset', folder, '--batch_size', '0'),

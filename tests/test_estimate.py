@@ -270,3 +270,11 @@ def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path):
   assert np.isfinite(estimated['norm_ratio']) and estimated['norm_ratio'] > 0
   done = _analysis(tmp_path, 'norm_ratio', '--time_budget=soon')
   assert done.returncode != 0 and 'not a duration' in done.stderr
+
+
+def test_the_command_of_a_tool_left_out_is_the_same_analysis_without_the_budget():
+  import analysis.__main__ as cli
+  argv = ['analysis', 'all', '--config', 'configs/quickstart_vit.py', '--workdir', 'w v',
+          '--time_budget=15m', '--out', 'o', '--time_budget', '2m']
+  assert cli.tool_command('hessian', argv, 'all') == (
+      "python -m analysis hessian --config configs/quickstart_vit.py --workdir 'w v' --out o")

@@ -346,6 +346,44 @@ def test_a_failing_tool_leaves_the_others_and_the_report_says_why(tmp_path, monk
   assert 'Tools that failed' not in open(report.write_report(str(tmp_path))['md']).read()
 
 
+def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path):
+  """The planner leaves norm_ratio out; run_tools runs the others only; the report
+  is written, lists the tool left out with the command that runs it, and forgets
+  it once it has run."""
+  import time
+  from analysis import estimate, planning
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
+  names = ['attention_distance', 'norm_ratio']
+  amounts = estimate.Amounts(36, 12)
+  options = {n: {} for n in names}
+  prices = {'vit': estimate.Prices({'forward': 0.01}, {'forward': 0.})}
+  planner = planning.Planner(names, subjects, prices, options, amounts,
+                             time.perf_counter() + 1e4, '1h')
+  planner.leave_out(['norm_ratio'], 'not fitting --time_budget=1s even at their smallest '
+                                    'samples')
+  planner.fit(names)
+  results, _, failed = run_tools(names, subjects, lambda s: batches, str(tmp_path), options,
+                                 planner)
+  assert set(results) == {'attention_distance'} and not failed
+  assert not (tmp_path / 'norm_ratio.json').exists()
+  assert set(report.load_left_out(str(tmp_path))) == {'norm_ratio'}
+  text = open(report.write_report(str(tmp_path))['md']).read()
+  assert '## Tools left out for the time budget' in text
+  assert '- Skip connections: norm ratios (norm_ratio): not fitting --time_budget=1s' in text
+  assert 'to run it: `python -m analysis norm_ratio' in text
+  # Nothing ran at all: the report still lists what was left out.
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  report.record_plan(str(empty), '1s', {}, names,
+                     {n: ('not priced', f'python -m analysis {n}') for n in names})
+  assert report.has_report(str(empty))
+  assert 'norm_ratio' in open(report.write_report(str(empty))['md']).read()
+  # Run later on its own, it is no longer left out.
+  run_tools(['norm_ratio'], subjects, lambda s: batches, str(tmp_path))
+  assert report.load_left_out(str(tmp_path)) == {}
+  assert 'left out' not in open(report.write_report(str(tmp_path))['md']).read()
+
+
 @pytest.mark.parametrize('recipe,line', [
     ('quickstart_vit', 'the quick-start tier'), ('papers', 'the paper-like tier'),
     ('vit_b16', None)])

@@ -27,3 +27,31 @@ def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path)
   assert f'{resnet}: no results.json' in out
   assert 'analysis: 3m42s (hessian 3m20s, erf 15s, probes 4s)' in out
   assert f'report: {analysis / "report.html"}' in out
+
+
+def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_out(tmp_path):
+  """A run whose load average was 8 on 2 cores trained 602 steps where a quiet
+  machine trains about 602 x 8 / 2; a quiet run says nothing of load; the tools
+  a time budget left out (without results) are named."""
+  busy, quiet, analysis = tmp_path / 'busy', tmp_path / 'quiet', tmp_path / 'analysis'
+  for workdir in (busy, quiet, analysis):
+    workdir.mkdir()
+  ended = {'step': 602, 'total_steps': 6084, 'eval_accuracy': 0.803, 'eval_loss': 0.5,
+           'eval_examples': 10000, 'wall_seconds': 900.0, 'cpu_count': 2}
+  (busy / 'results.json').write_text(json.dumps(dict(ended, load_average=8.0)))
+  (quiet / 'results.json').write_text(json.dumps(dict(ended, load_average=2.2)))
+  (analysis / 'plan.json').write_text(json.dumps({
+      'hessian': {'time_budget': '15m', 'left_out': 'not fitting', 'command': 'python -m ...'},
+      'erf': {'time_budget': '15m', 'left_out': 'not fitting', 'command': 'python -m ...'},
+      'landscape': {'time_budget': '15m', 'options': {'points': [21, 11]}}}))
+  (analysis / 'erf.json').write_text('{}')  # run later on its own: no longer left out
+  out = subprocess.run([sys.executable, 'scripts/summary.py', str(busy), str(quiet),
+                        '--analysis', str(analysis)], cwd=REPO, capture_output=True, text=True,
+                       check=True).stdout
+  assert (f'{busy}: 602 of 6,084 steps, accuracy 80.3% on 10,000 images, 15m00s; the machine '
+          'was busy while it trained (load average 8.0 on 2 cores): a quiet one trains about '
+          '2,408 steps in this time') in out
+  assert f'{quiet}: 602 of 6,084 steps, accuracy 80.3% on 10,000 images, 15m00s\n' in out
+  assert ('left out for the time budget: hessian (the report gives the command that runs '
+          'each)') in out
+  assert 'report: none in' in out
