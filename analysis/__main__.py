@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from vit_jax import console
@@ -92,16 +92,16 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
   """The model, the file or workdir it came from, and its workdir if from one."""
   path = path or workdir
   if path is None:
-    raise app.UsageError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
+    raise ConfigError(f'Give --workdir{which} or --checkpoint{which} with --config{which}.')
   label = os.path.splitext(_config_file(which)[0])[0]
   if 'sweep' in config:
     rows = [name for name, _ in config.sweep.rows]
     if row not in rows:
-      raise app.UsageError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
+      raise ConfigError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
                            f'with --row{which} (or rows with --rows), one of {rows}.')
     config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
-    raise app.UsageError(f'--row{which} needs a sweep recipe as --config{which}.')
+    raise ConfigError(f'--row{which} needs a sweep recipe as --config{which}.')
   subject = features.load_subject(config.model_name, path, config.image_size,
                                   dict(config.model), label=label, recipe=config)
   if FLAGS.sharding == 'fsdp':
@@ -128,7 +128,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
   out = []
   for subject, _, workdir in loaded:
     if workdir is None:
-      raise app.UsageError('--steps reads the parameters a training run kept in its workdir: '
+      raise ConfigError('--steps reads the parameters a training run kept in its workdir: '
                            'give --workdir, not --checkpoint.')
     recipe = subject.recipe
     # The run's own warm-up, where it recorded its settings.
@@ -145,7 +145,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
         try:
           step, = workdirs.kept_steps(word, warmup)
         except ValueError as e:
-          raise app.UsageError(f'--steps: {e}; give \'warmup\', step numbers or '
+          raise ConfigError(f'--steps: {e}; give \'warmup\', step numbers or '
                                f'{LAST!r}.') from None
         path = workdirs.kept_params_path(workdir, step)
         if not os.path.exists(path):
@@ -461,7 +461,7 @@ def run(name: str) -> Dict:
   """
   started = time.perf_counter()
   if FLAGS.config is None:
-    raise app.UsageError('--config is required: the recipe of the model to analyse.')
+    raise ConfigError('--config is required: the recipe of the model to analyse.')
   check_amounts(FLAGS.num_images, FLAGS.batch_size)
   check_out(FLAGS.out)
   try:
@@ -477,7 +477,7 @@ def run(name: str) -> Dict:
   options = {n: tool.TOOLS[n].read_options() for n in names}  # each checks its own flags
   second = [f'--{f}' for f in ('workdir2', 'checkpoint2', 'row2') if FLAGS[f].value is not None]
   if second and FLAGS.config2 is None:
-    raise app.UsageError(f'{" and ".join(second)} name a second model, whose recipe is '
+    raise ConfigError(f'{" and ".join(second)} name a second model, whose recipe is '
                          '--config2: give it too, or leave them out.')
   with holding(FLAGS.out), stopped_by_signals(FLAGS.out):
     return _run_held(name, names, options, seconds, started)
@@ -490,7 +490,7 @@ def _run_held(name: str, names: List[str], options: Dict[str, Dict], seconds: Op
   if FLAGS.rows:
     if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
-      raise app.UsageError('--rows takes a sweep recipe as --config and the sweep\'s directory '
+      raise ConfigError('--rows takes a sweep recipe as --config and the sweep\'s directory '
                            'as --workdir, without --row, --checkpoint or a second model.')
     loaded = [_subject(FLAGS.config, os.path.join(FLAGS.workdir, row), None, '', row)
               for row in FLAGS.rows]
@@ -693,7 +693,7 @@ def main(argv: Sequence[str]) -> None:
     argv: the program and the tool's name.
   """
   if len(argv) != 2 or argv[1] not in list(tool.TOOLS) + ['all', 'report']:
-    raise app.UsageError(f'Usage: python -m analysis <tool> --config ... ; tools: '
+    raise ConfigError(f'Usage: python -m analysis <tool> --config ... ; tools: '
                          f'{", ".join(tool.TOOLS)}, all; or `report --out DIR`.')
   if argv[1] == 'report':
     finish(FLAGS.out, tensorboard=False)

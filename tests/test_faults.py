@@ -631,7 +631,9 @@ def test_a_second_models_flags_without_its_recipe_are_refused(tmp_path):
          '--checkpoint', str(tmp_path / 'none.npz'), flag, str(tmp_path / 'other'),
          '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and 'Traceback' not in run.stderr
-    assert f'{flag} name a second model, whose recipe is --config2' in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        f'Error: {flag} name a second model, whose recipe is --config2')
+    assert 'USAGE' not in run.stderr  # one sentence, not the flags' help
     assert not (tmp_path / 'out').exists()
 
 
