@@ -98,7 +98,7 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
     rows = [name for name, _ in config.sweep.rows]
     if row not in rows:
       raise ConfigError(f'--config{which} is the sweep {config.sweep.name!r}: name its row '
-                           f'with --row{which} (or rows with --rows), one of {rows}.')
+                        f'with --row{which} (or rows with --rows), one of {rows}.')
     config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise ConfigError(f'--row{which} needs a sweep recipe as --config{which}.')
@@ -129,7 +129,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
   for subject, _, workdir in loaded:
     if workdir is None:
       raise ConfigError('--steps reads the parameters a training run kept in its workdir: '
-                           'give --workdir, not --checkpoint.')
+                        'give --workdir, not --checkpoint.')
     recipe = subject.recipe
     # The run's own warm-up, where it recorded its settings.
     warmup = (workdirs.recorded_settings(workdir) or {}).get('warmup_steps', recipe.warmup_steps)
@@ -146,7 +146,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
           step, = workdirs.kept_steps(word, warmup)
         except ValueError as e:
           raise ConfigError(f'--steps: {e}; give \'warmup\', step numbers or '
-                               f'{LAST!r}.') from None
+                            f'{LAST!r}.') from None
         path = workdirs.kept_params_path(workdir, step)
         if not os.path.exists(path):
           kept = sorted(glob.glob(workdirs.kept_params_path(workdir, '*')))
@@ -478,7 +478,7 @@ def run(name: str) -> Dict:
   second = [f'--{f}' for f in ('workdir2', 'checkpoint2', 'row2') if FLAGS[f].value is not None]
   if second and FLAGS.config2 is None:
     raise ConfigError(f'{" and ".join(second)} name a second model, whose recipe is '
-                         '--config2: give it too, or leave them out.')
+                      '--config2: give it too, or leave them out.')
   with holding(FLAGS.out), stopped_by_signals(FLAGS.out):
     return _run_held(name, names, options, seconds, started)
 
@@ -491,7 +491,7 @@ def _run_held(name: str, names: List[str], options: Dict[str, Dict], seconds: Op
     if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
       raise ConfigError('--rows takes a sweep recipe as --config and the sweep\'s directory '
-                           'as --workdir, without --row, --checkpoint or a second model.')
+                        'as --workdir, without --row, --checkpoint or a second model.')
     loaded = [_subject(FLAGS.config, os.path.join(FLAGS.workdir, row), None, '', row)
               for row in FLAGS.rows]
   else:
@@ -694,7 +694,7 @@ def main(argv: Sequence[str]) -> None:
   """
   if len(argv) != 2 or argv[1] not in list(tool.TOOLS) + ['all', 'report']:
     raise ConfigError(f'Usage: python -m analysis <tool> --config ... ; tools: '
-                         f'{", ".join(tool.TOOLS)}, all; or `report --out DIR`.')
+                      f'{", ".join(tool.TOOLS)}, all; or `report --out DIR`.')
   if argv[1] == 'report':
     finish(FLAGS.out, tensorboard=False)
   else:
