@@ -616,7 +616,8 @@ def holding(out: str) -> Iterator[None]:
   try:
     yield
   finally:
-    os.remove(lock)
+    if os.path.exists(lock):
+      os.remove(lock)
     if made and not os.listdir(out):
       os.rmdir(out)
 

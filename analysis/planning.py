@@ -289,7 +289,7 @@ class Planner:
         print(f'{n}: a smaller sample for {why}: ' +
               ', '.join(f'{k} {shown(a)} -> {shown(b)}' for k, (a, b) in changed.items()),
               flush=True)
-    if first:
+    if first and estimated:
       print(f'Estimated: {", ".join(f"{n} {console.duration(t)}" for n, t in estimated.items())}'
             f'; {console.duration(total)} of the {console.duration(left)} left of '
             f'--time_budget={self.budget_text}.', flush=True)
