@@ -36,7 +36,7 @@ console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
 from analysis import estimate, events, features, planning, plots, report, tool  # noqa: E402
 from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
-from vit_jax import budget, entry, sweep_rows  # noqa: E402
+from vit_jax import budget, entry, settings, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
 from vit_jax.atomic import atomic_write  # noqa: E402
 from vit_jax.errors import ConfigError, DataError, UserError, WorkdirError  # noqa: E402
@@ -102,6 +102,7 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
     config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise ConfigError(f'--row{which} needs a sweep recipe as --config{which}.')
+  settings.check(config)  # a field of the wrong type is one sentence, before the model loads
   subject = features.load_subject(config.model_name, path, config.image_size,
                                   dict(config.model), label=label, recipe=config)
   if FLAGS.sharding == 'fsdp':
