@@ -609,8 +609,13 @@ def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
       pass
 
 
-@pytest.mark.parametrize('name', ['attention_distance', 'artifact_tokens', 'head_ablation',
-                                  'vit_figures', 'head_cka'])
+def _tools_with_requirements():
+  from analysis import tool
+  from analysis.tools import TOOLS
+  return [n for n, t in TOOLS.items() if t.runs_on == tool.ATTENTION or t.needs]
+
+
+@pytest.mark.parametrize('name', _tools_with_requirements())
 def test_a_tool_with_nothing_to_compute_on_the_models_is_refused_not_empty(name, capsys):
   """A tool that reads attention heads or tokens, named alone on a ResNet (head_cka:
   on one model), is refused before any work, never `{}` with exit 0; `all` leaves
