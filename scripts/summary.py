@@ -26,12 +26,15 @@ def _load(path: str) -> Optional[dict]:
 
 
 # A run whose machine's load average exceeded this many times its cores was cut short
-# by other work: a CPU-bound process then gets about cores / load of the machine.
+# by other work.
 BUSY = 1.5
 
 
 def busy_note(ended: dict) -> str:
-  """' (the machine was busy ...)' for a run whose load cut its steps short, else ''.
+  """'; the machine was busy ...' for a run whose load cut its steps short, else ''.
+  Where the run recorded its share of the cores (`cpu_share`, about 1 on a quiet
+  machine), the steps a quiet machine trains in its time are about its steps
+  over that share.
 
   Args:
     ended: the run's results.json.
@@ -42,9 +45,14 @@ def busy_note(ended: dict) -> str:
   load, cores = ended.get('load_average'), ended.get('cpu_count')
   if not load or not cores or load <= BUSY * cores:
     return ''
-  quiet = min(round(ended['step'] * load / cores), ended['total_steps'])
-  return (f'; the machine was busy while it trained (load average {load:.1f} on {cores} '
-          f'cores): a quiet one trains about {quiet:,} steps in this time')
+  note = (f'; the machine was busy while it trained (load average {load:.1f} on {cores} '
+          'cores)')
+  share = ended.get('cpu_share')
+  if share:
+    quiet = min(round(ended['step'] / min(share, 1.)), ended['total_steps'])
+    note += (f': it had {100 * share:.0f}% of the cores, where a quiet machine trains about '
+             f'{quiet:,} steps in this time')
+  return note
 
 
 def left_out_note(analysis: str) -> List[str]:

@@ -30,16 +30,16 @@ def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path)
 
 
 def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_out(tmp_path):
-  """A run whose load average was 8 on 2 cores trained 602 steps where a quiet
-  machine trains about 602 x 8 / 2; a quiet run says nothing of load; the tools
-  a time budget left out (without results) are named."""
+  """A run whose load average was 8 on 2 cores, with 35% of the cores, trained 602
+  steps where a quiet machine trains about 602 / 0.35; a quiet run says nothing
+  of load; the tools a time budget left out (without results) are named."""
   busy, quiet, analysis = tmp_path / 'busy', tmp_path / 'quiet', tmp_path / 'analysis'
   for workdir in (busy, quiet, analysis):
     workdir.mkdir()
   ended = {'step': 602, 'total_steps': 6084, 'eval_accuracy': 0.803, 'eval_loss': 0.5,
            'eval_examples': 10000, 'wall_seconds': 900.0, 'cpu_count': 2}
-  (busy / 'results.json').write_text(json.dumps(dict(ended, load_average=8.0)))
-  (quiet / 'results.json').write_text(json.dumps(dict(ended, load_average=2.2)))
+  (busy / 'results.json').write_text(json.dumps(dict(ended, load_average=8.0, cpu_share=0.35)))
+  (quiet / 'results.json').write_text(json.dumps(dict(ended, load_average=2.2, cpu_share=0.9)))
   (analysis / 'plan.json').write_text(json.dumps({
       'hessian': {'time_budget': '15m', 'left_out': 'not fitting', 'command': 'python -m ...'},
       'erf': {'time_budget': '15m', 'left_out': 'not fitting', 'command': 'python -m ...'},
@@ -49,8 +49,8 @@ def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_
                         '--analysis', str(analysis)], cwd=REPO, capture_output=True, text=True,
                        check=True).stdout
   assert (f'{busy}: 602 of 6,084 steps, accuracy 80.3% on 10,000 images, 15m00s; the machine '
-          'was busy while it trained (load average 8.0 on 2 cores): a quiet one trains about '
-          '2,408 steps in this time') in out
+          'was busy while it trained (load average 8.0 on 2 cores): it had 35% of the cores, '
+          'where a quiet machine trains about 1,720 steps in this time') in out
   assert f'{quiet}: 602 of 6,084 steps, accuracy 80.3% on 10,000 images, 15m00s\n' in out
   assert ('left out for the time budget: hessian (the report gives the command that runs '
           'each)') in out

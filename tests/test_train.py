@@ -133,6 +133,9 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   ended = json.loads((tmp_path / workdirs.RESULTS).read_text())
   assert ended['step'] == ended['total_steps'] == 6 and ended['wall_seconds'] > 0
   assert ended['eval_accuracy'] == summary['eval_accuracy']
+  # How busy the machine was: the cores, the run's share of them, the load average.
+  assert ended['cpu_count'] == len(os.sched_getaffinity(0))
+  assert 0 < ended['cpu_share'] and ended['load_average'] >= 0
   # Rerun on the finished workdir: nothing trains, the restored model is evaluated.
   assert loop.train_and_evaluate(tiny_config(folder), str(tmp_path)) == summary
   # Its wall time is the training's, up to the last checkpoint, and the rerun's.

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Sequence
 
 import jax
 import ml_collections
@@ -294,6 +294,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     summary: Dict[str, float] = {}
     metrics = None
     loads = []  # the 1-minute load average at each log step: how busy the machine was
+    cores = len(os.sched_getaffinity(0))
+    cpu_began, wall_began = time.process_time(), time.perf_counter()
     # A budgeted run resumed after its clock ran out has nothing left to train.
     to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
     for step in to_train:
@@ -366,12 +368,35 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
         json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
-                   'wall_seconds': round(wall, 1), 'cpu_count': os.cpu_count(),
-                   **({'load_average': round(float(np.mean(loads)), 2)} if loads else {})},
-                  f, indent=1)
+                   'wall_seconds': round(wall, 1), **busy_record(loads, cores, cpu_began,
+                                                                 wall_began)}, f, indent=1)
     return summary
   finally:
     writer.close()
+
+
+def busy_record(loads: Sequence[float], cores: int, cpu_began: float,
+                wall_began: float) -> Dict[str, float]:
+  """How busy the machine was while this run trained, for results.json: the
+  cores it could use, the mean of the load averages sampled at its log steps,
+  and its share of those cores (its processes' CPU seconds over wall seconds
+  times cores: about 1 on a quiet machine, cores / load on a busy one).
+
+  Args:
+    loads: the 1-minute load averages sampled.
+    cores: the cores the process may run on.
+    cpu_began: `time.process_time()` when training began.
+    wall_began: `time.perf_counter()` then.
+
+  Returns:
+    {'cpu_count', 'cpu_share'[, 'load_average']}.
+  """
+  wall = max(time.perf_counter() - wall_began, 1e-9)
+  record = {'cpu_count': cores,
+            'cpu_share': round((time.process_time() - cpu_began) / (wall * cores), 3)}
+  if loads:
+    record['load_average'] = round(float(np.mean(loads)), 2)
+  return record
 
 
 def evaluation_line(summary: Dict[str, float]) -> str:
