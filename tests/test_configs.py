@@ -71,7 +71,7 @@ OVERRIDES = {
     'accum_steps': '3',
     'num_epochs': '7.5', 'total_steps': '321', 'time_budget': '17m', 'optimizer': 'adam',
     'momentum': '0.8', 'lr': '0.0123', 'warmup_steps': '77', 'decay': 'linear',
-    'weight_decay': '0.05', 'grad_clip': '2.5', 'ema_decay': '0.999', 'loss': 'sigmoid',
+    'weight_decay': '0.05', 'grad_clip': '2.5', 'ema_decay': '0.999', 'ema_warmup': 'True', 'loss': 'sigmoid',
     'label_smoothing': '0.2',
     'lr_mults': "(('^head/', 0.5),)", 'seed': '7', 'log_every': '9', 'eval_every': '99',
     'checkpoint_every': '98', 'keep_checkpoints': '4', 'keep_params_at': 'warmup,500',
