@@ -102,7 +102,9 @@ def price(names: Sequence[str], subjects: Sequence[Subject],
   return _prices(subjects, run, compile_, host), []
 
 
-def _prices(subjects, run, compile_, host) -> Dict[str, estimate.Prices]:
+def _prices(subjects: Sequence[Subject], run: Mapping[str, Dict], compile_: Mapping[str, Dict],
+            host: Mapping[str, Dict]) -> Dict[str, estimate.Prices]:
+  """{model label: its `Prices`} of the per-model seconds gathered so far."""
   return {s.label: estimate.Prices(run[s.label], compile_[s.label], host[s.label])
           for s in subjects}
 
