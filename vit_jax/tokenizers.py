@@ -17,9 +17,8 @@ from etils import epath
 
 from vit_jax.errors import UserError
 from vit_jax.models.family import CheckpointError
+from vit_jax.models.lit import LIT_DIR
 
-# Where the published LiT vocabularies are: `<model name><suffix>` beside the `.npz`.
-LIT_DIR = 'gs://vit_models/lit'
 
 
 def _text():

@@ -243,3 +243,10 @@ def apply_with_intermediates(model: nn.Module, variables: Any, images: Any, *,
       raise KeyError(f'{type(model).__name__} sows no {missing}; it sows: {sorted(flat)}.')
     flat = {path: flat[path] for path in names}
   return out, flat
+
+
+# The original vit_jax's names (docs/original.md): its model classes, with its
+# fields and `inputs` keyword, on the modules above, and its model configs.
+from vit_jax.configs import models as model_configs  # noqa: E402
+from vit_jax.models.original import (  # noqa: E402,F401
+    AddPositionEmbs, Encoder, Encoder1DBlock, LitModel, MlpBlock, MlpMixer, VisionTransformer)

@@ -8,13 +8,16 @@ pre-LN transformer (the ViT encoder) reading the last token, which the
 SentencePiece tokenizer makes its end-of-sequence token. Both towers run for
 inference only (no dropout): LiT's published models are used frozen.
 """
-from typing import Any, Dict, Mapping, Optional, Tuple
+import os
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from vit_jax.models import vit
 from vit_jax.models.family import ZERO_SHOT, Family, override
+
+LIT_DIR = 'gs://vit_models/lit'  # the published LiT files: <model name>.npz and vocabularies
 
 Dtype = Any
 
@@ -186,16 +189,96 @@ class TextTransformer(nn.Module):
     return nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x[:, -1])
 
 
-class LitModel(nn.Module):
+class LitFiles:
+  """A LiT model's files and preprocessing, from its `model_name` and `pp`
+  (`tokenizer_name`, `size`, `max_len`): the original code's `LitModel` methods."""
+
+  def _local(self, suffix: str) -> Optional[str]:
+    local = f'{self.model_name}.{suffix}'
+    return local if os.path.exists(local) else None
+
+  def _named(self, what: str) -> str:
+    if not self.model_name:
+      raise ValueError(f'This LiT module has no model_name, so {what} is not known; build it '
+                       "with vit_jax.models.get_model('LiT-B16B') or give the path.")
+    return self.model_name
+
+  def load_variables(self, path: Optional[str] = None, cache: bool = True) -> Dict[str, Any]:
+    """The model's variables from `path`; by default from `{model_name}.npz` in the
+    working directory, copied there from the public bucket first if absent.
+
+    Args:
+      path: the checkpoint, or None.
+      cache: copy the public file into the working directory (without `path`).
+
+    Returns:
+      `{'params': ...}` for `apply`.
+    """
+    from vit_jax import checkpoint  # pylint: disable=import-outside-toplevel
+    name = self._named('its checkpoint')
+    if path is None:
+      path = self._local('npz')
+      if path is None:
+        path = f'{LIT_DIR}/{name}.npz'
+        if cache:
+          checkpoint.copy(path, f'{name}.npz')
+          path = f'{name}.npz'
+    return {'params': checkpoint.load(path, name)}
+
+  @property
+  def vocab_path(self) -> str:
+    """The vocabulary: `{model_name}.txt` (BERT) or `.model` (SentencePiece) in the
+    working directory where it is there, else the public file."""
+    suffix = TOKENIZERS[self.pp['tokenizer_name']]
+    return self._local(suffix[1:]) or f'{LIT_DIR}/{self._named("its vocabulary")}{suffix}'
+
+  def get_tokenizer(self) -> Any:
+    """The model's tokenizer: texts -> (N, max_len) token ids."""
+    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
+    return preprocess.get_tokenizer(self.pp['tokenizer_name'])(
+        vocab_path=self.vocab_path, max_len=self.pp['max_len'])
+
+  def get_image_preprocessing(self, crop: bool = False) -> Any:
+    """Images (a list of uint8 arrays) -> (N, size, size, 3) in [-1, 1].
+
+    Args:
+      crop: resize the short side, then crop the centre.
+
+    Returns:
+      A `preprocess.PreprocessImages`.
+    """
+    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
+    return preprocess.PreprocessImages(size=self.pp['size'], crop=crop)
+
+  def get_pp(self, crop: bool = False) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+    """A `tf.data` map function: 'image' resized to [-1, 1], 'text' tokenized into 'tokens'.
+
+    Args:
+      crop: resize the short side, then crop the centre.
+
+    Returns:
+      The function.
+    """
+    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
+    return preprocess.get_pp(tokenizer_name=self.pp['tokenizer_name'],
+                             vocab_path=self.vocab_path, max_len=self.pp['max_len'],
+                             size=self.pp['size'], crop=crop)
+
+
+class LitModel(LitFiles, nn.Module):
   """Images (B, H, W, 3) in [-1, 1] and/or token ids (B, L) -> (zimg, ztxt, out):
   L2-normalised embeddings (None for an input not given) and `out` with `t`, the
   learned temperature exp(t) that scales the similarities, and each tower's
   embedding norm. `image` holds the ViT tower's fields (`num_classes` its head's
-  width, None for no head); `text` the text tower's."""
+  width, None for no head); `text` the text tower's. `model_name` and `pp`
+  (`tokenizer_name`, `size`, `max_len`) give its files and preprocessing
+  (`LitFiles`)."""
   image: Mapping[str, Any]
   text_model: str
   text: Mapping[str, Any]
   dtype: Dtype = jnp.float32
+  model_name: Optional[str] = None
+  pp: Optional[Mapping[str, Any]] = None
 
   @nn.compact
   def __call__(self, *, images=None, tokens=None):
@@ -255,6 +338,7 @@ def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[st
   """
   config['image'] = dict(vit.FAMILY.variants[config['image_model']],
                          **vit.FAMILY.defaults)
+  config['model_name'] = config['name']  # its files' names (`LitFiles`)
   config = override(config, overrides, nested=('image', 'text'))
   if config['text_model'] not in TEXT_MODELS or config['tokenizer'] not in TOKENIZERS:
     raise ValueError(f'{config["name"]}: text_model must be one of {TEXT_MODELS} and tokenizer '
@@ -263,7 +347,8 @@ def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[st
 
 
 def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_model: str,
-          text: Mapping[str, Any], dtype: Any, **unused: Any) -> LitModel:
+          text: Mapping[str, Any], dtype: Any, tokenizer: str = 'bert', image_size: int = 224,
+          max_len: int = 16, model_name: Optional[str] = None, **unused: Any) -> LitModel:
   """The LitModel of a LiT config's fields (`Family.module`).
 
   Args:
@@ -272,7 +357,11 @@ def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_mod
     text_model: 'bert' or 'text_transformer'.
     text: the text tower's fields.
     dtype: the compute dtype.
-    **unused: the fields that shape no module (tokenizer, image size, ...).
+    tokenizer: 'bert' or 'sentencepiece'.
+    image_size: the images' side.
+    max_len: the token sequence's length.
+    model_name: the published name, for the files (`LitFiles`).
+    **unused: the fields that shape no module.
 
   Returns:
     The module.
@@ -283,7 +372,8 @@ def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_mod
     if image.get(key) is not None:
       image[key] = tuple(tuple(v) if isinstance(v, list) else v for v in image[key])
   return LitModel(image=image, text_model=text_model, text=dict(text, num_classes=out_dim[1]),
-                  dtype=dtype)
+                  dtype=dtype, model_name=model_name,
+                  pp=dict(tokenizer_name=tokenizer, size=image_size, max_len=max_len))
 
 
 def text_vocabulary(params: Mapping[str, Any]) -> int:

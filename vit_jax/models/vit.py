@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -73,14 +73,16 @@ class AddPositionEmbs(nn.Module):
   (gh, D/2) and `pos_embedding_col` (gw, D/2); the patch at (r, c) gets row r's
   embedding concatenated with column c's, the extra tokens a learned
   `pos_embedding_extra` row each. 'sincos2d': fixed, zeros for the extra tokens.
+  The learned tables start from `posemb_init` (N(0, 0.02) by default).
   """
   grid: Tuple[int, int]
   kind: str = 'learn'
+  posemb_init: Callable[..., Any] = nn.initializers.normal(stddev=0.02)
 
   @nn.compact
   def __call__(self, x):
     extra, width = x.shape[1] - self.grid[0] * self.grid[1], x.shape[-1]
-    init = nn.initializers.normal(stddev=0.02)
+    init = self.posemb_init
     if self.kind == 'learn':
       pe = self.param('pos_embedding', init, (1,) + x.shape[1:])
     elif self.kind == 'learn2d':
@@ -389,6 +391,8 @@ class VisionTransformer(nn.Module):
   the pixel statistics they were trained on:
   `pixel_mean` and `pixel_std` (per channel, for images in [0, 1]) make the
   model take [-1, 1] images as every model here does and normalise them itself.
+  `head_bias_init` is the head's initial bias (big_vision's and the original
+  code's field; a sigmoid loss starts from a negative one).
   """
   num_classes: Optional[int]
   patch_size: int
@@ -419,6 +423,7 @@ class VisionTransformer(nn.Module):
   pixel_mean: Optional[Sequence[float]] = None
   pixel_std: Optional[Sequence[float]] = None
   patch_bias: bool = True
+  head_bias_init: float = 0.
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
@@ -487,7 +492,7 @@ class VisionTransformer(nn.Module):
     self.sow('intermediates', 'pre_logits', x)
     if self.num_classes:
       x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
-                   name='head')(x)
+                   bias_init=nn.initializers.constant(self.head_bias_init), name='head')(x)
     return x.astype(jnp.float32)
 
 
