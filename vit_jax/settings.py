@@ -131,9 +131,13 @@ FIELDS: Dict[str, Field] = {
                          "such as 15m, 90s or 1h30m, or '' for none"),
     'optimizer': Field('sgd', *_one_of('sgd', 'adam')),
     'momentum': Field(0.9, lambda v: _is_number(v) and 0 <= v < 1, 'a number in [0, 1)'),
+    # SGD's momentum kept in this dtype (the original vit_jax keeps it in bfloat16).
+    'momentum_dtype': Field('float32', *_one_of('float32', 'bfloat16')),
     'lr': Field(0.03, lambda v: _is_number(v) and v > 0, 'a number > 0'),
     'warmup_steps': Field(500, *_COUNT),
     'decay': Field('cosine', *_one_of('cosine', 'linear')),
+    # Where the linear decay ends (the original vit_jax's `linear_end`, 1e-5).
+    'linear_end': Field(0., *_NON_NEGATIVE),
     'weight_decay': Field(0., *_NON_NEGATIVE),  # decoupled, kernels only, per step at peak lr
     'grad_clip': Field(1.0, _NON_NEGATIVE[0], 'a number >= 0 (0: no clipping)'),
     # An exponential moving average of the weights, evaluated and saved beside them.

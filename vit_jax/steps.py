@@ -45,8 +45,8 @@ Schedule = Callable[[jax.Array], jax.Array]  # training progress in [0, 1] -> le
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) -> Schedule:
   """The learning rate at a training progress p in [0, 1]: linear warm-up from 0 to
-  `config.lr` over the first warmup_steps / total_steps of progress, then cosine or
-  linear decay to 0 at p = 1. A run's progress is steps done over `total_steps`, so
+  `config.lr` over the first warmup_steps / total_steps of progress, then cosine
+  decay to 0 or linear decay to `config.linear_end` at p = 1. A run's progress is steps done over `total_steps`, so
   unbudgeted this is the usual schedule of steps; with a time budget it is the
   larger of that and the share of the budget spent (`budget.Clock`).
 
@@ -64,8 +64,12 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, total_steps: int) 
   def schedule(progress):
     p = jnp.clip(progress, 0., 1.)
     t = jnp.clip((p - warmup) / max(1. - warmup, 1e-12), 0., 1.)
-    decayed = 0.5 * (1 + jnp.cos(jnp.pi * t)) if config.decay == 'cosine' else 1. - t
-    return config.lr * jnp.where(p < warmup, p / max(warmup, 1e-12), decayed)
+    if config.decay == 'cosine':
+      decayed = config.lr * 0.5 * (1 + jnp.cos(jnp.pi * t))
+    else:
+      end = config.get('linear_end', 0.)
+      decayed = end + (config.lr - end) * (1. - t)
+    return jnp.where(p < warmup, config.lr * p / max(warmup, 1e-12), decayed)
   return schedule
 
 
@@ -204,7 +208,9 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int
   Returns:
     The optimizer.
   """
-  directions = {'adam': optax.scale_by_adam(), 'sgd': optax.trace(decay=config.momentum)}
+  directions = {'adam': optax.scale_by_adam(),
+                'sgd': optax.trace(decay=config.momentum,
+                                   accumulator_dtype=config.get('momentum_dtype', 'float32'))}
   if config.optimizer not in directions:
     raise ValueError(f'Unknown optimizer {config.optimizer!r}; use one of {sorted(directions)}.')
   update = [directions[config.optimizer]]
@@ -250,6 +256,41 @@ def loss_fn(logits: jax.Array, labels: jax.Array, kind: str, label_smoothing: fl
   raise ValueError(f'Unknown loss {kind!r}; use softmax or sigmoid.')
 
 
+def accumulate_gradient(value_and_grad: Callable[[Any, Any, jax.Array], Tuple[jax.Array, Any]],
+                        params: Any, batch: Any, accum_steps: int) -> Tuple[jax.Array, Any]:
+  """The mean loss and gradient over `batch`, computed in `accum_steps` equal
+  pieces one after another (the memory of one piece).
+
+  Args:
+    value_and_grad: (params, piece, piece index) -> (mean loss, gradient) of a piece.
+    params: the parameters.
+    batch: a tree of arrays whose leading axis is the batch.
+    accum_steps: the pieces; it divides the batch.
+
+  Returns:
+    (loss, gradient), each the mean over the pieces.
+
+  Raises:
+    ValueError: a batch `accum_steps` does not divide.
+  """
+  size = jax.tree_util.tree_leaves(batch)[0].shape[0]
+  if size % accum_steps:
+    raise ValueError(f'accum_steps {accum_steps} does not divide the batch of {size}; choose '
+                     'a divisor of the batch size.')
+  if accum_steps == 1:
+    # XLA:CPU runs convolutions inside a loop body far slower than outside one.
+    return value_and_grad(params, batch, 0)
+  pieces = jax.tree_util.tree_map(
+      lambda x: x.reshape((accum_steps, size // accum_steps) + x.shape[1:]), batch)
+
+  def accumulate(carry, piece_and_index):
+    return otu.tree_add(carry, value_and_grad(params, *piece_and_index)), None
+
+  zeros = (jnp.zeros(()), otu.tree_zeros_like(params))
+  (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum_steps)))
+  return jax.tree_util.tree_map(lambda x: x / accum_steps, (loss, grads))
+
+
 def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Module,
                config: ml_collections.ConfigDict) -> Tuple[TrainState, Dict[str, jax.Array]]:
   """One update from the mean gradient over the batch, in `accum_steps` pieces, at
@@ -269,29 +310,15 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Modu
     (the new state, {'loss', 'grad_norm', 'learning_rate'}).
   """
   rng, step_rng = jax.random.split(state.rng)
-  accum = config.accum_steps
-  pieces = jax.tree_util.tree_map(
-      lambda x: x.reshape((accum, x.shape[0] // accum) + x.shape[1:]), batch)
 
-  def piece_grad(params, piece_and_index):
-    piece, index = piece_and_index
+  def piece_grad(params, piece, index):
     def loss_of(p):
       logits = model.apply({'params': p}, piece['image'], train=True,
                            rngs={'dropout': jax.random.fold_in(step_rng, index)})
       return loss_fn(logits, piece['label'], config.loss, config.label_smoothing).mean()
     return jax.value_and_grad(loss_of)(params)
 
-  def accumulate(carry, piece_and_index):
-    loss, grads = piece_grad(state.params, piece_and_index)
-    return otu.tree_add(carry, (loss, grads)), None
-
-  if accum == 1:
-    # XLA:CPU runs convolutions inside a loop body far slower than outside one.
-    loss, grads = piece_grad(state.params, (batch, 0))
-  else:
-    zeros = (jnp.zeros(()), otu.tree_zeros_like(state.params))
-    (loss, grads), _ = jax.lax.scan(accumulate, zeros, (pieces, jnp.arange(accum)))
-    loss, grads = jax.tree_util.tree_map(lambda x: x / accum, (loss, grads))
+  loss, grads = accumulate_gradient(piece_grad, state.params, batch, config.accum_steps)
   updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   ema = state.ema_params

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Type
 import flax.linen as nn
 import jax.numpy as jnp
 
-from vit_jax.models import lit, mixer, vit
+from vit_jax.models import lit, mixer, resnet, vit
 
 
 def _square(size: Any, what: str) -> int:
@@ -136,6 +136,32 @@ class Encoder(nn.Module):
     return module(x, train=train)
 
 
+class ResidualUnit(nn.Module):
+  """The hybrids' bottleneck unit (the project's `resnet.BottleneckV1`)."""
+  features: int
+  strides: Any = (1, 1)
+
+  @nn.compact
+  def __call__(self, x):
+    module = resnet.BottleneckV1(self.features, _square(self.strides, 'The stride'))
+    nn.share_scope(self, module)
+    return module(x)
+
+
+class ResNetStage(nn.Module):
+  """`block_size` units of width `nout`, the first striding (`resnet.Stage`)."""
+  block_size: int
+  nout: int
+  first_stride: Any
+
+  @nn.compact
+  def __call__(self, x):
+    module = resnet.Stage(resnet.BottleneckV1, 'unit{}', self.block_size, self.nout,
+                          _square(self.first_stride, 'The stride'))
+    nn.share_scope(self, module)
+    return module(x)
+
+
 class VisionTransformer(nn.Module):
   """The original's ViT and hybrid: `VisionTransformer(num_classes=10,
   **MODEL_CONFIGS['ViT-B_16'])`, called as `apply(variables, inputs, train=...)`."""
@@ -203,3 +229,25 @@ class LitModel(lit.LitFiles, nn.Module):
     nn.share_scope(self, module)
     return module(images=images, tokens=tokens)
 
+
+def project_config(model_config: Any) -> Any:
+  """The project's zoo config (`vit_jax.models.get_config`) of an original model config.
+
+  Args:
+    model_config: a `MODEL_CONFIGS` entry, or a config with its fields.
+
+  Returns:
+    The project's config of the same architecture.
+  """
+  from vit_jax import models  # pylint: disable=import-outside-toplevel
+  name = model_config.get('model_name')
+  if 'hidden_dim' in model_config:
+    return models.get_config(
+        name if name in models.MODELS else 'Mixer-B_16',
+        patch_size=_square(model_config['patches']['size'], 'The patch size'),
+        **{k: model_config[k] for k in ('hidden_dim', 'num_blocks', 'tokens_mlp_dim',
+                                        'channels_mlp_dim')})
+  fields = vit_fields(**model_config)
+  if 'resnet_layers' not in fields:
+    fields['resnet_layers'] = None
+  return models.get_config(name if name in models.MODELS else 'ViT-B_16', **fields)
