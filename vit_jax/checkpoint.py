@@ -177,10 +177,13 @@ def inspect_params(*, params: Any, expected: Any, fail_if_extra: bool = True,
   Raises:
     ValueError: missing or extra keys, where told to fail on them.
   """
-  have, want = flatten(params), flatten(expected)
-  for key in [k for k in want.keys() - have.keys() if want[k] == {}]:
+  tree = lambda t: flax.traverse_util.flatten_dict(flax.core.unfreeze(t), keep_empty_nodes=True,
+                                                   sep='/')
+  have, want = tree(params), tree(expected)
+  for key in [k for k in want.keys() - have.keys()
+              if want[k] is flax.traverse_util.empty_node]:
     params[key] = {}
-    have[key] = {}
+    have[key] = want[key]
   missing, extra = sorted(want.keys() - have.keys()), sorted(have.keys() - want.keys())
   if (missing and fail_if_missing) or (extra and fail_if_extra):
     raise ValueError(f'Missing params from checkpoint: {missing}. '

@@ -1,6 +1,7 @@
 """The original vit_jax's fine-tuning defaults (`get_config`), its dataset presets
 (`DATASET_PRESETS`, `with_dataset`) and `flatten` for sweeps. `vit_jax.train`
 maps these fields onto the project's recipe (docs/original.md lists each)."""
+import copy
 from typing import Any, Dict, Iterable, Tuple, Union
 
 import ml_collections
@@ -66,7 +67,7 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
   """
   config = ml_collections.ConfigDict(config.to_dict())
   config.dataset = dataset
-  config.update(DATASET_PRESETS[dataset])
+  config.update(copy.deepcopy(DATASET_PRESETS[dataset]))  # the presets stay as they are
   return config
 
 
