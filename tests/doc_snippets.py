@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = ('python', 'bash')
 FENCE = re.compile(r'^(\s*)```(\S*)\s*$')
 DIRECTIVE = re.compile(r'^\s*<!--\s*test:(.*?)-->\s*$')
-LINKED = ('configs', 'scripts', 'tests', 'benchmarks', 'notebooks', 'docs')
+LINKED = ('configs', 'scripts', 'tests', 'benchmarks', 'notebooks', 'docs', 'vit_jax')
 
 
 @dataclasses.dataclass
