@@ -532,7 +532,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               resnet_layers=resnet_layers, resnet_width=1, attention_impl='auto', remat='none',
               scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
               layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
-              pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True)
+              pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
+              head_bias_init=0.)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
