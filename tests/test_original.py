@@ -55,8 +55,8 @@ ORIGINAL_NAMES = {
     'vit_jax.models_lit': ['BASE_PATH', 'BertModel', 'LitModel', 'TextTransformer'],
     'vit_jax.models_mixer': ['MixerBlock', 'MlpBlock', 'MlpMixer'],
     'vit_jax.models_resnet': ['ResNetStage', 'ResidualUnit', 'StdConv', 'weight_standardize'],
-    'vit_jax.models_vit': ['AddPositionEmbs', 'Encoder', 'Encoder1DBlock', 'MlpBlock',
-                           'VisionTransformer'],
+    'vit_jax.models_vit': ['AddPositionEmbs', 'Encoder', 'Encoder1DBlock', 'IdentityLayer',
+                           'MlpBlock', 'VisionTransformer'],
     'vit_jax.preprocess': ['BertTokenizer', 'PreprocessImages', 'SentencepieceTokenizer',
                            'get_pp', 'get_tokenizer'],
     'vit_jax.test_utils': ['create_checkpoint'],
@@ -343,15 +343,35 @@ def test_main_fine_tunes_and_writes_checkpoint_n(tmp_path, testing_checkpoint):
 
 
 @pytest.mark.slow
-def test_inference_time_from_the_command_line(tmp_path):
-  spec = os.path.join(os.path.dirname(models_config.__file__), 'inference_time.py')
+@pytest.mark.parametrize('spec,flags', [
+    ('inference_time.py', ['--config.model_name=testing', '--config.num_classes=3',
+                           '--config.image_size=32', '--config.steps=3',
+                           '--config.initial_steps=1']),
+    ('vit.py:testing,cifar10', ['--config.trainer=inference_time', '--config.pp.crop=32'])])
+def test_inference_time_from_the_command_line(tmp_path, spec, flags):
+  spec = os.path.join(os.path.dirname(models_config.__file__), spec)
   done = subprocess.run(
       [sys.executable, '-m', 'vit_jax.main', f'--workdir={tmp_path}', f'--config={spec}',
-       '--config.model_name=testing', '--config.batch=8', '--config.num_classes=3',
-       '--config.image_size=32', '--config.steps=3', '--config.initial_steps=1'],
-      capture_output=True, text=True, timeout=600, check=False)
+       '--config.batch=8'] + flags, capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   assert any(name.startswith('events.out') for name in os.listdir(tmp_path))
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_returns_the_trained_parameters(tmp_path, testing_checkpoint):
+  root = str(tmp_path / 'images')
+  make_folder(root, {'train': [20, 20], 'test': [8, 8]})
+  config = vit_config.get_config('testing,cifar10')
+  config.update(dict(pretrained_dir=os.path.dirname(testing_checkpoint), dataset=root,
+                     batch=16, batch_eval=16, total_steps=3, warmup_steps=1, eval_every=3,
+                     accum_steps=2))
+  config.pp.crop = 32
+  workdir = str(tmp_path / 'run')
+  params = train.train_and_evaluate(config, workdir)
+  chex.assert_trees_all_close(
+      flatten(params),
+      flatten(checkpoint.load(os.path.join(workdir, 'params.npz'), 'testing', num_classes=2)))
+  assert os.path.isdir(os.path.join(workdir, 'checkpoint_3'))
 
 
 def test_recipe_of_an_original_config(testing_checkpoint):
@@ -367,6 +387,15 @@ def test_recipe_of_an_original_config(testing_checkpoint):
   from vit_jax.errors import ConfigError
   with pytest.raises(ConfigError, match='dataset'):
     train.recipe(config)
+
+
+def test_lit_towers_return_the_originals_out():
+  tokens = jnp.ones((2, 16), jnp.int32)
+  lit = models.get_model('LiT-testing')
+  variables = lit.init(jax.random.PRNGKey(0), images=jnp.zeros((2, 32, 32, 3)), tokens=tokens)
+  _, ztxt, out = lit.apply(variables, tokens=tokens)
+  assert {'txt/transformed', 'txt/pre_logits', 'txt/logits', 'txt/norm', 't'} <= set(out)
+  chex.assert_trees_all_close(ztxt, out['txt/logits'] / out['txt/norm'], rtol=1e-5)
 
 
 def test_lit_model_files_and_names(tmp_path, monkeypatch):

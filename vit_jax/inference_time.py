@@ -28,7 +28,8 @@ def inference_time(config: ml_collections.ConfigDict, workdir: str) -> Dict[str,
 
   The model is `config.model_name` (a `MODEL_CONFIGS` key) or, in a fine-tuning
   config, `config.model`; the image side `config.image_size` or `config.pp.crop`;
-  the classes `config.num_classes` (1000 in a fine-tuning config).
+  the classes `config.num_classes` (1000 in a fine-tuning config); `steps` and
+  `initial_steps` 30 and 10 where the config has none.
 
   Args:
     config: `vit_jax/configs/inference_time.py`, or a fine-tuning config.
@@ -53,11 +54,12 @@ def inference_time(config: ml_collections.ConfigDict, workdir: str) -> Dict[str,
   images = jnp.ones([batch, image_size, image_size, 3], jnp.float32)
   variables = jax.jit(lambda: model.init(jax.random.PRNGKey(0), images[:1], train=False))()
   forward = jax.jit(lambda v, x: model.apply(v, x, train=False))
-  logging.info('Compiling; then %d untimed passes.', config.initial_steps)
-  for _ in range(1 + config.initial_steps):
+  initial_steps, timed_steps = config.get('initial_steps', 10), config.get('steps', 30)
+  logging.info('Compiling; then %d untimed passes.', initial_steps)
+  for _ in range(1 + initial_steps):
     forward(variables, images).block_until_ready()
   times = []
-  for _ in range(config.steps):
+  for _ in range(timed_steps):
     start = time.perf_counter()
     forward(variables, images).block_until_ready()
     times.append(time.perf_counter() - start)

@@ -153,22 +153,26 @@ class BertEncoder(nn.Module):
 
 
 class BertModel(nn.Module):
-  """The BERT text tower: the `[CLS]` token's encoding, projected by `head`."""
-  num_classes: Optional[int]
+  """The BERT text tower: (the `[CLS]` token's encoding projected by `head`, `out`
+  with the encoder's output `transformed`, `pre_logits` and `logits`)."""
   config: str = 'base'
+  num_classes: Optional[int] = None
   dtype: Dtype = jnp.float32
 
   @nn.compact
   def __call__(self, tokens):
-    x = BertEncoder(self.config, self.dtype, name='BertEncoder_0')(tokens)[:, 0]
+    out = {}
+    x = out['transformed'] = BertEncoder(self.config, self.dtype, name='BertEncoder_0')(tokens)
+    x = out['pre_logits'] = x[:, 0]
     if self.num_classes:
-      x = nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x)
-    return x
+      x = out['logits'] = nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x)
+    return x, out
 
 
 class TextTransformer(nn.Module):
   """The small text tower: token embedding, a learned position table as long as
-  the token sequence, the ViT encoder, and the last token projected by `head`."""
+  the token sequence, the ViT encoder, and the last token projected by `head`;
+  returns (that projection, `out` with `embedded`, `pre_logits` and `logits`)."""
   num_classes: int
   width: int = 512
   num_layers: int = 12
@@ -179,14 +183,18 @@ class TextTransformer(nn.Module):
 
   @nn.compact
   def __call__(self, tokens):
-    x = nn.Embed(self.vocab_size, self.width, name='Embed_0')(tokens).astype(self.dtype)
+    out = {}
+    x = out['embedded'] = nn.Embed(self.vocab_size, self.width, name='Embed_0')(
+        tokens).astype(self.dtype)
     length = x.shape[1]
     x = x + self.param('pos_embedding', nn.initializers.normal(stddev=self.width ** -0.5),
                        (1, length, self.width)).astype(self.dtype)
     x = vit.Encoder(grid=(1, length), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
                     num_heads=self.num_heads, posemb='none', dtype=self.dtype,
                     name='Encoder_0')(x, train=False)
-    return nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x[:, -1])
+    x = out['pre_logits'] = x[:, -1]
+    x = out['logits'] = nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x)
+    return x, out
 
 
 class LitFiles:
@@ -268,8 +276,8 @@ class LitFiles:
 class LitModel(LitFiles, nn.Module):
   """Images (B, H, W, 3) in [-1, 1] and/or token ids (B, L) -> (zimg, ztxt, out):
   L2-normalised embeddings (None for an input not given) and `out` with `t`, the
-  learned temperature exp(t) that scales the similarities, and each tower's
-  embedding norm. `image` holds the ViT tower's fields (`num_classes` its head's
+  learned temperature exp(t) that scales the similarities, each tower's
+  embedding norm, and the text tower's `out` under 'txt/'. `image` holds the ViT tower's fields (`num_classes` its head's
   width, None for no head); `text` the text tower's. `model_name` and `pp`
   (`tokenizer_name`, `size`, `max_len`) give its files and preprocessing
   (`LitFiles`)."""
@@ -286,7 +294,9 @@ class LitModel(LitFiles, nn.Module):
     zimg = ztxt = None
     if tokens is not None:
       tower = {'bert': BertModel, 'text_transformer': TextTransformer}[self.text_model]
-      ztxt = tower(**self.text, dtype=self.dtype, name='txt')(tokens).astype(jnp.float32)
+      ztxt, tower_out = tower(**self.text, dtype=self.dtype, name='txt')(tokens)
+      out.update({f'txt/{k}': v for k, v in tower_out.items()})
+      ztxt = ztxt.astype(jnp.float32)
       out['txt/norm'] = jnp.linalg.norm(ztxt, axis=1, keepdims=True)
       ztxt = out['txt/normalized'] = ztxt / (out['txt/norm'] + 1e-8)
     if images is not None:

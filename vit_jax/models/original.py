@@ -63,6 +63,15 @@ def vit_fields(patches: Any, transformer: Any, hidden_size: int, resnet: Any = N
   return fields
 
 
+class IdentityLayer(nn.Module):
+  """Returns its input: the original's parameterless `pre_logits` without a
+  representation layer."""
+
+  @nn.compact
+  def __call__(self, x):
+    return x
+
+
 class AddPositionEmbs(nn.Module):
   """Adds a learned (1, T, D) `pos_embedding`, initialised by `posemb_init`."""
   posemb_init: Callable[..., Any]
