@@ -383,6 +383,10 @@ def test_recipe_of_an_original_config(testing_checkpoint):
           recipe.train_split) == ('testing', 'float32', 0.03, 1e-5, 'bfloat16', 512, 8, 384,
                                   'train[:98%]')
   assert recipe.pretrained == testing_checkpoint
+  from vit_jax.configs import mixer_base16_cifar10
+  mixer = train.recipe(mixer_base16_cifar10.get_config())
+  assert (mixer.model_name, mixer.model.patch_size, mixer.image_size) == ('Mixer-B_16', 16, 224)
+  assert mixer.pretrained == os.path.join('.', 'Mixer-B_16.npz')
   config.dataset = ''
   from vit_jax.errors import ConfigError
   with pytest.raises(ConfigError, match='dataset'):

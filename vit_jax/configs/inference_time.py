@@ -17,4 +17,5 @@ def get_config() -> ml_collections.ConfigDict:
   """
   return ml_collections.ConfigDict(dict(
       model_name='ViT-B_32', log_dir='.', steps=30, initial_steps=10, batch=0, num_classes=0,
-      image_size=0, trainer='inference_time'))
+      image_size=0, trainer='inference_time',
+      train='inference_time'))  # the original's name of `trainer` in this file
