@@ -11,6 +11,7 @@ imported only once the settings are checked, so a wrong setting is answered in
 seconds.
 """
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, models,
-                     run_state, settings, steps)
+                     periodic, run_state, settings, steps)
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
@@ -258,23 +259,129 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   state_bytes, params_bytes = workdirs.sizes(state)
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
-  saved = start_step if start_step else None  # the last good checkpoint
-  kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+  batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
+  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  try:  # the writer is closed on every way out, so its files are released
+    clock = budget.Clock(total_steps, seconds, spent, started, agree=(
+        (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
+        if seconds and jax.process_count() > 1 else float))
+    run = Run(config, workdir, setup, eval_source, data_sharded, manager, writer, clock,
+              total_steps, state, (state_bytes, params_bytes),
+              saved=start_step if start_step else None)
+    kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+    actions = {periodic.LOG: run.log, periodic.SAVE: run.save,
+               periodic.KEEP_PARAMS: run.keep_params, periodic.STOP: functools.partial(
+                   run.stop, preemption), periodic.EVALUATE: run.evaluate,
+               periodic.RESTART_THROUGHPUT: run.throughput.restart}
+    # A budgeted run resumed after its clock ran out has nothing left to train.
+    to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
+    for step in to_train:
+      if clock.budgeted and run.metrics is not None:
+        jax.block_until_ready(run.metrics)  # the clock reads time trained, not time dispatched
+      if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
+        run.state = steps.set_learning_rate(run.state, setup.schedule(clock.progress(step - 1)))
+      run.state, run.metrics = setup.train_step(run.state, next(batches))
+      run.throughput.started(step, run.metrics)
+      stopping = preemption.requested(step, config.log_every)
+      last = clock.done(step)
+      if last and step < total_steps:
+        log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run to '
+                 'its end; evaluating, saving and stopping.', config.time_budget, step,
+                 total_steps)
+      periodic.run(actions, step, periodic.due(
+          step, last=last, stopping=stopping, log_every=config.log_every,
+          checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, kept=kept))
+      if last:
+        break
+    return run.finish()
+  finally:
+    writer.close()
 
-  def evaluate(state) -> Dict[str, float]:
+
+class Run:
+  """A training run's actions after its steps (`periodic.ORDER`) and its end, on
+  the state it holds: logging, checkpoints, kept parameters, preemption,
+  evaluation, the final files."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
+               eval_source: 'Source', data_sharded: NamedSharding,
+               manager: ocp.CheckpointManager, writer: Any, clock: budget.Clock,
+               total_steps: int, state: steps.TrainState, sizes: Sequence[int], saved: Any):
+    self.config, self.workdir, self.setup = config, workdir, setup
+    self.eval_source, self.data_sharded = eval_source, data_sharded
+    self.manager, self.writer, self.clock, self.total_steps = manager, writer, clock, total_steps
+    self.state, self.metrics = state, None
+    self.saved = saved  # the last good checkpoint's step
+    self.summary: Dict[str, float] = {}  # the last evaluation
+    self.state_bytes, self.params_bytes = sizes  # workdirs.sizes: for the disk-space checks
+    self.throughput = Throughput(config.batch_size)
+    self.loads = []  # the 1-minute load average at each log step: how busy the machine was
+    self.cores = len(os.sched_getaffinity(0))
+    self.cpu_began, self.wall_began = time.process_time(), time.perf_counter()
+
+  def log(self, step: int) -> None:
+    """Checks the step's loss and gradient finite (before every save too, so that no
+    checkpoint holds a diverged state), then writes and prints its scalars."""
+    scalars = check_finite(jax.device_get(self.metrics), step, self.manager.directory)
+    self.loads.append(os.getloadavg()[0])
+    rate = self.throughput.rate(step)
+    self.writer.write_scalars(step, {**scalars, **(
+        {'images_per_sec_per_core': rate / jax.device_count()} if rate else {})})
+    clock = self.clock
+    left = (clock.seconds - clock.elapsed() if clock.budgeted else
+            (self.total_steps - step) * self.config.batch_size / rate if rate else 0.)
+    log.info(console.training_line(step, self.total_steps, clock.progress(step), scalars, rate,
+                                   left, clock.budgeted))
+
+  def save(self, step: int) -> None:
+    """Writes the checkpoint (before the evaluation, which may fail: training is
+    never lost to it)."""
+    began = time.perf_counter()
+    with workdirs.saving(self.workdir, 'checkpoint', self.state_bytes, self.saved):
+      run_state.save(self.manager, step, self.state, self.clock.elapsed())
+      self.manager.wait_until_finished()
+    self.saved = step
+    log.info('step %d: checkpoint saved in %s (%s)', step, self.manager.directory,
+             console.duration(time.perf_counter() - began))
+
+  def keep_params(self, step: int) -> None:
+    """Writes params_<step>.npz (config.keep_params_at)."""
+    params = jax.device_get(steps.gathered(self.state.params, self.setup.mesh))
+    if jax.process_index() == 0:
+      with workdirs.saving(self.workdir, f'params_{step}.npz', self.params_bytes, self.saved):
+        checkpoint.save(workdirs.kept_params_path(self.workdir, step), params)
+
+  def stop(self, preemption: 'Preemption', step: int) -> None:
+    """Stops for a preemption, naming the checkpoint just saved."""
+    raise Preempted(
+        f'Stopped by {preemption.name or "another process"} at step {step} of '
+        f'{self.total_steps}; the checkpoint is {self.manager.directory}/{step}. Rerun the '
+        'same command to resume from it.')
+
+  def evaluate(self, step: int) -> None:
+    """Evaluates the state and writes the metrics."""
+    began = time.perf_counter()
+    self.summary = self.evaluation()
+    self.writer.write_scalars(step, self.summary)
+    log.info('step %d: %s (%s)', step, evaluation_line(self.summary),
+             console.duration(time.perf_counter() - began))
+
+  def evaluation(self) -> Dict[str, float]:
     """The weights' metrics, and with `ema_decay` their average's, prefixed 'ema_'."""
+    from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
     summary = {}
-    for prefix, params in (('', state.params), ('ema_', state.ema_params)):
+    for prefix, params in (('', self.state.params), ('ema_', self.state.ema_params)):
       if params is None:
         continue
-      batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
-                                            image_size=config.image_size)
+      batches = input_pipeline.eval_dataset(self.eval_source,
+                                            batch_size=self.config.eval_batch_size,
+                                            image_size=self.config.image_size)
       sums = None
       for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(),
-                                                      data_sharded):
+                                                      self.data_sharded):
         # Summed on the host: eager sums of arrays on several CPU devices, queued
         # behind the steps, can leave XLA:CPU's collectives waiting on each other.
-        out = jax.device_get(setup.eval_step(params, batch))
+        out = jax.device_get(self.setup.eval_step(params, batch))
         sums = out if sums is None else jax.tree_util.tree_map(np.add, sums, out)
       summary.update({prefix + k: v for k, v in {
           'eval_accuracy': float(sums['correct'] / sums['count']),
@@ -284,95 +391,31 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
           'eval_examples': int(sums['count'])}.items()})
     return summary
 
-  batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
-  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
-  try:  # the writer is closed on every way out, so its files are released
-    throughput = Throughput(config.batch_size)
-    clock = budget.Clock(total_steps, seconds, spent, started, agree=(
-        (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
-        if seconds and jax.process_count() > 1 else float))
-    summary: Dict[str, float] = {}
-    metrics = None
-    loads = []  # the 1-minute load average at each log step: how busy the machine was
-    cores = len(os.sched_getaffinity(0))
-    cpu_began, wall_began = time.process_time(), time.perf_counter()
-    # A budgeted run resumed after its clock ran out has nothing left to train.
-    to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
-    for step in to_train:
-      if clock.budgeted and metrics is not None:
-        jax.block_until_ready(metrics)  # the clock reads time trained, not time dispatched
-      if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
-        state = steps.set_learning_rate(state, setup.schedule(clock.progress(step - 1)))
-      state, metrics = setup.train_step(state, next(batches))
-      throughput.started(step, metrics)
-      stopping = preemption.requested(step, config.log_every)
-      last = clock.done(step)
-      if last and step < total_steps:
-        log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run to '
-                 'its end; evaluating, saving and stopping.', config.time_budget, step,
-                 total_steps)
-      saving = itstime(step, config.checkpoint_every, last or stopping)
-      # Checked before every save too, so that no checkpoint holds a diverged state.
-      if itstime(step, config.log_every, saving):
-        scalars = finite(jax.device_get(metrics), step, manager.directory)
-        loads.append(os.getloadavg()[0])
-        rate = throughput.rate(step)
-        writer.write_scalars(step, {**scalars, **(
-            {'images_per_sec_per_core': rate / jax.device_count()} if rate else {})})
-        left = (clock.seconds - clock.elapsed() if clock.budgeted else
-                (total_steps - step) * config.batch_size / rate if rate else 0.)
-        log.info(console.training_line(step, total_steps, clock.progress(step), scalars, rate,
-                                       left, clock.budgeted))
-      if saving:  # before the evaluation, which may fail: training is never lost to it
-        began = time.perf_counter()
-        with workdirs.saving(workdir, 'checkpoint', state_bytes, saved):
-          run_state.save(manager, step, state, clock.elapsed())
-          manager.wait_until_finished()
-        saved = step
-        log.info('step %d: checkpoint saved in %s (%s)', step, manager.directory,
-                 console.duration(time.perf_counter() - began))
-      if step in kept:
-        params = jax.device_get(steps.gathered(state.params, setup.mesh))
-        if jax.process_index() == 0:
-          with workdirs.saving(workdir, f'params_{step}.npz', params_bytes, saved):
-            checkpoint.save(workdirs.kept_params_path(workdir, step), params)
-      if stopping:
-        raise Preempted(
-            f'Stopped by {preemption.name or "another process"} at step {step} of '
-            f'{total_steps}; the checkpoint is {manager.directory}/{step}. Rerun the same '
-            'command to resume from it.')
-      if itstime(step, config.eval_every, last):
-        began = time.perf_counter()
-        summary = evaluate(state)
-        writer.write_scalars(step, summary)
-        log.info('step %d: %s (%s)', step, evaluation_line(summary),
-                 console.duration(time.perf_counter() - began))
-      if itstime(step, config.eval_every, saving):
-        throughput.restart(step)  # evaluations and saves are not training time
-      if last:
-        break
-    manager.wait_until_finished()
+  def finish(self) -> Dict[str, float]:
+    """The run's end: params.npz (and the moving average's), an evaluation where
+    none ran (a run resumed at its end), results.json; returns the evaluation."""
+    self.manager.wait_until_finished()
+    state, workdir = self.state, self.workdir
     for name, tree in (('params.npz', state.params), (workdirs.EMA_PARAMS, state.ema_params)):
       if tree is None:
         continue
-      params = steps.gathered(tree, setup.mesh)
+      params = steps.gathered(tree, self.setup.mesh)
       if jax.process_index() == 0:
-        with workdirs.saving(workdir, name, params_bytes, saved):
+        with workdirs.saving(workdir, name, self.params_bytes, self.saved):
           checkpoint.save(os.path.join(workdir, name), jax.device_get(params))
         log.info('step %d: %s written to %s', int(state.step),
                  'parameters' if tree is state.params else 'their moving average',
                  os.path.join(workdir, name))
-    if not summary:  # resumed at its end: nothing trained, so evaluate what was restored
-      summary = evaluate(state)
-    wall = clock.elapsed()  # the workdir's runs together, so that a resumed run counts all
+    if not self.summary:  # resumed at its end: nothing trained, so evaluate what was restored
+      self.summary = self.evaluation()
+    wall = self.clock.elapsed()  # the workdir's runs together, so that a resumed run counts all
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
       with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
-        json.dump({'step': int(state.step), 'total_steps': total_steps, **summary,
-                   'wall_seconds': round(wall, 1), **busy_record(loads, cores, cpu_began,
-                                                                 wall_began)}, f, indent=1)
-    return summary
-  finally:
-    writer.close()
+        json.dump({'step': int(state.step), 'total_steps': self.total_steps, **self.summary,
+                   'wall_seconds': round(wall, 1),
+                   **busy_record(self.loads, self.cores, self.cpu_began, self.wall_began)},
+                  f, indent=1)
+    return self.summary
 
 
 def busy_record(loads: Sequence[float], cores: int, cpu_began: float,
@@ -419,21 +462,7 @@ def evaluation_line(summary: Dict[str, float]) -> str:
   return line
 
 
-def itstime(step: int, every: int, also: bool = False) -> bool:
-  """Whether periodic work falls on `step`.
-
-  Args:
-    step: the step just trained.
-    every: the work's period in steps.
-    also: a reason to do it now anyway (the last step, a save).
-
-  Returns:
-    True every `every` steps, or when `also`.
-  """
-  return step % every == 0 or also
-
-
-def finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, float]:
+def check_finite(metrics: Dict[str, Any], step: int, checkpoints: Any) -> Dict[str, float]:
   """The step's metrics as floats; a non-finite loss or gradient stops the run.
 
   Args:
