@@ -337,7 +337,7 @@ class Run:
     """Writes the checkpoint (before the evaluation, which may fail: training is
     never lost to it)."""
     began = time.perf_counter()
-    with workdirs.saving(self.workdir, 'checkpoint', self.state_bytes, self.saved):
+    with workdirs.guard_disk(self.workdir, 'checkpoint', self.state_bytes, self.saved):
       run_state.save(self.manager, step, self.state, self.clock.elapsed())
       self.manager.wait_until_finished()
     self.saved = step
@@ -346,9 +346,9 @@ class Run:
 
   def keep_params(self, step: int) -> None:
     """Writes params_<step>.npz (config.keep_params_at)."""
-    params = jax.device_get(steps.gathered(self.state.params, self.setup.mesh))
+    params = jax.device_get(steps.gather(self.state.params, self.setup.mesh))
     if jax.process_index() == 0:
-      with workdirs.saving(self.workdir, f'params_{step}.npz', self.params_bytes, self.saved):
+      with workdirs.guard_disk(self.workdir, f'params_{step}.npz', self.params_bytes, self.saved):
         checkpoint.save(workdirs.kept_params_path(self.workdir, step), params)
 
   def stop(self, preemption: 'Preemption', step: int) -> None:
@@ -399,9 +399,9 @@ class Run:
     for name, tree in (('params.npz', state.params), (workdirs.EMA_PARAMS, state.ema_params)):
       if tree is None:
         continue
-      params = steps.gathered(tree, self.setup.mesh)
+      params = steps.gather(tree, self.setup.mesh)
       if jax.process_index() == 0:
-        with workdirs.saving(workdir, name, self.params_bytes, self.saved):
+        with workdirs.guard_disk(workdir, name, self.params_bytes, self.saved):
           checkpoint.save(os.path.join(workdir, name), jax.device_get(params))
         log.info('step %d: %s written to %s', int(state.step),
                  'parameters' if tree is state.params else 'their moving average',

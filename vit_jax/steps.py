@@ -471,7 +471,7 @@ class Setup:
     return jax.device_put(batch, NamedSharding(self.mesh, P('data')))
 
 
-def gathered(tree: Any, mesh: Mesh) -> Any:
+def gather(tree: Any, mesh: Mesh) -> Any:
   """`tree` whole on every device of `mesh` (a collective: every process calls it),
   so one process can save it whatever the sharding.
 

@@ -407,7 +407,8 @@ def _no_space(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def saving(workdir: str, what: str, size_bytes: int, last_good: Optional[int]) -> Iterator[None]:
+def guard_disk(workdir: str, what: str, size_bytes: int,
+               last_good: Optional[int]) -> Iterator[None]:
   """A save into `workdir` of `what` (about `size_bytes`): a full disk is said in
   one sentence, with the last good checkpoint, after removing the partial files.
 
