@@ -13,9 +13,10 @@ import flax
 import jax
 import ml_collections
 import optax
-from absl import flags
+from absl import flags, logging
 
 from vit_jax import augreg, entry, input_pipeline, loop, run_state, settings, steps
+from vit_jax.configs import common as original_common
 from vit_jax.cpu_devices import split_cpu_into_devices
 from vit_jax.errors import ConfigError
 from vit_jax.models import original
@@ -135,6 +136,13 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if missing:
     raise ConfigError(f'The config sets no {", ".join(missing)}; set them, e.g. '
                       '--config.dataset=cifar10 (augreg.py needs the dataset).')
+  defaults = original_common.get_config()
+  ignored = [k for k in ('shuffle_buffer', 'prefetch', 'tfds_manual_dir')
+             if config.get(k) not in (None, defaults.get(k))]
+  if ignored:
+    logging.warning('%s: the project\'s pipeline shuffles and reads ahead by itself, and '
+                    'prepares TFDS data from its offline copies; these settings change nothing '
+                    'in train_and_evaluate (docs/original.md).', ', '.join(ignored))
   model = original.project_config(config.model)
   fields = {k: v for k, v in model.to_dict().items() if k not in ('family', 'name', 'num_classes')}
   dataset, train_split, eval_split = config.dataset, config.pp['train'], config.pp['test']
