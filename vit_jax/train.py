@@ -15,7 +15,7 @@ import ml_collections
 import optax
 from absl import flags, logging
 
-from vit_jax import augreg, entry, input_pipeline, loop, run_state, settings, steps
+from vit_jax import augreg, entry, loop, run_state, settings, steps
 from vit_jax.configs import common as original_common
 from vit_jax.cpu_devices import split_cpu_into_devices
 from vit_jax.errors import ConfigError
@@ -147,6 +147,7 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   fields = {k: v for k, v in model.to_dict().items() if k not in ('family', 'name', 'num_classes')}
   dataset, train_split, eval_split = config.dataset, config.pp['train'], config.pp['test']
   if os.path.isdir(dataset):
+    from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
     dataset, train_split, eval_split = input_pipeline.FOLDER_PREFIX + dataset, 'train', 'test'
   every = config.eval_every or config.total_steps
   project = settings.base_config()
@@ -179,6 +180,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   config = recipe(config)
   loop.train_and_evaluate(config, workdir, reconfigure=False)
+  from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
   setup = steps.build(config, source.num_classes, config.total_steps)
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'))
