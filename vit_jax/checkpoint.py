@@ -155,7 +155,6 @@ def save(path: str, params: Mapping[str, Any]) -> None:
     np.savez(f, **arrays)
 
 
-
 # ---------------------------------------------------------------------------
 # The original vit_jax's checkpoint functions (docs/original.md), on the above.
 
