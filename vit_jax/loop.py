@@ -11,7 +11,6 @@ imported only once the settings are checked, so a wrong setting is answered in
 seconds.
 """
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -266,12 +265,12 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
         if seconds and jax.process_count() > 1 else float))
     run = Run(config, workdir, setup, eval_source, data_sharded, manager, writer, clock,
-              total_steps, state, (state_bytes, params_bytes),
+              preemption, total_steps, state, (state_bytes, params_bytes),
               saved=start_step if start_step else None)
     kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
     actions = {periodic.LOG: run.log, periodic.SAVE: run.save,
-               periodic.KEEP_PARAMS: run.keep_params, periodic.STOP: functools.partial(
-                   run.stop, preemption), periodic.EVALUATE: run.evaluate,
+               periodic.KEEP_PARAMS: run.keep_params, periodic.STOP: run.stop,
+               periodic.EVALUATE: run.evaluate,
                periodic.RESTART_THROUGHPUT: run.throughput.restart}
     # A budgeted run resumed after its clock ran out has nothing left to train.
     to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
@@ -306,10 +305,12 @@ class Run:
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
                eval_source: 'Source', data_sharded: NamedSharding,
                manager: ocp.CheckpointManager, writer: Any, clock: budget.Clock,
-               total_steps: int, state: steps.TrainState, sizes: Sequence[int], saved: Any):
+               preemption: 'Preemption', total_steps: int, state: steps.TrainState,
+               sizes: Sequence[int], saved: Any):
     self.config, self.workdir, self.setup = config, workdir, setup
     self.eval_source, self.data_sharded = eval_source, data_sharded
     self.manager, self.writer, self.clock, self.total_steps = manager, writer, clock, total_steps
+    self.preemption = preemption
     self.state, self.metrics = state, None
     self.saved = saved  # the last good checkpoint's step
     self.summary: Dict[str, float] = {}  # the last evaluation
@@ -351,10 +352,10 @@ class Run:
       with workdirs.guard_disk(self.workdir, f'params_{step}.npz', self.params_bytes, self.saved):
         checkpoint.save(workdirs.kept_params_path(self.workdir, step), params)
 
-  def stop(self, preemption: 'Preemption', step: int) -> None:
+  def stop(self, step: int) -> None:
     """Stops for a preemption, naming the checkpoint just saved."""
     raise Preempted(
-        f'Stopped by {preemption.name or "another process"} at step {step} of '
+        f'Stopped by {self.preemption.name or "another process"} at step {step} of '
         f'{self.total_steps}; the checkpoint is {self.manager.directory}/{step}. Rerun the '
         'same command to resume from it.')
 
