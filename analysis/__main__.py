@@ -25,7 +25,7 @@ import shlex
 import signal
 import sys
 import time
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from absl import flags
 from ml_collections import config_flags
@@ -166,11 +166,11 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
 
 def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
               batches_for: Callable[[features.Subject], tool.Batches], out: str,
-              options: Optional[Mapping[str, Mapping]] = None,
+              options: Optional[Mapping[str, Any]] = None,
               planner: Optional[planning.Planner] = None,
               given: str = 'all') -> Tuple[Dict, Dict, Dict[str, str]]:
   """Runs the registered tools `names` on every subject they apply to, with their
-  `options` (tool name -> keyword arguments), writing `<tool>.json` and the
+  `options` (tool name -> its `Tool.options` instance), writing `<tool>.json` and the
   figures into `out`. A tool that fails leaves the others running: its reason
   goes into `failures.json` (which forgets the tools that now ran) for the report.
   Under a time budget (`planner`, sharing `options`) the tools still to run are
@@ -484,7 +484,7 @@ def run(name: str) -> Dict:
     return _run_held(name, names, options, seconds, started)
 
 
-def _run_held(name: str, names: List[str], options: Dict[str, Dict], seconds: Optional[float],
+def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Optional[float],
               started: float) -> Dict:
   """`run` once --out is held: loads the models, checks them and their data, claims
   --out for them, then plans and runs the tools and writes the report."""

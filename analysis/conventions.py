@@ -3,7 +3,7 @@ source, this project's default, and the named options that depart from it.
 
 `CONVENTIONS` is the one list: docs/analysis.md's conventions table is `table()`
 of it (a test keeps the two equal), a test checks each default against the
-tool's `run` signature and flag, and the report names in each tool's section the
+tool's options and flag, and the report names in each tool's section the
 conventions its JSON records (`used`), marking any departure.
 """
 import dataclasses
@@ -19,9 +19,8 @@ class Convention:
     quantity: what is computed.
     authors: the authors' definition.
     source: where the authors' code defines it (repository, file, lines).
-    option: the keyword argument of the tool's `run` that chooses the convention,
-      or None where there is no other.
-    flag: the command-line flag that sets `option`.
+    option: the field of the tool's options (and the command-line flag of its
+      name) that chooses the convention, or None where there is no other.
     default: this project's default value of `option` (the authors').
     departures: the other values of `option` and what each computes.
     record: the key path in a model's JSON (or the tool's, for a tool over all
@@ -32,7 +31,6 @@ class Convention:
   authors: str
   source: str
   option: Optional[str] = None
-  flag: Optional[str] = None
   default: Optional[str] = None
   departures: Tuple[Tuple[str, str], ...] = ()
   record: Tuple[str, ...] = ()
@@ -44,14 +42,14 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'hessian', 'L2 term of the training objective',
         'weight_decay (PyTorch AdamW\'s, here weight_decay / lr) / 2 x the squared norm of '
         'every parameter: AdamW decays all of model.parameters()',
-        f'{PK} ops/trains.py, get_optimizer', 'l2_on', 'hessian_l2_on', 'all',
+        f'{PK} ops/trains.py, get_optimizer', 'hessian_l2_on', 'all',
         (('kernels', 'the kernels alone, the parameters this project\'s optimizer decays'),),
         ('objective', 'l2_on')),
     Convention(
         'hessian', 'width of the SLQ density\'s Gaussians',
         'variance 1e-5 x max(1, lambda_max - lambda_min) (means over probes of the extreme '
         'nodes, widened by 0.01)', 'amirgholami/PyHessian density_plot.py, lines 40-53',
-        'density_width', 'hessian_density_width', 'pyhessian',
+        'hessian_density_width', 'pyhessian',
         (('wide', 'standard deviation span / 100, a smoother curve'),), ('density_width',)),
     Convention(
         'hessian', 'max eigenvalue spectra (joint figure)',
@@ -64,7 +62,7 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'landscape', 'L2 term',
         'weight_decay (PyTorch\'s, here weight_decay / lr) x the sum over every parameter '
         'tensor of its unsquared norm', f'{PK} ops/norm.py, l2, lines 15-22; '
-        'losslandscape.ipynb: loss = NLL + weight_decay * l2', 'l2_term', 'landscape_l2',
+        'losslandscape.ipynb: loss = NLL + weight_decay * l2', 'landscape_l2',
         'authors', (('objective', '(weight_decay / lr) / 2 x the squared norm of the kernels, '
                      'the term whose gradient is this project\'s decay'),),
         ('objective', 'l2_term')),
@@ -74,24 +72,24 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'names matching pos_embed or relative_position zeroed; fused qkv (timm) and to_kv '
         '(AlterNet) normalised as one tensor, their 1-D biases zeroed',
         f'{PK} ops/loss_landscapes.py, create_bases, lines 11-65; losslandscape.ipynb kws',
-        'normalisation', 'landscape_normalisation', 'authors',
+        'landscape_normalisation', 'authors',
         (('per_array', 'every array of two or more axes alone, q, k and v apart, position '
                        'embeddings and q/k/v biases perturbed'),), ('normalisation',)),
     Convention(
         'landscape', 'grid', '21 x 21 points from -1 to 1 along each direction',
-        f'{PK} losslandscape.ipynb (n = 21)', 'points', 'landscape_points', '21',
+        f'{PK} losslandscape.ipynb (n = 21)', 'landscape_points', '21',
         (('any other count', 'a coarser or finer grid over the same square'),)),
     Convention(
         'nll', 'training NLL (Fig. 3)',
         'the training loss as logged (train/nll): SoftTargetCrossEntropy on timm\'s Mixup '
         'targets with label_smoothing, train mode', f'{PK} ops/trains.py, train_epoch',
-        'train_nll', 'nll_train', 'training',
+        'nll_train', 'training',
         (('plain', 'cross-entropy without smoothing, evaluation mode'),), ('train_nll_kind',)),
     Convention(
         'corruption', 'corruption parameters',
         'CIFAR-C\'s parameters for 32 px images', 'hendrycks/robustness '
-        'ImageNet-C/create_c/make_cifar_c.py, lines 130-389', 'parameters',
-        'corruption_parameters', 'auto',
+        'ImageNet-C/create_c/make_cifar_c.py, lines 130-389', 'corruption_parameters',
+        'auto',
         (('cifar', 'CIFAR-C\'s at any image size'),
          ('imagenet', 'ImageNet-C\'s (imagecorruptions, set for 224 px images)')),
         ('parameters',)),
@@ -112,20 +110,20 @@ CONVENTIONS: Tuple[Convention, ...] = (
         "the head's output multiplied by a mask of 0 before the output projection, one head "
         'at a time, the accuracy compared with the intact model\'s',
         'pmichel31415/are-16-heads-really-better-than-1 experiments/BERT/heads_ablation.sh, '
-        'lines 12-20 (--attention_mask_heads layer:head)', 'mode', 'head_ablation', 'zero',
+        'lines 12-20 (--attention_mask_heads layer:head)', 'head_ablation', 'zero',
         (('mean', "the head's output replaced by its mean over the evaluation images, per "
           'token (mean-ablation)'),), ('mode',)),
     Convention(
         'artifact_tokens', 'outlier rule',
         'a token whose norm exceeds 150, a threshold set on DINOv2 ViT-g/14 (no code of the '
-        'analysis is published)', 'Darcet et al. 2024, Sec. 3.1', 'rule', 'artifact_rule', 'absolute',
+        'analysis is published)', 'Darcet et al. 2024, Sec. 3.1', 'artifact_rule', 'absolute',
         (('relative', 'a norm beyond --artifact_factor (default 4) times the median '
           'patch-token norm of its layer, for models of another scale'),), ('rule',)),
     Convention(
         'artifact_tokens', 'neighbour similarity',
         'the cosine similarity of a patch with its 4 neighbours, of the patch embeddings '
         '"right after the patch embedding layer" (no code of the analysis is published)',
-        'Darcet et al. 2024, Sec. 2.1 and Fig. 4a', 'similarity', 'artifact_similarity',
+        'Darcet et al. 2024, Sec. 2.1 and Fig. 4a', 'artifact_similarity',
         'embedding', (('pixels', "the patches' raw pixels (the only choice for a model "
                                  'without a patch embedding, AlterNet)'),), ('similarity',)),
     Convention(
@@ -136,7 +134,7 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'get_logit_diff and ioi_metric (cells 10-11)'),
 )
 # 'auto' resolves to a set by image size; the JSON records the set.
-AUTHORS_VALUES = {('corruption', 'parameters'): ('auto', 'cifar')}
+AUTHORS_VALUES = {('corruption', 'corruption_parameters'): ('auto', 'cifar')}
 
 
 def table() -> str:
@@ -144,7 +142,7 @@ def table() -> str:
   lines = ['| tool | quantity | the authors\' definition | source | default | options |',
            '|---|---|---|---|---|---|']
   for c in CONVENTIONS:
-    default = f'`--{c.flag}={c.default}` (the authors\')' if c.option else 'the authors\''
+    default = f'`--{c.option}={c.default}` (the authors\')' if c.option else 'the authors\''
     options = '; '.join(f'`{value}`: {text}' for value, text in c.departures) or 'none'
     lines.append(f'| {c.tool} | {c.quantity} | {c.authors} | {c.source} | {default} | '
                  f'{options} |')

@@ -12,7 +12,7 @@ measured times, and the analysis re-plans between tools against the clock
 """
 import dataclasses
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -48,7 +48,7 @@ class Work:
       raise ValueError(f'Unknown kinds of work {sorted(unknown)}; use {KINDS}.')
 
 
-def one_pass_over_the_data(subject: features.Subject, options: Mapping, amounts: Amounts) -> Work:
+def one_pass_over_the_data(subject: features.Subject, options: Any, amounts: Amounts) -> Work:
   """A forward pass over the evaluation split: what a tool that declares no work does.
 
   Args:

@@ -4,7 +4,7 @@ The tools run in the order of their importance (`Tool.importance`: the two
 papers' headline figures first). Before any tool runs, each tool's time is
 estimated (`analysis.estimate`; pricing stops at `PRICING_SHARE` of the budget,
 leaving out the tools not priced by then) and, while the total is beyond the
-budget, the costliest tool that can takes a smaller sample (`Tool.shrink`).
+budget, the costliest tool that can takes a smaller sample (`tool_options.shrink`).
 Where even the smallest samples exceed it, the least important tools are left
 out until the rest fit: the analysis always ends with a report of what ran, and
 the report names each tool left out with the command that runs it. Between tools
@@ -15,13 +15,12 @@ smaller samples or fewer tools later, never by an overrun that could have been
 avoided.
 """
 import dataclasses
-import inspect
 import time
 from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from analysis import estimate, tool
+from analysis import estimate, tool, tool_options
 from analysis.features import Subject
 from vit_jax import console
 
@@ -52,7 +51,7 @@ def by_importance(names: Sequence[str]) -> List[str]:
 
 
 def price(names: Sequence[str], subjects: Sequence[Subject],
-          batches_for: Callable[[Subject], tool.Batches], options: Mapping[str, Mapping],
+          batches_for: Callable[[Subject], tool.Batches], options: Mapping[str, Any],
           amounts: estimate.Amounts, deadline: float = float('inf')
           ) -> Tuple[Dict[str, estimate.Prices], List[str]]:
   """Each model's prices for the tools `names`, taken in their order: one timed
@@ -109,21 +108,6 @@ def _prices(subjects: Sequence[Subject], run: Mapping[str, Dict], compile_: Mapp
           for s in subjects}
 
 
-def _given(name: str, options: Mapping, key: str):
-  """Option `key` of tool `name` in `options`, or where they leave it out the
-  default of the tool's `run`."""
-  if key in options:
-    return options[key]
-  parameter = inspect.signature(tool.TOOLS[name].run).parameters.get(key)
-  return None if parameter is None else parameter.default
-
-
-def _changes(name: str, before: Mapping, after: Mapping) -> Dict[str, list]:
-  """{option: [its value before, after]} of tool `name`'s options that changed."""
-  return {k: [_given(name, before, k), v] for k, v in after.items()
-          if _given(name, before, k) != v}
-
-
 def shown(value: Any) -> str:
   """An option's value as the log and the report show it: numbers to 4 decimals,
   sequences in brackets.
@@ -149,7 +133,8 @@ class Planner:
     names: the tools, in the order they run.
     subjects: the models analysed.
     prices: each model's prices (`estimate.price`, with its tools' host prices).
-    options: each tool's options, changed in place as samples shrink.
+    options: each tool's options (its `Tool.options` dataclass, or None), replaced
+      as samples shrink.
     amounts: the data the command gives every tool.
     deadline: the `time.perf_counter()` at which the budget ends.
     budget_text: the budget as the user wrote it (`15m`).
@@ -162,18 +147,18 @@ class Planner:
   names: Sequence[str]
   subjects: Sequence[Subject]
   prices: Mapping[str, estimate.Prices]
-  options: Dict[str, Dict]
+  options: Dict[str, Any]
   amounts: estimate.Amounts
   deadline: float
   budget_text: str
-  asked: Dict[str, Dict] = dataclasses.field(init=False)
+  asked: Dict[str, Any] = dataclasses.field(init=False)
   priced: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
   estimated: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
   ran: Dict[str, List[float]] = dataclasses.field(init=False, default_factory=dict)
   left_out: Dict[str, str] = dataclasses.field(init=False, default_factory=dict)
 
   def __post_init__(self):
-    self.asked = {n: dict(self.options[n]) for n in self.names}
+    self.asked = {n: self.options[n] for n in self.names}
 
   def seconds(self, name: str) -> float:
     """Estimated seconds of tool `name` at its current options, over every model.
@@ -208,7 +193,7 @@ class Planner:
   def changed(self) -> Dict[str, Dict[str, list]]:
     """Each tool's options that differ from those asked: {option: [asked, planned]}."""
     return {n: changed for n in self.names
-            if (changed := _changes(n, self.asked[n], self.options[n]))}
+            if (changed := tool_options.changes(self.asked[n], self.options[n]))}
 
   def minimum_seconds(self, name: str) -> float:
     """Estimated seconds of tool `name` at its smallest sample, as priced.
@@ -219,10 +204,8 @@ class Planner:
     Returns:
       The seconds.
     """
-    registered, options = tool.TOOLS[name], self.options[name]
-    while registered.shrink and (smaller := registered.shrink(options)) is not None:
-      options = smaller
-    kept, self.options[name] = self.options[name], options
+    kept = self.options[name]
+    self.options[name] = tool_options.smallest(kept) if kept is not None else None
     try:
       return self.seconds(name)
     finally:
@@ -271,7 +254,7 @@ class Planner:
       self.leave_out([n for n in names if n not in kept],
                      f'not fitting {why} even at their smallest samples')
       names = kept
-    before = {n: dict(self.options[n]) for n in names}
+    before = {n: self.options[n] for n in names}
     while True:
       priced = {n: self.seconds(n) for n in names}
       estimated = {n: t * factor for n, t in priced.items()}
@@ -279,14 +262,14 @@ class Planner:
       if total <= left:
         break
       smaller = [n for n in sorted(estimated, key=estimated.get, reverse=True)
-                 if tool.TOOLS[n].shrink and tool.TOOLS[n].shrink(self.options[n]) is not None]
+                 if tool_options.shrink(self.options[n]) is not None]
       if not smaller:  # at their smallest samples, which fit (up to rounding)
         break
-      self.options[smaller[0]] = tool.TOOLS[smaller[0]].shrink(self.options[smaller[0]])
+      self.options[smaller[0]] = tool_options.shrink(self.options[smaller[0]])
     self.priced.update(priced)
     self.estimated.update(estimated)
     for n in names:
-      changed = _changes(n, before[n], self.options[n])
+      changed = tool_options.changes(before[n], self.options[n])
       if changed:
         print(f'{n}: a smaller sample for {why}: ' +
               ', '.join(f'{k} {shown(a)} -> {shown(b)}' for k, (a, b) in changed.items()),

@@ -73,22 +73,24 @@ def model_figures(result: Result) -> List[Figure]:
 class Tool:
   """One analysis tool: how it runs and how its JSON is reported.
 
-  `run(subject, batches, out, **options)` returns one model's JSON (for `runs_on`
-  ALL_MODELS, `run(subjects, batches, out, **options)` returns the whole JSON)
-  and writes its figures into `out`. `findings(result, quote)` is what the models
-  show, per caption key, as text fragments and quotes of the JSON; `scalars(result,
-  label)` a model's TensorBoard series; `joint(result, colour_of, out)` the figures
-  that put every model in one frame (none below two models); `flags` the tool's
-  options, a dataclass of `tool_options.option` fields, each a command-line flag
-  of its name, and `options(chosen)` the keyword arguments of `run` from an
-  instance of it (`read_options` reads and checks the command line's);
+  `run(subject, batches, out, options)` returns one model's JSON (for `runs_on`
+  ALL_MODELS, `run(subjects, batches, out, options)` returns the whole JSON) and
+  writes its figures into `out`; a tool without `options` is run without them.
+  `findings(result, quote)` is what the models show, per caption key, as text
+  fragments and quotes of the JSON; `scalars(result, label)` a model's TensorBoard
+  series; `joint(result, colour_of, out)` the figures that put every model in one
+  frame (none below two models); `options` the tool's options, a frozen dataclass
+  of `tool_options.option` fields, each a command-line flag of its name (unless
+  marked otherwise), an instance of which reaches `run` whole (`read_options`
+  reads and checks the command line's);
   `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.verdict`),
   `models` being what the report knows of each model label. `work(subject, options,
   amounts)` counts the model passes a run makes (`analysis.estimate`), which
   `--time_budget` prices before any tool runs; `shortened_by` names the flags
-  that make it shorter; `shrink(options)` gives the options of a smaller sample
-  (about two thirds of the work, or less), or None at the smallest sample the tool
-  still reports, which `minimum` states: the analysis plans a budget with it.
+  that make it shorter; the fields of `options` marked with a `tool_options.Budget`
+  shrink for a smaller sample (`tool_options.shrink`, about two thirds of the work
+  or less, down to the smallest sample the tool still reports, which `minimum`
+  states): the analysis plans a budget with it.
   `host_prices(subject, images, labels, options, amounts)` times a sample of the tool's
   host-side work on one evaluation batch: the seconds of one unit of each kind
   its `work` counts in `Work.host` (for ALL_MODELS, work done once for all models,
@@ -110,15 +112,13 @@ class Tool:
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
-  flags: Optional[type] = None
-  options: Callable[[Any], Mapping[str, Any]] = lambda chosen: {}
+  options: Optional[type] = None
   verdicts: Callable[[Result, Models], List[Verdict]] = lambda result, models: []
-  work: Callable[[Subject, Mapping[str, Any], estimate.Amounts], estimate.Work] = \
+  work: Callable[[Subject, Any, estimate.Amounts], estimate.Work] = \
       estimate.one_pass_over_the_data
   shortened_by: Tuple[str, ...] = ('num_images',)
-  shrink: Optional[Callable[[Mapping[str, Any]], Optional[Dict[str, Any]]]] = None
   minimum: str = ''
-  host_prices: Optional[Callable[[Subject, np.ndarray, np.ndarray, Mapping[str, Any],
+  host_prices: Optional[Callable[[Subject, np.ndarray, np.ndarray, Any,
                                   estimate.Amounts], Mapping[str, float]]] = None
   splits: Tuple[str, ...] = ('eval',)
   reads_logits: bool = False  # it needs a classifier head (not a headless DINOv2 or SigLIP)
@@ -127,13 +127,13 @@ class Tool:
   # them, or '' where it can.
   needs: Optional[Callable[[Sequence[Subject]], str]] = None
 
-  def read_options(self) -> Mapping[str, Any]:
-    """The keyword arguments of `run` the command line's flags give, checked.
+  def read_options(self) -> Any:
+    """The options the command line's flags give, checked.
 
     Returns:
-      The options.
+      An instance of `options`, or None for a tool without options.
     """
-    return self.options(tool_options.from_flags(self.flags) if self.flags else None)
+    return tool_options.from_flags(self.options) if self.options else None
 
   def applies_to(self, subject: Subject) -> bool:
     """Whether the tool runs on `subject` (an ATTENTION tool on models that sow
@@ -181,8 +181,18 @@ def register(tool: Tool) -> Tool:
                      f'{ALL_MODELS!r}, not {tool.runs_on!r}.')
   if tool.name in TOOLS and TOOLS[tool.name] is not tool:
     raise ValueError(f'An analysis tool named {tool.name!r} is registered already.')
-  if tool.flags is not None:
-    tool_options.define_flags(tool.flags)
+  fields = dataclasses.fields(tool.options) if tool.options else ()
+  named = {'num_images'} | {f.name for f in fields}
+  if set(tool.shortened_by) - named:
+    raise ValueError(f'Tool {tool.name!r}: shortened_by names '
+                     f'{", ".join(sorted(set(tool.shortened_by) - named))}, not options of it.')
+  if tool.options is not None:
+    for field in tool_options.budgeted(tool.options):
+      follows = field.metadata['budget'].follows
+      if follows and not hasattr(tool.options, follows):
+        raise ValueError(f'Tool {tool.name!r}: {field.name} follows {follows!r}, which its '
+                         'options do not have.')
+    tool_options.define_flags(tool.options)
   TOOLS[tool.name] = tool
   return tool
 
@@ -292,7 +302,7 @@ def take(iterator: Iterator, num_images: int) -> Iterator:
 
 
 def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subject], Batches],
-           out: str, options: Optional[Mapping[str, Any]] = None) -> Dict:
+           out: str, options: Any = None) -> Dict:
   """The JSON of `tool` on `subjects` (those it applies to), figures written to `out`.
 
   Args:
@@ -300,14 +310,14 @@ def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subje
     subjects: the models.
     batches_for: a model -> its batches by split.
     out: the output directory.
-    options: the tool's options (keyword arguments of its `run`).
+    options: the tool's options (an instance of its `options`; None: their defaults).
 
   Returns:
     The tool's JSON.
   """
-  options = dict(options or {})
+  given = () if tool.options is None else (tool.options() if options is None else options,)
   if tool.runs_on == ALL_MODELS:
-    return tool.run(list(subjects), batches_for(subjects[0]), out, **options)
-  return {s.label: tool.run(s, batches_for(s), out, **options) for s in subjects
+    return tool.run(list(subjects), batches_for(subjects[0]), out, *given)
+  return {s.label: tool.run(s, batches_for(s), out, *given) for s in subjects
           if tool.applies_to(s)}
 

@@ -1,15 +1,20 @@
-"""A tool's command-line options as one frozen dataclass: each field is a flag of
-the same name, its default, help text, allowed values and least value written
-once, in the field (`option`). `define_flags` makes the absl flags of a
-dataclass (a flag two tools share, such as `--lanczos_steps`, is defined once
-and must agree), `from_flags` reads and checks them before any model loads.
+"""A tool's options as one frozen dataclass, which reaches the tool's `run` whole:
+each field is a flag of the same name (or, with `flag=False`, a setting only code
+and time budgets change), its default, help text, allowed values, least value
+and how a time budget shrinks it written once, in the field (`option`).
+`define_flags` makes the absl flags of a dataclass (a flag two tools share, such
+as `--lanczos_steps`, is defined once and must agree), `from_flags` reads and
+checks them before any model loads, and `shrink` gives the smaller sample a time
+budget takes (`dataclasses.replace` on the fields marked with a `Budget`).
 
     @dataclasses.dataclass(frozen=True)
     class Options:
-      landscape_points: int = option(21, 'Grid points along each direction.', least=3)
+      landscape_points: int = option(21, 'Grid points along each direction.', least=3,
+                                     budget=Budget(minimum=11, order=0))
 """
 import dataclasses
-from typing import Any, Dict, Optional, Sequence, Type
+import itertools
+from typing import Any, Callable, Dict, Optional, Sequence, Type
 
 from absl import flags
 
@@ -20,22 +25,133 @@ _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFI
            str: flags.DEFINE_string}
 
 
+def two_thirds(value: Any) -> Any:
+  """Two thirds of a count (rounded down) or of a fraction (to 3 decimals)."""
+  return value * 2 // 3 if isinstance(value, int) else round(value * 2 / 3, 3)
+
+
+def _size(value: Any) -> float:
+  return len(value) if isinstance(value, (tuple, list)) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  """How a time budget shrinks an option: to `smaller(value)` (never below
+  `minimum`) while its value is above `minimum`; the fields of the lowest `order`
+  still above their minimum shrink first, together. A sequence's size is its
+  length. `follows` names the property of the options that gives the value in
+  use where the field's default, None, means that it follows another option.
+  """
+  minimum: Any
+  order: int
+  smaller: Callable[[Any], Any] = two_thirds
+  follows: str = ''
+
+
 def option(default: Any, help: str, choices: Sequence[str] = (),  # pylint: disable=redefined-builtin
-           least: Optional[float] = None) -> Any:
-  """A field of a tool's options dataclass: its flag's default and help, and
-  the values it allows (`choices`, or a number at least `least`).
+           least: Optional[float] = None, flag: bool = True,
+           budget: Optional[Budget] = None) -> Any:
+  """A field of a tool's options dataclass: its flag's default and help, the
+  values it allows (`choices`, or a number at least `least`), and how a time
+  budget shrinks it.
 
   Args:
     default: the default value.
-    help: what the flag sets, as `--help` shows it.
+    help: what the flag sets, as `--help` shows it (or what the setting is).
     choices: the allowed values of a string option (an enum flag); none: any.
     least: the smallest allowed value of a number option.
+    flag: whether the command line sets it; False: code and budgets only.
+    budget: how a time budget shrinks it; None: never.
 
   Returns:
     The dataclass field.
   """
   return dataclasses.field(default=default, metadata={
-      'help': help, 'choices': tuple(choices), 'least': least})
+      'help': help, 'choices': tuple(choices), 'least': least, 'flag': flag,
+      'budget': budget})
+
+
+def flag_fields(options: Type) -> list:
+  """The fields of `options` that are command-line flags."""
+  return [f for f in dataclasses.fields(options) if f.metadata.get('flag', True)]
+
+
+def budgeted(options: Type) -> list:
+  """The fields of `options` a time budget shrinks, in the order they shrink."""
+  return sorted((f for f in dataclasses.fields(options) if f.metadata.get('budget')),
+                key=lambda f: f.metadata['budget'].order)
+
+
+def in_use(chosen: Any, field: dataclasses.Field) -> Any:
+  """The value of `field` that `chosen` runs with (its `Budget.follows` where set and
+  the field is None).
+
+  Args:
+    chosen: the options.
+    field: one of its fields.
+
+  Returns:
+    The value.
+  """
+  value = getattr(chosen, field.name)
+  follows = field.metadata['budget'].follows if field.metadata.get('budget') else ''
+  return getattr(chosen, follows) if value is None and follows else value
+
+
+def shrink(chosen: Any) -> Optional[Any]:
+  """The options of a smaller sample for a time budget: the budgeted fields of the
+  lowest order still above their minimum, each at its `Budget.smaller` value; None
+  where every budgeted field is at its minimum (the smallest sample the tool reports).
+
+  Args:
+    chosen: the options.
+
+  Returns:
+    The smaller options, or None.
+  """
+  if chosen is None:
+    return None
+  for _, group in itertools.groupby(budgeted(type(chosen)),
+                                    key=lambda f: f.metadata['budget'].order):
+    changes = {}
+    for field in group:
+      rule, value = field.metadata['budget'], in_use(chosen, field)
+      if _size(value) > _size(rule.minimum):
+        smaller = rule.smaller(value)
+        changes[field.name] = rule.minimum if _size(smaller) < _size(rule.minimum) else smaller
+    if changes:
+      return dataclasses.replace(chosen, **changes)
+  return None
+
+
+def smallest(chosen: Any) -> Any:
+  """The options at the smallest sample a time budget takes (`shrink` until None).
+
+  Args:
+    chosen: the options.
+
+  Returns:
+    The smallest options (`chosen` where nothing shrinks).
+  """
+  while (smaller := shrink(chosen)) is not None:
+    chosen = smaller
+  return chosen
+
+
+def changes(asked: Any, planned: Any) -> Dict[str, list]:
+  """The options a plan changed: {field: [asked, planned]}.
+
+  Args:
+    asked: the options asked for (or None).
+    planned: those planned.
+
+  Returns:
+    The changed fields.
+  """
+  if asked is None:
+    return {}
+  return {f.name: [in_use(asked, f), in_use(planned, f)] for f in dataclasses.fields(asked)
+          if getattr(asked, f.name) != getattr(planned, f.name)}
 
 
 def _fingerprint(field: dataclasses.Field) -> tuple:
@@ -56,7 +172,7 @@ def define_flags(options: Type) -> None:
     ValueError: a default of a type no flag takes, or a flag another tool
       defined with another default, type or allowed values.
   """
-  for field in dataclasses.fields(options):
+  for field in flag_fields(options):
     if field.name in _DEFINED:
       if _DEFINED[field.name] != _fingerprint(field):
         raise ValueError(f'--{field.name} of {options.__qualname__} differs from the flag '
@@ -86,8 +202,8 @@ def from_flags(options: Type) -> Any:
   Raises:
     ConfigError: a number below its least value, saying which flag.
   """
-  values = {field.name: FLAGS[field.name].value for field in dataclasses.fields(options)}
-  for field in dataclasses.fields(options):
+  values = {field.name: FLAGS[field.name].value for field in flag_fields(options)}
+  for field in flag_fields(options):
     least = field.metadata['least']
     if least is not None and values[field.name] < least:
       raise ConfigError(f'--{field.name} is {values[field.name]}; it must be at least {least}.')

@@ -1,14 +1,13 @@
 """MkDocs hook: a page per registered analysis tool, written from its `Tool`
-record (`analysis.tool.TOOLS`) and its module's flags, so the site says what
+record (`analysis.tool.TOOLS`) and its options' flags, so the site says what
 the registry holds. A figure of the quick-start models, where one was saved as
 `docs/figures/<tool>.png`, comes with it."""
 import html
 import os
 
-from absl import flags
 from mkdocs.structure.files import File
 
-from analysis import tool
+from analysis import tool, tool_options
 from analysis import tools  # noqa: F401  (registers the built-in tools)
 
 RUNS_ON = {tool.ANY: 'each model', tool.ATTENTION: 'each model with global attention maps (ViT)',
@@ -18,13 +17,12 @@ SECOND = '--config2 configs/quickstart_resnet.py --workdir2 workdirs/quickstart_
 
 
 def _options(registered: tool.Tool) -> str:
-  module = registered.run.__module__
-  defined = flags.FLAGS.flags_by_module_dict().get(module, [])
+  defined = tool_options.flag_fields(registered.options) if registered.options else []
   if not defined:
     return 'None beyond the common ones (`--num_images`, `--batch_size`, `--dataset`).\n'
   rows = ['| flag | default | meaning |', '| --- | --- | --- |']
   cell = lambda text: html.escape(str(text)).replace('|', '\\|')
-  rows += [f'| `--{f.name}` | `{f.default}` | {cell(f.help)} |' for f in defined]
+  rows += [f'| `--{f.name}` | `{f.default}` | {cell(f.metadata["help"])} |' for f in defined]
   return '\n'.join(rows) + '\n'
 
 

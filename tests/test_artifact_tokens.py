@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analysis.tools import TOOLS
-from analysis.tools.artifact_tokens import neighbour_similarity, pixel_patches
+from analysis.tools.artifact_tokens import Options, neighbour_similarity, pixel_patches
 from helpers import batches, subject_of, tiny_family_config
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
   subject = subject_of(tiny_family_config('vit', num_registers=registers), 'vit')
   layers = subject.layers
-  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule='relative',
-                                        factor=1.2)
+  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+      artifact_rule='relative', artifact_factor=1.2))
   json.dumps(result)
   last = layers.attention_weights[-1]
   sown = [subject.intermediates(x, list(layers.stream) + [last]) for x, _ in batches('eval')]
@@ -98,8 +98,8 @@ def test_the_neighbour_similarity_compares_patch_embeddings_as_the_paper_does(tm
   embedded = pixel_patches(images, side) @ kernel.reshape(-1, kernel.shape[-1]) + bias
   expected = _cosine_to_neighbours(embedded)
   for rule, factor in (('relative', 1.05),):
-    result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule=rule,
-                                          factor=factor)
+    result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+        artifact_rule=rule, artifact_factor=factor))
     assert result['similarity'] == 'embedding'
     # Which tokens are outliers the model's norms decide; over all patches the
     # means weighted by the outlier counts give the mean of every patch.
@@ -107,8 +107,8 @@ def test_the_neighbour_similarity_compares_patch_embeddings_as_the_paper_does(tm
     overall = (outlier_share * result['neighbour_similarity_outliers'] +
                (1 - outlier_share) * result['neighbour_similarity_others'])
     np.testing.assert_allclose(overall, expected.mean(), rtol=1e-5)
-  pixels = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), rule='relative',
-                                        factor=1.05, similarity='pixels')
+  pixels = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+      artifact_rule='relative', artifact_factor=1.05, artifact_similarity='pixels'))
   assert pixels['similarity'] == 'pixels'
   overall = (pixels['share'][-1] * pixels['neighbour_similarity_outliers'] +
              (1 - pixels['share'][-1]) * pixels['neighbour_similarity_others'])

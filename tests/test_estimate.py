@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from analysis import estimate, planning, report
-from analysis.tools import TOOLS, erf, hessian, landscape, robustness
+from analysis import estimate, planning, report, tool_options
+from analysis.tools import TOOLS, corruption, erf, hessian, landscape, robustness
 from helpers import TINY_VIT, batches, quickstart_vit_checkpoint, subject
 from vit_jax import console
 
@@ -29,23 +29,23 @@ def test_the_hessian_counts_its_lanczos_products(vit):
   """Per minibatch the top-k Lanczos steps, then every SLQ probe's steps and every
   trace probe on each, and Lanczos steps on each of the 7 parameter blocks on one:
   the products `run_hessian` reports progress in."""
-  options = hessian.options(hessian.Options(hessian_batches=2, lanczos_steps=10))
+  options = hessian.Options(hessian_batches=2, lanczos_steps=10)
   work = TOOLS['hessian'].work(vit, options, AMOUNTS)
   assert work.passes == {'hvp': 2 * (10 + 2 * 20 + 5) + 7 * 5}
-  default = TOOLS['hessian'].work(vit, {}, AMOUNTS).passes['hvp']
+  default = TOOLS['hessian'].work(vit, hessian.Options(), AMOUNTS).passes['hvp']
   assert default == 4 * (20 + 2 * 40 + 10) + 7 * 10 == 510
 
 
 def test_forward_tools_count_passes_over_the_split(vit):
   batches_of_split = AMOUNTS.batches
-  assert TOOLS['cka'].work(vit, {}, AMOUNTS).passes == {'forward': batches_of_split}
-  assert TOOLS['probes'].work(vit, {}, AMOUNTS).passes == {'forward': 2 * batches_of_split}
+  assert TOOLS['cka'].work(vit, None, AMOUNTS).passes == {'forward': batches_of_split}
+  assert TOOLS['probes'].work(vit, None, AMOUNTS).passes == {'forward': 2 * batches_of_split}
   noisy = len(robustness.EPSILONS) * len(robustness.FREQUENCIES)
-  assert TOOLS['robustness'].work(vit, {}, AMOUNTS).passes == {
+  assert TOOLS['robustness'].work(vit, robustness.Options(), AMOUNTS).passes == {
       'forward': batches_of_split * (1 + noisy)}
   # ERF: an input gradient per stream layer over its images, each layer compiled apart.
   layers = len(vit.layers.stream)
-  work = TOOLS['erf'].work(vit, {}, AMOUNTS)
+  work = TOOLS['erf'].work(vit, None, AMOUNTS)
   assert work.passes == {'gradient': layers * erf.ERF_IMAGES / 100}
   assert work.compiles == {'gradient': layers}
   assert estimate.Amounts(num_images=250, batch_size=100).batches == 3
@@ -87,8 +87,7 @@ def _planner(vit, names, options, seconds):
 
 
 def _asked():
-  return {'hessian': hessian.options(hessian.Options()),
-          'landscape': landscape.options(landscape.Options()), 'cka': {}}
+  return {'hessian': hessian.Options(), 'landscape': landscape.Options(), 'cka': None}
 
 
 def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, passes_at_10ms, capsys,
@@ -100,13 +99,13 @@ def test_a_budget_is_met_by_smaller_samples_of_the_costliest_tools(vit, passes_a
   options = _asked()
   planner = _planner(vit, names, options, 7.)
   assert sum(planner.fit(names).values()) <= 7.
-  assert options['hessian']['num_minibatches'] == 2 and options['landscape']['points'] < 21
-  assert options['cka'] == {}
+  assert options['hessian'].hessian_batches == 2 and options['landscape'].landscape_points < 21
+  assert options['cka'] is None
   said = capsys.readouterr().out
-  assert 'hessian: a smaller sample for --time_budget=7s: num_minibatches 4 -> 2' in said
+  assert 'hessian: a smaller sample for --time_budget=7s: hessian_batches 4 -> 2' in said
   report.record_plan(str(tmp_path), '7s', planner.changed(), names)
   assert report.plan_note(str(tmp_path), 'hessian').startswith(
-      'Smaller samples to fit --time_budget=7s: num_minibatches 2 instead of 4')
+      'Smaller samples to fit --time_budget=7s: hessian_batches 2 instead of 4')
   assert report.plan_note(str(tmp_path), 'cka') == ''
   report.record_plan(str(tmp_path), '1h', {}, ['hessian'])  # run again at its asked size
   assert report.plan_note(str(tmp_path), 'hessian') == ''
@@ -134,7 +133,7 @@ def test_tools_their_smallest_samples_do_not_fit_are_left_out_least_important_fi
   assert set(estimated) == {'cka', 'hessian'} and sum(estimated.values()) <= 1.5
   assert set(planner.left_out) == {'landscape'}
   assert 'even at their smallest samples' in planner.left_out['landscape']
-  assert options['hessian']['num_minibatches'] == 2
+  assert options['hessian'].hessian_batches == 2
   said = capsys.readouterr().out
   assert 'Left out, not fitting --time_budget=2s even at their smallest samples: landscape' in said
   planner = _planner(vit, ['hessian', 'cka'], _asked(), 0.5)
@@ -160,7 +159,7 @@ def test_between_tools_the_rest_is_planned_against_the_clock(vit, passes_at_10ms
   estimated = planner.fit(['hessian', 'landscape'])
   assert sum(estimated.values()) <= 20.
   assert estimated['hessian'] == pytest.approx(3 * planner.seconds('hessian'))
-  assert options['hessian']['num_minibatches'] < 4 and options['cka'] == {}
+  assert options['hessian'].hessian_batches < 4 and options['cka'] is None
   said = capsys.readouterr().out
   assert 'left of --time_budget=1m00s (the tools so far took 3.0x their estimates)' in said
   assert 'hessian: a smaller sample for the ' in said
@@ -176,12 +175,12 @@ def test_a_planned_option_the_user_left_out_is_said_against_its_default(vit, cap
   """The corruption tool runs on every image unless told: shrinking it says 1.0 -> 0.667."""
   prices = {vit.label: estimate.Prices(run={'forward': 0.01}, compile={'forward': 0.},
                                        host={'corrupted image': 0.})}
-  options = {'corruption': {}}
+  options = {'corruption': corruption.Options()}
   planner = planning.Planner(['corruption'], [vit], prices, options, AMOUNTS,
                              time.perf_counter() + 6., '6s')
   planner.fit(['corruption'])
-  assert planner.changed() == {'corruption': {'fraction': [1., 0.667]}}
-  assert 'fraction 1.0 -> 0.667' in capsys.readouterr().out
+  assert planner.changed() == {'corruption': {'corruption_fraction': [1., 0.667]}}
+  assert 'corruption_fraction 1.0 -> 0.667' in capsys.readouterr().out
 
 
 def test_host_work_is_priced_by_the_tools_that_count_it(vit):
@@ -191,37 +190,40 @@ def test_host_work_is_priced_by_the_tools_that_count_it(vit):
   for name, units in (('probes', {'layer probes', 'few-shot probes'}),
                       ('corruption', {'corrupted image'})):
     registered = TOOLS[name]
-    prices = registered.host_prices(vit, images, labels, {}, AMOUNTS)
-    work = registered.work(vit, {}, AMOUNTS)
+    options = registered.options() if registered.options else None
+    prices = registered.host_prices(vit, images, labels, options, AMOUNTS)
+    work = registered.work(vit, options, AMOUNTS)
     assert set(prices) == set(work.host) == units
     assert all(p > 0 for p in prices.values()), prices
-  work = TOOLS['corruption'].work(vit, {'fraction': 0.5}, AMOUNTS)
+  work = TOOLS['corruption'].work(vit, corruption.Options(corruption_fraction=0.5), AMOUNTS)
   assert work.host == {'corrupted image': 15 * 5 * 1000 * 0.5}
-  assert TOOLS['corruption'].work(vit, {'source': 'tfds'}, AMOUNTS).host == {'corrupted image': 0}
+  assert TOOLS['corruption'].work(vit, corruption.Options(corruptions_from='tfds'),
+                                  AMOUNTS).host == {'corrupted image': 0}
   priced = estimate.Prices(run={'forward': 0.}, compile={'forward': 0.},
                            host={'corrupted image': 0.002})
   assert priced.seconds(work) == pytest.approx(0.002 * 37500)
   twice, unpriced = planning.price(['corruption'], [vit, dataclasses.replace(vit, label='b')],
-                                   lambda s: batches, {'corruption': {}}, AMOUNTS)
+                                   lambda s: batches, {'corruption': corruption.Options()}, AMOUNTS)
   assert unpriced == []
   assert twice[vit.label].host['corrupted image'] > 0 == twice['b'].host['corrupted image']
 
 
 @pytest.mark.parametrize('name,options,smallest', [
-    ('hessian', hessian.options(hessian.Options(hessian_batches=10, lanczos_steps=30)),
-     dict(num_minibatches=2, steps_top=10, steps_density=20, num_probes=1, trace_probes=2,
-          block_steps=4)),
-    ('landscape', dict(points=21, num_batches=2), dict(points=11, num_batches=1)),
-    ('corruption', {}, dict(fraction=0.2)),
-    ('robustness', {}, dict(frequencies=list(np.linspace(0, np.pi, 5))))])
+    ('hessian', hessian.Options(hessian_batches=10, lanczos_steps=30),
+     dict(hessian_batches=2, lanczos_steps=10, density_steps_in_use=20, density_probes=1,
+          trace_probes_in_use=2, block_steps_in_use=4)),
+    ('landscape', landscape.Options(), dict(landscape_points=11, landscape_batches=1)),
+    ('corruption', corruption.Options(), dict(corruption_fraction=0.2)),
+    ('robustness', robustness.Options(),
+     dict(noise_frequencies=list(np.linspace(0, np.pi, 5))))])
 def test_each_tool_shrinks_to_its_stated_minimum(vit, name, options, smallest):
   """Every step takes less work, and the last stops at the minimum the tool states."""
-  shrink, work = TOOLS[name].shrink, lambda o: sum(TOOLS[name].work(vit, o, AMOUNTS).passes.values())
-  while (smaller := shrink(options)) is not None:
+  work = lambda o: sum(TOOLS[name].work(vit, o, AMOUNTS).passes.values())
+  while (smaller := tool_options.shrink(options)) is not None:
     assert work(smaller) < work(options), (options, smaller)
     options = smaller
   for key, value in smallest.items():
-    np.testing.assert_allclose(options[key], value)
+    np.testing.assert_allclose(getattr(options, key), value)
   assert TOOLS[name].minimum
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from analysis import features
 from analysis.tools import TOOLS
-from analysis.tools.head_ablation import ablations, mean_head_outputs
+from analysis.tools.head_ablation import Options, ablations, mean_head_outputs
 from helpers import TINY_VIT, batches, images, init, perturbed, tiny_vit
 from vit_jax import models
 
@@ -111,5 +111,6 @@ def test_mean_ablating_a_head_whose_output_never_changes_changes_nothing(tmp_pat
     apply = lambda edits: np.asarray(subject.model.apply({'params': subject.params, **edits}, x))
     difference = np.abs(apply(cases[1 + removed.index((0, 2))]) - apply(cases[0])).max()
     assert (difference > 1e-4) if changes else (difference < 1e-5)
-  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path), mode='mean')
+  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path),
+                                      Options(head_ablation='mean'))
   assert result['mode'] == 'mean' and result['drop'][0][2] == 0.

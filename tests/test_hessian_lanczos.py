@@ -411,11 +411,12 @@ def test_the_hessian_tools_results_do_not_depend_on_how_products_are_taken(
   from helpers import batches
   subject = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
                 key=lambda s: hessian.dimension(s.params))
-  small = dict(num_minibatches=2, steps_top=4, steps_density=6, trace_probes=2, block_steps=2)
+  small = hessian_tool.Options(hessian_batches=2, lanczos_steps=4, density_steps=6,
+                               trace_probes=2, block_steps=2)
   with monkeypatch.context() as patch:
-    linearised = hessian_tool.run_hessian(subject, batches, str(tmp_path), **small)
+    linearised = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
     patch.setattr(hessian, 'linearisation_bytes', lambda *_: hessian.available_memory())
-    jvp = hessian_tool.run_hessian(subject, batches, str(tmp_path), **small)
+    jvp = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
   assert (linearised['hvp'], jvp['hvp']) == ('linearised', 'jvp of grad')
   for key in ('top_per_minibatch', 'slq_nodes', 'slq_weights', 'trace'):
     np.testing.assert_allclose(linearised[key], jvp[key], rtol=1e-3, atol=1e-5, err_msg=key)

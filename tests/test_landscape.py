@@ -12,6 +12,7 @@ import pytest
 
 from analysis import hessian, landscape
 from analysis.tools import TOOLS
+from analysis.tools import landscape as landscape_tool
 
 
 def authors_normalise(d, w):
@@ -175,8 +176,9 @@ def test_the_batched_grid_is_the_loop_over_points():
 def test_the_landscape_tool(directions, l2_term, tmp_path):
   from helpers import TINY_VIT, batches, subject
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
-  result = TOOLS['landscape'].run(s, batches, str(tmp_path), points=5, num_batches=2,
-                                  directions=directions, lanczos_steps=4, l2_term=l2_term)
+  result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
+      landscape_points=5, landscape_batches=2, landscape_directions=directions,
+      lanczos_steps=4, landscape_l2=l2_term))
   json.dumps(result)
   total, nll, l2 = (np.array(result[k]) for k in ('loss', 'nll', 'l2'))
   assert total.shape == (5, 5) and result['num_images'] == 24
@@ -207,8 +209,9 @@ def test_the_landscape_of_a_model_the_host_loops_over(subjects, tmp_path):
   from analysis import features
   s = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
           key=lambda s: hessian.dimension(s.params))
-  result = TOOLS['landscape'].run(s, batches, str(tmp_path), points=3, num_batches=2,
-                                  directions='hessian', lanczos_steps=3, l2_term='objective')
+  result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
+      landscape_points=3, landscape_batches=2, landscape_directions='hessian', lanczos_steps=3,
+      landscape_l2='objective'))
   loss, _ = hessian.recipe_objective(s.model, s.recipe, l2_on='kernels')
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
   assert result['centre_loss'] == pytest.approx(float(loss(s.params, fixed)), rel=1e-4)

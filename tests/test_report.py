@@ -16,7 +16,7 @@ from PIL import Image
 
 from analysis import events, features, plots, report
 from analysis.__main__ import run_tools
-from analysis.tools import TOOLS
+from analysis.tools import TOOLS, activation_patching, hessian
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, subject
 from vit_jax import models
@@ -78,10 +78,12 @@ def analysed(tmp_path_factory):
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
-                           {'hessian': dict(num_minibatches=2, steps_top=4, steps_density=8,
-                                            trace_probes=2, block_steps=2),
+                           {'hessian': hessian.Options(hessian_batches=2, lanczos_steps=4,
+                                                       density_steps=8, trace_probes=2,
+                                                       block_steps=2),
                             # Gaussian noise changes 1 of the random Mixer's 36 predictions.
-                            'activation_patching': dict(corruption='contrast')})
+                            'activation_patching': activation_patching.Options(
+                                patching_corruption='contrast')})
   assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
@@ -355,7 +357,7 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
   names = ['attention_distance', 'norm_ratio']
   amounts = estimate.Amounts(36, 12)
-  options = {n: {} for n in names}
+  options = {n: None for n in names}  # neither tool has options
   prices = {'vit': estimate.Prices({'forward': 0.01}, {'forward': 0.})}
   planner = planning.Planner(names, subjects, prices, options, amounts,
                              time.perf_counter() + 1e4, '1h')

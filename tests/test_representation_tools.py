@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analysis import cka, embeddings, features
-from analysis.tools import TOOLS
+from analysis.tools import TOOLS, hessian, nll, robustness
 from helpers import TINY_VIT, batches, init, make_folder, perturbed, subject
 from vit_jax import checkpoint, models
 
@@ -120,7 +120,7 @@ def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
     losses.append(np.mean(np.sum(-targets * log_softmax, axis=-1)))
     sizes.append(len(images))
   assert result['train_nll'] == pytest.approx(np.average(losses, weights=sizes), rel=1e-5)
-  plain = TOOLS['nll'].run(s, batches, str(tmp_path), train_nll='plain')
+  plain = TOOLS['nll'].run(s, batches, str(tmp_path), nll.Options(nll_train='plain'))
   assert plain['train_nll'] < result['train_nll']  # smoothing penalises confident fits
   assert plain['test_nll'] == result['test_nll']
   noisy = subject('ViT-Ti_16', 'vit', **{**TINY_VIT, 'dropout_rate': 0.5})
@@ -328,8 +328,9 @@ def test_landscape_tools(subjects, family_name, tmp_path):
   # Few Lanczos steps (their accuracy is tested in test_hessian_lanczos.py) and one
   # minibatch, so that the top-k and the density share one compiled product (several
   # minibatches: test_paper_scale_command_on_a_generated_checkpoint).
-  result = TOOLS['hessian'].run(s, batches, str(tmp_path), num_minibatches=1, top_k=3, steps_top=4,
-                          steps_density=5, num_probes=1, trace_probes=3, block_steps=2)
+  result = TOOLS['hessian'].run(s, batches, str(tmp_path), hessian.Options(
+      hessian_batches=1, hessian_top_k=3, lanczos_steps=4, density_steps=5, density_probes=1,
+      trace_probes=3, block_steps=2))
   json.dumps(result)
   assert np.array(result['top_per_minibatch']).shape == (1, 3)
   # The blocks' traces add up to the whole trace, probe by probe.
@@ -356,8 +357,8 @@ def test_landscape_tools(subjects, family_name, tmp_path):
   assert all(c[0] == 0. and c[-1] == h for c, h in zip(curves, result['high_frequency']))
   assert np.all(np.array(result['variance']) > 0)
   assert result['attention_layers'] == {'vit': [1, 3], 'alternet': [3]}.get(s.label, [])
-  result = TOOLS['robustness'].run(s, batches, str(tmp_path), epsilons=(0.1, 1.), frequencies=(0., 1.5),
-                             width=0.1)
+  result = TOOLS['robustness'].run(s, batches, str(tmp_path), robustness.Options(
+      noise_epsilons=(0.1, 1.), noise_frequencies=(0., 1.5), noise_band_width=0.1))
   json.dumps(result)
   assert np.array(result['accuracy']).shape == (2, 2)
   # f = 0 of half-width 0.1 passes no noise at 32 px (a 0x0 square): no measurement.
@@ -377,22 +378,24 @@ def test_landscape_tools(subjects, family_name, tmp_path):
 
 def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   s = subjects['vit']
-  kwargs = dict(num_minibatches=1, top_k=2, steps_top=6, steps_density=6, num_probes=1,
-                trace_probes=2, block_steps=2)
-  training = TOOLS['hessian'].run(s, batches, str(tmp_path), **kwargs)
-  clean = TOOLS['hessian'].run(s, batches, str(tmp_path), objective='clean', **kwargs)
+  small = hessian.Options(hessian_batches=1, hessian_top_k=2, lanczos_steps=6, density_steps=6,
+                          density_probes=1, trace_probes=2, block_steps=2)
+  training = TOOLS['hessian'].run(s, batches, str(tmp_path), small)
+  clean = TOOLS['hessian'].run(s, batches, str(tmp_path),
+                               dataclasses.replace(small, hessian_objective='clean'))
   assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
   assert 'augmentation' in training['objective']['data']
   assert not np.allclose(training['top_per_minibatch'], clean['top_per_minibatch'])
   # This project's decay mask: the L2 term on the kernels alone.
-  kernels = TOOLS['hessian'].run(s, batches, str(tmp_path), l2_on='kernels', **kwargs)
+  kernels = TOOLS['hessian'].run(s, batches, str(tmp_path),
+                                 dataclasses.replace(small, hessian_l2_on='kernels'))
   count = sum(np.size(v) for k, v in flax.traverse_util.flatten_dict(s.params).items()
               if k[-1] == 'kernel')
   assert kernels['objective']['l2_on'] == 'kernels'
   assert kernels['trace_l2'] == pytest.approx(1e-3 * count)
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
-    TOOLS['hessian'].run(no_recipe, batches, str(tmp_path), **kwargs)
+    TOOLS['hessian'].run(no_recipe, batches, str(tmp_path), small)
 
 
 def test_cka_features_sharded_over_devices_equal_one_device(subjects):
@@ -433,11 +436,11 @@ def test_hessian_and_cka_on_split_parameters_equal_whole_ones(subjects, tmp_path
   split = features.split_parameters(whole)
   largest = max(jax.tree_util.tree_leaves(split.params), key=lambda leaf: leaf.size)
   assert len(largest.sharding.device_set) == 8 and not largest.sharding.is_fully_replicated
-  kwargs = dict(num_minibatches=2, top_k=2, steps_top=4, steps_density=4, num_probes=1,
-                trace_probes=2, block_steps=2)
+  small = hessian.Options(hessian_batches=2, hessian_top_k=2, lanczos_steps=4, density_steps=4,
+                          density_probes=1, trace_probes=2, block_steps=2)
   for name in ('whole', 'split'):
     (tmp_path / name).mkdir()
-  results = [TOOLS['hessian'].run(s, batches_of_16, str(tmp_path / name), **kwargs)
+  results = [TOOLS['hessian'].run(s, batches_of_16, str(tmp_path / name), small)
              for s, name in ((whole, 'whole'), (split, 'split'))]
   for key in ('top_per_minibatch', 'trace', 'slq_nodes'):
     np.testing.assert_allclose(results[1][key], results[0][key], rtol=2e-3, atol=1e-4)

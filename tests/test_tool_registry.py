@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from absl import flags
 from absl.testing import flagsaver
 
 import analysis.tools  # noqa: F401  (the package's tools registered, their flags defined)
-from analysis import tool
+from analysis import tool, tool_options
 from analysis.tool import Tool, register
 from analysis.tool_options import define_flags, option
 from vit_jax.errors import ConfigError
@@ -63,17 +64,60 @@ def _scalars(logdir):
 
 def test_each_tools_flags_are_its_options_fields(registry):
   assert {'hessian', 'landscape', 'corruption', 'nll', 'logit_margin'} <= {
-      name for name, record in tool.TOOLS.items() if record.flags}
+      name for name, record in tool.TOOLS.items() if record.options}
   for record in tool.TOOLS.values():
-    for field in dataclasses.fields(record.flags) if record.flags else ():
+    for field in tool_options.flag_fields(record.options) if record.options else ():
       flag = flags.FLAGS[field.name]
       assert flag.default == field.default and flag.help.endswith(field.metadata['help'])
       if field.metadata['choices']:
         assert list(flag.parser.enum_values) == list(field.metadata['choices'])
-    if record.flags:  # the run's defaults are the options'
-      signature = inspect.signature(record.run).parameters
-      for key, value in record.options(record.flags()).items():
-        assert signature[key].default == value, (record.name, key)
+    if record.options:  # the run takes the options whole, their defaults by default
+      assert inspect.signature(record.run).parameters['options'].default == record.options()
+
+
+def test_what_a_budget_shrinks_and_shortens_is_named_by_fields(registry):
+  """A tool's `shortened_by` and every budgeted field's `follows` name what its
+  options have: a rename fails when the tool registers, not when a budget runs."""
+  for record in tool.TOOLS.values():
+    fields = {f.name for f in dataclasses.fields(record.options)} if record.options else set()
+    assert set(record.shortened_by) <= fields | {'num_images'}, record.name
+    for field in tool_options.budgeted(record.options) if record.options else ():
+      follows = field.metadata['budget'].follows
+      assert not follows or hasattr(record.options(), follows), (record.name, field.name)
+  hessian = tool.TOOLS['hessian']
+  with pytest.raises(ValueError, match="shortened_by names hessian_minibatches, not options"):
+    tool.register(dataclasses.replace(hessian, name='renamed',
+                                      shortened_by=('hessian_minibatches',)))
+  assert 'renamed' not in tool.TOOLS
+
+
+def test_a_budget_shrinks_the_lowest_order_first_and_stops_at_the_minimum():
+  @dataclasses.dataclass(frozen=True)
+  class Sizes:
+    steps: int = option(30, 'Steps.', flag=False, budget=tool_options.Budget(10, order=0))
+    follower: Optional[int] = option(None, 'Half the steps unless set.', flag=False,
+                                     budget=tool_options.Budget(2, order=1,
+                                                                smaller=lambda n: 2,
+                                                                follows='half'))
+    bands: tuple = option((1, 2, 3, 4), 'Bands.', flag=False,
+                          budget=tool_options.Budget((1, 4), order=1,
+                                                     smaller=lambda b: (b[0], b[-1])))
+    fixed: int = option(7, 'Never shrinks.', flag=False)
+
+    @property
+    def half(self):
+      return self.follower or self.steps // 2
+
+  chosen, seen = Sizes(), []
+  while (chosen := tool_options.shrink(chosen)) is not None:
+    seen.append(chosen)
+  assert [s.steps for s in seen] == [20, 13, 10, 10]
+  assert [s.half for s in seen] == [10, 6, 5, 2]  # follows the steps until it shrinks itself
+  assert seen[-1] == Sizes(steps=10, follower=2, bands=(1, 4))
+  assert tool_options.smallest(Sizes()) == seen[-1]
+  assert tool_options.changes(Sizes(), seen[-1]) == {
+      'steps': [30, 10], 'follower': [15, 2], 'bands': [(1, 2, 3, 4), (1, 4)]}
+  assert tool_options.shrink(None) is None
 
 
 def test_options_are_checked_and_a_flag_two_tools_share_must_agree(registry):
@@ -82,7 +126,7 @@ def test_options_are_checked_and_a_flag_two_tools_share_must_agree(registry):
     with pytest.raises(ConfigError, match='--logit_margin_rank is 1; it must be at least 2'):
       module.LOGIT_MARGIN.read_options()
   with flagsaver.flagsaver(logit_margin_rank=4):
-    assert module.LOGIT_MARGIN.read_options() == {'rank': 4}
+    assert module.LOGIT_MARGIN.read_options() == module.Options(logit_margin_rank=4)
 
   @dataclasses.dataclass(frozen=True)
   class Clashing:

@@ -121,7 +121,7 @@ def logit_difference(logits: np.ndarray, label: np.ndarray, other: np.ndarray) -
 
 
 def run_activation_patching(subject: Subject, batches: Batches, out: str,
-                            corruption: str = 'gaussian_noise', severity: int = 5) -> Dict:
+                            options: Options = Options()) -> Dict:
   """Per site, the share of the clean logit difference that patching its clean
   activation into the corrupted run restores, ± its delta-method standard error
   over the pairs (`uncertainty.ratio_of_means`), on the evaluation images whose
@@ -131,8 +131,8 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    corruption: one of `corruptions.CORRUPTIONS`.
-    severity: 1-5.
+    options: the tool's options: `patching_corruption`, one of
+      `corruptions.CORRUPTIONS`, at `patching_severity` 1-5.
 
   Returns:
     The model's JSON; where the corruption changes fewer than `MIN_PAIRS`
@@ -143,7 +143,8 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
   restored, full, seen, seed = [], [], 0, 0
   for images, _ in batches('eval'):
     images = np.asarray(images)
-    corrupted = corruptions.corrupt(images, corruption, severity, seed, parameters)
+    corrupted = corruptions.corrupt(images, options.patching_corruption,
+                                    options.patching_severity, seed, parameters)
     seed += 1
     seen += len(images)
     clean_logits, corrupted_logits = (np.asarray(subject.logits(x)) for x in (images, corrupted))
@@ -158,10 +159,12 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     full.append(m(clean_logits) - base)
     restored.append(np.stack([m(z) - base for z in logits]))
   pairs = sum(len(f) for f in full)
-  about = {'corruption': corruption, 'severity': severity, 'pairs': pairs, 'num_images': seen}
+  about = {'corruption': options.patching_corruption, 'severity': options.patching_severity,
+           'pairs': pairs, 'num_images': seen}
   if pairs < MIN_PAIRS:
     return {**about, 'figures': [], 'refused': (
-        f'{corruption} at severity {severity} changes the prediction on {pairs} of {seen} '
+        f'{options.patching_corruption} at severity {options.patching_severity} changes the '
+        f'prediction on {pairs} of {seen} '
         f'evaluation images; patching needs at least {MIN_PAIRS}: raise '
         '--patching_severity, pick another --patching_corruption, or analyse more images')}
   share, stderr = uncertainty.ratio_of_means(np.concatenate(restored, axis=1),
@@ -171,7 +174,8 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
   figures = [plots.bars(share[branches], stderr[branches], [every[k].label for k in branches],
                         [every[k].kind for k in branches],
                         figure_path(out, 'activation_patching', subject),
-                        f'Activation patching ({corruption} {severity}): {subject.label}',
+                        f'Activation patching ({options.patching_corruption} '
+                        f'{options.patching_severity}): {subject.label}',
                         'clean logit difference restored')]
   counts = head_counts(subject) if subject.layers.head_outputs else []
   if heads and len(set(counts)) == 1:
@@ -216,9 +220,8 @@ TOOL = register(Tool(
     paper='No claim of the two papers: denoising activation patching as TransformerLens and '
           'ViT-Prisma draw it (Meng et al. 2022 call it causal tracing), per branch and '
           'per head.',
-    reads_logits=True, flags=Options,
-    options=lambda chosen: {'corruption': chosen.patching_corruption,
-                            'severity': chosen.patching_severity},
+    reads_logits=True,
+    options=Options,
     run=run_activation_patching, findings=each_model(_findings),
     scalars=lambda result, label: ({'activation_patching/restored': result[label]['restored']}
                                    if 'restored' in result.get(label, {}) else {}),

@@ -100,9 +100,8 @@ def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) ->
   return threshold if rule == 'absolute' else factor * float(np.median(norms))
 
 
-def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str = 'absolute',
-                        threshold: float = PAPER_THRESHOLD, factor: float = 4.,
-                        similarity: str = EMBEDDING) -> Dict:
+def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
+                        options: Options = Options()) -> Dict:
   """Patch-token norms per residual-stream entry on the evaluation split; the
   outliers' share (± its standard error over images) at each; at the last entry,
   the outliers' neighbour similarity against the other patches' and the class
@@ -112,12 +111,11 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    rule: 'absolute' (the paper's) or 'relative'.
-    threshold: the absolute rule's norm.
-    factor: the relative rule's multiple of the median.
-    similarity: EMBEDDING (the paper's) or PIXELS: what the neighbour similarity
-      compares. A model without a patch embedding (AlterNet) has only its pixels,
-      which its JSON records.
+    options: the tool's options: `artifact_rule` 'absolute' (the paper's, at
+      `artifact_threshold`) or 'relative' (`artifact_factor` times the median);
+      `artifact_similarity` EMBEDDING (the paper's) or PIXELS, what the neighbour
+      similarity compares. A model without a patch embedding (AlterNet) has only
+      its pixels, which its JSON records.
 
   Returns:
     The model's JSON.
@@ -129,8 +127,9 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
   (side, _), _ = subject.token_grid()
   prefix = int(subject.has_cls) + subject.registers
   last_attention = layers.attention_weights[-1]
-  if similarity == EMBEDDING and layers.patch_tokens is None:
-    similarity = PIXELS  # nothing else to compare; recorded, so the report names it
+  # Without a patch embedding there is nothing else to compare; recorded, so the report
+  # names it.
+  similarity = (PIXELS if layers.patch_tokens is None else options.artifact_similarity)
   names = list(layers.stream) + [last_attention] + (
       [layers.patch_tokens] if similarity == EMBEDDING else [])
   norms, prefix_norms, similar, cls_attention = [[] for _ in layers.stream], [], [], []
@@ -148,14 +147,16 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
       cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
   norms = [np.concatenate(n) for n in norms]  # per entry, (N, patches)
   n = len(norms[0])
-  cuts = [_threshold(v, rule, threshold, factor) for v in norms]
+  cuts = [_threshold(v, options.artifact_rule, options.artifact_threshold,
+                     options.artifact_factor) for v in norms]
   per_image = [np.mean(v > cut, axis=1) for v, cut in zip(norms, cuts)]
   share = [float(s.mean()) for s in per_image]
   share_stderr = [float(s.std(ddof=1) / np.sqrt(n)) if n > 1 else 0. for s in per_image]
   outlier = norms[-1] > cuts[-1]
   similar = np.concatenate(similar)
   result = {
-      'layers': list(layers.labels), 'rule': rule, 'threshold': cuts, 'similarity': similarity,
+      'layers': list(layers.labels), 'rule': options.artifact_rule, 'threshold': cuts,
+      'similarity': similarity,
       'percentiles': [50, 90, 99, 100],
       'norm_percentiles': [np.percentile(v, [50, 90, 99, 100]).tolist() for v in norms],
       'share': share, 'share_stderr': share_stderr,
@@ -175,7 +176,7 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str, rule: str 
       plots.histogram(norms[-1], figure_path(out, 'artifact_tokens', subject),
                       f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
                       'L2 norm', logy=True,
-                      marks=[(cuts[-1], f'outlier rule ({rule}: {cuts[-1]:.3g})')]),
+                      marks=[(cuts[-1], f'outlier rule ({options.artifact_rule}: {cuts[-1]:.3g})')]),
       plots.curves({'outliers': 100 * np.array(share)},
                    figure_path(out, 'artifact_tokens_layers', subject),
                    f'Outlier patch tokens per layer: {subject.label}', 'layer',
@@ -255,10 +256,7 @@ TOOL = register(Tool(
           "class token's attention picks them out; registers take them off the patches.",
     run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
     verdicts=verdicts,
-    flags=Options, options=lambda chosen: {'rule': chosen.artifact_rule,
-                                           'threshold': chosen.artifact_threshold,
-                                           'factor': chosen.artifact_factor,
-                                           'similarity': chosen.artifact_similarity},
+    options=Options,
     scalars=lambda result, label: ({'artifact_tokens/share': result[label]['share']}
                                    if label in result else {}),
     work=lambda subject, options, amounts: Work({'forward': amounts.batches}, {'forward': 1})))

@@ -12,7 +12,7 @@ import numpy as np
 from analysis import corruptions, features, plots, uncertainty, verdict
 from analysis.estimate import Amounts, Work
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register, take
-from analysis.tool_options import option
+from analysis.tool_options import Budget, option
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET
 
@@ -33,6 +33,12 @@ class Options:
       'ImageNet-C\'s above; cifar or imagenet: that set at any size (ImageNet-C\'s on small '
       'images is a departure: its noise and blur are set for 224 px).',
       choices=('auto', *corruptions.PARAMETER_SETS))
+  corruption_fraction: float = option(
+      1., 'The share of the evaluation images used, the first ones, clean and corrupted '
+      '(a time budget\'s smaller sample: two thirds at a time, down to a fifth).', flag=False,
+      budget=Budget(minimum=0.2, order=0))
+
+
 TFDS_NAME = 'cifar10_corrupted/{}_{}'  # a TFDS config per corruption and severity
 
 
@@ -68,36 +74,34 @@ def _corrupted_batches(subjects: Sequence[Subject], batches: Batches, source: st
 
 
 def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
-                   baseline: Optional[str] = Options.corruption_baseline,
-                   source: str = Options.corruptions_from,
-                   parameters: str = Options.corruption_parameters,
-                   fraction: float = 1.) -> Dict:
+                   options: Options = Options()) -> Dict:
   """Each model's error on the clean evaluation images and under each corruption
   and severity (every model on the same corrupted images), its mean over them,
-  and Hendrycks & Dietterich's corruption errors against `baseline`. The
-  corruptions' `parameters` set ('auto': `corruptions.parameters_for` the image
-  size; TFDS's cifar10_corrupted is CIFAR-C's) is recorded in the JSON. With a
-  `fraction` below 1 (a time budget's smaller sample) only that share of the
-  evaluation images, the first ones, is used, clean and corrupted.
+  and Hendrycks & Dietterich's corruption errors against `corruption_baseline`.
+  The corruptions' `corruption_parameters` set ('auto': `corruptions.parameters_for`
+  the image size; TFDS's cifar10_corrupted is CIFAR-C's) is recorded in the JSON.
+  With a `corruption_fraction` below 1 (a time budget's smaller sample) only that
+  share of the evaluation images, the first ones, is used, clean and corrupted.
 
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    baseline: the model label the errors are relative to (`_baseline` if None).
-    source: 'package' (corrupt here) or 'tfds' (read cifar10_corrupted).
-    parameters: 'auto', 'cifar' or 'imagenet'.
-    fraction: the share of the evaluation images used.
+    options: the tool's options: `corruption_baseline`, the model label the errors
+      are relative to (`_baseline` if None); `corruptions_from` 'package' (corrupt
+      here) or 'tfds' (read cifar10_corrupted); `corruption_parameters` 'auto',
+      'cifar' or 'imagenet'; `corruption_fraction`.
 
   Returns:
     The tool's JSON.
   """
-  baseline = _baseline(subjects, baseline)
-  if fraction < 1:
-    keep = max(1, int(np.ceil(fraction * sum(len(x) for x, _ in batches('eval')))))
+  baseline = _baseline(subjects, options.corruption_baseline)
+  if options.corruption_fraction < 1:
+    keep = max(1, int(np.ceil(options.corruption_fraction
+                              * sum(len(x) for x, _ in batches('eval')))))
     batches = lambda split, every=batches: take(every(split), keep)
-  parameters = ('cifar' if source == 'tfds'
-                else corruptions.parameters_for(subjects[0].image_size, parameters))
+  parameters = ('cifar' if options.corruptions_from == 'tfds' else corruptions.parameters_for(
+      subjects[0].image_size, options.corruption_parameters))
   clean = {s.label: [] for s in subjects}
   num_images = batch_size = 0
   for images, labels in batches('eval'):
@@ -105,7 +109,8 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
     num_images += len(images)
     for s in subjects:
       clean[s.label].append(np.asarray(s.logits(images)).argmax(-1) != np.asarray(labels))
-  data = _corrupted_batches(subjects, batches, source, num_images, batch_size, parameters)
+  data = _corrupted_batches(subjects, batches, options.corruptions_from, num_images, batch_size,
+                            parameters)
   errors = {s.label: {} for s in subjects}
   for name in corruptions.CORRUPTIONS:
     wrong = {s.label: np.zeros(len(corruptions.SEVERITIES)) for s in subjects}
@@ -122,7 +127,8 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
                                                    errors[baseline], clean_error[baseline])
               for label in errors}
   result = {
-      'baseline': baseline, 'source': source, 'parameters': parameters, 'fraction': fraction,
+      'baseline': baseline, 'source': options.corruptions_from, 'parameters': parameters,
+      'fraction': options.corruption_fraction,
       'num_images': num_images,
       'corruptions': list(corruptions.CORRUPTIONS), 'severities': list(corruptions.SEVERITIES),
       'image_size': subjects[0].image_size, 'errors': errors, 'clean_error': clean_error,
@@ -220,7 +226,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
       models, list(result['errors']), estimate, fmt='.3f')]
 
 
-def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """A forward pass over the clean and each corrupted evaluation set, or the
   `fraction` of it the options keep, and (corrupting with the package) each
   corrupted image.
@@ -234,17 +240,17 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
     The work.
   """
   corrupted = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
-  fraction = options.get('fraction', 1.)
+  fraction = options.corruption_fraction
   return Work({'forward': (1 + corrupted) * amounts.batches * fraction}, {'forward': 1},
               host={CORRUPTED_IMAGE: corrupted * amounts.num_images * fraction
-                    if options.get('source', 'package') == 'package' else 0.})
+                    if options.corruptions_from == 'package' else 0.})
 
 
 CORRUPTED_IMAGE = 'corrupted image'
 TIMED_IMAGES = 2
 
 
-def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Mapping,
+def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Options,
                 amounts: Amounts) -> Dict[str, float]:
   """Seconds of corrupting one image, the mean over the corruptions at the middle
   severity, timed on `TIMED_IMAGES` of `images` after a first call of each (the
@@ -260,9 +266,9 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   Returns:
     Seconds per unit, by the unit's name.
   """
-  if options.get('source', 'package') != 'package':
+  if options.corruptions_from != 'package':
     return {CORRUPTED_IMAGE: 0.}
-  parameters = corruptions.parameters_for(subject.image_size, options.get('parameters', 'auto'))
+  parameters = corruptions.parameters_for(subject.image_size, options.corruption_parameters)
   middle = corruptions.SEVERITIES[len(corruptions.SEVERITIES) // 2]
   sample = np.asarray(images[:TIMED_IMAGES])
   seconds = []
@@ -272,25 +278,6 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
     corruptions.corrupt(sample, name, middle, seed=0, parameters=parameters)
     seconds.append((time.perf_counter() - start) / len(sample))
   return {CORRUPTED_IMAGE: float(np.mean(seconds))}
-
-
-MIN_FRACTION = 0.2
-
-
-def shrink(options: Mapping) -> Optional[Dict]:
-  """A smaller sample for a time budget: two thirds of the evaluation images, down
-  to a fifth of them; None there.
-
-  Args:
-    options: the tool's options.
-
-  Returns:
-    The smaller options, or None at the stated minimum.
-  """
-  fraction = options.get('fraction', 1.)
-  if fraction > MIN_FRACTION:
-    return {**options, 'fraction': round(max(MIN_FRACTION, fraction * 2 / 3), 3)}
-  return None
 
 
 TOOL = register(Tool(
@@ -310,9 +297,6 @@ TOOL = register(Tool(
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}
                                    if label in result['errors'] else {}),
-    flags=Options,
-    options=lambda chosen: {'baseline': chosen.corruption_baseline,
-                            'source': chosen.corruptions_from,
-                            'parameters': chosen.corruption_parameters},
-    work=work, host_prices=host_prices, shortened_by=('num_images',), shrink=shrink,
+    options=Options,
+    work=work, host_prices=host_prices, shortened_by=('num_images',),
     minimum='a fifth of the evaluation images'))

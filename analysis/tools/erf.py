@@ -113,7 +113,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
       'pixels', logy=True, decades=4, errors=lambda r: r['half_mass_stderr'])
 
 
-def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+def work(subject: Subject, options: None, amounts: Amounts) -> Work:
   """An input gradient over ERF_IMAGES images per stream layer, each compiled apart.
 
   Args:
@@ -125,7 +125,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
     The work.
   """
   layers = len(subject.layers.stream)
-  images = min(options.get('num_images', ERF_IMAGES), amounts.num_images)
+  images = min(ERF_IMAGES, amounts.num_images)
   return Work({'gradient': layers * images / amounts.batch_size}, {'gradient': layers})
 
 

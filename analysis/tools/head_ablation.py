@@ -107,7 +107,8 @@ def mean_head_outputs(subject: Subject, batches: Batches) -> List[np.ndarray]:
   return [(s / count).astype(np.float32) for s in sums]
 
 
-def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 'zero') -> Dict:
+def run_head_ablation(subject: Subject, batches: Batches, out: str,
+                      options: Options = Options()) -> Dict:
   """Accuracy on the evaluation split with each attention head removed in turn,
   against the intact model; the drop's standard error is that of a paired
   difference over images. Each head's mean attention distance (spatial keys,
@@ -118,8 +119,9 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    mode: 'zero' (the head's output times 0, Michel et al.'s masking) or 'mean'
-      (replaced by its mean over the evaluation images, per token).
+    options: the tool's options: `head_ablation` 'zero' (the head's output times 0,
+      Michel et al.'s masking) or 'mean' (replaced by its mean over the evaluation
+      images, per token).
 
   Returns:
     The model's JSON.
@@ -128,7 +130,7 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no per-head outputs of '
                      'its attention: head ablation needs a ViT.')
   cases, removed = ablations(subject, mean_head_outputs(subject, batches)
-                             if mode == 'mean' else None)
+                             if options.head_ablation == 'mean' else None)
   counts = [sum(1 for l, _ in removed if l == layer)
             for layer in range(len(subject.layers.head_outputs))]
   grid, pixels = subject.token_grid()
@@ -156,11 +158,11 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str, mode: str = 
       {name: (distance[layer], np.array(by_layer(100 * drop)[layer]))
        for layer, name in enumerate(layer_names)},
       figure_path(out, 'head_ablation', subject),
-      f'Head ablation ({mode}): {subject.label} (intact {100 * accuracy:.1f}%)',
+      f'Head ablation ({options.head_ablation}): {subject.label} (intact {100 * accuracy:.1f}%)',
       'mean attention distance (pixels)', 'accuracy lost (points)')
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
-          'mode': mode, 'layers': layer_names, 'heads': counts,
+          'mode': options.head_ablation, 'layers': layer_names, 'heads': counts,
           'drop': by_layer(drop), 'drop_stderr': by_layer(drop_stderr),
           'distance': [d.tolist() for d in distance],
           'num_images': n, 'figures': [figure]}
@@ -185,12 +187,12 @@ TOOL = register(Tool(
     paper='No claim of the two papers: Raghu et al. sort heads by their mean attention '
           'distance (the axis of their Fig. 5); this asks which of them the prediction '
           'needs.',
-    reads_logits=True, flags=Options, options=lambda chosen: {'mode': chosen.head_ablation},
+    reads_logits=True, options=Options,
     run=run_head_ablation, runs_on=ATTENTION, findings=each_model(_findings),
     scalars=lambda result, label: ({'head_ablation/drop': [
         d for row in result[label]['drop'] for d in row]} if label in result else {}),
     # One forward pass over the evaluation split per head, the intact one, the
     # attention maps' pass and, for mean-ablation, the means' pass.
     work=lambda subject, options, amounts: Work(
-        {'forward': (2 + (options.get('mode') == 'mean') + sum(head_counts(subject)))
+        {'forward': (2 + (options.head_ablation == 'mean') + sum(head_counts(subject)))
          * amounts.batches}, {'forward': 2})))

@@ -2,7 +2,6 @@
 density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and of
 each parameter block's diagonal block."""
 import dataclasses
-import os
 from typing import Dict, List, Mapping, Optional
 
 import jax
@@ -14,7 +13,7 @@ from analysis import (features, hessian, joint_figures, lanczos, plots, progress
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from analysis.estimate import Amounts, Work
-from analysis.tool_options import option
+from analysis.tool_options import Budget, option
 from vit_jax.steps import kernel_mask
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
@@ -25,17 +24,28 @@ DENSITY_DECADES = 8
 
 
 
-def lanczos_steps_option() -> int:
-  """The `--lanczos_steps` field, which the Hessian and the landscape tools share."""
+def lanczos_steps_option(budget: Optional[Budget] = None) -> int:
+  """The `--lanczos_steps` field, which the Hessian and the landscape tools share.
+
+  Args:
+    budget: how a time budget shrinks it in this tool, or None.
+
+  Returns:
+    The field.
+  """
   return option(20, 'Lanczos steps per top-k estimate; twice as many for the density, half '
-                'as many per parameter block and as trace probes.', least=1)
+                'as many per parameter block and as trace probes.', least=1, budget=budget)
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """The Hessian tool's command-line options."""
-  hessian_batches: int = option(4, 'Minibatches (of --batch_size) for the Hessian.', least=1)
-  lanczos_steps: int = lanczos_steps_option()
+  """The Hessian tool's options: its command-line flags, and the settings a time
+  budget shrinks (the smallest sample: 2 minibatches, 10 Lanczos steps, one density
+  probe, 2 trace probes and 4 steps per block). A setting left None follows
+  `lanczos_steps`, as its `*_in_use` property says."""
+  hessian_batches: int = option(4, 'Minibatches (of --batch_size) for the Hessian, each its own '
+                                'top-k estimate.', least=1, budget=Budget(minimum=2, order=0))
+  lanczos_steps: int = lanczos_steps_option(Budget(minimum=10, order=1))
   hessian_l2_on: str = option(
       'all', 'Parameters the training objective\'s L2 term covers: all (Park & Kim\'s AdamW '
       'decays every parameter) or kernels (the parameters this project\'s optimizer decays).',
@@ -48,6 +58,30 @@ class Options:
       'training', 'training: the recipe\'s loss plus L2 on augmented training batches (Park '
       '& Kim); clean: plain cross-entropy on evaluation-preprocessed images.',
       choices=('training', 'clean'))
+  hessian_top_k: int = option(5, 'Eigenvalues per minibatch.', flag=False)
+  density_steps: Optional[int] = option(
+      None, 'Lanczos steps per SLQ probe (None: twice --lanczos_steps).', flag=False)
+  density_probes: int = option(2, 'SLQ probes.', flag=False,
+                               budget=Budget(minimum=1, order=2, smaller=lambda probes: 1))
+  trace_probes: Optional[int] = option(
+      None, 'Hutchinson probes (None: half --lanczos_steps, at least 2).', flag=False,
+      budget=Budget(minimum=2, order=3, smaller=lambda probes: 2, follows='trace_probes_in_use'))
+  block_steps: Optional[int] = option(
+      None, 'Lanczos steps per parameter block\'s diagonal block (None: half --lanczos_steps, '
+      'at least 1).', flag=False,
+      budget=Budget(minimum=4, order=3, smaller=lambda steps: 4, follows='block_steps_in_use'))
+
+  @property
+  def density_steps_in_use(self) -> int:
+    return self.density_steps or 2 * self.lanczos_steps
+
+  @property
+  def trace_probes_in_use(self) -> int:
+    return self.trace_probes or max(2, self.lanczos_steps // 2)
+
+  @property
+  def block_steps_in_use(self) -> int:
+    return self.block_steps or max(1, self.lanczos_steps // 2)
 
 
 def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
@@ -110,67 +144,33 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
                                                   'pipeline, augmentation drawn once'}
 
 
-def options(chosen: Options) -> Dict:
-  """`run_hessian`'s keyword arguments from the tool's options.
-
-  Args:
-    chosen: the options.
-
-  Returns:
-    The run's keyword arguments.
-  """
-  steps = chosen.lanczos_steps
-  return dict(num_minibatches=chosen.hessian_batches, steps_top=steps,
-              steps_density=2 * steps, block_steps=max(1, steps // 2),
-              trace_probes=max(2, steps // 2), objective=chosen.hessian_objective,
-              l2_on=chosen.hessian_l2_on, density_width=chosen.hessian_density_width)
-
-
-DEFAULTS = dict(options(Options()), num_probes=2)  # `run_hessian`'s
-
-
 def run_hessian(subject: Subject, batches: Batches, out: str,
-                num_minibatches: int = DEFAULTS['num_minibatches'], top_k: int = 5,
-                steps_top: int = DEFAULTS['steps_top'],
-                steps_density: int = DEFAULTS['steps_density'],
-                num_probes: int = DEFAULTS['num_probes'],
-                trace_probes: int = DEFAULTS['trace_probes'],
-                block_steps: int = DEFAULTS['block_steps'],
-                objective: str = DEFAULTS['objective'], l2_on: str = DEFAULTS['l2_on'],
-                density_width: str = DEFAULTS['density_width']) -> Dict:
+                options: Options = Options()) -> Dict:
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
   an SLQ density with its negative fraction on all of them together, Hutchinson
   traces of the whole Hessian and of each parameter block's diagonal block
   (`hessian.parameter_blocks`), and the largest-magnitude eigenvalue of each
   block's diagonal block on the first minibatch, of the objective
-  `hessian_objective` names with L2 over `l2_on` (recorded in the JSON). The
-  density is drawn with Gaussians of `density_width` (`lanczos.density_sigma`:
-  PyHessian's by default).
+  `hessian_objective` names with L2 over `hessian_l2_on` (recorded in the JSON).
+  The density is drawn with Gaussians of `hessian_density_width`
+  (`lanczos.density_sigma`: PyHessian's by default).
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    num_minibatches: minibatches, each its own top-k estimate.
-    top_k: eigenvalues per minibatch.
-    steps_top: Lanczos steps for the top-k.
-    steps_density: Lanczos steps per SLQ probe.
-    num_probes: SLQ probes.
-    trace_probes: Hutchinson probes.
-    block_steps: Lanczos steps per parameter block's diagonal block.
-    objective: 'training' or 'clean' (`hessian_objective`).
-    l2_on: 'all' or 'kernels'.
-    density_width: 'pyhessian' or 'wide' (`lanczos.density_sigma`).
+    options: the tool's options.
 
   Returns:
     The model's JSON.
   """
   num_classes = subject.config.num_classes
   host_loop = hessian.loops_on_host(subject.layers.architecture)
-  loss, split, description = hessian_objective(subject, objective, host_loop, l2_on)
-  fixed = fixed_batches(batches, split, num_minibatches, num_classes, subject.mesh)
-  basis = check_lanczos(max(steps_top, steps_density), hessian.dimension(subject.params),
-                        subject.label)
+  loss, split, description = hessian_objective(subject, options.hessian_objective, host_loop,
+                                               options.hessian_l2_on)
+  fixed = fixed_batches(batches, split, options.hessian_batches, num_classes, subject.mesh)
+  basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use),
+                        hessian.dimension(subject.params), subject.label)
   matvec, dim, operands, method = hessian.minibatch_hvp(loss, subject.params, fixed, host_loop,
                                                         keep_free=basis)
   ids, blocks = hessian.parameter_blocks(subject.params)
@@ -178,24 +178,26 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
   done = progress.Progress(
       f'hessian {subject.label}',
-      num_minibatches * (steps_top + num_probes * steps_density + trace_probes)
-      + sum(min(block_steps, n) for n in sizes.values()),
+      options.hessian_batches * (options.lanczos_steps
+                                 + options.density_probes * options.density_steps_in_use
+                                 + options.trace_probes_in_use)
+      + sum(min(options.block_steps_in_use, n) for n in sizes.values()),
       'minibatch Hessian-vector products')
   tops = []
-  for i in range(num_minibatches):
+  for i in range(options.hessian_batches):
     tops.append(lanczos.extreme_eigenvalues(
-        matvec, dim, steps_top, top_k, jax.random.PRNGKey(i),
+        matvec, dim, options.lanczos_steps, options.hessian_top_k, jax.random.PRNGKey(i),
         operands=operands(slice(i, i + 1)), host_loop=host_loop,
         on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'].tolist())
     if not host_loop:
-      done.advance(steps_top)
-  nodes, weights = lanczos.slq(matvec, dim, steps_density, num_probes,
+      done.advance(options.lanczos_steps)
+  nodes, weights = lanczos.slq(matvec, dim, options.density_steps_in_use, options.density_probes,
                                operands=operands(slice(None)), host_loop=host_loop,
-                               on_step=lambda carry: done.advance(num_minibatches, carry),
+                               on_step=lambda carry: done.advance(options.hessian_batches, carry),
                                mesh=subject.mesh)
   block_top, masked = {}, hessian.block_matvec(matvec)  # one program for every block
   for b, name in enumerate(blocks):
-    steps = min(block_steps, sizes[name])
+    steps = min(options.block_steps_in_use, sizes[name])
     block_top[name] = float(lanczos.extreme_eigenvalues(
         masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
         operands=((ids == b).astype(jnp.float32), *operands(slice(0, 1))),
@@ -203,86 +205,56 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
         on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'][0])
     if not host_loop:
       done.advance(steps)
-  signs = jax.random.rademacher(jax.random.PRNGKey(num_minibatches), (trace_probes, dim),
-                                jnp.float32)
+  signs = jax.random.rademacher(jax.random.PRNGKey(options.hessian_batches),
+                                (options.trace_probes_in_use, dim), jnp.float32)
   sums = lanczos.hutchinson(matvec, signs, operands(slice(None)), ids, len(blocks))
-  done.advance(num_minibatches * trace_probes)
+  done.advance(options.hessian_batches * options.trace_probes_in_use)
   block_traces = sums.mean(0)
-  block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(trace_probes))
+  block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(options.trace_probes_in_use))
   l2_share = hessian.l2_traces(subject.params, description['l2'], kernel_mask
                                if description.get('l2_on') == 'kernels' else None)
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
-  sigma = lanczos.density_sigma(nodes, density_width)
+  sigma = lanczos.density_sigma(nodes, options.hessian_density_width)
   grid = lanczos.density_grid(-span * 1.05, span * 1.05, sigma)
   spectrum = lanczos.density(nodes, weights, grid, sigma)
   beyond = 0.01 * np.abs(nodes).max()
   per_probe = [lanczos.negative_fraction(n, w, beyond) for n, w in zip(nodes, weights)]
   figures = [
       plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
-                      f'Top-{top_k} Hessian eigenvalues on {num_minibatches} minibatches: '
-                      f'{subject.label}', 'eigenvalue'),
+                      f'Top-{options.hessian_top_k} Hessian eigenvalues on '
+                      f'{options.hessian_batches} minibatches: {subject.label}', 'eigenvalue'),
       plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
                    f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
                    'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
-                   rug={'density': np.ravel(tops)}, rug_label=f'top-{top_k} per minibatch'),
+                   rug={'density': np.ravel(tops)},
+                   rug_label=f'top-{options.hessian_top_k} per minibatch'),
       plots.curves({'trace of the block': block_traces,
                     'largest eigenvalue of the block': [block_top[b] for b in blocks]},
                    figure_path(out, 'hessian_trace', subject),
-                   f'Hessian per parameter block (trace: Hutchinson, {trace_probes} probes): '
-                   f'{subject.label}', 'parameter block', 'value', xlabels=blocks,
+                   f'Hessian per parameter block (trace: Hutchinson, '
+                   f'{options.trace_probes_in_use} probes): {subject.label}', 'parameter block', 'value', xlabels=blocks,
                    errors={'trace of the block': block_stderr})]
-  return {'objective': {'name': objective, **description}, 'hvp': method,
+  return {'objective': {'name': options.hessian_objective, **description}, 'hvp': method,
           'top_per_minibatch': tops, 'num_parameters': dim,
-          'num_minibatches': num_minibatches, 'lanczos_steps': steps_top,
-          'density_steps': steps_density, 'density_probes': num_probes,
+          'num_minibatches': options.hessian_batches, 'lanczos_steps': options.lanczos_steps,
+          'density_steps': options.density_steps_in_use, 'density_probes': options.density_probes,
           'negative_fraction': lanczos.negative_fraction(nodes, weights),
           # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
           'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
           'negative_fraction_beyond_1pct_stderr': float(
               uncertainty.weighted_mean_stderr(per_probe, np.ones(len(per_probe)))),
           'trace': float(sums.sum(1).mean()),
-          'trace_stderr': float(uncertainty.weighted_mean_stderr(sums.sum(1),
-                                                                 np.ones(trace_probes))),
-          'trace_probes': trace_probes,
+          'trace_stderr': float(uncertainty.weighted_mean_stderr(
+              sums.sum(1), np.ones(options.trace_probes_in_use))),
+          'trace_probes': options.trace_probes_in_use,
           'block_traces': dict(zip(blocks, block_traces.tolist())),
           'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
           'trace_l2': float(sum(l2_share.values())), 'block_traces_l2': l2_share,
-          'block_top_eigenvalue': block_top, 'block_steps': block_steps,
+          'block_top_eigenvalue': block_top, 'block_steps': options.block_steps_in_use,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
-          'density_width': density_width,
+          'density_width': options.hessian_density_width,
           'figures': figures}
-
-
-MINIMUM = dict(num_minibatches=2, steps_top=10, num_probes=1, trace_probes=2, block_steps=4)
-
-
-def shrink(options: Mapping) -> Optional[Dict]:
-  """A smaller sample for a time budget: fewer minibatches (down to 2), then fewer
-  Lanczos steps (down to 10; the density's, the blocks' and the trace probes
-  follow as `options` sets them), then one density probe, then 2 trace probes and
-  4 Lanczos steps per block; None at that minimum.
-
-  Args:
-    options: the tool's options.
-
-  Returns:
-    The smaller options, or None at the stated minimum.
-  """
-  o = {**DEFAULTS, **options}
-  if o['num_minibatches'] > MINIMUM['num_minibatches']:
-    return {**options, 'num_minibatches': max(MINIMUM['num_minibatches'],
-                                              o['num_minibatches'] * 2 // 3)}
-  if o['steps_top'] > MINIMUM['steps_top']:
-    steps = max(MINIMUM['steps_top'], o['steps_top'] * 2 // 3)
-    return {**options, 'steps_top': steps, 'steps_density': 2 * steps,
-            'block_steps': max(1, steps // 2), 'trace_probes': max(2, steps // 2)}
-  if o['num_probes'] > MINIMUM['num_probes']:
-    return {**options, 'num_probes': MINIMUM['num_probes']}
-  if o['trace_probes'] > MINIMUM['trace_probes'] or o['block_steps'] > MINIMUM['block_steps']:
-    return {**options, 'trace_probes': min(o['trace_probes'], MINIMUM['trace_probes']),
-            'block_steps': min(o['block_steps'], MINIMUM['block_steps'])}
-  return None
 
 
 def check_lanczos(steps: int, dim: int, label: str) -> int:
@@ -398,7 +370,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
                           colours_of=colour_of)]
 
 
-def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
   minibatch, then the SLQ probes and the trace probes over all of them, and
   Lanczos on each block's diagonal block on one minibatch; the four compile apart,
@@ -413,10 +385,11 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   Returns:
     The work.
   """
-  o = {**DEFAULTS, **options}
-  products = o['num_minibatches'] * (o['steps_top'] + o['num_probes'] * o['steps_density']
-                                     + o['trace_probes'])
-  blocks = sum(min(o['block_steps'], n) for n in hessian.block_sizes(subject.params).values())
+  products = options.hessian_batches * (
+      options.lanczos_steps + options.density_probes * options.density_steps_in_use
+      + options.trace_probes_in_use)
+  blocks = sum(min(options.block_steps_in_use, n)
+               for n in hessian.block_sizes(subject.params).values())
   return Work({'hvp': products + blocks},
               {'hvp': 2 if hessian.loops_on_host(subject.layers.architecture) else 4})
 
@@ -441,7 +414,7 @@ TOOL = register(Tool(
     reads_logits=True,
     run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
-    flags=Options, options=options,
-    work=work, shortened_by=('hessian_batches', 'lanczos_steps'), shrink=shrink,
+    options=Options,
+    work=work, shortened_by=('hessian_batches', 'lanczos_steps'),
     minimum='2 minibatches, 10 Lanczos steps, one density probe, 2 trace probes and 4 steps '
             'per block'))

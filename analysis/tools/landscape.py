@@ -3,7 +3,7 @@ tool on a grid around the trained parameters, along two filter-normalised random
 directions or the Hessian's top eigenvectors; the NLL and the L2 term apart."""
 import dataclasses
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 import jax
 import jax.numpy as jnp
@@ -13,11 +13,18 @@ import optax.tree_utils as otu
 from analysis import features, hessian, landscape, plots
 from analysis.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
-from analysis.tool_options import option
+from analysis.tool_options import Budget, option
 from analysis.tools.hessian import check_lanczos, fixed_batches, lanczos_steps_option
 from vit_jax.steps import kernel_mask
 
 L2_TERMS = ('authors', 'objective')
+MIN_POINTS = 11  # the authors' `get_loss_landscape` default
+
+
+def fewer_points(points: int) -> int:
+  """A time budget's smaller grid: about 0.8 of the points a side, odd (so that the
+  trained parameters stay a point), at least 2 fewer."""
+  return min(int(points * 0.8) // 2 * 2 + 1, points - 2)
 
 
 
@@ -25,9 +32,11 @@ L2_TERMS = ('authors', 'objective')
 class Options:
   """The landscape tool's command-line options."""
   landscape_points: int = option(21, 'Grid points along each direction of a loss landscape '
-                                 '(Park & Kim\'s notebook: 21 from -1 to 1).', least=3)
+                                 '(Park & Kim\'s notebook: 21 from -1 to 1).', least=3,
+                                 budget=Budget(minimum=MIN_POINTS, order=0, smaller=fewer_points))
   landscape_batches: int = option(2, 'Training minibatches (of --batch_size) each landscape '
-                                  'point is evaluated on.', least=1)
+                                  'point is evaluated on.', least=1,
+                                  budget=Budget(minimum=1, order=1, smaller=lambda batches: 1))
   landscape_directions: str = option(
       'random', 'random: filter-normalised Gaussian directions (the paper); hessian: the top '
       'two Hessian eigenvectors (unit norm).', choices=('random', 'hessian'))
@@ -43,21 +52,6 @@ class Options:
       'every array of two or more axes normalised alone.', choices=landscape.NORMALISATIONS)
 
 
-def options(chosen: Options) -> Dict:
-  """`run_landscape`'s keyword arguments from the tool's options.
-
-  Args:
-    chosen: the options.
-
-  Returns:
-    The run's keyword arguments.
-  """
-  return dict(points=chosen.landscape_points, num_batches=chosen.landscape_batches,
-              directions=chosen.landscape_directions, lanczos_steps=chosen.lanczos_steps,
-              l2_term=chosen.landscape_l2, normalisation=chosen.landscape_normalisation)
-
-
-DEFAULTS = options(Options())  # `run_landscape`'s
 SPAN = 1.  # the authors' grid runs from -1 to 1 along each direction
 
 
@@ -83,42 +77,36 @@ def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
   raise ValueError(f'Unknown landscape L2 term {term!r}; use one of {", ".join(L2_TERMS)}.')
 
 
-def run_landscape(subject: Subject, batches: Batches, out: str,
-                  points: int = DEFAULTS['points'], num_batches: int = DEFAULTS['num_batches'],
-                  directions: str = DEFAULTS['directions'],
-                  lanczos_steps: int = DEFAULTS['lanczos_steps'], chunk: int = 8,
-                  l2_term: str = DEFAULTS['l2_term'],
-                  normalisation: str = DEFAULTS['normalisation']) -> Dict:
-  """The recipe's NLL (its loss and label smoothing) on `num_batches` training
+def run_landscape(subject: Subject, batches: Batches, out: str, options: Options = Options(),
+                  chunk: int = 8) -> Dict:
+  """The recipe's NLL (its loss and label smoothing) on `landscape_batches` training
   batches drawn once through its pipeline, plus an L2 term (`l2_penalty` of
-  `l2_term`: Park & Kim's by default), at params + a d1 + b d2 on a points x points
-  grid of a, b in [-1, 1]; the NLL part and the L2 part are kept apart.
-  `directions` 'random' draws two filter-normalised Gaussian directions (Park &
-  Kim's `create_bases`, `landscape.filter_normalised` with `normalisation`),
-  'hessian' takes the Ritz vectors of the two largest eigenvalues of the Hessian
-  tool's objective (`lanczos_steps` steps on the first batch). Points are
-  evaluated `chunk` at a time in one program.
+  `landscape_l2`: Park & Kim's by default), at params + a d1 + b d2 on a grid of
+  `landscape_points` x `landscape_points` values of a, b in [-1, 1]; the NLL part
+  and the L2 part are kept apart. `landscape_directions` 'random' draws two
+  filter-normalised Gaussian directions (Park & Kim's `create_bases`,
+  `landscape.filter_normalised` with `landscape_normalisation`), 'hessian' takes
+  the Ritz vectors of the two largest eigenvalues of the Hessian tool's objective
+  (`lanczos_steps` steps on the first batch). Points are evaluated `chunk` at a
+  time in one program.
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    points: grid points a side.
-    num_batches: training batches per point.
-    directions: 'random' or 'hessian'.
-    lanczos_steps: Lanczos steps for 'hessian' directions.
+    options: the tool's options.
     chunk: points evaluated together.
-    l2_term: 'authors' or 'objective' (`l2_penalty`).
-    normalisation: 'authors' or 'per_array'.
 
   Returns:
     The model's JSON.
   """
+  points, directions = options.landscape_points, options.landscape_directions
+  l2_term, normalisation = options.landscape_l2, options.landscape_normalisation
   if subject.recipe is None:
     raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
                      'needs the recipe that trained it (load_subject(..., recipe=)).')
   unroll = hessian.loops_on_host(subject.layers.architecture)
-  fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, num_batches,
+  fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, options.landscape_batches,
                          subject.config.num_classes, subject.mesh)
   description = {'loss': subject.recipe.loss,
                  'label_smoothing': subject.recipe.label_smoothing,
@@ -131,11 +119,12 @@ def run_landscape(subject: Subject, batches: Batches, out: str,
                                         normalisation=normalisation)
   elif directions == 'hessian':
     total_loss, _ = hessian.recipe_objective(subject.model, subject.recipe, unroll)
-    basis = check_lanczos(lanczos_steps, hessian.dimension(subject.params), subject.label)
+    basis = check_lanczos(options.lanczos_steps, hessian.dimension(subject.params),
+                          subject.label)
     first = tuple(x[:1] for x in fixed)
     matvec, _, operands, _ = hessian.minibatch_hvp(total_loss, subject.params, first, unroll,
                                                    keep_free=basis)
-    bases = landscape.hessian_directions(matvec, subject.params, lanczos_steps,
+    bases = landscape.hessian_directions(matvec, subject.params, options.lanczos_steps,
                                          operands(slice(None)), host_loop=unroll)
   else:
     raise ValueError(f'Unknown landscape directions {directions!r}; use random or hessian.')
@@ -176,28 +165,6 @@ def run_landscape(subject: Subject, batches: Batches, out: str,
           'grid_seconds': round(seconds, 1), 'figures': figures}
 
 
-MIN_POINTS = 11  # the authors' `get_loss_landscape` default
-
-
-def shrink(options: Dict) -> Optional[Dict]:
-  """A smaller sample for a time budget: fewer grid points a side (odd, so the
-  trained parameters stay a point; down to 11), then one batch a point, or None
-  at that minimum.
-
-  Args:
-    options: the tool's options.
-
-  Returns:
-    The smaller options, or None at the stated minimum.
-  """
-  if options['points'] > MIN_POINTS:
-    fewer = max(MIN_POINTS, int(options['points'] * 0.8) // 2 * 2 + 1)
-    return {**options, 'points': min(fewer, options['points'] - 2)}
-  if options['num_batches'] > 1:
-    return {**options, 'num_batches': 1}
-  return None
-
-
 TOOL = register(Tool(
     name='landscape', importance=5, title='Loss landscape', splits=(),  # augmented training batches
     quantity='The recipe\'s NLL (with its label smoothing) on augmented training batches '
@@ -215,9 +182,9 @@ TOOL = register(Tool(
         f'{label}: loss at the trained parameters ', q('centre_loss'), ', grid from ',
         q('loss', reduce='min'), ' to ', q('loss', reduce='max'),
         f' ({r["directions"]} directions)']),
-    flags=Options, options=options,
+    options=Options,
     # Every grid point is a forward pass over each of the landscape's batches.
     work=lambda subject, options, amounts: Work(
-        {'forward': options['points'] ** 2 * options['num_batches']}, {'forward': 1}),
-    shortened_by=('landscape_points', 'landscape_batches'), shrink=shrink,
+        {'forward': options.landscape_points ** 2 * options.landscape_batches}, {'forward': 1}),
+    shortened_by=('landscape_points', 'landscape_batches'),
     minimum=f'{MIN_POINTS} x {MIN_POINTS} points on one batch'))

@@ -88,12 +88,11 @@ def training_loss_and_accuracy(subject: Subject):
       jax.random.fold_in(jax.random.PRNGKey(0), index))
 
 
-def run_nll(subject: Subject, batches: Batches, out: str,
-            train_nll: str = Options.nll_train) -> Dict:
+def run_nll(subject: Subject, batches: Batches, out: str, options: Options = Options()) -> Dict:
   """NLL and accuracy on the evaluation split (plain cross-entropy, evaluation mode)
   and on as many training images drawn through the recipe's training pipeline (its
   augmentation and mixup, as the model trained on them), each with its standard
-  error over batches (the test error's binomial). `train_nll` 'training' measures
+  error over batches (the test error's binomial). `nll_train` 'training' measures
   the training images as the authors do (`training_loss_and_accuracy`), 'plain'
   as the test images.
 
@@ -101,14 +100,15 @@ def run_nll(subject: Subject, batches: Batches, out: str,
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    train_nll: 'training' (the recipe's loss, train mode) or 'plain'.
+    options: the tool's options (`nll_train`).
 
   Returns:
     The model's JSON.
   """
-  if train_nll not in TRAIN_NLLS:
-    raise ValueError(f'Unknown training NLL {train_nll!r}; use one of {", ".join(TRAIN_NLLS)}.')
-  train_measure = (training_loss_and_accuracy(subject) if train_nll == 'training'
+  if options.nll_train not in TRAIN_NLLS:
+    raise ValueError(f'Unknown training NLL {options.nll_train!r}; use one of '
+                     f'{", ".join(TRAIN_NLLS)}.')
+  train_measure = (training_loss_and_accuracy(subject) if options.nll_train == 'training'
                    else lambda images, labels, _: nll_and_accuracy(subject.logits(images), labels))
 
   def counted(seen: List[int], measure):
@@ -123,9 +123,9 @@ def run_nll(subject: Subject, batches: Batches, out: str,
   train, train_stderr = batch_mean(take(batches(features.TRAIN_AUGMENTED), sum(test_seen)),
                                    counted(train_seen, train_measure))
   recipe = subject.recipe
-  return {'train_nll_kind': train_nll,
+  return {'train_nll_kind': options.nll_train,
           'train_loss': ({'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing,
-                          'mode': 'train'} if train_nll == 'training' else
+                          'mode': 'train'} if options.nll_train == 'training' else
                          {'loss': 'softmax', 'label_smoothing': 0., 'mode': 'evaluation'}),
           'train_nll': float(train[0]), 'train_nll_stderr': float(train_stderr[0]),
           'train_accuracy': float(train[1]), 'test_nll': float(test[0]),
@@ -174,7 +174,7 @@ TOOL = register(Tool(
           'less on the test data: ViTs do not overfit small training sets, they underfit them.',
     reads_logits=True,
     run=run_nll, findings=each_model(_findings), joint=joint,
-    flags=Options, options=lambda chosen: {'train_nll': chosen.nll_train},
+    options=Options,
     scalars=lambda result, label: ({'nll/train': [result[label]['train_nll']],
                                     'nll/test_error': [result[label]['test_error']]}
                                    if label in result else {}),

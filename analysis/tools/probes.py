@@ -186,7 +186,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 LAYER_PROBES, FEW_SHOT_PROBES = 'layer probes', 'few-shot probes'
 
 
-def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+def work(subject: Subject, options: None, amounts: Amounts) -> Work:
   """A pass over the training and one over the evaluation split; the ridge probes
   of every layer for each token kind, and the few-shot probes.
 
@@ -203,7 +203,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
               host={LAYER_PROBES: kinds, FEW_SHOT_PROBES: 1})
 
 
-def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Mapping,
+def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: None,
                 amounts: Amounts) -> Dict[str, float]:
   """Seconds of one token kind's probes over every layer, and of all the few-shot
   probes, timed on random features of each layer's width at the command's number

@@ -1,5 +1,6 @@
 """Robustness to frequency-band noise (Park & Kim Fig. 2c)."""
-from typing import Dict, List, Mapping, Optional, Sequence
+import dataclasses
+from typing import Dict, List, Mapping, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -9,33 +10,45 @@ from analysis import fourier, joint_figures, plots, uncertainty, verdict
 from analysis.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
+from analysis.tool_options import Budget, option
 from vit_jax.models.family import TRANSFORMER
 
 
 EPSILONS = (0.1, 0.3, 1.0)
-FREQUENCIES = tuple(np.linspace(0, np.pi, 9))
+FREQUENCIES = tuple(float(f) for f in np.linspace(0, np.pi, 9))
+MIN_FREQUENCIES = tuple(float(f) for f in np.linspace(0, np.pi, 5))  # 0, pi/4, ..., pi
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The robustness tool's settings (set in code; a time budget thins the bands)."""
+  noise_epsilons: Tuple[float, ...] = option(EPSILONS, 'The noise amplitudes.', flag=False)
+  noise_frequencies: Tuple[float, ...] = option(
+      FREQUENCIES, 'The bands\' centres, in [0, pi]; a time budget keeps 5 (the ends kept).',
+      flag=False, budget=Budget(minimum=MIN_FREQUENCIES, order=0,
+                                smaller=lambda frequencies: MIN_FREQUENCIES))
+  noise_band_width: float = option(0.2, 'The bands\' half-width.', flag=False)
 
 
 def run_robustness(subject: Subject, batches: Batches, out: str,
-                   epsilons: Sequence[float] = EPSILONS,
-                   frequencies: Sequence[float] = FREQUENCIES,
-                   width: float = 0.2) -> Dict:
+                   options: Options = Options()) -> Dict:
   """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
-  eps * sign(N(0, 1)) masked to the square band of half-width `width` around each
-  frequency f in [0, pi]) for each eps; one base noise per batch for every (eps, f),
-  so curves differ by the band alone. Images are in [-1, 1].
+  eps * sign(N(0, 1)) masked to the square band of half-width `noise_band_width`
+  around each frequency f in `noise_frequencies`) for each eps of `noise_epsilons`;
+  one base noise per batch for every (eps, f), so curves differ by the band alone.
+  Images are in [-1, 1].
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
     out: the directory the figures go to.
-    epsilons: the noise amplitudes.
-    frequencies: the bands' centres, in [0, pi].
-    width: the bands' half-width.
+    options: the tool's settings.
 
   Returns:
     The model's JSON.
   """
+  epsilons, frequencies = options.noise_epsilons, options.noise_frequencies
+  width = options.noise_band_width
   correct = np.zeros((len(epsilons), len(frequencies)))
   clean = count = 0
   for step, (images, labels) in enumerate(batches('eval')):
@@ -163,25 +176,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   return found
 
 
-MIN_FREQUENCIES = tuple(np.linspace(0, np.pi, 5))  # 0, pi/4, ..., pi
-
-
-def shrink(options: Mapping) -> Optional[Dict]:
-  """A smaller sample for a time budget: 5 frequency bands from 0 to pi instead of
-  9 (the ends kept), or None with 5 or fewer.
-
-  Args:
-    options: the tool's options.
-
-  Returns:
-    The smaller options, or None at the stated minimum.
-  """
-  if len(options.get('frequencies', FREQUENCIES)) > len(MIN_FREQUENCIES):
-    return {**options, 'frequencies': [float(f) for f in MIN_FREQUENCIES]}
-  return None
-
-
-def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
+def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """A clean pass and one per (eps, band) over the evaluation split.
 
   Args:
@@ -192,7 +187,7 @@ def work(subject: Subject, options: Mapping, amounts: Amounts) -> Work:
   Returns:
     The work.
   """
-  noisy = len(options.get('epsilons', EPSILONS)) * len(options.get('frequencies', FREQUENCIES))
+  noisy = len(options.noise_epsilons) * len(options.noise_frequencies)
   return Work({'forward': amounts.batches * (1 + noisy)}, {'forward': 1})
 
 
@@ -206,5 +201,5 @@ TOOL = register(Tool(
     reads_logits=True,
     run=run_robustness,
     findings=each_model(_findings),
-    scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts, work=work, shrink=shrink,
+    scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts, work=work, options=Options,
     minimum='5 frequency bands'))

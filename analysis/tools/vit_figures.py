@@ -158,5 +158,5 @@ TOOL = register(Tool(
     verdicts=verdicts, shortened_by=(),
     # One forward pass of the rollout's few images.
     work=lambda subject, options, amounts: Work({'forward': min(
-        options.get('num_images', ROLLOUT_IMAGES), amounts.batch_size) / amounts.batch_size},
+        ROLLOUT_IMAGES, amounts.batch_size) / amounts.batch_size},
         {'forward': 1})))
