@@ -34,8 +34,10 @@ from vit_jax import console
 
 console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
-from analysis import estimate, events, features, planning, plots, report, tool  # noqa: E402
-from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
+from analysis import tool
+from analysis.reporting import events, plots, report
+from analysis.runtime import estimate, features, planning# noqa: E402
+from analysis import tools# noqa: F401,E402  (registers the built-in tools and their flags)
 from vit_jax import budget, entry, settings, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
 from vit_jax.atomic import atomic_write  # noqa: E402

@@ -18,8 +18,10 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import jax
 import numpy as np
 
-from analysis import estimate, features, tool_options, uncertainty
-from analysis.verdict import Models, Verdict
+from analysis import tool_options
+from analysis.measures import uncertainty
+from analysis.runtime import estimate, features
+from analysis.reporting.verdict import Models, Verdict
 
 Batches = Callable[[str], Iterator[Tuple[np.ndarray, np.ndarray]]]
 Subject = features.Subject
@@ -83,9 +85,9 @@ class Tool:
   of `tool_options.option` fields, each a command-line flag of its name (unless
   marked otherwise), an instance of which reaches `run` whole (`read_options`
   reads and checks the command line's);
-  `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.verdict`),
+  `verdicts(result, models)` the paper's claims judged on the JSON (`analysis.reporting.verdict`),
   `models` being what the report knows of each model label. `work(subject, options,
-  amounts)` counts the model passes a run makes (`analysis.estimate`), which
+  amounts)` counts the model passes a run makes (`analysis.runtime.estimate`), which
   `--time_budget` prices before any tool runs; `shortened_by` names the flags
   that make it shorter; the fields of `options` marked with a `tool_options.Budget`
   shrink for a smaller sample (`tool_options.shrink`, about two thirds of the work

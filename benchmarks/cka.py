@@ -18,7 +18,8 @@ import time
 import jax
 import numpy as np
 
-from analysis import cka, features
+from analysis.measures import similarity
+from analysis.runtime import features
 from vit_jax import models
 
 
@@ -51,7 +52,7 @@ def main():
   print(f'{args.models}: {sum(map(len, names))} layers, {args.num_images} images of '
         f'{args.image_size} px, batch {args.batch}, {jax.device_count()} x '
         f'{jax.devices()[0].device_kind}')
-  stream = cka.MinibatchCKA()
+  stream = similarity.MinibatchCKA()
   rng = np.random.RandomState(0)
   forward_s = cka_s = 0.
   num_batches = args.num_images // args.batch

@@ -9,7 +9,7 @@ The model is a quick-start recipe's (`quickstart_vit`, `quickstart_resnet`,
 training loss over `--examples` random images in batches of `--batch` (one
 `lax.scan` over the stacked batches, each batch split over every device)
 feeds the HVP; convolutional models on CPU take the analysis's path there (the
-batches a Python loop, the Lanczos steps driven from Python: `hessian.sum_over_batches`).
+batches a Python loop, the Lanczos steps driven from Python: `curvature.sum_over_batches`).
 Prints one HVP (jvp of grad) against one gradient on one batch (target <= 3; <= 4
 for convolutional models on CPU), HVP images/s over all batches (one batch at a
 time, so memory is that of one batch), the product the Hessian tool takes where
@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from analysis import features, hessian, lanczos
+from analysis.measures import curvature, lanczos
+from analysis.runtime import features
 from configs import quickstart_alternet, quickstart_resnet, quickstart_vit
 from timing import seconds_per_call
 from vit_jax import models
@@ -63,12 +64,12 @@ def main():
   config, size = config_and_size(args.model, args.image_size)
   model = models.build_model(config)
   # As the Hessian tool runs it: convolutions outside XLA:CPU loop bodies.
-  host_loop = hessian.loops_on_host(models.family_of(config).layers(config).architecture)
+  host_loop = curvature.loops_on_host(models.family_of(config).layers(config).architecture)
   count = args.examples // args.batch
   batches = random_batches(count, args.batch, size)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.zeros((1, size, size, 3)))['params']
-  loss = hessian.training_loss(model, unroll=host_loop)
-  matvec, dim = hessian.flat_hvp(loss, params, unroll=host_loop)
+  loss = curvature.training_loss(model, unroll=host_loop)
+  matvec, dim = curvature.flat_hvp(loss, params, unroll=host_loop)
   grad = jax.jit(lambda p, b: ravel_pytree(jax.grad(loss)(p, b))[0])
   v = jnp.asarray(np.random.RandomState(1).randn(dim), jnp.float32)
   one = tuple(x[:1] for x in batches)
@@ -81,7 +82,7 @@ def main():
         f'{hvp_one_s / grad_s:.2f} (target <= {4 if host_loop else 3}); all batches: HVP {hvp_s:.3f} s, '
         f'{count * args.batch / hvp_s:.0f} images/s')
   # The Hessian tool's operator: linearised products where the host drives the loop.
-  operator, _, operands, method = hessian.minibatch_hvp(loss, params, batches, host_loop)
+  operator, _, operands, method = curvature.minibatch_hvp(loss, params, batches, host_loop)
   if method == 'linearised':
     linear_s = seconds_per_call(operator, v, *operands(slice(0, 1)), repeats=3)
     print(f'one batch, linearised once (the tool\'s product here): {linear_s:.3f} s, '

@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from analysis import features
+from analysis.runtime import features
 from configs import common
 from vit_jax import checkpoint, models
 

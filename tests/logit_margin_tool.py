@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 
-from analysis import plots
+from analysis.reporting import plots
 from analysis.tool import Tool, each_model, figure_path, model_scalars, register
 from analysis.tool_options import option
 

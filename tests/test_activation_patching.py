@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis import uncertainty
+from analysis.measures import uncertainty
 from analysis.tools import TOOLS
 from analysis.tools import activation_patching as patching
 from helpers import batches, images

@@ -124,7 +124,7 @@ def test_artifact_tokens_refuse_a_model_without_attention(subjects, tmp_path):
 
 
 def test_the_registers_verdict_pairs_a_model_without_registers_with_one_with_them():
-  from analysis import verdict
+  from analysis.reporting import verdict
   from analysis.tools.artifact_tokens import verdicts
   entry = lambda registers, share, stderr: {'registers': registers, 'share': [0.5, share],
                                             'share_stderr': [0.1, stderr], 'figures': []}

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis import attention, erf, features, skip
+from analysis.measures import attention, receptive_field, skip
+from analysis.runtime import features
 from helpers import TINY_VIT, images, init, perturbed
 from vit_jax import models
 
@@ -108,7 +109,7 @@ def test_erf_of_stacked_3x3_convs_has_support_2l_plus_1_squared(layers):
   model = StackedConvs(layers)
   x = images(2, 17)
   variables = model.init(jax.random.PRNGKey(0), x)
-  field = erf.effective_receptive_field(lambda v: model.apply(variables, v), jnp.asarray(x))
+  field = receptive_field.effective_receptive_field(lambda v: model.apply(variables, v), jnp.asarray(x))
   support = np.argwhere(np.asarray(field) > 0)
   assert len(support) == (2 * layers + 1) ** 2
   assert np.all(support.min(0) == 8 - layers) and np.all(support.max(0) == 8 + layers)
@@ -120,7 +121,7 @@ def test_erf_after_patch_embedding_is_exactly_one_patch():
   params = perturbed(init(models.build_model(config), 32))['params']
   subject = features.Subject('tiny', config, params, 32)
   name = 'Transformer/encoderblock_0/input'
-  field = erf.effective_receptive_field(
+  field = receptive_field.effective_receptive_field(
       lambda x: features.spatial_map(subject, subject.intermediates(x, [name])[name]),
       jnp.asarray(images(2, 32)))
   support = np.argwhere(np.asarray(field) > 0)
@@ -143,7 +144,7 @@ def test_erf_sums_absolute_gradients_over_colours():
   def feature_fn(x):
     right = jnp.roll(x, -1, axis=2)
     return (x[..., :1] - x[..., 1:2]) + 0.5 * (right[..., :1] + right[..., 1:2])
-  field = erf.effective_receptive_field(feature_fn, jnp.zeros((2, 5, 5, 3)))
+  field = receptive_field.effective_receptive_field(feature_fn, jnp.zeros((2, 5, 5, 3)))
   expected = np.zeros((5, 5))
   expected[2, 2], expected[2, 3] = 1., 0.5
   np.testing.assert_allclose(field, expected, atol=1e-7)

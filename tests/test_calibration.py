@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from analysis import calibration
+from analysis.measures import reliability
 from analysis.tools import TOOLS
 from helpers import init, tiny_vit
 from vit_jax import calibration as bins
@@ -54,13 +54,13 @@ def _predictions(n=500, classes=4, seed=0):
 def test_bins_and_ece_are_the_authors():
   probabilities, labels = _predictions()
   confidence = probabilities.max(1)
-  binned = calibration.bins(confidence, probabilities.argmax(1) == labels)
+  binned = reliability.bins(confidence, probabilities.argmax(1) == labels)
   counts, accs, confs, ece, signed = authors_ece(probabilities, labels)
   np.testing.assert_array_equal(binned['count'], counts)
   np.testing.assert_allclose(binned['accuracy'], accs, rtol=1e-12)
   np.testing.assert_allclose(binned['confidence'], confs, rtol=1e-12)
-  assert calibration.ece(binned) == pytest.approx(ece, rel=1e-12)
-  assert calibration.ece(binned, signed=True) == pytest.approx(signed, rel=1e-12)
+  assert reliability.ece(binned) == pytest.approx(ece, rel=1e-12)
+  assert reliability.ece(binned, signed=True) == pytest.approx(signed, rel=1e-12)
   # The saturated 1.0 counts in the last bin but adds nothing to its confidence sum.
   assert binned['count'][-1] == np.sum(confidence > 0.9)
 
@@ -71,21 +71,21 @@ def test_a_calibrated_predictor_has_no_calibration_error():
   rng = np.random.RandomState(1)
   confidence = rng.uniform(0.05, 0.95, 20000)
   correct = rng.uniform(size=20000) < confidence
-  binned = calibration.bins(confidence, correct)
-  assert calibration.ece(binned) < 0.02
-  spread = calibration.bootstrap_stderr(confidence, correct, resamples=50)
+  binned = reliability.bins(confidence, correct)
+  assert reliability.ece(binned) < 0.02
+  spread = reliability.bootstrap_stderr(confidence, correct, resamples=50)
   assert 0 < spread['ece'] < 0.01
-  over = calibration.bins(confidence, rng.uniform(size=20000) < confidence - 0.1)
-  assert calibration.ece(over, signed=True) == pytest.approx(0.1, abs=0.02)
+  over = reliability.bins(confidence, rng.uniform(size=20000) < confidence - 0.1)
+  assert reliability.ece(over, signed=True) == pytest.approx(0.1, abs=0.02)
 
 
 def test_brier_is_the_squared_distance_to_the_one_hot_label():
-  np.testing.assert_allclose(calibration.brier(np.array([[1., 0., 0.], [0.25, 0.25, 0.5]]),
+  np.testing.assert_allclose(reliability.brier(np.array([[1., 0., 0.], [0.25, 0.25, 0.5]]),
                                                np.array([0, 2])),
                              [0., 0.25 ** 2 * 2 + 0.5 ** 2])
   probabilities, labels = _predictions()
   expected = [np.sum((np.eye(4)[y] - p) ** 2) for p, y in zip(probabilities, labels)]
-  np.testing.assert_allclose(calibration.brier(probabilities, labels), expected, rtol=1e-12)
+  np.testing.assert_allclose(reliability.brier(probabilities, labels), expected, rtol=1e-12)
 
 
 def test_the_calibration_tool(tmp_path):
@@ -129,7 +129,7 @@ def test_training_evaluations_sum_the_authors_bins_over_masked_batches():
   np.testing.assert_array_equal(sums['calibration']['count'], counts)
   assert bins.ece(bins.bins(sums['calibration'])) == pytest.approx(ece, abs=1e-5)
   assert float(sums['brier'] / sums['count']) == pytest.approx(
-      calibration.brier(probabilities, labels).mean(), rel=1e-5)
+      reliability.brier(probabilities, labels).mean(), rel=1e-5)
 
 
 def test_compiled_float32_bins_compare_with_the_authors_float64_edges():

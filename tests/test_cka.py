@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from analysis import cka
+from analysis.measures import similarity
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -25,10 +25,10 @@ def golden_xy():
 
 def test_golden_values():
   x, y = golden_xy()
-  np.testing.assert_allclose(cka.cka(cka.gram_linear(x), cka.gram_linear(y)), 0.55761, atol=5e-6)
-  np.testing.assert_allclose(cka.cka(cka.gram_rbf(x, 0.5), cka.gram_rbf(y, 0.5)), 0.65483,
+  np.testing.assert_allclose(similarity.cka(similarity.gram_linear(x), similarity.gram_linear(y)), 0.55761, atol=5e-6)
+  np.testing.assert_allclose(similarity.cka(similarity.gram_rbf(x, 0.5), similarity.gram_rbf(y, 0.5)), 0.65483,
                              atol=5e-6)
-  np.testing.assert_allclose(cka.cka(cka.gram_linear(x), cka.gram_linear(y), unbiased=True),
+  np.testing.assert_allclose(similarity.cka(similarity.gram_linear(x), similarity.gram_linear(y), unbiased=True),
                              0.51346, atol=5e-6)
 
 
@@ -36,32 +36,32 @@ def test_golden_values():
 def test_feature_form_equals_gram_form(unbiased):
   x, y = golden_xy()
   y = np.concatenate([y, y[:, :3] ** 2], axis=1)  # different widths are allowed
-  np.testing.assert_allclose(cka.linear_cka(x, y, unbiased),
-                             cka.cka(cka.gram_linear(x), cka.gram_linear(y), unbiased), rtol=1e-12)
+  np.testing.assert_allclose(similarity.linear_cka(x, y, unbiased),
+                             similarity.cka(similarity.gram_linear(x), similarity.gram_linear(y), unbiased), rtol=1e-12)
 
 
 @pytest.mark.parametrize('unbiased', [False, True])
 def test_identity_symmetry_and_invariances(unbiased):
   x, y = golden_xy()
   rng = np.random.RandomState(0)
-  np.testing.assert_allclose(cka.linear_cka(x, x, unbiased), 1., rtol=1e-12)
-  np.testing.assert_allclose(cka.linear_cka(x, y, unbiased), cka.linear_cka(y, x, unbiased),
+  np.testing.assert_allclose(similarity.linear_cka(x, x, unbiased), 1., rtol=1e-12)
+  np.testing.assert_allclose(similarity.linear_cka(x, y, unbiased), similarity.linear_cka(y, x, unbiased),
                              rtol=1e-12)
-  reference = cka.linear_cka(x, y, unbiased)
+  reference = similarity.linear_cka(x, y, unbiased)
   rotation = ortho_group.rvs(10, random_state=0)
-  np.testing.assert_allclose(cka.linear_cka(x @ rotation, 3.7 * y, unbiased), reference,
+  np.testing.assert_allclose(similarity.linear_cka(x @ rotation, 3.7 * y, unbiased), reference,
                              rtol=1e-10)
-  np.testing.assert_allclose(cka.cka(cka.gram_rbf(x @ rotation), cka.gram_rbf(3.7 * y),
-                                     unbiased), cka.cka(cka.gram_rbf(x), cka.gram_rbf(y), unbiased),
+  np.testing.assert_allclose(similarity.cka(similarity.gram_rbf(x @ rotation), similarity.gram_rbf(3.7 * y),
+                                     unbiased), similarity.cka(similarity.gram_rbf(x), similarity.gram_rbf(y), unbiased),
                              rtol=1e-10)
   general = rng.randn(10, 10) @ np.diag(np.logspace(-2, 2, 10))
-  assert abs(cka.linear_cka(x @ general, y, unbiased) - reference) > 1e-2
+  assert abs(similarity.linear_cka(x @ general, y, unbiased) - reference) > 1e-2
 
 
 def test_flattens_and_centres_examples():
   x = np.random.RandomState(0).randn(30, 4, 5)
   y = np.random.RandomState(1).randn(30, 20) + 10.  # an offset changes nothing
-  np.testing.assert_allclose(cka.linear_cka(x, y), cka.linear_cka(x.reshape(30, 20), y - 10.),
+  np.testing.assert_allclose(similarity.linear_cka(x, y), similarity.linear_cka(x.reshape(30, 20), y - 10.),
                              rtol=1e-10)
 
 
@@ -76,8 +76,8 @@ def minibatches(num_batches=6, n=40, seed=0):
 def explicit_minibatch_cka(batches, i, j, unbiased=True):
   """Sum of HSICs over batches, from the Gram form one pair at a time."""
   def hsic(a, b):
-    ka = cka.center_gram(cka.gram_linear(a), unbiased)
-    kb = cka.center_gram(cka.gram_linear(b), unbiased)
+    ka = similarity.center_gram(similarity.gram_linear(a), unbiased)
+    kb = similarity.center_gram(similarity.gram_linear(b), unbiased)
     return float(np.vdot(ka, kb))
   xy = sum(hsic(b[i], b[j]) for b in batches)
   xx = sum(hsic(b[i], b[i]) for b in batches)
@@ -87,7 +87,7 @@ def explicit_minibatch_cka(batches, i, j, unbiased=True):
 
 def test_streamed_equals_one_shot():
   batches = list(minibatches())
-  stream = cka.MinibatchCKA()
+  stream = similarity.MinibatchCKA()
   for batch in batches:
     stream.update(batch)
   result = stream.result()
@@ -103,7 +103,7 @@ def test_streamed_equals_one_shot():
 
 def test_unbiased_estimate_of_independent_features_is_near_zero():
   batches = list(minibatches(num_batches=20, n=32))
-  biased, unbiased = cka.MinibatchCKA(unbiased=False), cka.MinibatchCKA(unbiased=True)
+  biased, unbiased = similarity.MinibatchCKA(unbiased=False), similarity.MinibatchCKA(unbiased=True)
   for batch in batches:
     biased.update(batch)
     unbiased.update(batch)
@@ -118,7 +118,7 @@ def test_cross_model_block_equals_joint_computation():
   model_b = list(minibatches(seed=0))
   rng = np.random.RandomState(5)
   model_b = [[b[0] @ rng.randn(8, 8), b[1] ** 2] for b in model_b]
-  joint = cka.MinibatchCKA()
+  joint = similarity.MinibatchCKA()
   for a, b in zip(model_a, model_b):
     joint.update(a + b)
   cross = joint.result()[:3, 3:]
@@ -133,9 +133,9 @@ def test_cross_model_block_equals_joint_computation():
 
 def test_rejects_unknown_kernel_and_empty_stream():
   with pytest.raises(ValueError, match='kernel'):
-    cka.minibatch_hsic([np.ones((5, 2))], kernel='cosine')
+    similarity.minibatch_hsic([np.ones((5, 2))], kernel='cosine')
   with pytest.raises(ValueError, match='No batches'):
-    cka.MinibatchCKA().result()
+    similarity.MinibatchCKA().result()
 
 
 def unbiased_hsic_song(x, y):
@@ -157,7 +157,7 @@ def unbiased_hsic_song(x, y):
 
 def test_streamed_cka_equals_the_papers_unbiased_hsic_formula():
   batches = list(minibatches(num_batches=5, n=24, seed=3))
-  stream = cka.MinibatchCKA(unbiased=True)
+  stream = similarity.MinibatchCKA(unbiased=True)
   for batch in batches:
     stream.update(batch)
   for i in range(3):
@@ -170,7 +170,7 @@ def test_streamed_cka_equals_the_papers_unbiased_hsic_formula():
                                  atol=1e-6)
   one = batches[0]
   np.testing.assert_allclose(
-      cka.linear_cka(one[0], one[1], unbiased=True),
+      similarity.linear_cka(one[0], one[1], unbiased=True),
       unbiased_hsic_song(one[0], one[1]) / np.sqrt(unbiased_hsic_song(one[0], one[0])
                                                    * unbiased_hsic_song(one[1], one[1])),
       rtol=1e-8)

@@ -5,7 +5,7 @@ import os
 import pytest
 from absl import flags
 
-from analysis import conventions
+from analysis.reporting import conventions
 from analysis.tools import TOOLS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from analysis import corruptions
+from analysis.measures import corruptions
 from analysis.tools import TOOLS
 from analysis.tools.corruption import Options
 from helpers import batches
@@ -94,7 +94,7 @@ CIFAR_C = {
 
 
 def test_cifar_c_parameters_are_hendrycks():
-  from analysis import cifar_c
+  from analysis.measures import cifar_c
   assert set(cifar_c.PARAMETERS) == set(CIFAR_C) == set(corruptions.CORRUPTIONS)
   for name, table in CIFAR_C.items():
     for ours, theirs in zip(cifar_c.PARAMETERS[name], table):
@@ -238,7 +238,7 @@ def test_tfds_corruptions_need_cifar10_models(subjects, tmp_path):  # noqa: F811
 
 
 def test_the_tfds_source_reads_each_corruption_and_severity(subjects, tmp_path, monkeypatch):  # noqa: F811,E501
-  from analysis import features
+  from analysis.runtime import features
   read = []
 
   def corrupted(name, split, image_size, batch_size, num_images, data_dir):

@@ -1,4 +1,4 @@
-"""Time estimates of the analysis tools (`analysis.estimate`, `--time_budget`): each
+"""Time estimates of the analysis tools (`analysis.runtime.estimate`, `--time_budget`): each
 tool's count of model passes against what its runner does, the pricing, and the
 command refusing a budget its tools do not fit before any of them runs."""
 import dataclasses
@@ -11,7 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from analysis import estimate, planning, report, tool_options
+from analysis import tool_options
+from analysis.reporting import report
+from analysis.runtime import estimate, planning
 from analysis.tools import TOOLS, corruption, erf, hessian, landscape, robustness
 from helpers import TINY_VIT, batches, quickstart_vit_checkpoint, subject
 from vit_jax import console

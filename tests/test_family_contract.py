@@ -172,7 +172,7 @@ def test_the_models_package_knows_no_analysis_concept():
   """The reverse rule: models say what they sow (`Layers`) and how a branch is
   scaled (`branch_scales`); colours, the Hessian's loops, lesions and figures are
   the analysis's own (`analysis/`)."""
-  assert len(_analysis_concepts("import analysis.plots\ncolour = 'red'\nx.lesion_scales\n"
+  assert len(_analysis_concepts("import analysis.reporting.plots\ncolour = 'red'\nx.lesion_scales\n"
                                 "def f(hessian_loop): return 'plot'\n")) == 5
   found = {}
   for path in sorted(glob.glob(os.path.join(ROOT, 'vit_jax', 'models', '*.py'))):

@@ -365,7 +365,7 @@ def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
   from analysis import __main__ as cli
   from absl.testing import flagsaver
   from analysis import tool
-  from analysis.tools import hessian as hessian_tool
+  from analysis.tools import common
   for amounts, says in (((0, 10), '--num_images is 0'), ((-3, 10), '--num_images is -3'),
                         ((100, 0), '--batch_size is 0; it must be between 1 and --num_images'),
                         ((100, 200), '--batch_size is 200')):
@@ -375,9 +375,9 @@ def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
     with pytest.raises(errors.ConfigError, match='--lanczos_steps is 0; it must be at least 1'):
       tool.TOOLS['hessian'].read_options()
   with pytest.raises(errors.ConfigError, match='exceed the 50 parameters of m'):
-    hessian_tool.check_lanczos(100, 50, 'm')
+    common.check_lanczos(100, 50, 'm')
   with pytest.raises(errors.ConfigError, match='GiB basis, more than half'):
-    hessian_tool.check_lanczos(40, 10 ** 12, 'm')
+    common.check_lanczos(40, 10 ** 12, 'm')
   run = subprocess.run(
       [sys.executable, '-m', 'analysis', 'hessian', '--config', 'configs/quickstart_vit.py',
        '--checkpoint', str(tmp_path / 'none.npz'), '--lanczos_steps', '0'],
@@ -389,7 +389,9 @@ def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
 
 def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(tmp_path):
   import numpy as np
-  from analysis import __main__ as cli, features, report
+  from analysis import __main__ as cli
+  from analysis.reporting import report
+  from analysis.runtime import features
   from configs import quickstart_vit
   from helpers import init
   from vit_jax import models
@@ -430,7 +432,7 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   a file is refused; the same names and sources with other parameters (a model
   retrained in place) are other models."""
   import analysis.__main__ as cli
-  from analysis import plots, report
+  from analysis.reporting import plots, report
   out = tmp_path / 'out'
   out.mkdir()
   (out / 'notes.json').write_text('{"mine": 1}')  # the user's, before any analysis
@@ -467,7 +469,7 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   with pytest.raises(errors.WorkdirError, match='is a file'):
     cli.claim_out(str(tmp_path / 'file'), about, overwrite=False)
   import numpy as np
-  from analysis import features
+  from analysis.runtime import features
   zeros = {'a': np.zeros((2, 3), np.float32)}
   assert features.params_checksum(zeros) == features.params_checksum(
       {'a': np.zeros((2, 3), np.float32)})
@@ -491,7 +493,7 @@ def test_an_analysis_out_is_locked_stopped_in_one_line_and_never_mixes_models(tm
   the new model), and with --overwrite it removes them and keeps the user's file."""
   import numpy as np
   from helpers import quickstart_vit_checkpoint
-  from analysis import report
+  from analysis.reporting import report
   first = quickstart_vit_checkpoint(tmp_path)
   other = tmp_path / 'other.npz'
   params = checkpoint.load(first)

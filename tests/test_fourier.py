@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from analysis import fourier
+from analysis.measures import frequency
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 
@@ -55,7 +55,7 @@ def authors_band_limited(noise_bchw, f, s=0.2):
 def test_relative_log_amplitude_is_the_authors_curve(shape):
   x = noise((5,) + shape + (3,), seed=sum(shape)) * 3 + 1
   expected = authors_relative_log_amplitude(x)
-  curve = np.asarray(fourier.relative_log_amplitude(x))
+  curve = np.asarray(frequency.relative_log_amplitude(x))
   assert not np.isnan(curve).any()
   # float32 FFT and logs of values O(1-100): 1e-4 absolute.
   np.testing.assert_allclose(curve, expected, atol=1e-4)
@@ -66,8 +66,8 @@ def test_relative_log_amplitude_is_the_authors_curve(shape):
 @pytest.mark.parametrize('shape', [(4, 4), (7, 7), (14, 14), (16, 16), (6, 8)])
 def test_spatial_variance_is_the_authors_unbiased_variance(shape):
   x = noise((5,) + shape + (3,), seed=sum(shape)) * 2 + 0.5
-  np.testing.assert_allclose(fourier.spatial_variance(x), authors_variance(x), rtol=1e-5)
-  assert np.isnan(fourier.spatial_variance(np.ones((2, 1, 1, 3), np.float32)))
+  np.testing.assert_allclose(frequency.spatial_variance(x), authors_variance(x), rtol=1e-5)
+  assert np.isnan(frequency.spatial_variance(np.ones((2, 1, 1, 3), np.float32)))
 
 
 @pytest.mark.parametrize('size', [4, 14, 16, 28, 32])
@@ -75,28 +75,28 @@ def test_spatial_variance_is_the_authors_unbiased_variance(shape):
 def test_band_limited_noise_is_the_authors_freq_attack(size, f):
   sign_noise = np.sign(noise((3, size, size, 2), seed=size))
   expected = authors_band_limited(np.transpose(sign_noise, (0, 3, 1, 2)), f)
-  out = fourier.band_limited(jnp.asarray(sign_noise), f)
+  out = frequency.band_limited(jnp.asarray(sign_noise), f)
   np.testing.assert_allclose(np.transpose(np.asarray(out), (0, 3, 1, 2)), expected, atol=1e-5)
 
 
 def test_odd_sizes_shift_back_with_the_inverse_shift():
   x = noise((2, 7, 7, 1))
   # The full band keeps everything: the noise comes back unchanged.
-  np.testing.assert_allclose(fourier.band_limited(jnp.asarray(x), np.pi, 10.), x, atol=1e-5)
+  np.testing.assert_allclose(frequency.band_limited(jnp.asarray(x), np.pi, 10.), x, atol=1e-5)
   with pytest.raises(ValueError, match='square'):
-    fourier.band_limited(jnp.zeros((1, 6, 8, 1)), 1.)
+    frequency.band_limited(jnp.zeros((1, 6, 8, 1)), 1.)
 
 
 def test_frequency_noise_is_signed_noise_of_size_eps_in_its_band():
-  full = fourier.frequency_noise(jax.random.PRNGKey(0), (2, 16, 16, 3), np.pi, 0.1, s=10.)
+  full = frequency.frequency_noise(jax.random.PRNGKey(0), (2, 16, 16, 3), np.pi, 0.1, s=10.)
   np.testing.assert_allclose(np.abs(full), 0.1, rtol=1e-4)
-  low = fourier.frequency_noise(jax.random.PRNGKey(0), (2, 16, 16, 3), 0., 0.1)
+  low = frequency.frequency_noise(jax.random.PRNGKey(0), (2, 16, 16, 3), 0., 0.1)
   # f = 0 with s = 0.2 keeps a 0x0 square at 16 px: nothing passes.
   np.testing.assert_allclose(low, 0., atol=1e-7)
 
 
 def test_white_noise_gives_a_flat_curve():
-  curve = np.asarray(fourier.relative_log_amplitude(noise()))
+  curve = np.asarray(frequency.relative_log_amplitude(noise()))
   assert curve.shape == (8,)
   # Zero frequency is a real-valued FFT bin whose log amplitude has another mean
   # (E log|N(0,1)| vs E log|CN(0,1)|); the complex bins after it are flat.
@@ -110,28 +110,28 @@ def test_box_blur_lowers_and_laplacian_raises_high_frequencies(size):
   blur = ndimage.uniform_filter(x, size=(1, 3, 3, 1), mode='wrap')
   stencil = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], np.float32)[None, :, :, None]
   laplacian = ndimage.convolve(x, stencil, mode='wrap')
-  base = fourier.relative_log_amplitude(x)[-1]
-  assert fourier.relative_log_amplitude(blur)[-1] < base - 1.
-  assert fourier.relative_log_amplitude(laplacian)[-1] > base + 1.
+  base = frequency.relative_log_amplitude(x)[-1]
+  assert frequency.relative_log_amplitude(blur)[-1] < base - 1.
+  assert frequency.relative_log_amplitude(laplacian)[-1] > base + 1.
 
 
 def test_circular_shift_changes_nothing():
   x = noise((8, 12, 12, 3))
   shifted = np.roll(x, (3, -5), axis=(1, 2))
-  chex.assert_trees_all_close(fourier.relative_log_amplitude(shifted),
-                              fourier.relative_log_amplitude(x), atol=1e-4)
+  chex.assert_trees_all_close(frequency.relative_log_amplitude(shifted),
+                              frequency.relative_log_amplitude(x), atol=1e-4)
 
 
 def test_variance_of_constant_is_zero_and_blur_lowers_it():
-  assert float(fourier.spatial_variance(jnp.full((2, 5, 5, 3), 7.))) == 0.
+  assert float(frequency.spatial_variance(jnp.full((2, 5, 5, 3), 7.))) == 0.
   x = noise((16, 16, 16, 4))
   blur = ndimage.uniform_filter(x, size=(1, 3, 3, 1), mode='wrap')
-  assert fourier.spatial_variance(blur) < 0.5 * fourier.spatial_variance(x)
+  assert frequency.spatial_variance(blur) < 0.5 * frequency.spatial_variance(x)
 
 
 def test_radial_band_noise_stays_in_its_band_and_has_the_norm():
-  low = fourier.radial_band_noise(jax.random.PRNGKey(0), (4, 32, 32, 3), (0., 0.2), 5.)
-  high = fourier.radial_band_noise(jax.random.PRNGKey(0), (4, 32, 32, 3), (0.7, 1.01), 5.)
+  low = frequency.radial_band_noise(jax.random.PRNGKey(0), (4, 32, 32, 3), (0., 0.2), 5.)
+  high = frequency.radial_band_noise(jax.random.PRNGKey(0), (4, 32, 32, 3), (0.7, 1.01), 5.)
   np.testing.assert_allclose(jnp.sqrt(jnp.sum(low**2, axis=(1, 2, 3))), 5., rtol=1e-5)
   # Low-band noise is smooth: far higher neighbour correlation than high-band noise.
   correlation = lambda z: float(jnp.mean(z[:, 1:] * z[:, :-1]) / jnp.mean(z * z))

@@ -5,7 +5,7 @@ import flax
 import numpy as np
 import pytest
 
-from analysis import features
+from analysis.runtime import features
 from analysis.tools import TOOLS
 from analysis.tools.head_ablation import Options, ablations, mean_head_outputs
 from helpers import TINY_VIT, batches, images, init, perturbed, tiny_vit

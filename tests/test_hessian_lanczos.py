@@ -10,7 +10,8 @@ import scipy.linalg
 from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, PartitionSpec as P
 
-from analysis import features, hessian, lanczos
+from analysis.measures import curvature, lanczos
+from analysis.runtime import features
 from helpers import assert_close_at_scale, tiny_bit
 from vit_jax import steps
 
@@ -27,12 +28,12 @@ class TinyNet(nn.Module):
 def tiny_problem(dtype, num_batches=2, batch=6, **loss_options):
   rng = np.random.RandomState(0)
   model = TinyNet()
-  batches = hessian.stack_batches(
+  batches = curvature.stack_batches(
       [(jnp.asarray(rng.randn(batch, 2, 2, 1), dtype),
         jnp.asarray(np.eye(3)[rng.randint(0, 3, batch)], dtype)) for _ in range(num_batches)])
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
   params = jax.tree_util.tree_map(lambda p: p.astype(dtype) + 0.3, params)
-  return hessian.training_loss(model, **{'l2': 0.01, **loss_options}), params, batches
+  return curvature.training_loss(model, **{'l2': 0.01, **loss_options}), params, batches
 
 
 def test_scanned_loss_equals_the_loss_written_out():
@@ -49,7 +50,7 @@ def test_scanned_loss_equals_the_loss_written_out():
     penalty = sum(jnp.sum(p ** 2) for p in jax.tree_util.tree_leaves(params))
     expected = np.mean(per_batch) + 0.25 * penalty
     np.testing.assert_allclose(loss(params, (images, labels)), expected, rtol=1e-12)
-    unrolled = hessian.training_loss(model, l2=0.5, label_smoothing=0.1, unroll=True)
+    unrolled = curvature.training_loss(model, l2=0.5, label_smoothing=0.1, unroll=True)
     np.testing.assert_allclose(unrolled(params, (images, labels)), expected, rtol=1e-12)
 
 
@@ -57,7 +58,7 @@ def test_l2_mask_penalises_only_the_marked_parameters():
   with jax.enable_x64(True):
     model = TinyNet()
     loss, params, batches = tiny_problem(jnp.float64, l2=0.)
-    masked = hessian.training_loss(model, l2=2., l2_mask=steps.kernel_mask)
+    masked = curvature.training_loss(model, l2=2., l2_mask=steps.kernel_mask)
     kernels = sum(jnp.sum(p['kernel'] ** 2) for p in params.values())
     np.testing.assert_allclose(masked(params, batches) - loss(params, batches), kernels,
                                rtol=1e-12)
@@ -66,7 +67,7 @@ def test_l2_mask_penalises_only_the_marked_parameters():
 def test_hvp_sharded_over_eight_devices_equals_one_device():
   assert jax.device_count() == 8
   loss, params, batches = tiny_problem(jnp.float32, num_batches=3, batch=16)
-  matvec, dim = hessian.flat_hvp(loss, params)
+  matvec, dim = curvature.flat_hvp(loss, params)
   sharded = tuple(features.shard_examples(x, axis=1) for x in batches)
   assert len(sharded[0].sharding.device_set) == 8
   one = jax.device_put(batches, jax.devices()[0])
@@ -86,7 +87,7 @@ def test_hvp_equals_dense_hessian_and_finite_differences(dtype, rtol):
     flat, unravel = ravel_pytree(params)
     flat_loss = lambda f: loss(unravel(f), batches)
     dense = jax.hessian(flat_loss)(flat)
-    hvp, dim = hessian.flat_hvp(loss, params)
+    hvp, dim = curvature.flat_hvp(loss, params)
     matvec = lambda v: hvp(v, params, batches)
     v = jnp.asarray(np.random.RandomState(1).randn(dim), dtype)
     chex.assert_trees_all_close(matvec(v), dense @ v, rtol=rtol, atol=rtol)
@@ -221,7 +222,7 @@ def test_the_density_is_drawn_with_pyhessians_width(scale):
 def test_the_joint_spectra_keep_every_minibatchs_top_k(monkeypatch, tmp_path):
   """Park & Kim's max eigenvalue spectra histogram the top-k of each minibatch,
   its negative members too."""
-  from analysis import plots
+  from analysis.reporting import plots
   from analysis.tools import TOOLS
   drawn = {}
   monkeypatch.setattr(plots, 'histogram',
@@ -240,7 +241,7 @@ def test_hessian_top_and_bottom_eigenvalues_match_eigh():
   flat, unravel = ravel_pytree(params)
   exact = np.linalg.eigvalsh(np.asarray(
       jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64))
-  matvec, dim = hessian.flat_hvp(loss, params)
+  matvec, dim = curvature.flat_hvp(loss, params)
   result = lanczos.extreme_eigenvalues(matvec, dim, num_steps=dim, k=3,
                                        operands=(params, batches))
   by_magnitude = exact[np.argsort(-np.abs(exact))]
@@ -255,8 +256,8 @@ def test_hutchinson_over_hadamard_probes_is_the_exact_trace_block_by_block():
   loss, params, batches = tiny_problem(jnp.float32)
   flat, unravel = ravel_pytree(params)
   dense = np.asarray(jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64)
-  matvec, dim = hessian.flat_hvp(loss, params)
-  ids, names = hessian.parameter_blocks(params, depth=1)
+  matvec, dim = curvature.flat_hvp(loss, params)
+  ids, names = curvature.parameter_blocks(params, depth=1)
   # Dense_0 is the 5 -> 3 layer (constructed first): 18 parameters, then 25.
   assert names == ['Dense_0', 'Dense_1'] and list(np.asarray(ids)) == [0] * 18 + [1] * 25
   probes = jnp.asarray(scipy.linalg.hadamard(64)[:, :dim], jnp.float32)
@@ -271,10 +272,10 @@ def test_hutchinson_over_hadamard_probes_is_the_exact_trace_block_by_block():
   # trace of the loss without it.
   without_l2, _, _ = tiny_problem(jnp.float32, l2=0.)
   data = np.trace(np.asarray(jax.hessian(lambda f: without_l2(unravel(f), batches))(flat)))
-  l2 = hessian.l2_traces(params, 0.01, depth=1)
+  l2 = curvature.l2_traces(params, 0.01, depth=1)
   assert l2 == pytest.approx({'Dense_0': 0.18, 'Dense_1': 0.25})
   np.testing.assert_allclose(np.trace(dense) - sum(l2.values()), data, rtol=1e-5)
-  kernels = hessian.l2_traces(params, 0.01, steps.kernel_mask, depth=1)
+  kernels = curvature.l2_traces(params, 0.01, steps.kernel_mask, depth=1)
   assert kernels == pytest.approx({'Dense_0': 0.15, 'Dense_1': 0.20})
 
 
@@ -284,14 +285,14 @@ def test_a_blocks_top_eigenvalue_is_that_of_its_diagonal_block():
   loss, params, batches = tiny_problem(jnp.float32)
   flat, unravel = ravel_pytree(params)
   dense = np.asarray(jax.hessian(lambda f: loss(unravel(f), batches))(flat), np.float64)
-  matvec, dim = hessian.flat_hvp(loss, params)
-  ids, names = hessian.parameter_blocks(params, depth=1)
-  assert hessian.block_sizes(params, depth=1) == {'Dense_0': 18, 'Dense_1': 25}
+  matvec, dim = curvature.flat_hvp(loss, params)
+  ids, names = curvature.parameter_blocks(params, depth=1)
+  assert curvature.block_sizes(params, depth=1) == {'Dense_0': 18, 'Dense_1': 25}
   for b, size in enumerate((18, 25)):
     inside = np.asarray(ids) == b
     exact = np.linalg.eigvalsh(dense[np.ix_(inside, inside)])
     top = lanczos.extreme_eigenvalues(
-        hessian.block_matvec(matvec), dim, size, 1,
+        curvature.block_matvec(matvec), dim, size, 1,
         operands=(jnp.asarray(inside, jnp.float32), params, batches))['top'][0]
     np.testing.assert_allclose(top, exact[np.argmax(np.abs(exact))], rtol=1e-4)
 
@@ -314,7 +315,7 @@ def test_resnet_hvp_unrolled_equals_the_scan_and_jax_hessian():
   would not fit in memory."""
   model = tiny_bit(num_classes=3, num_layers=(1,), width_factor=0.5)
   rng = np.random.RandomState(0)
-  batches = hessian.stack_batches(
+  batches = curvature.stack_batches(
       [(jnp.asarray(rng.uniform(-1, 1, (4, 8, 8, 3)), jnp.float32),
         jnp.asarray(np.eye(3)[rng.randint(0, 3, 4)], jnp.float32)) for _ in range(2)])
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
@@ -328,8 +329,8 @@ def test_resnet_hvp_unrolled_equals_the_scan_and_jax_hessian():
   v = jnp.zeros_like(flat).at[where].set(v_sub)
   products = {}
   for unroll in (True, False):
-    loss = hessian.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=unroll)
-    matvec, _ = hessian.flat_hvp(loss, params, unroll=unroll)
+    loss = curvature.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=unroll)
+    matvec, _ = curvature.flat_hvp(loss, params, unroll=unroll)
     products[unroll] = jax.jit(matvec)(v, params, batches)
   dense = jax.hessian(lambda sub: loss(unravel(flat.at[where].set(sub)), batches))(flat[where])
   # float32 through weight standardisation and GroupNorm, whose second derivatives
@@ -365,39 +366,39 @@ def test_lanczos_vectors_split_over_a_mesh_give_the_same_coefficients():
 def tiny_resnet_problem(num_batches=3):
   model = tiny_bit(num_classes=3, num_layers=(1,), width_factor=0.5)
   rng = np.random.RandomState(0)
-  batches = hessian.stack_batches(
+  batches = curvature.stack_batches(
       [(jnp.asarray(rng.uniform(-1, 1, (4, 8, 8, 3)), jnp.float32),
         jnp.asarray(np.eye(3)[rng.randint(0, 3, 4)], jnp.float32)) for _ in range(num_batches)])
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
-  return hessian.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=True), params, batches
+  return curvature.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=True), params, batches
 
 
 def test_linearised_products_equal_jvp_of_grad_on_any_run_of_the_batches():
   """The host loop's operator linearises each batch once; its products over all the
   batches and over any run of them are jvp of grad's on the same batches."""
   loss, params, batches = tiny_resnet_problem()
-  matvec, dim, operands, method = hessian.minibatch_hvp(loss, params, batches, unroll=True)
-  assert method == 'linearised' and dim == hessian.dimension(params)
-  reference, _ = hessian.flat_hvp(loss, params, unroll=True)
+  matvec, dim, operands, method = curvature.minibatch_hvp(loss, params, batches, unroll=True)
+  assert method == 'linearised' and dim == curvature.dimension(params)
+  reference, _ = curvature.flat_hvp(loss, params, unroll=True)
   v = jnp.asarray(np.random.RandomState(1).randn(dim), jnp.float32)
   for which in (slice(None), slice(0, 1), slice(1, 3)):
     expected = reference(v, params, tuple(x[which] for x in batches))
     assert_close_at_scale(matvec(v, *operands(which)), expected, rtol=1e-4, ulps=50)
-  one = hessian.linearisation_bytes(loss, params, batches)
+  one = curvature.linearisation_bytes(loss, params, batches)
   assert one == sum(x.nbytes for x in jax.tree_util.tree_leaves(operands(slice(0, 1))[0][0]))
 
 
 def test_products_are_jvp_of_grad_where_residuals_would_not_fit_or_batches_scan(monkeypatch):
   loss, params, batches = tiny_resnet_problem(num_batches=2)
-  assert hessian.minibatch_hvp(loss, params, batches, unroll=False)[3] == 'jvp of grad'
+  assert curvature.minibatch_hvp(loss, params, batches, unroll=False)[3] == 'jvp of grad'
   # The memory left is fixed: other processes' use moves it between two readings.
   free = 1 << 30
-  monkeypatch.setattr(hessian, 'available_memory', lambda: free)
-  assert hessian.minibatch_hvp(loss, params, batches, True, keep_free=free)[3] == 'jvp of grad'
-  matvec, dim, operands, _ = hessian.minibatch_hvp(loss, params, batches, True, keep_free=free)
+  monkeypatch.setattr(curvature, 'available_memory', lambda: free)
+  assert curvature.minibatch_hvp(loss, params, batches, True, keep_free=free)[3] == 'jvp of grad'
+  matvec, dim, operands, _ = curvature.minibatch_hvp(loss, params, batches, True, keep_free=free)
   v = jnp.ones(dim)
   np.testing.assert_array_equal(matvec(v, *operands(slice(0, 1))),
-                                hessian.flat_hvp(loss, params, True)[0](
+                                curvature.flat_hvp(loss, params, True)[0](
                                     v, params, tuple(x[:1] for x in batches)))
 
 
@@ -409,13 +410,13 @@ def test_the_hessian_tools_results_do_not_depend_on_how_products_are_taken(
   give the same spectra and traces."""
   from analysis.tools import hessian as hessian_tool
   from helpers import batches
-  subject = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
-                key=lambda s: hessian.dimension(s.params))
+  subject = min((s for s in subjects.values() if curvature.loops_on_host(s.layers.architecture)),
+                key=lambda s: curvature.dimension(s.params))
   small = hessian_tool.Options(hessian_batches=2, lanczos_steps=4, density_steps=6,
                                trace_probes=2, block_steps=2)
   with monkeypatch.context() as patch:
     linearised = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
-    patch.setattr(hessian, 'linearisation_bytes', lambda *_: hessian.available_memory())
+    patch.setattr(curvature, 'linearisation_bytes', lambda *_: curvature.available_memory())
     jvp = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
   assert (linearised['hvp'], jvp['hvp']) == ('linearised', 'jvp of grad')
   for key in ('top_per_minibatch', 'slq_nodes', 'slq_weights', 'trace'):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis import hessian, landscape
+from analysis.measures import curvature, loss_surface
 from analysis.tools import TOOLS
 from analysis.tools import landscape as landscape_tool
 
@@ -51,7 +51,7 @@ def test_filter_normalisation_is_the_authors_in_timms_layout():
   rng = np.random.RandomState(0)
   params = jax.tree_util.tree_map(lambda x: x + rng.randn(*x.shape).astype(np.float32), params)
   direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape).astype(np.float32), params)
-  ours = landscape.filter_normalised(direction, params)
+  ours = loss_surface.filter_normalised(direction, params)
   theirs = timm_files.from_timm(
       authors_bases(timm_files.to_timm(direction, 'ViT-Ti_16'),
                     timm_files.to_timm(params, 'ViT-Ti_16')), 'ViT-Ti_16', **TINY_VIT)
@@ -78,7 +78,7 @@ def test_per_array_normalisation_is_each_array_alone():
                                                'key': {'kernel': 3 * rng.randn(8, 2, 4)}},
             'LayerNorm_0': {'scale': rng.randn(8)}}
   direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape), params)
-  ours = landscape.filter_normalised(direction, params, 'per_array')
+  ours = loss_surface.filter_normalised(direction, params, 'per_array')
 
   def alone(d, w, axes):
     return (np.sqrt(np.sum(w ** 2, axis=axes, keepdims=True))
@@ -109,7 +109,7 @@ def test_alternets_fused_key_value_and_relative_bias():
                'relative_position_bias': rng.randn(7, 7)}
   params = {'stage2_unit2': {'attention': attention}}
   direction = jax.tree_util.tree_map(lambda x: rng.randn(*x.shape), params)
-  ours = landscape.filter_normalised(direction, params)['stage2_unit2']['attention']
+  ours = loss_surface.filter_normalised(direction, params)['stage2_unit2']['attention']
   d = direction['stage2_unit2']['attention']
   to_torch = lambda x: x.reshape(6, 6).T  # (in, heads, dim) -> (out, in)
   kv = authors_bases({'to_kv': np.concatenate([to_torch(d['key']['kernel']),
@@ -133,7 +133,7 @@ def test_the_l2_term_is_the_authors():
   params = {'a': {'kernel': rng.randn(4, 5, 6)}, 'b': rng.randn(7), 'c': rng.randn(2, 3)}
   expected = sum(np.sqrt(np.sum(np.asarray(x, np.float64) ** 2))
                  for x in jax.tree_util.tree_leaves(params))
-  assert float(landscape.authors_l2(params)) == pytest.approx(expected, rel=1e-6)
+  assert float(loss_surface.authors_l2(params)) == pytest.approx(expected, rel=1e-6)
   from analysis.tools.landscape import l2_penalty
   assert float(l2_penalty('authors', 0.05)(params)) == pytest.approx(0.05 * expected, rel=1e-6)
   kernels = 0.5 * 0.05 * np.sum(params['a']['kernel'] ** 2)
@@ -149,12 +149,12 @@ def test_a_quadratic_along_an_eigenvector_is_half_lambda_t_squared():
   a = (q * eigenvalues) @ q.T
   params = {'w': jnp.zeros(12)}
   loss = lambda p: 0.5 * p['w'] @ (jnp.asarray(a, jnp.float32) @ p['w'])
-  directions = landscape.hessian_directions(lambda v: jnp.asarray(a, jnp.float32) @ v, params, 12)
+  directions = loss_surface.hessian_directions(lambda v: jnp.asarray(a, jnp.float32) @ v, params, 12)
   for direction, value in zip(directions, eigenvalues[:2]):
     np.testing.assert_allclose(abs(np.asarray(direction['w']) @ q[:, list(eigenvalues).index(
         value)]), 1., rtol=1e-4)
   t = np.linspace(-1, 1, 7)
-  along = landscape.grid(loss, params, directions[:1], t[:, None], chunk=3)
+  along = loss_surface.grid(loss, params, directions[:1], t[:, None], chunk=3)
   np.testing.assert_allclose(along, 0.5 * 9. * t ** 2, rtol=1e-4, atol=1e-6)
 
 
@@ -162,13 +162,13 @@ def test_the_batched_grid_is_the_loop_over_points():
   rng = np.random.RandomState(2)
   params = {'a': jnp.asarray(rng.randn(3, 4), jnp.float32), 'b': jnp.asarray(rng.randn(4))}
   loss = lambda p: jnp.sum(jnp.tanh(p['a'] @ p['b'])) + jnp.sum(p['b'] ** 2)
-  directions = landscape.random_directions(params, jax.random.PRNGKey(0))
+  directions = loss_surface.random_directions(params, jax.random.PRNGKey(0))
   points = np.stack(np.meshgrid(np.linspace(-1, 1, 5), np.linspace(-1, 1, 5)), -1).reshape(-1, 2)
-  batched = landscape.grid(loss, params, directions, points, chunk=4)
+  batched = loss_surface.grid(loss, params, directions, points, chunk=4)
   looped = [float(loss(jax.tree_util.tree_map(lambda p, d1, d2: p + x * d1 + y * d2, params,
                                               *directions))) for x, y in points]
   np.testing.assert_allclose(batched, looped, rtol=1e-5, atol=1e-6)
-  hosted = landscape.grid(loss, params, directions, points, host_loop=True)
+  hosted = loss_surface.grid(loss, params, directions, points, host_loop=True)
   np.testing.assert_allclose(hosted, looped, rtol=1e-5, atol=1e-6)
 
 
@@ -185,16 +185,16 @@ def test_the_landscape_tool(directions, l2_term, tmp_path):
   assert result['objective']['l2_term'] == l2_term
   np.testing.assert_allclose(total, nll + l2, rtol=1e-6)
   # The centre: the recipe's NLL plus the L2 term at the trained parameters.
-  from analysis.tools.hessian import fixed_batches
-  from analysis import features
+  from analysis.tools.common import fixed_batches
+  from analysis.runtime import features
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
   coefficient = s.recipe.weight_decay / s.recipe.lr
   if l2_term == 'authors':
-    nll_loss = hessian.training_loss(s.model, 0., s.recipe.loss, s.recipe.label_smoothing)
+    nll_loss = curvature.training_loss(s.model, 0., s.recipe.loss, s.recipe.label_smoothing)
     centre = float(nll_loss(s.params, fixed)) + coefficient * sum(
         np.linalg.norm(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(s.params))
   else:  # the Hessian's objective with this project's decay mask
-    loss, _ = hessian.recipe_objective(s.model, s.recipe, l2_on='kernels')
+    loss, _ = curvature.recipe_objective(s.model, s.recipe, l2_on='kernels')
     centre = float(loss(s.params, fixed))
   assert result['centre_loss'] == pytest.approx(centre, rel=1e-4)
   assert all(os.path.exists(f) for f in result['figures']) and len(result['figures']) == 3
@@ -205,14 +205,14 @@ def test_the_landscape_of_a_model_the_host_loops_over(subjects, tmp_path):
   drives (a ResNet or a hybrid): Hessian directions from linearised products, the
   grid point by point, and the centre is the objective at the parameters."""
   from helpers import batches
-  from analysis.tools.hessian import fixed_batches
-  from analysis import features
-  s = min((s for s in subjects.values() if hessian.loops_on_host(s.layers.architecture)),
-          key=lambda s: hessian.dimension(s.params))
+  from analysis.tools.common import fixed_batches
+  from analysis.runtime import features
+  s = min((s for s in subjects.values() if curvature.loops_on_host(s.layers.architecture)),
+          key=lambda s: curvature.dimension(s.params))
   result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
       landscape_points=3, landscape_batches=2, landscape_directions='hessian', lanczos_steps=3,
       landscape_l2='objective'))
-  loss, _ = hessian.recipe_objective(s.model, s.recipe, l2_on='kernels')
+  loss, _ = curvature.recipe_objective(s.model, s.recipe, l2_on='kernels')
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
   assert result['centre_loss'] == pytest.approx(float(loss(s.params, fixed)), rel=1e-4)
   assert np.isfinite(result['loss']).all()

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from analysis import embeddings, probes
+from analysis.measures import embeddings, linear_probes
 from vit_jax.models.vit import sincos2d_posembed
 
 
@@ -17,7 +17,7 @@ def planted(n, d=20, classes=4, seed=0):
 def test_ridge_matches_normal_equations():
   rng = np.random.RandomState(0)
   x, t = rng.randn(50, 6), rng.randn(50, 3)
-  weights, biases = probes.ridge_fit(x, t, [0.5])
+  weights, biases = linear_probes.ridge_fit(x, t, [0.5])
   xc = x - x.mean(0)
   expected = np.linalg.solve(xc.T @ xc + 0.5 * np.eye(6), xc.T @ (t - t.mean(0)))
   np.testing.assert_allclose(weights[0], expected, rtol=1e-10)
@@ -27,21 +27,21 @@ def test_ridge_matches_normal_equations():
 def test_probe_recovers_a_planted_linear_labelling():
   train_x, train_y = planted(2000)
   test_x, test_y = planted(500, seed=1)
-  result = probes.probe_accuracy(train_x, train_y, test_x, test_y, 4)
+  result = linear_probes.probe_accuracy(train_x, train_y, test_x, test_y, 4)
   assert result['accuracy'] > 0.9
   # Shuffled labels carry nothing: chance level.
   shuffled = np.random.RandomState(2).permutation(train_y)
-  assert probes.probe_accuracy(train_x, shuffled, test_x, test_y, 4)['accuracy'] < 0.4
+  assert linear_probes.probe_accuracy(train_x, shuffled, test_x, test_y, 4)['accuracy'] < 0.4
 
 
 def test_few_shot_improves_with_shots_and_checks_class_sizes():
   train_x, train_y = planted(2000)
   test_x, test_y = planted(500, seed=1)
-  one = probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=1)
-  many = probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=25)
+  one = linear_probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=1)
+  many = linear_probes.few_shot_accuracy(train_x, train_y, test_x, test_y, 4, shots=25)
   assert many > one and many > 0.7
   with pytest.raises(ValueError, match='fewer than'):
-    probes.few_shot_accuracy(train_x[:10], train_y[:10], test_x, test_y, 4, shots=25)
+    linear_probes.few_shot_accuracy(train_x[:10], train_y[:10], test_x, test_y, 4, shots=25)
 
 
 def test_a_token_that_carries_the_label_classifies_alone():
@@ -50,8 +50,8 @@ def test_a_token_that_carries_the_label_classifies_alone():
   rng = np.random.RandomState(0)
   labels = np.arange(400) % 4
   maps = rng.randn(400, 3, 4, 6)
-  maps[:, 1, 2, :4] += 3. * probes.signed_one_hot(labels, 4)
-  grid = probes.few_shot_per_position(maps[:200], labels[:200], maps[200:], labels[200:], 4,
+  maps[:, 1, 2, :4] += 3. * linear_probes.signed_one_hot(labels, 4)
+  grid = linear_probes.few_shot_per_position(maps[:200], labels[:200], maps[200:], labels[200:], 4,
                                       shots=10)
   assert grid.shape == (3, 4) and grid[1, 2] == 1.
   others = np.delete(grid.ravel(), 1 * 4 + 2)

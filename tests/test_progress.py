@@ -3,7 +3,8 @@ import types
 
 import jax.numpy as jnp
 
-from analysis import features, lanczos, progress
+from analysis.measures import lanczos
+from analysis.runtime import features, progress
 from configs import common
 from helpers import make_folder
 

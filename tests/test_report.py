@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from analysis import events, features, plots, report
+from analysis.reporting import events, plots, report
+from analysis.runtime import features
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS, activation_patching, hessian
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
@@ -353,7 +354,7 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   is written, lists the tool left out with the command that runs it, and forgets
   it once it has run."""
   import time
-  from analysis import estimate, planning
+  from analysis.runtime import estimate, planning
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
   names = ['attention_distance', 'norm_ratio']
   amounts = estimate.Amounts(36, 12)

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from analysis import cka, embeddings, features
+from analysis.measures import embeddings, similarity
+from analysis.runtime import features
 from analysis.tools import TOOLS, hessian, nll, robustness
 from helpers import TINY_VIT, batches, init, make_folder, perturbed, subject
 from vit_jax import checkpoint, models
@@ -134,9 +135,9 @@ def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
 
 def test_a_head_compared_with_itself_has_cka_one():
   """The CKA of every head's output with itself, in the tool's accumulator."""
-  from analysis import cka
+  from analysis.measures import similarity
   rng = np.random.RandomState(0)
-  stream = cka.MinibatchCKA('linear', unbiased=True)
+  stream = similarity.MinibatchCKA('linear', unbiased=True)
   for _ in range(3):
     heads = rng.randn(12, 16, 4, 8)  # (B, tokens, heads, D/heads)
     stream.update([heads[:, :, h] for h in range(4)] * 2)
@@ -410,7 +411,7 @@ def test_cka_features_sharded_over_devices_equal_one_device(subjects):
   one = [single[n] for n in names]
   streams = []
   for reps in (sharded, one):
-    stream = cka.MinibatchCKA()
+    stream = similarity.MinibatchCKA()
     stream.update(reps)
     streams.append(stream.result())
   # float32 Grams; the sharded program sums across devices in another order.

@@ -3,7 +3,9 @@ from it, and lies within the uncertainty; and the standard errors they rest on."
 import numpy as np
 import pytest
 
-from analysis import report, tool, uncertainty, verdict
+from analysis import tool
+from analysis.measures import uncertainty
+from analysis.reporting import report, verdict
 from analysis.tools import TOOLS
 from vit_jax.models.family import CONVNET, TRANSFORMER
 

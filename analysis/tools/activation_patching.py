@@ -20,11 +20,12 @@ from typing import Any, Dict, List, Sequence
 import flax
 import numpy as np
 
-from analysis import corruptions, plots, uncertainty
-from analysis.estimate import Work
+from analysis.measures import corruptions, uncertainty
+from analysis.reporting import plots
+from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import option
-from analysis.tools.head_ablation import head_counts
+from analysis.tools.common import head_counts
 from vit_jax.models.family import SCALES, SHIFTS
 
 MIN_PAIRS = 2  # below this, no share is reported

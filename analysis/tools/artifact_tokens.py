@@ -21,8 +21,8 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
-from analysis import plots, verdict
-from analysis.estimate import Work
+from analysis.reporting import plots, verdict
+from analysis.runtime.estimate import Work
 from analysis.tool import (ATTENTION, Batches, Subject, Tool, each_model, figure_path, per_model,
                            register)
 from analysis.tool_options import option

@@ -5,7 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import attention, features, plots, verdict
+from analysis.measures import attention
+from analysis.reporting import plots, verdict
+from analysis.runtime import features
 from analysis.tool import (ATTENTION, Batches, Subject, Tool, batch_mean, each_model,
                            figure_path, model_scalars, per_model, register)
 

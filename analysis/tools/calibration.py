@@ -6,8 +6,9 @@ from typing import Dict, List, Mapping
 import jax
 import numpy as np
 
-from analysis import calibration, plots, uncertainty
-from analysis.estimate import Work
+from analysis.measures import reliability, uncertainty
+from analysis.reporting import plots
+from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, per_model, register
 
 
@@ -15,7 +16,7 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
   """Softmax predictions on the evaluation split: accuracy (± binomial standard
   error), NLL and Brier score (± standard error of their means over images), the
   ECE and signed ECE over the authors' 10 confidence bins (± bootstrap standard
-  error, `calibration.bootstrap_stderr`), the bins themselves and the reliability
+  error, `reliability.bootstrap_stderr`), the bins themselves and the reliability
   diagram.
 
   Args:
@@ -34,14 +35,14 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
     confidence.append(probabilities.max(axis=1))
     correct.append(probabilities.argmax(axis=1) == labels)
     nll.append(-np.log(np.maximum(probabilities[np.arange(len(labels)), labels], 1e-300)))
-    brier.append(calibration.brier(probabilities, labels))
+    brier.append(reliability.brier(probabilities, labels))
   confidence, correct, nll, brier = map(np.concatenate, (confidence, correct, nll, brier))
   n = len(confidence)
-  binned = calibration.bins(confidence, correct)
-  spread = calibration.bootstrap_stderr(confidence, correct)
+  binned = reliability.bins(confidence, correct)
+  spread = reliability.bootstrap_stderr(confidence, correct)
   accuracy = float(correct.mean())
   mean_stderr = lambda x: float(np.std(x, ddof=1) / np.sqrt(n)) if n > 1 else float('nan')
-  figure = plots.reliability(binned['count'], binned['accuracy'], calibration.EDGES,
+  figure = plots.reliability(binned['count'], binned['accuracy'], reliability.EDGES,
                              figure_path(out, 'calibration', subject),
                              f'Calibration: {subject.label}',
                              plots.KIND_COLOURS[subject.layers.architecture])
@@ -49,10 +50,10 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
           'nll': float(nll.mean()), 'nll_stderr': mean_stderr(nll),
           'brier': float(brier.mean()), 'brier_stderr': mean_stderr(brier),
-          'ece': calibration.ece(binned), 'ece_stderr': spread['ece'],
-          'signed_ece': calibration.ece(binned, signed=True),
+          'ece': reliability.ece(binned), 'ece_stderr': spread['ece'],
+          'signed_ece': reliability.ece(binned, signed=True),
           'signed_ece_stderr': spread['signed_ece'],
-          'bin_edges': calibration.EDGES.tolist(), 'bin_count': binned['count'].tolist(),
+          'bin_edges': reliability.EDGES.tolist(), 'bin_count': binned['count'].tolist(),
           'bin_accuracy': binned['accuracy'].tolist(),
           'bin_confidence': binned['confidence'].tolist(), 'num_images': n,
           'figures': [figure]}

@@ -5,7 +5,9 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from analysis import cka, features, plots, uncertainty, verdict
+from analysis.measures import similarity, uncertainty
+from analysis.reporting import plots, verdict
+from analysis.runtime import features
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 
 
@@ -26,7 +28,7 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
     The tool's JSON.
   """
   names = [s.layers.stream for s in subjects]
-  stream = cka.MinibatchCKA('linear', unbiased=unbiased)
+  stream = similarity.MinibatchCKA('linear', unbiased=unbiased)
   sizes = []
   for images, _ in batches('eval'):
     stream.update(features.layer_representations(subjects, names, images))
@@ -47,7 +49,7 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
       result['cka_stderr'][key] = uncertainty.weighted_mean_stderr(per_batch, sizes).tolist()
       if i == j:
         result['offdiag_mean_stderr'][key] = float(uncertainty.weighted_mean_stderr(
-            [cka.offdiag_mean(m) for m in per_batch], sizes))
+            [similarity.offdiag_mean(m) for m in per_batch], sizes))
       result['figures'].append(plots.heatmap(
           block.T, os.path.join(out, f'cka_{a.label}_{b.label}.png'), f'CKA: {key}',
           f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
@@ -102,7 +104,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
       'ViT\'s representations are more uniform across depth than ResNet\'s, whose lower and '
       'higher layers differ (Raghu et al. Fig. 1).',
       'mean CKA between distinct layers', models, within,
-      lambda label: (cka.offdiag_mean(result['cka'][label]),
+      lambda label: (similarity.offdiag_mean(result['cka'][label]),
                      result['offdiag_mean_stderr'][label]))]
 
 

@@ -4,8 +4,10 @@ from typing import Dict, List, Mapping
 import jax
 import numpy as np
 
-from analysis import erf, features, joint_figures, plots, uncertainty, verdict
-from analysis.estimate import Amounts, Work
+from analysis.measures import receptive_field, uncertainty
+from analysis.reporting import joint_figures, plots, verdict
+from analysis.runtime import features
+from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register, take)
 
@@ -47,7 +49,7 @@ def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_
   for name in names:
     feature_fn = jax.jit(lambda x, name=name: features.spatial_map(
         subject, subject.intermediates(x, [name])[name]))
-    per_group = [np.asarray(erf.effective_receptive_field(feature_fn, g)) for g in groups]
+    per_group = [np.asarray(receptive_field.effective_receptive_field(feature_fn, g)) for g in groups]
     # Each group's field is scaled to a maximum of 1; the field of all images is their
     # size-weighted mean, scaled again.
     field = np.average(per_group, axis=0, weights=[len(g) for g in groups])

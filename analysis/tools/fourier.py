@@ -3,14 +3,16 @@ from typing import Dict, List, Mapping
 
 import numpy as np
 
-from analysis import features, fourier, joint_figures, plots, uncertainty, verdict
+from analysis.measures import frequency, uncertainty
+from analysis.reporting import joint_figures, plots, verdict
+from analysis.runtime import features
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
 
 def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   """Relative log amplitude curves per layer (each drawn at the authors' positions,
-  `fourier.curve_positions`), the last entry of each, their "high frequency", vs
+  `frequency.curve_positions`), the last entry of each, their "high frequency", vs
   depth (attention outputs shaded), and the unbiased feature-map variance vs depth.
 
   Args:
@@ -27,8 +29,8 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   def per_batch(images):
     inter = subject.intermediates(images, names)
     maps = [features.spatial_map(subject, inter[n]) for n in names]
-    return ([np.asarray(fourier.relative_log_amplitude(m)) for m in maps],
-            np.array([fourier.spatial_variance(m) for m in maps]))
+    return ([np.asarray(frequency.relative_log_amplitude(m)) for m in maps],
+            np.array([frequency.spatial_variance(m) for m in maps]))
 
   results, sizes = [], []
   for images, _ in batches('eval'):
@@ -43,7 +45,7 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   high_stderr = uncertainty.weighted_mean_stderr(high_per_batch, sizes)
   variance_stderr = uncertainty.weighted_mean_stderr([v for _, v in results], sizes)
   labels, shade = list(layers.labels), list(layers.attention)
-  positions = {label: fourier.curve_positions(len(c)) for label, c in zip(labels, curves)}
+  positions = {label: frequency.curve_positions(len(c)) for label, c in zip(labels, curves)}
   figures = [
       plots.curves(dict(zip(labels, curves)), figure_path(out, 'fourier_curves', subject),
                    f'Relative log amplitude: {subject.label}', 'frequency (x pi)',

@@ -8,14 +8,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from analysis import attention, plots, uncertainty
-from analysis.estimate import Work
+from analysis.measures import attention, uncertainty
+from analysis.reporting import plots
+from analysis.runtime.estimate import Work
+from analysis.tools.common import head_counts
 from analysis.tool import ATTENTION, Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import option
-from vit_jax import models
 from vit_jax.models.family import SCALES, SHIFTS
 
 
@@ -27,24 +27,6 @@ class Options:
       'masking); mean: replaced by its mean over the evaluation images, per token (mean-'
       'ablation, a departure that keeps the layer\'s input in its usual range).',
       choices=('zero', 'mean'))
-
-
-def head_counts(subject: Subject) -> List[int]:
-  """The number of heads of each attention layer, from the shape of what it sows.
-
-  Args:
-    subject: the model.
-
-  Returns:
-    One count per entry of `Layers.head_outputs`.
-  """
-  names = subject.layers.head_outputs
-  shapes = jax.eval_shape(
-      lambda p, x: models.apply_with_intermediates(
-          subject.model, {'params': p}, x, names=names)[1],
-      subject.params, jax.ShapeDtypeStruct((1, subject.image_size, subject.image_size, 3),
-                                           jnp.float32))
-  return [int(shapes[n].shape[2]) for n in names]
 
 
 def ablations(subject: Subject, means: Optional[Sequence[np.ndarray]] = None

@@ -6,7 +6,9 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from analysis import attention, cka, features, plots
+from analysis.measures import attention, similarity
+from analysis.reporting import plots
+from analysis.runtime import features
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 
 
@@ -47,7 +49,7 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
     heads_of = [s.layers.head_outputs[b] for b in blocks]
     weights_of = [s.layers.attention_weights[b] for b in blocks]
     grid, pixels = s.token_grid()
-    stream = cka.MinibatchCKA('linear', unbiased=True)
+    stream = similarity.MinibatchCKA('linear', unbiased=True)
     distances, sizes = [], []
     for images, _ in batches('eval'):
       inter = s.intermediates(images, heads_of + weights_of)

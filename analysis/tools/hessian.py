@@ -8,33 +8,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import (features, hessian, joint_figures, lanczos, plots, progress, uncertainty,
-                      verdict)
+from analysis.measures import curvature, lanczos, uncertainty
+from analysis.reporting import joint_figures, plots, verdict
+from analysis.runtime import features, progress
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
-from analysis.estimate import Amounts, Work
+from analysis.runtime.estimate import Amounts, Work
 from analysis.tool_options import Budget, option
+from analysis.tools.common import check_lanczos, fixed_batches, lanczos_steps_option
 from vit_jax.steps import kernel_mask
-from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
 # An SLQ density is drawn down to 1e-8 of its peak, so that its extreme Ritz values,
 # whose quadrature weights are about 1e-6, show as bumps in the tails.
 DENSITY_DECADES = 8
 
-
-
-def lanczos_steps_option(budget: Optional[Budget] = None) -> int:
-  """The `--lanczos_steps` field, which the Hessian and the landscape tools share.
-
-  Args:
-    budget: how a time budget shrinks it in this tool, or None.
-
-  Returns:
-    The field.
-  """
-  return option(20, 'Lanczos steps per top-k estimate; twice as many for the density, half '
-                'as many per parameter block and as trace probes.', least=1, budget=budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +37,7 @@ class Options:
   hessian_l2_on: str = option(
       'all', 'Parameters the training objective\'s L2 term covers: all (Park & Kim\'s AdamW '
       'decays every parameter) or kernels (the parameters this project\'s optimizer decays).',
-      choices=hessian.L2_ON)
+      choices=curvature.L2_ON)
   hessian_density_width: str = option(
       'pyhessian', 'Width of the Gaussians the SLQ density is drawn with: pyhessian (its '
       'variance 1e-5 * max(1, span)) or wide (span / 100, smoother).',
@@ -84,53 +72,26 @@ class Options:
     return self.block_steps or max(1, self.lanczos_steps // 2)
 
 
-def fixed_batches(batches: Batches, split: str, count: int, num_classes: int, mesh=None):
-  """`count` batches drawn once, so the loss is one function: stacked (K, B, ...)
-  images and (K, B, C) label distributions (integer labels become one-hot), each
-  batch split over the devices (`features.shard_examples`).
-
-  Args:
-    batches: split -> its (images, labels) batches.
-    split: the split to draw from.
-    count: how many batches.
-    num_classes: the classes, for one-hot labels.
-    mesh: the mesh of split parameters, or None.
-
-  Returns:
-    (images (K, B, ...), labels (K, B, C)).
-  """
-  fixed = []
-  for images, labels in batches(split):
-    if labels.ndim == 1:
-      labels = jax.nn.one_hot(labels, num_classes)
-    fixed.append((images, labels))
-    if len(fixed) == count:
-      return tuple(features.shard_examples(x, axis=1, mesh=mesh)
-                   for x in hessian.stack_batches(fixed))
-  raise ValueError(f'The {split} split gave {len(fixed)} batches, fewer than the {count} '
-                   'needed; use more images.')
-
-
 def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
                       l2_on: str = 'all'):
   """(loss, split of its batches, description) for `objective`:
   'training', the recipe's own loss plus L2 (over the parameters `l2_on` names) on
   training batches with its augmentation (Park & Kim's protocol,
-  `hessian.recipe_objective`), or 'clean', plain cross-entropy without L2 on
+  `curvature.recipe_objective`), or 'clean', plain cross-entropy without L2 on
   evaluation-preprocessed training images. `unroll` as in
-  `hessian.training_loss`.
+  `curvature.training_loss`.
 
   Args:
     subject: the model.
     objective: 'training' or 'clean'.
-    unroll: as in `hessian.training_loss`.
+    unroll: as in `curvature.training_loss`.
     l2_on: 'all' or 'kernels'.
 
   Returns:
     (loss, split of its batches, description).
   """
   if objective == 'clean':
-    return (hessian.training_loss(subject.model, unroll=unroll), 'train',
+    return (curvature.training_loss(subject.model, unroll=unroll), 'train',
             {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
              'data': 'training split, evaluation preprocessing'})
   if objective != 'training':
@@ -138,7 +99,7 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
   if subject.recipe is None:
     raise ValueError(f'The training objective of {subject.label} needs the recipe that '
                      'trained it (load_subject(..., recipe=)); or measure objective="clean".')
-  loss, description = hessian.recipe_objective(subject.model, subject.recipe, unroll, l2_on)
+  loss, description = curvature.recipe_objective(subject.model, subject.recipe, unroll, l2_on)
   return loss, features.TRAIN_AUGMENTED, {**description,
                                           'data': 'training split through the training '
                                                   'pipeline, augmentation drawn once'}
@@ -149,7 +110,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
   an SLQ density with its negative fraction on all of them together, Hutchinson
   traces of the whole Hessian and of each parameter block's diagonal block
-  (`hessian.parameter_blocks`), and the largest-magnitude eigenvalue of each
+  (`curvature.parameter_blocks`), and the largest-magnitude eigenvalue of each
   block's diagonal block on the first minibatch, of the objective
   `hessian_objective` names with L2 over `hessian_l2_on` (recorded in the JSON).
   The density is drawn with Gaussians of `hessian_density_width`
@@ -165,16 +126,16 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
     The model's JSON.
   """
   num_classes = subject.config.num_classes
-  host_loop = hessian.loops_on_host(subject.layers.architecture)
+  host_loop = curvature.loops_on_host(subject.layers.architecture)
   loss, split, description = hessian_objective(subject, options.hessian_objective, host_loop,
                                                options.hessian_l2_on)
   fixed = fixed_batches(batches, split, options.hessian_batches, num_classes, subject.mesh)
   basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use),
-                        hessian.dimension(subject.params), subject.label)
-  matvec, dim, operands, method = hessian.minibatch_hvp(loss, subject.params, fixed, host_loop,
+                        curvature.dimension(subject.params), subject.label)
+  matvec, dim, operands, method = curvature.minibatch_hvp(loss, subject.params, fixed, host_loop,
                                                         keep_free=basis)
-  ids, blocks = hessian.parameter_blocks(subject.params)
-  sizes = hessian.block_sizes(subject.params)
+  ids, blocks = curvature.parameter_blocks(subject.params)
+  sizes = curvature.block_sizes(subject.params)
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
   done = progress.Progress(
       f'hessian {subject.label}',
@@ -195,7 +156,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                                operands=operands(slice(None)), host_loop=host_loop,
                                on_step=lambda carry: done.advance(options.hessian_batches, carry),
                                mesh=subject.mesh)
-  block_top, masked = {}, hessian.block_matvec(matvec)  # one program for every block
+  block_top, masked = {}, curvature.block_matvec(matvec)  # one program for every block
   for b, name in enumerate(blocks):
     steps = min(options.block_steps_in_use, sizes[name])
     block_top[name] = float(lanczos.extreme_eigenvalues(
@@ -211,7 +172,7 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   done.advance(options.hessian_batches * options.trace_probes_in_use)
   block_traces = sums.mean(0)
   block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(options.trace_probes_in_use))
-  l2_share = hessian.l2_traces(subject.params, description['l2'], kernel_mask
+  l2_share = curvature.l2_traces(subject.params, description['l2'], kernel_mask
                                if description.get('l2_on') == 'kernels' else None)
   # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
   span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
@@ -255,34 +216,6 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
           'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
           'density_width': options.hessian_density_width,
           'figures': figures}
-
-
-def check_lanczos(steps: int, dim: int, label: str) -> int:
-  """Refuses more Lanczos steps than the Hessian has dimensions, or a basis (steps
-  float32 vectors of `dim`) larger than half the memory available now.
-
-  Args:
-    steps: the Lanczos steps asked for.
-    dim: the Hessian's dimension.
-    label: the model's label, for the message.
-
-  Returns:
-    The basis's bytes.
-
-  Raises:
-    ConfigError: too many steps, or a basis beyond the memory.
-  """
-  if steps > dim:
-    raise ConfigError(f'{steps} Lanczos steps exceed the {dim} parameters of {label}; give '
-                      f'--lanczos_steps of at most {dim // 2}.')
-  available = hessian.available_memory()
-  basis = 4 * steps * dim
-  if basis > available / 2:
-    raise ConfigError(
-        f'{steps} Lanczos steps on the {dim:,} parameters of {label} keep a {basis / 2**30:.1f} '
-        f'GiB basis, more than half the {available / 2**30:.1f} GiB of memory available: lower '
-        '--lanczos_steps.')
-  return basis
 
 
 def _findings(label, r, q):
@@ -374,7 +307,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
   minibatch, then the SLQ probes and the trace probes over all of them, and
   Lanczos on each block's diagonal block on one minibatch; the four compile apart,
-  except where the host drives them (`hessian.minibatch_hvp`: one product's
+  except where the host drives them (`curvature.minibatch_hvp`: one product's
   program, and the linearisation's or the product over all batches).
 
   Args:
@@ -389,9 +322,9 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
       options.lanczos_steps + options.density_probes * options.density_steps_in_use
       + options.trace_probes_in_use)
   blocks = sum(min(options.block_steps_in_use, n)
-               for n in hessian.block_sizes(subject.params).values())
+               for n in curvature.block_sizes(subject.params).values())
   return Work({'hvp': products + blocks},
-              {'hvp': 2 if hessian.loops_on_host(subject.layers.architecture) else 4})
+              {'hvp': 2 if curvature.loops_on_host(subject.layers.architecture) else 4})
 
 
 TOOL = register(Tool(

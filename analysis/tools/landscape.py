@@ -10,11 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax.tree_utils as otu
 
-from analysis import features, hessian, landscape, plots
-from analysis.estimate import Work
+from analysis.measures import curvature, loss_surface
+from analysis.reporting import plots
+from analysis.runtime import features
+from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
-from analysis.tools.hessian import check_lanczos, fixed_batches, lanczos_steps_option
+from analysis.tools.common import check_lanczos, fixed_batches, lanczos_steps_option
 from vit_jax.steps import kernel_mask
 
 L2_TERMS = ('authors', 'objective')
@@ -49,7 +51,7 @@ class Options:
   landscape_normalisation: str = option(
       'authors', 'authors: Park & Kim\'s filter normalisation in their layout (position '
       'embeddings and q/k/v biases held still, fused q/k/v normalised together); per_array: '
-      'every array of two or more axes normalised alone.', choices=landscape.NORMALISATIONS)
+      'every array of two or more axes normalised alone.', choices=loss_surface.NORMALISATIONS)
 
 
 SPAN = 1.  # the authors' grid runs from -1 to 1 along each direction
@@ -57,7 +59,7 @@ SPAN = 1.  # the authors' grid runs from -1 to 1 along each direction
 
 def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
   """The landscape's L2 term as a function of the parameters: 'authors',
-  coefficient * the sum of every tensor's unsquared norm (`landscape.authors_l2`),
+  coefficient * the sum of every tensor's unsquared norm (`loss_surface.authors_l2`),
   or 'objective', coefficient / 2 * the squared norm of the kernels (the term whose
   gradient is this project's decay, `steps.kernel_mask`). `coefficient` is
   weight_decay / lr: PyTorch's AdamW decay, which the authors multiply in.
@@ -70,7 +72,7 @@ def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
     params -> the L2 term.
   """
   if term == 'authors':
-    return lambda p: coefficient * landscape.authors_l2(p)
+    return lambda p: coefficient * loss_surface.authors_l2(p)
   if term == 'objective':
     return lambda p: 0.5 * coefficient * otu.tree_norm(jax.tree_util.tree_map(
         lambda w, on: w if on else jnp.zeros_like(w), p, kernel_mask(p)), squared=True)
@@ -85,7 +87,7 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   `landscape_points` x `landscape_points` values of a, b in [-1, 1]; the NLL part
   and the L2 part are kept apart. `landscape_directions` 'random' draws two
   filter-normalised Gaussian directions (Park & Kim's `create_bases`,
-  `landscape.filter_normalised` with `landscape_normalisation`), 'hessian' takes
+  `loss_surface.filter_normalised` with `landscape_normalisation`), 'hessian' takes
   the Ritz vectors of the two largest eigenvalues of the Hessian tool's objective
   (`lanczos_steps` steps on the first batch). Points are evaluated `chunk` at a
   time in one program.
@@ -105,26 +107,26 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   if subject.recipe is None:
     raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
                      'needs the recipe that trained it (load_subject(..., recipe=)).')
-  unroll = hessian.loops_on_host(subject.layers.architecture)
+  unroll = curvature.loops_on_host(subject.layers.architecture)
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, options.landscape_batches,
                          subject.config.num_classes, subject.mesh)
   description = {'loss': subject.recipe.loss,
                  'label_smoothing': subject.recipe.label_smoothing,
-                 'l2': hessian.l2_coefficient(subject.recipe), 'l2_term': l2_term}
+                 'l2': curvature.l2_coefficient(subject.recipe), 'l2_term': l2_term}
   penalty = l2_penalty(l2_term, description['l2'])
-  nll_loss = hessian.training_loss(subject.model, 0., subject.recipe.loss,
+  nll_loss = curvature.training_loss(subject.model, 0., subject.recipe.loss,
                                    subject.recipe.label_smoothing, unroll=unroll)
   if directions == 'random':
-    bases = landscape.random_directions(subject.params, jax.random.PRNGKey(0),
+    bases = loss_surface.random_directions(subject.params, jax.random.PRNGKey(0),
                                         normalisation=normalisation)
   elif directions == 'hessian':
-    total_loss, _ = hessian.recipe_objective(subject.model, subject.recipe, unroll)
-    basis = check_lanczos(options.lanczos_steps, hessian.dimension(subject.params),
+    total_loss, _ = curvature.recipe_objective(subject.model, subject.recipe, unroll)
+    basis = check_lanczos(options.lanczos_steps, curvature.dimension(subject.params),
                           subject.label)
     first = tuple(x[:1] for x in fixed)
-    matvec, _, operands, _ = hessian.minibatch_hvp(total_loss, subject.params, first, unroll,
+    matvec, _, operands, _ = curvature.minibatch_hvp(total_loss, subject.params, first, unroll,
                                                    keep_free=basis)
-    bases = landscape.hessian_directions(matvec, subject.params, options.lanczos_steps,
+    bases = loss_surface.hessian_directions(matvec, subject.params, options.lanczos_steps,
                                          operands(slice(None)), host_loop=unroll)
   else:
     raise ValueError(f'Unknown landscape directions {directions!r}; use random or hessian.')
@@ -132,10 +134,10 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   a, b = np.meshgrid(axis, axis)  # [row b, column a]
   coordinates = np.stack([a.ravel(), b.ravel()], axis=1)
   started = time.perf_counter()
-  nll = landscape.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
+  nll = loss_surface.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
                        chunk, host_loop=unroll).reshape(points, points)
   seconds = time.perf_counter() - started
-  l2 = landscape.grid(penalty, subject.params, bases, coordinates,
+  l2 = loss_surface.grid(penalty, subject.params, bases, coordinates,
                       chunk).reshape(points, points)
   total = nll + l2
   departures = ([f'{l2_term} L2'] if l2_term != 'authors' else []) + (

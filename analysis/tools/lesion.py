@@ -5,8 +5,9 @@ from typing import Dict, List
 import flax
 import numpy as np
 
-from analysis import plots, uncertainty
-from analysis.estimate import Work
+from analysis.measures import uncertainty
+from analysis.reporting import plots
+from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from vit_jax.models.family import SCALES, branch_scales
 

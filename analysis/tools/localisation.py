@@ -4,7 +4,9 @@ from typing import Dict, List, Mapping
 
 import numpy as np
 
-from analysis import cka, embeddings, features, plots, uncertainty, verdict
+from analysis.measures import embeddings, similarity, uncertainty
+from analysis.reporting import plots, verdict
+from analysis.runtime import features
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from vit_jax.models.family import CONVNET, TRANSFORMER
@@ -49,7 +51,7 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
     The model's JSON.
   """
   last = subject.layers.stream[-1]
-  stream, grid, sizes, pixels = cka.MinibatchCKA(), None, [], None
+  stream, grid, sizes, pixels = similarity.MinibatchCKA(), None, [], None
   for images, _ in batches('eval'):
     sizes.append(len(images))
     final = features.spatial_map(subject, subject.intermediates(images, [last])[last])

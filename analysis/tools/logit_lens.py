@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import plots, uncertainty
-from analysis.estimate import Work
-from analysis.features import shard_examples
+from analysis.measures import uncertainty
+from analysis.reporting import plots
+from analysis.runtime.estimate import Work
+from analysis.runtime.features import shard_examples
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from vit_jax import models
 from vit_jax.models.family import SCALES, SHIFTS

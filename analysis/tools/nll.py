@@ -19,8 +19,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from analysis import features, plots, uncertainty
-from analysis.estimate import Work
+from analysis.measures import uncertainty
+from analysis.reporting import plots
+from analysis.runtime import features
+from analysis.runtime.estimate import Work
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, per_model, register,
                            take)
 from analysis.tool_options import option

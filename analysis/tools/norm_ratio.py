@@ -5,7 +5,8 @@ from typing import Dict, List, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import joint_figures, plots, skip, verdict
+from analysis.measures import skip
+from analysis.reporting import joint_figures, plots, verdict
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, figure_path,
                            model_scalars, per_model, register)
 

@@ -7,8 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import features, joint_figures, plots, probes, uncertainty, verdict
-from analysis.estimate import Amounts, Work
+from analysis.measures import linear_probes, uncertainty
+from analysis.reporting import joint_figures, plots, verdict
+from analysis.runtime import features
+from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 
@@ -46,9 +48,9 @@ def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, sh
                out: str, subject: Subject) -> Tuple[Dict, str]:
   """A `shots`-shot probe on each final-layer token, beside the same probe on the
   token mean and the class token, and the path of a heatmap of the grid."""
-  grid = probes.few_shot_per_position(train_x[last, 'map'], train_y, test_x[last, 'map'], test_y,
+  grid = linear_probes.few_shot_per_position(train_x[last, 'map'], train_y, test_x[last, 'map'], test_y,
                                       num_classes, shots)
-  pooled = {kind: probes.few_shot_accuracy(train_x[last, kind], train_y, test_x[last, kind],
+  pooled = {kind: linear_probes.few_shot_accuracy(train_x[last, kind], train_y, test_x[last, kind],
                                            test_y, num_classes, shots)
             for kind in ('token mean', 'class token') if (last, kind) in train_x}
   h, w = grid.shape
@@ -87,10 +89,10 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   test_x, test_y = _collect(subject, batches('eval'), names + [pre_logits], names[-1])
   num_classes = int(max(train_y.max(), test_y.max())) + 1
   kinds = sorted({kind for name, kind in train_x if name != pre_logits and kind != 'map'})
-  layers = {kind: [probes.probe_accuracy(train_x[n, kind], train_y, test_x[n, kind], test_y,
+  layers = {kind: [linear_probes.probe_accuracy(train_x[n, kind], train_y, test_x[n, kind], test_y,
                                          num_classes) for n in names] for kind in kinds}
   smallest_class = int(np.bincount(train_y, minlength=num_classes).min())
-  few_shot = {k: probes.few_shot_accuracy(train_x[pre_logits, 'features'], train_y,
+  few_shot = {k: linear_probes.few_shot_accuracy(train_x[pre_logits, 'features'], train_y,
                                           test_x[pre_logits, 'features'], test_y, num_classes, k)
               for k in shots if k <= smallest_class}
   for rows in layers.values():
@@ -234,9 +236,9 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
     start = time.perf_counter()
     fn(x, labels, x, labels, num_classes)
     return time.perf_counter() - start
-  per_width = {d: timed(probes.probe_accuracy, d) for d in set(widths)}
+  per_width = {d: timed(linear_probes.probe_accuracy, d) for d in set(widths)}
   shots = max(1, min(TOKEN_SHOTS, amounts.num_images // num_classes))
-  few_shot = timed(lambda *a: probes.few_shot_accuracy(*a, shots), widths[-1])
+  few_shot = timed(lambda *a: linear_probes.few_shot_accuracy(*a, shots), widths[-1])
   return {LAYER_PROBES: sum(per_width[d] for d in widths),
           FEW_SHOT_PROBES: few_shot * (len(SHOTS) + 2 + h * w)}
 

@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import fourier, joint_figures, plots, uncertainty, verdict
-from analysis.estimate import Amounts, Work
+from analysis.measures import frequency, uncertainty
+from analysis.reporting import joint_figures, plots, verdict
+from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from analysis.tool_options import Budget, option
@@ -32,7 +33,7 @@ class Options:
 
 def run_robustness(subject: Subject, batches: Batches, out: str,
                    options: Options = Options()) -> Dict:
-  """Accuracy under the authors' frequency-band noise (`fourier.frequency_noise`:
+  """Accuracy under the authors' frequency-band noise (`frequency.frequency_noise`:
   eps * sign(N(0, 1)) masked to the square band of half-width `noise_band_width`
   around each frequency f in `noise_frequencies`) for each eps of `noise_epsilons`;
   one base noise per batch for every (eps, f), so curves differ by the band alone.
@@ -56,7 +57,7 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
     clean += float(jnp.sum(jnp.argmax(subject.logits(images), -1) == labels))
     for j, f in enumerate(frequencies):
       # The same key for every f: one base noise per batch, masked to each band.
-      band = fourier.frequency_noise(jax.random.PRNGKey(step), images.shape, f, 1., width)
+      band = frequency.frequency_noise(jax.random.PRNGKey(step), images.shape, f, 1., width)
       for i, eps in enumerate(epsilons):
         predicted = jnp.argmax(subject.logits(images + eps * band), -1)
         correct[i, j] += float(jnp.sum(predicted == labels))
@@ -64,7 +65,7 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   # A band the mask leaves empty at this image size adds no noise: its accuracy is
   # the clean one, not a measurement, so it is reported as None and never drawn.
   size = images.shape[1]
-  band_pixels = [int(fourier.band_mask(size, f, width).sum()) for f in frequencies]
+  band_pixels = [int(frequency.band_mask(size, f, width).sum()) for f in frequencies]
   supported = np.array(band_pixels) > 0
   accuracy = np.where(supported, correct / count, np.nan)
   stderr = uncertainty.binomial_stderr(accuracy, count)

@@ -4,8 +4,10 @@ from typing import Dict, List, Mapping
 
 import numpy as np
 
-from analysis import attention, embeddings, features, plots, verdict
-from analysis.estimate import Work
+from analysis.measures import attention, embeddings
+from analysis.reporting import plots, verdict
+from analysis.runtime import features
+from analysis.runtime.estimate import Work
 from analysis.tool import (ATTENTION, Batches, Figure, Subject, Tool, figure_path, per_model,
                            register)
 

@@ -8,7 +8,7 @@ images) counts that work in units of its own (`Work.host`) and times a sample of
 one unit (`Tool.host_prices`). What neither counts (the CKA products, figures)
 is a small part on the quick-start models; the docs compare estimates with the
 measured times, and the analysis re-plans between tools against the clock
-(`analysis.planning`).
+(`analysis.runtime.planning`).
 """
 import dataclasses
 import time
@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from analysis import features, hessian
+from analysis.measures import curvature
+from analysis.runtime import features
 
 KINDS = ('forward', 'gradient', 'hvp')
 
@@ -114,17 +115,17 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
   params = subject.params
   if labels.ndim == 1:
     labels = jax.nn.one_hot(labels, subject.config.num_classes)
-  unroll = hessian.loops_on_host(subject.layers.architecture)
+  unroll = curvature.loops_on_host(subject.layers.architecture)
   batch = tuple(features.shard_examples(x, axis=1, mesh=subject.mesh)
-                for x in hessian.stack_batches([(images, labels)]))
-  loss = hessian.training_loss(subject.model, unroll=unroll)
+                for x in curvature.stack_batches([(images, labels)]))
+  loss = curvature.training_loss(subject.model, unroll=unroll)
   timed = {}
   if 'forward' in kinds:  # compiled once for the subject, as the tools then use it
     timed['forward'] = _timed(lambda x: subject.intermediates(x, subject.layers.stream), images)
   if 'gradient' in kinds:
     timed['gradient'] = _timed(jax.jit(jax.grad(loss)), params, batch)
   if 'hvp' in kinds:
-    matvec, dim, operands, _ = hessian.minibatch_hvp(loss, params, batch, unroll)
+    matvec, dim, operands, _ = curvature.minibatch_hvp(loss, params, batch, unroll)
     vector = jax.random.normal(jax.random.PRNGKey(0), (dim,))
     timed['hvp'] = _timed(matvec, vector, *operands(slice(None)))
   return Prices({k: t[1] for k, t in timed.items()}, {k: t[0] for k, t in timed.items()})

@@ -2,7 +2,7 @@
 
 The tools run in the order of their importance (`Tool.importance`: the two
 papers' headline figures first). Before any tool runs, each tool's time is
-estimated (`analysis.estimate`; pricing stops at `PRICING_SHARE` of the budget,
+estimated (`analysis.runtime.estimate`; pricing stops at `PRICING_SHARE` of the budget,
 leaving out the tools not priced by then) and, while the total is beyond the
 budget, the costliest tool that can takes a smaller sample (`tool_options.shrink`).
 Where even the smallest samples exceed it, the least important tools are left
@@ -20,8 +20,9 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from analysis import estimate, tool, tool_options
-from analysis.features import Subject
+from analysis import tool, tool_options
+from analysis.runtime import estimate
+from analysis.runtime.features import Subject
 from vit_jax import console
 
 # Seconds of estimated work the tools already run must amount to before their

@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from analysis import progress
+from analysis.runtime import progress
 from vit_jax import checkpoint, layout, models, sharding, timm_files, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 

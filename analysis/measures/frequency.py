@@ -4,7 +4,7 @@ to a band of spatial frequencies for robustness tests, each as the authors'
 code (how-do-vits-work) computes it.
 
 Feature maps are (B, h, w, C) arrays; ViT tokens go through
-`analysis.features.tokens_to_grid` first (class token dropped).
+`analysis.runtime.features.tokens_to_grid` first (class token dropped).
 """
 from typing import Tuple
 

@@ -95,7 +95,7 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   the tridiagonal matrix splits into exact blocks. The steps run in one
   `fori_loop`, so compile time does not depend on `num_steps`. With
   `host_loop`, Python drives the steps instead (same arithmetic): it calls
-  `matvec` as it is, so pass a compiled one (`hessian.minibatch_hvp`), then one
+  `matvec` as it is, so pass a compiled one (`curvature.minibatch_hvp`), then one
   compiled update of the basis. XLA:CPU runs convolutions inside loop bodies
   several times slower, so ResNet Hessians are faster this way on CPU; and one
   operator's program serves every caller, whatever its operands' batches. There

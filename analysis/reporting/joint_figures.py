@@ -8,7 +8,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-from analysis import plots, tool
+from analysis import tool
+from analysis.reporting import plots
 
 Results = Mapping[str, Mapping]  # tool -> its JSON result
 

@@ -1,7 +1,7 @@
 """The 15 corruptions of Hendrycks & Dietterich (2019) at 5 severities on the
 analysis's images, and the mean corruption error.
 
-Two parameter sets: 'cifar', CIFAR-10-C's (`analysis.cifar_c`, written from
+Two parameter sets: 'cifar', CIFAR-10-C's (`analysis.measures.cifar_c`, written from
 Hendrycks' `make_cifar_c.py` for 32 px images), and 'imagenet', ImageNet-C's as
 the `imagecorruptions` package applies them (written for 224 px: at 32 px its
 Gaussian noise has std 0.08-0.38 where CIFAR-C's has 0.04-0.10). `parameters_for`
@@ -20,7 +20,7 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from analysis import cifar_c
+from analysis.measures import cifar_c
 from vit_jax.errors import UserError
 
 CORRUPTIONS = ('gaussian_noise', 'shot_noise', 'impulse_noise', 'defocus_blur', 'glass_blur',
@@ -99,7 +99,7 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int,
     name: one of `CORRUPTIONS`.
     severity: one of `SEVERITIES`.
     seed: fixes the random draws, so that a run is repeatable.
-    parameters: 'cifar' (CIFAR-C's, `analysis.cifar_c`) or 'imagenet'
+    parameters: 'cifar' (CIFAR-C's, `analysis.measures.cifar_c`) or 'imagenet'
       (ImageNet-C's, through the package; module docstring).
 
   Returns:

@@ -1,5 +1,5 @@
 """Hessian-vector products of a zoo model's training loss, as one fixed symmetric
-operator on flat parameter vectors for `analysis.lanczos`.
+operator on flat parameter vectors for `analysis.measures.lanczos`.
 
 The loss is evaluated in inference mode (no dropout, no stochastic depth) on a
 fixed set of batches (drawn once, with whatever augmentation they were drawn
@@ -188,8 +188,8 @@ def flat_hvp(loss: Loss, params: Any, unroll: bool = False) -> Tuple[Callable[..
 
   Parameters and batches are arguments, not closed over, so that under `jit`
   they are inputs rather than constants XLA would try to fold; pass them to the
-  `analysis.lanczos` functions as `operands=(params, batches)`. Batches split
-  over devices (`analysis.features.shard_examples` on axis 1) make it
+  `analysis.measures.lanczos` functions as `operands=(params, batches)`. Batches split
+  over devices (`analysis.runtime.features.shard_examples` on axis 1) make it
   data-parallel.
 
   Args:

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from analysis import lanczos
+from analysis.measures import lanczos
 
 EPS = 1e-7  # the authors' guard
 NORMALISATIONS = ('authors', 'per_array')
@@ -209,7 +209,7 @@ def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps:
                        operands: Sequence = (), count: int = 2, key: jax.Array = None,
                        host_loop: bool = False) -> list:
   """The Ritz vectors of the `count` largest eigenvalues of the operator
-  `matvec(v, *operands)` on flat vectors of `params`' size (`hessian.flat_hvp`), from
+  `matvec(v, *operands)` on flat vectors of `params`' size (`curvature.flat_hvp`), from
   `num_steps` Lanczos steps, as unit-norm trees like `params`.
 
   Args:

@@ -1,10 +1,10 @@
 """The analysis report: one page (report.html, and the same as report.md) that
 describes each model, lists its sections, opens with a verdict table (each
 paper's claim, what this run measured with its standard error, and whether they
-agree: `analysis.verdict`), then has a section per tool that ran, its figures
+agree: `analysis.reporting.verdict`), then has a section per tool that ran, its figures
 (joint ones first, each with the alt text its PNG carries) and captions built
 from the tools' JSON: the quantity and its convention (the conventions the JSON
-records named, each the authors' or a departure: `analysis.conventions`), the
+records named, each the authors' or a departure: `analysis.reporting.conventions`), the
 paper's finding, and what these models show. Every number in a caption is a value of the JSON file
 beside it (in the HTML, tagged with its file, path and reduction).
 """
@@ -16,8 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from PIL import Image
 
-from analysis import cka, conventions, joint_figures, planning, plots, tool, tools  # noqa: F401  (tools: the built-in ones)
-from analysis.verdict import Z, Verdict
+from analysis import tool, tools
+from analysis.measures import similarity
+from analysis.reporting import conventions, joint_figures, plots
+from analysis.runtime import planning# noqa: F401  (tools: the built-in ones)
+from analysis.reporting.verdict import Z, Verdict
 from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
@@ -71,7 +74,7 @@ def reduce_value(node: Any, reduce: str) -> float:
   if reduce == 'value':
     return np.nan if node is None else float(node)
   if reduce == 'offdiag_mean':
-    return cka.offdiag_mean(node)
+    return similarity.offdiag_mean(node)
   values = leaves(node)
   return float(getattr(np, reduce)(values)) if values else np.nan
 
