@@ -3,7 +3,12 @@ and the fixtures the test modules share.
 
 Every test process sees 8 CPU devices, so multi-device code runs on CPU. The
 tests are dominated by XLA compile time, which the lowest backend optimisation
-level halves; it changes fusion, not what is computed.
+level halves; it changes fusion, not what is computed. The test session's
+processes (pytest-xdist's workers and the commands, notebooks and doc snippets
+the tests start) share one persistent compilation cache, a temporary directory
+made for the session and removed after it: a program compiled once (the same
+tiny models in every command) is read back elsewhere. Its key holds the XLA
+flags, so a run under other flags compiles its own.
 
 A test that takes a `family_name` argument runs once per registered family of
 image classifiers (`models.families(models.CLASSIFY)`, on its `Family.tiny`
@@ -12,13 +17,30 @@ a family registered from a plugin (`pytest -p module`) is tested without
 editing the suite.
 """
 import os
-
-import chex
-import pytest
+import shutil
+import tempfile
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_backend_optimization_level=0').strip()
+# Set before JAX is imported, and inherited by every process the session starts.
+_OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
+if _OWN_CACHE:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vit_jax_tests_xla_')
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
+  # A bounded cache takes a file lock around each read and write: no process reads
+  # an entry another is still writing.
+  os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
+
+import chex  # noqa: E402  (imports JAX, which reads the cache settings above)
+import pytest  # noqa: E402
+
 chex.set_n_cpu_devices(8)
+
+
+def pytest_unconfigure(config):
+  """Removes the session's compilation cache, in the process that made it."""
+  if _OWN_CACHE and not hasattr(config, 'workerinput'):
+    shutil.rmtree(os.environ.pop('JAX_COMPILATION_CACHE_DIR'), ignore_errors=True)
 
 
 def pytest_generate_tests(metafunc):
