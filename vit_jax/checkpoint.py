@@ -107,7 +107,7 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
   config = models.get_config(model_name, **overrides)
   family = models.family_of(config)
   flat = (flatten(from_timm(read_state_dict(path), model_name, **overrides)) if torch
-          else family.published(_read_npz(path)))
+          else family.to_published(_read_npz(path)))
   return unflatten(family.module_layout(flat, config))
 
 

@@ -23,10 +23,10 @@ def published(flat: Flat) -> Flat:
 
   Returns:
     The same arrays under the published names: each family reads its own
-    other layouts (`Family.published`).
+    other layouts (`Family.to_published`).
   """
   for family in models.FAMILIES.values():
-    flat = family.published(flat)
+    flat = family.to_published(flat)
   return dict(flat)
 
 

@@ -199,9 +199,11 @@ class Family:
   fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
                             Optional[Sequence[int]], str], Flat] = (
                                 lambda restored, init, config, grid_shape, source: restored)
-  published: Callable[[Flat], Flat] = dict
+  # A flat tree in one of the family's other layouts (current-Flax block names,
+  # big_vision) under the published names; any other tree as it is.
+  to_published: Callable[[Flat], Flat] = dict
   # A published-layout tree in the tree of the module of a config (the inverse
-  # of `published` for a module whose tree differs: a ViT scanning its blocks).
+  # of `to_published` for a module whose tree differs: a ViT scanning its blocks).
   module_layout: Callable[[Flat, ml_collections.ConfigDict], Flat] = (
       lambda flat, config: dict(flat))
   to_timm: Optional[Callable[[Flat], Dict[str, Any]]] = None

@@ -850,7 +850,7 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 describe=describe, head='head/', fit_checkpoint=fit_checkpoint,
                 tiny=('ViT-Ti_16', dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
                                         patch_size=8)),
-                published=vit_layouts.published, module_layout=vit_layouts.module_layout,
+                to_published=vit_layouts.to_published, module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
                 timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))

@@ -22,7 +22,7 @@ _BLOCK = re.compile(r'encoderblock_\d+$')
 _BLOCK_PARAM = re.compile(r'Transformer/encoderblock_(\d+)/')
 
 
-def published(flat: Flat) -> Flat:
+def to_published(flat: Flat) -> Flat:
   """A ViT file in any layout this module reads (big_vision, current-Flax names) in
   the published layout; other files are returned as they are.
 
