@@ -213,7 +213,8 @@ def test_original_notebook_runs(name, tmp_path, monkeypatch):
     (profile / 'ipython_kernel_config.py').write_text(
         "c.InteractiveShellApp.exec_lines = ['import torchvision']\n")
     monkeypatch.setenv('IPYTHONDIR', str(tmp_path / 'ipython'))
-  monkeypatch.delenv('XLA_FLAGS', raising=False)  # one CPU device, as a user's kernel
+  # One CPU device, as a user's kernel, at the tests' optimisation level (conftest.py).
+  monkeypatch.setenv('XLA_FLAGS', '--xla_backend_optimization_level=0')
   monkeypatch.setenv('MPLBACKEND', 'Agg')
   monkeypatch.setenv('PYTHONPATH', ROOT)
   NotebookClient(_changed(name), timeout=900, kernel_name='python3',

@@ -144,11 +144,8 @@ def save(path: str, params: Mapping[str, Any]) -> None:
     path: where to write, local or gs://.
     params: the parameter tree (nested or flat, any array type).
   """
-  flat = flatten(params)
-  if not models.lit.is_two_tower(flat):
-    flat = published(flat)
   arrays = {}
-  for key, value in flat.items():
+  for key, value in published(flatten(params)).items():
     value = np.asarray(value)
     arrays[key] = value.astype(np.float32) if jnp.issubdtype(value.dtype, jnp.floating) else value
   with atomic_write(path, 'wb') as f:

@@ -22,9 +22,13 @@ def published(flat: Flat) -> Flat:
       one (current-Flax block names, big_vision).
 
   Returns:
-    The same arrays under the published names: each family reads its own
-    other layouts (`Family.to_published`).
+    The same arrays under the published names: the family that owns the tree
+    (`Family.owns`: a LiT file) reads it alone; any other tree goes through each
+    family's reader of its other layouts (`Family.to_published`).
   """
+  owner = next((f for f in models.FAMILIES.values() if f.owns(flat)), None)
+  if owner is not None:
+    return dict(owner.to_published(flat))
   for family in models.FAMILIES.values():
     flat = family.to_published(flat)
   return dict(flat)

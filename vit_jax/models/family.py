@@ -202,6 +202,9 @@ class Family:
   # A flat tree in one of the family's other layouts (current-Flax block names,
   # big_vision) under the published names; any other tree as it is.
   to_published: Callable[[Flat], Flat] = dict
+  # Whether a flat tree is this family's alone (a LiT file: two towers), so that
+  # only its own `to_published` reads it and no other family's layouts apply.
+  owns: Callable[[Flat], bool] = lambda flat: False
   # A published-layout tree in the tree of the module of a config (the inverse
   # of `to_published` for a module whose tree differs: a ViT scanning its blocks).
   module_layout: Callable[[Flat, ml_collections.ConfigDict], Flat] = (

@@ -418,4 +418,4 @@ FAMILY = Family(
     describe=lambda config: (f'{config.image_model} image tower, {config.text_model} text '
                              'tower'),
     tiny=('LiT-testing', {}), capabilities=frozenset({ZERO_SHOT}), defaults={},
-    make_config=make_config)
+    make_config=make_config, owns=is_two_tower)
