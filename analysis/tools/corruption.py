@@ -286,7 +286,8 @@ TOOL = register(Tool(
     name='corruption', importance=15, title='Corruption robustness',
     quantity='Top-1 error under the 15 corruptions of Hendrycks & Dietterich (noise, blur, '
              'weather, digital) at severities 1-5, applied at the model\'s input resolution with '
-             'CIFAR-C\'s parameters (Hendrycks\' make_cifar_c.py, `analysis.measures.cifar_c`) for images '
+             'CIFAR-C\'s parameters (Hendrycks\' make_cifar_c.py, `analysis.measures.cifar_c`) '
+             'for images '
              'up to 64 px and ImageNet-C\'s (imagecorruptions) above, the set named in the JSON, '
              'or read from TFDS cifar10_corrupted; every model sees the same corrupted images. '
              'CE per corruption is the summed error over severities relative to the baseline '

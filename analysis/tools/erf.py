@@ -49,7 +49,8 @@ def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_
   for name in names:
     feature_fn = jax.jit(lambda x, name=name: features.spatial_map(
         subject, subject.intermediates(x, [name])[name]))
-    per_group = [np.asarray(receptive_field.effective_receptive_field(feature_fn, g)) for g in groups]
+    per_group = [np.asarray(receptive_field.effective_receptive_field(feature_fn, g))
+                 for g in groups]
     # Each group's field is scaled to a maximum of 1; the field of all images is their
     # size-weighted mean, scaled again.
     field = np.average(per_group, axis=0, weights=[len(g) for g in groups])

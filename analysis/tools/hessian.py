@@ -194,7 +194,8 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                     'largest eigenvalue of the block': [block_top[b] for b in blocks]},
                    figure_path(out, 'hessian_trace', subject),
                    f'Hessian per parameter block (trace: Hutchinson, '
-                   f'{options.trace_probes_in_use} probes): {subject.label}', 'parameter block', 'value', xlabels=blocks,
+                   f'{options.trace_probes_in_use} probes): {subject.label}', 'parameter block',
+                   'value', xlabels=blocks,
                    errors={'trace of the block': block_stderr})]
   return {'objective': {'name': options.hessian_objective, **description}, 'hvp': method,
           'top_per_minibatch': tops, 'num_parameters': dim,

@@ -48,10 +48,10 @@ def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, sh
                out: str, subject: Subject) -> Tuple[Dict, str]:
   """A `shots`-shot probe on each final-layer token, beside the same probe on the
   token mean and the class token, and the path of a heatmap of the grid."""
-  grid = linear_probes.few_shot_per_position(train_x[last, 'map'], train_y, test_x[last, 'map'], test_y,
-                                      num_classes, shots)
-  pooled = {kind: linear_probes.few_shot_accuracy(train_x[last, kind], train_y, test_x[last, kind],
-                                           test_y, num_classes, shots)
+  grid = linear_probes.few_shot_per_position(train_x[last, 'map'], train_y,
+                                             test_x[last, 'map'], test_y, num_classes, shots)
+  pooled = {kind: linear_probes.few_shot_accuracy(train_x[last, kind], train_y,
+                                                  test_x[last, kind], test_y, num_classes, shots)
             for kind in ('token mean', 'class token') if (last, kind) in train_x}
   h, w = grid.shape
   figure = plots.heatmap(
