@@ -206,7 +206,7 @@ class Planner:
       The seconds.
     """
     kept = self.options[name]
-    self.options[name] = tool_options.smallest(kept) if kept is not None else None
+    self.options[name] = tool_options.smallest(kept)  # None: a tool without options
     try:
       return self.seconds(name)
     finally:
