@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the environment and runs the test suite. Extra arguments go to pytest,
-# e.g. `scripts/test.sh -m "not slow"` for the fast selection.
+# e.g. `scripts/test.sh -m "not slow"` for the fast selection. The end-to-end tests
+# (the documented commands and the notebooks run whole) are left out unless a
+# selection is given: `scripts/test.sh -m e2e` runs them, and `.ci/run` runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,4 +10,4 @@ scripts/setup.sh
 .venv/bin/python -m pip install -q -r requirements-timm.txt
 scripts/get_data.sh
 scripts/get_browser.sh
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -m "not e2e" "$@"

@@ -101,6 +101,7 @@ def _run(command, cwd, what):
   return done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('page', PAGES)
 def test_code_blocks_run(page, tmp_path):

@@ -24,6 +24,7 @@ def test_there_are_notebooks_without_outputs():
     assert sum(map(is_parameters, code)) == 1, path
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_at_small_size(path, monkeypatch):

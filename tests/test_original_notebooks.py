@@ -196,6 +196,7 @@ def test_every_notebook_is_covered():
     _changed(name)  # every marker and replacement is found
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('name', sorted(CHANGES))
 def test_original_notebook_runs(name, tmp_path, monkeypatch):

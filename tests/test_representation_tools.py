@@ -481,6 +481,7 @@ def published_layout(tmp_path, name, num_classes=2):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
   """The README's Park & Kim command (a published-layout ViT-Ti/16 with the ImageNet
   fine-tuning recipe), on a generated checkpoint and image folder at 32 px."""
@@ -500,6 +501,7 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path):
   """The README's CKA and attention-distance commands (published ViT, hybrid and
   BiT layouts with their ImageNet recipes) on generated checkpoints, with the
