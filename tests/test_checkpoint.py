@@ -286,3 +286,24 @@ def test_a_siglip_image_tower_loads_and_fine_tunes_with_another_head(tmp_path):
   kept = finetune.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
   chex.assert_trees_all_close(kept['MAPHead_0'], jax.tree_util.tree_map(
       np.asarray, params['MAPHead_0']), rtol=0, atol=0)
+
+
+def test_a_familys_tree_is_read_by_itself_alone(family_name):
+  """At most one family owns a tiny model's tree, and only its own family; `published`
+  gives the tree back as it is."""
+  from vit_jax import layout
+  model = models.build_model(tiny_family_config(family_name))
+  tree = layout.flatten(jax.eval_shape(lambda: init(model)))
+  owners = [name for name, family in models.FAMILIES.items() if family.owns(tree)]
+  assert owners in ([], [family_name])
+  assert layout.published(tree) == tree
+
+
+@pytest.mark.parametrize('keys, owner', [
+    (('t', 'img/Transformer/encoder_norm/scale', 'txt/Embed_0/embedding'), 'lit'),
+    (('params/t', 'params/img/Transformer/encoder_norm/scale', 'params/txt/Embed_0/embedding'),
+     'vit'),  # big_vision's two-tower file: its image tower is a ViT
+    (('Transformer/encoderblock/LayerNorm_0/scale', 'pos_embedding'), 'vit')])
+def test_two_tower_and_big_vision_files_have_one_owner(keys, owner):
+  tree = dict.fromkeys(keys, np.zeros(1))
+  assert [name for name, family in models.FAMILIES.items() if family.owns(tree)] == [owner]

@@ -1,5 +1,5 @@
 """Fine-tuning's start: a checkpoint fitted to a new model (a new head, position
-embeddings resized to a new grid, `Family.fit_checkpoint`), and what is wrong
+embeddings resized to a new grid: `Family.fit`), and what is wrong
 with a recipe's `pretrained` before any work."""
 import os
 from typing import Any, Mapping, Optional, Sequence
@@ -20,12 +20,12 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   `init_params` are the new model's freshly initialised parameters and
   `model_config` its config (`vit_jax.models.get_config`); `path` is an `.npz`
   or a timm state dict of that model (`checkpoint.load`). The head is taken
-  from `init_params`; the family fits the rest (`Family.fit_checkpoint`: for a
+  from `init_params`; the family fits the rest (`Family.fit`, its named rules: for a
   ViT, `pre_logits` dropped without a representation size and position
   embeddings resized to the new grid, `grid_shape` inferred when square).
   Anything else that differs raises a CheckpointError listing missing,
-  unexpected and wrongly shaped keys, and so does an array (the head aside) with
-  NaN or infinity. `keep_head` keeps the checkpoint's head
+  unexpected and wrongly shaped keys, and so does an array the new model takes
+  from the checkpoint with NaN or infinity. `keep_head` keeps the checkpoint's head
   instead (a second stage of fine-tuning on the same classes).
 
   Args:
@@ -41,16 +41,13 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
   restored = flatten(checkpoint.load(path, model_config.name, **fields))  # fields: for a timm file
   init = flatten(init_params)
-  family = models.family_of(model_config)
-  if not keep_head:
-    restored = {k: v for k, v in restored.items() if not k.startswith(family.head)}
-    restored.update({k: v for k, v in init.items() if k.startswith(family.head)})
+  restored = models.family_of(model_config).fit(restored, init, model_config, grid_shape,
+                                                str(path), keep_head)
   broken = non_finite(restored)
   if broken:
     raise CheckpointError(
         f'{path} holds NaN or infinity in {len(broken)} array(s), first {broken[0]}: it is '
         'damaged or from a diverged run; fine-tune from another checkpoint.')
-  restored = family.fit_checkpoint(restored, init, model_config, grid_shape, str(path))
   check_matches(restored, init, str(path))
   return unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})
 

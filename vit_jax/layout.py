@@ -1,6 +1,6 @@
 """Parameter trees in the published layout: nested dicts and their flat
-'/'-joined form, other layouts read under the published names (each family's
-`published`), and the checks a tree of parameters must pass (shapes against a
+'/'-joined form, other layouts read under the published names (by the family
+that owns the tree), and the checks a tree of parameters must pass (shapes against a
 model, finite values)."""
 from typing import Any, Dict, List, Mapping
 
@@ -23,15 +23,17 @@ def published(flat: Flat) -> Flat:
 
   Returns:
     The same arrays under the published names: the family that owns the tree
-    (`Family.owns`: a LiT file) reads it alone; any other tree goes through each
-    family's reader of its other layouts (`Family.to_published`).
+    (`Family.owns`) reads it (`Family.to_published`); a tree no family owns is
+    in the published layout already.
+
+  Raises:
+    CheckpointError: two families own the tree (their `owns` overlap).
   """
-  owner = next((f for f in models.FAMILIES.values() if f.owns(flat)), None)
-  if owner is not None:
-    return dict(owner.to_published(flat))
-  for family in models.FAMILIES.values():
-    flat = family.to_published(flat)
-  return dict(flat)
+  owners = [f for f in models.FAMILIES.values() if f.owns(flat)]
+  if len(owners) > 1:
+    raise CheckpointError(f'The families {", ".join(f.name for f in owners)} each own this '
+                          'tree; their Family.owns must tell their layouts apart.')
+  return dict(owners[0].to_published(flat)) if owners else dict(flat)
 
 
 def flatten(params: Mapping[str, Any]) -> Dict[str, Any]:

@@ -7,9 +7,10 @@ published checkpoint is fitted to a new task. Training, checkpoints and
 analysis read these and never test a family name.
 """
 import dataclasses
+import logging
 import re
-from typing import (Any, Callable, Collection, Dict, FrozenSet, Mapping, Optional, Sequence,
-                    Tuple)
+from typing import (Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 import flax
 import flax.linen as nn
@@ -19,6 +20,8 @@ import numpy as np
 from vit_jax.errors import UserError
 
 Flat = Dict[str, Any]  # '/'-joined parameter paths -> arrays
+
+log = logging.getLogger(__name__)
 
 # What the papers call a model, for the claims they make about each kind.
 TRANSFORMER = 'transformer'  # attention and MLP blocks on patch tokens (ViT)
@@ -164,16 +167,67 @@ def override(config: Dict[str, Any], overrides: Mapping[str, Any],
   return config
 
 
+@dataclasses.dataclass
+class Fit:
+  """A checkpoint being fitted to a new model, rule by rule (`Family.fit`).
+
+  Each rule changes `restored` towards the keys and shapes of `init`: it resizes
+  an array, takes one from `init`, or drops one the new model has no place for
+  (`drop`, with the reason the warning gives).
+  """
+  restored: Flat  # the checkpoint's flat parameters, changed by each rule
+  init: Flat  # the new model's freshly initialised flat parameters
+  config: ml_collections.ConfigDict  # the new model's zoo config
+  grid_shape: Optional[Sequence[int]]  # the new patch grid, None when inferred
+  source: str  # the checkpoint's path, for messages
+  head: str  # the family's head prefix (`Family.head`)
+  keep_head: bool = False  # keep the checkpoint's head (a second stage on the same classes)
+  dropped: Dict[str, List[str]] = dataclasses.field(default_factory=dict)  # reason -> keys
+
+  def drop(self, keys: Sequence[str], why: str) -> None:
+    """Removes `keys` (those present) from `restored`, naming them under `why`.
+
+    Args:
+      keys: the keys.
+      why: what the new model has instead, for the warning ('no registers').
+    """
+    for key in keys:
+      if key in self.restored:
+        self.dropped.setdefault(why, []).append(key)
+        del self.restored[key]
+
+  def from_init(self, prefix: str) -> None:
+    """Takes from `init` every array under `prefix` that `restored` lacks.
+
+    Args:
+      prefix: a parameter-path prefix ('MAPHead_0/').
+    """
+    self.restored.update({k: v for k, v in self.init.items()
+                          if k.startswith(prefix) and k not in self.restored})
+
+
+FitRule = Callable[[Fit], None]
+
+
+def new_head(fit: Fit) -> None:
+  """The new model's head in place of the checkpoint's (a new task's classes),
+  unless `keep_head`: the rule every family's fit starts with. A family without a
+  head (`Family.head` empty) keeps every array."""
+  if fit.keep_head or not fit.head:
+    return
+  fit.restored = {k: v for k, v in fit.restored.items() if not k.startswith(fit.head)}
+  fit.from_init(fit.head)
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
   """A model family: published variants, what they can do, module, sown layers,
   head, fine-tuning.
 
-  `fit_checkpoint(restored, init, config, grid_shape, source)` fits a published
-  checkpoint's flat parameters (head already taken from `init`) to the freshly
-  initialised model `init` of `config`: what is fitted (position embeddings,
-  class token, pre-logits) or refused (with a CheckpointError) depends on the
-  family. A family joins the zoo with `models.register(FAMILY)`; the test suite
+  `fit_rules` fit a published checkpoint to a new model (`Family.fit`), in order:
+  each is one named rule (a new head, the patches, the position embeddings,
+  registers) that changes a `Fit` towards the new model's keys and shapes or
+  refuses the checkpoint with a CheckpointError. A family joins the zoo with `models.register(FAMILY)`; the test suite
   runs on its `tiny` model every test parametrised over the families that can
   do what the test needs.
 
@@ -196,15 +250,15 @@ class Family:
   defaults: Mapping[str, Any] = dataclasses.field(
       default_factory=lambda: {'num_classes': 1000})  # fields every variant takes besides
   make_config: Callable[[Dict[str, Any], Mapping[str, Any]], Dict[str, Any]] = override
-  fit_checkpoint: Callable[[Flat, Flat, ml_collections.ConfigDict,
-                            Optional[Sequence[int]], str], Flat] = (
-                                lambda restored, init, config, grid_shape, source: restored)
-  # A flat tree in one of the family's other layouts (current-Flax block names,
-  # big_vision) under the published names; any other tree as it is.
-  to_published: Callable[[Flat], Flat] = dict
-  # Whether a flat tree is this family's alone (a LiT file: two towers), so that
-  # only its own `to_published` reads it and no other family's layouts apply.
+  fit_rules: Tuple['FitRule', ...] = ()  # after `new_head`, which every family's fit starts with
+  # Whether a flat tree is this family's, in a layout its `to_published` reads (a
+  # ViT's in big_vision's, a LiT file's two towers); the one family that owns a tree
+  # reads it (`layout.published`). A family whose files have only the published
+  # layout need own none.
   owns: Callable[[Flat], bool] = lambda flat: False
+  # A flat tree the family owns (current-Flax block names, big_vision) under the
+  # published names.
+  to_published: Callable[[Flat], Flat] = dict
   # A published-layout tree in the tree of the module of a config (the inverse
   # of `to_published` for a module whose tree differs: a ViT scanning its blocks).
   module_layout: Callable[[Flat, ml_collections.ConfigDict], Flat] = (
@@ -229,6 +283,34 @@ class Family:
       Whether they can.
     """
     return capability in self.capabilities
+
+  def fit(self, restored: Flat, init: Flat, config: ml_collections.ConfigDict,
+          grid_shape: Optional[Sequence[int]] = None, source: str = 'the checkpoint',
+          keep_head: bool = False) -> Flat:
+    """A checkpoint's flat parameters fitted to a new model: the new head
+    (`new_head`), then the family's `fit_rules` in order; what the new model has
+    no place for is named in one warning per reason.
+
+    Args:
+      restored: the checkpoint's flat parameters, in the published layout.
+      init: the new model's freshly initialised flat parameters.
+      config: the new model's zoo config.
+      grid_shape: the new patch grid, or None to infer a square one.
+      source: the checkpoint's path, for messages.
+      keep_head: keep the checkpoint's head instead of the new one.
+
+    Returns:
+      The fitted flat parameters.
+
+    Raises:
+      CheckpointError: a rule refuses the checkpoint.
+    """
+    fit = Fit(dict(restored), init, config, grid_shape, source, self.head, keep_head)
+    for rule in (new_head,) + self.fit_rules:
+      rule(fit)
+    for why, keys in fit.dropped.items():
+      log.warning('Not used from %s, as the new model has %s: %s.', source, why, ', '.join(keys))
+    return fit.restored
 
   @property
   def body(self) -> str:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from vit_jax.models import conv
-from vit_jax.models.family import (MLP, Branch, CheckpointError, Family, Flat, Layers,
+from vit_jax.models.family import (MLP, Branch, CheckpointError, Family, Fit, Layers,
                                    sow_edited)
 
 Dtype = Any
@@ -131,34 +131,25 @@ def describe(config: ml_collections.ConfigDict) -> str:
   return f'{config.num_blocks} blocks, width {config.hidden_dim}, patch {config.patch_size}'
 
 
-def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
-                   grid_shape: Optional[Sequence[int]], source: str) -> Flat:
+def fit_patches(fit: Fit) -> None:
   """Refuses a checkpoint whose number of patches differs from the model's: the
   token-mixing MLP's first kernel is (patches, tokens_mlp_dim), so unlike ViT
   position embeddings it has no resolution-free form to resize.
 
   Args:
-    restored: the checkpoint's flat parameters (head taken from `init`).
-    init: the new model's freshly initialised flat parameters.
-    config: the new model's zoo config.
-    grid_shape: the new patch grid, or None.
-    source: the checkpoint's path, for messages.
-
-  Returns:
-    `restored`, where the patches agree.
+    fit: the checkpoint being fitted.
 
   Raises:
-    CheckpointError: they do not.
+    CheckpointError: the patches differ.
   """
-  del grid_shape  # The patch count fixes the grid; nothing is resized.
   key = 'MixerBlock_0/token_mixing/Dense_0/kernel'
-  if key in restored and key in init and restored[key].shape[0] != init[key].shape[0]:
+  old, new = fit.restored.get(key), fit.init.get(key)
+  if old is not None and new is not None and old.shape[0] != new.shape[0]:
     raise CheckpointError(
-        f'{source} was trained on {restored[key].shape[0]} patches and the model has '
-        f'{init[key].shape[0]}: a Mixer\'s token-mixing MLP fixes the number of patches. '
+        f'{fit.source} was trained on {old.shape[0]} patches and the model has '
+        f'{new.shape[0]}: a Mixer\'s token-mixing MLP fixes the number of patches. '
         'Fine-tune at the checkpoint\'s resolution (image size / patch size must give the '
         'same grid).')
-  return restored
 
 
 FAMILY = Family(
@@ -170,4 +161,4 @@ FAMILY = Family(
     module=MlpMixer, layers=layers, describe=describe, head='head/',
     tiny=('Mixer-B_16', dict(patch_size=8, hidden_dim=32, num_blocks=2, tokens_mlp_dim=8,
                              channels_mlp_dim=64)),
-    fit_checkpoint=fit_checkpoint)
+    fit_rules=(fit_patches,))

@@ -23,7 +23,7 @@ from vit_jax.models import conv, vit_layouts
 from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
                                      MultiHeadAttention)
 from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRANSFORMER, Branch,
-                                   CheckpointError, Family, Flat, Layers, sow_edited)
+                                   CheckpointError, Family, Fit, Layers, sow_edited)
 from vit_jax.models.resnet import ResNetV1
 
 PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (B, patches, D)
@@ -751,88 +751,89 @@ def resize_patch_kernel(kernel: np.ndarray, size: Sequence[int]) -> np.ndarray:
   return (np.linalg.pinv(resized) @ flat).reshape(*size, *kernel.shape[2:]).astype(kernel.dtype)
 
 
-def fit_checkpoint(restored: Flat, init: Flat, config: ml_collections.ConfigDict,
-                   grid_shape: Optional[Sequence[int]], source: str) -> Flat:
-  """`pre_logits` dropped without a representation size (or initialised when the
-  checkpoint has none), the class token kept only for token heads, and every
-  learned position embedding resized to the new grid (`grid_shape`, inferred
-  when square): 1-D tables bilinearly on the grid, the `learn2d` row and column
-  tables along their axis, `relative` offset tables along the offsets. A MAP
-  head that the checkpoint lacks starts from initialisation, and so do registers;
-  adding registers folds the checkpoint's class-token position row into the class
-  token (timm's DINOv2 layout). What the new model has no place for (registers, a
-  MAP head, `pre_logits`, the class token) is dropped and named in a warning. A
-  patch embedding of another patch size is resized (`resize_patch_kernel`).
-
-  Args:
-    restored: the checkpoint's flat parameters (head taken from `init`).
-    init: the new model's freshly initialised flat parameters.
-    config: the new model's zoo config.
-    grid_shape: the new patch grid, or None to infer a square one.
-    source: the checkpoint's path, for messages.
-
-  Returns:
-    The fitted flat parameters.
-  """
-  restored = dict(restored)
-  has_token = config.classifier in ('token', 'token_unpooled')
+def fit_patches(fit: Fit) -> None:
+  """A patch embedding of another patch size resized to the model's
+  (`resize_patch_kernel`)."""
   kernel = 'embedding/kernel'
-  if kernel in restored and kernel in init and (
-      restored[kernel].shape[:2] != init[kernel].shape[:2]):
-    log.info('Resized the patch embedding of %s from %s to %s patches.', source,
-             restored[kernel].shape[:2], init[kernel].shape[:2])
-    restored[kernel] = resize_patch_kernel(np.asarray(restored[kernel]), init[kernel].shape[:2])
-  dropped = {}  # what of the checkpoint the new model has no place for, and why
+  old, new = fit.restored.get(kernel), fit.init.get(kernel)
+  if old is not None and new is not None and old.shape[:2] != new.shape[:2]:
+    log.info('Resized the patch embedding of %s from %s to %s patches.', fit.source,
+             old.shape[:2], new.shape[:2])
+    fit.restored[kernel] = resize_patch_kernel(np.asarray(old), new.shape[:2])
 
-  def drop(keys: Sequence[str], why: str) -> None:
-    for key in keys:
-      if key in restored:
-        dropped.setdefault(why, []).append(key)
-        del restored[key]
 
-  if config.classifier == 'map':
-    restored.update({k: v for k, v in init.items()
-                     if k.startswith('MAPHead_0/') and k not in restored})
+def fit_map_head(fit: Fit) -> None:
+  """A MAP head that the checkpoint lacks starts from initialisation; one the new
+  model (another classifier) has no place for is dropped."""
+  if fit.config.classifier == 'map':
+    fit.from_init('MAPHead_0/')
   else:
-    drop([k for k in restored if k.startswith('MAPHead_0/')], 'the new head is not a MAP head')
-  if config.representation_size is None:
-    drop([k for k in restored if k.startswith('pre_logits/')], 'no representation_size')
-  elif not any(k.startswith('pre_logits/') for k in restored):
-    log.info('%s has no pre_logits; they start from initialisation.', source)
-    restored.update({k: v for k, v in init.items() if k.startswith('pre_logits/')})
-  # The class token and its learn2d position row exist only with a token head.
-  extra = [k for k in set(restored) | set(init) if k == 'cls' or k.endswith('/pos_embedding_extra')]
-  if not has_token:
-    drop(sorted(extra), 'no class token (classifier ' + repr(config.classifier) + ')')
+    fit.drop([k for k in fit.restored if k.startswith('MAPHead_0/')],
+             'the new head is not a MAP head')
+
+
+def fit_pre_logits(fit: Fit) -> None:
+  """`pre_logits` dropped without a representation size, initialised when the
+  checkpoint has none."""
+  if fit.config.representation_size is None:
+    fit.drop([k for k in fit.restored if k.startswith('pre_logits/')], 'no representation_size')
+  elif not any(k.startswith('pre_logits/') for k in fit.restored):
+    log.info('%s has no pre_logits; they start from initialisation.', fit.source)
+    fit.from_init('pre_logits/')
+
+
+def fit_class_token(fit: Fit) -> None:
+  """The class token and its `learn2d` position row kept only for a token head
+  (initialised when the checkpoint lacks them)."""
+  extra = [k for k in set(fit.restored) | set(fit.init)
+           if k == 'cls' or k.endswith('/pos_embedding_extra')]
+  if not _has_token(fit.config):
+    fit.drop(sorted(extra), 'no class token (classifier ' + repr(fit.config.classifier) + ')')
   else:
-    restored.update({k: init[k] for k in extra if k not in restored and k in init})
-  if 'registers' not in init:
-    drop(['registers'], 'no registers (num_registers 0)')
-  elif np.shape(restored.get('registers')) != np.shape(init['registers']):
-    log.info('%s has no %d registers; they start from initialisation.', source,
+    fit.restored.update({k: fit.init[k] for k in extra if k not in fit.restored and k in fit.init})
+
+
+def fit_registers(fit: Fit) -> None:
+  """Registers start from initialisation where the checkpoint has none (or
+  another number), and are dropped where the model has none. With registers the
+  class token enters after the position embedding, with no row of its own: a
+  checkpoint's class-token row joins the class token, as timm converts DINOv2
+  with registers (`_convert_dinov2` in timm/models/vision_transformer.py:
+  cls_token + pos_embed[:, 0]), so the token the first block sees is unchanged."""
+  restored, config = fit.restored, fit.config
+  if 'registers' not in fit.init:
+    fit.drop(['registers'], 'no registers (num_registers 0)')
+    return
+  if np.shape(restored.get('registers')) != np.shape(fit.init['registers']):
+    log.info('%s has no %d registers; they start from initialisation.', fit.source,
              config.num_registers)
-    restored['registers'] = init['registers']
-  # With registers the class token enters after the position embedding: no row of its
-  # own. A checkpoint's class-token row then joins the class token, as timm converts
-  # DINOv2 with registers (`_convert_dinov2` in timm/models/vision_transformer.py:
-  # cls_token + pos_embed[:, 0]), so the token the first block sees is unchanged.
-  class_row = has_token and not config.num_registers
+    restored['registers'] = fit.init['registers']
   table = 'Transformer/posembed_input/pos_embedding'
-  if (has_token and config.num_registers and table in restored and 'cls' in restored
+  if (_has_token(config) and table in restored and 'cls' in restored
       and _split_posembed(restored[table].shape[1])[0]):
     restored['cls'] = np.asarray(restored['cls']) + np.asarray(restored[table])[:, :1]
     log.info('%s: its class-token position row is folded into the class token, which the '
-             'registers\' layout gives no row.', source)
-  for key in set(restored) & set(init):
+             'registers\' layout gives no row.', fit.source)
+
+
+def fit_position_embeddings(fit: Fit) -> None:
+  """Every learned position embedding resized to the new grid (`grid_shape`,
+  inferred when square): 1-D tables bilinearly on the grid (with a class-token
+  row for a token head without registers), the `learn2d` row and column tables
+  along their axis, `relative` offset tables along the offsets."""
+  class_row = _has_token(fit.config) and not fit.config.num_registers
+  for key in set(fit.restored) & set(fit.init):
     if not key.startswith('Transformer/posembed_'):
       continue
     if key.endswith('/pos_embedding'):
-      restored[key] = _fit_posembed(restored[key], init[key], class_row, grid_shape)
+      fit.restored[key] = _fit_posembed(fit.restored[key], fit.init[key], class_row,
+                                        fit.grid_shape)
     elif key.endswith(('/pos_embedding_row', '/pos_embedding_col', '/relative_embedding')):
-      restored[key] = _resize_axis0(restored[key], init[key].shape[0])
-  for why, keys in dropped.items():
-    log.warning('Not used from %s, as the new model has %s: %s.', source, why, ', '.join(keys))
-  return restored
+      fit.restored[key] = _resize_axis0(fit.restored[key], fit.init[key].shape[0])
+
+
+def _has_token(config: ml_collections.ConfigDict) -> bool:
+  return config.classifier in ('token', 'token_unpooled')
 
 
 # Megatron-style splits: attention by head, the MLP by hidden unit.
@@ -847,10 +848,13 @@ TENSOR_PARALLEL_RULES = (
 
 FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=VisionTransformer,
                 capabilities=frozenset({CLASSIFY, SCAN, TENSOR_PARALLEL}), layers=layers,
-                describe=describe, head='head/', fit_checkpoint=fit_checkpoint,
+                describe=describe, head='head/',
+                fit_rules=(fit_patches, fit_map_head, fit_pre_logits, fit_class_token,
+                           fit_registers, fit_position_embeddings),
                 tiny=('ViT-Ti_16', dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2,
                                         patch_size=8)),
-                to_published=vit_layouts.to_published, module_layout=vit_layouts.module_layout,
+                owns=vit_layouts.owns, to_published=vit_layouts.to_published,
+                module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
                 timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))

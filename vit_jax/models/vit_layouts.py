@@ -1,6 +1,6 @@
 """ViT and hybrid parameter files in other layouts: current-Flax block names and
 big_vision checkpoints read into the published layout, and the export to timm's
-`state_dict` names. The `vit` family's `published` and `to_timm`."""
+`state_dict` names. The `vit` family's `owns`, `to_published` and `to_timm`."""
 import math
 import re
 from typing import Any, Dict, Mapping
@@ -20,6 +20,26 @@ _CURRENT_TO_PUBLISHED = {
 }
 _BLOCK = re.compile(r'encoderblock_\d+$')
 _BLOCK_PARAM = re.compile(r'Transformer/encoderblock_(\d+)/')
+
+
+# An encoder at the root of a ViT file, under big_vision's 'params/', or as the
+# image tower 'img/' of a two-tower file.
+_ENCODER = re.compile(r'(params/)?(img/)?Transformer/')
+
+
+def owns(flat: Flat) -> bool:
+  """Whether a flat tree is a ViT's or hybrid's, in any layout `to_published`
+  reads: an encoder under 'Transformer/' (at the root, under big_vision's
+  'params/', or as the image tower 'img/'), and no LiT temperature 't' at the
+  root (a LiT file is the `lit` family's).
+
+  Args:
+    flat: a flat '/'-keyed tree.
+
+  Returns:
+    Whether it is.
+  """
+  return 't' not in flat and any(_ENCODER.match(k) for k in flat)
 
 
 def to_published(flat: Flat) -> Flat:
