@@ -35,9 +35,9 @@ from vit_jax import console
 console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
 from analysis import tool
-from analysis.reporting import events, plots, report
-from analysis.runtime import estimate, features, planning# noqa: E402
-from analysis import tools# noqa: F401,E402  (registers the built-in tools and their flags)
+from analysis.reporting import events, plots, report, runs
+from analysis.runtime import estimate, features, planning  # noqa: E402
+from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
 from vit_jax import budget, entry, settings, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
 from vit_jax.atomic import atomic_write  # noqa: E402
@@ -50,8 +50,9 @@ TOOL_MODULES_FLAG = '--tool_modules='
 FLAGS = flags.FLAGS
 entry.define_recipe_flag('config', 'Recipe of the (first) model.')
 entry.define_recipe_flag('config2', 'Recipe of a second model, to compare.')
-flags.DEFINE_string('workdir', None, 'Training workdir of the first model (its params.npz).')
-flags.DEFINE_string('workdir2', None, 'Training workdir of the second model.')
+flags.DEFINE_string('workdir', None, 'Training workdir of the first model (its params.npz); '
+                    'several, comma-separated, for the training runs (seeds) of one recipe.')
+flags.DEFINE_string('workdir2', None, 'Training workdir(s) of the second model.')
 flags.DEFINE_string('checkpoint', None, '.npz of the first model; overrides --workdir.')
 flags.DEFINE_string('checkpoint2', None, '.npz of the second model; overrides --workdir2.')
 flags.DEFINE_string('row', None, 'With a sweep recipe as --config (configs/ablations.py:...), '
@@ -110,6 +111,61 @@ def _subject(config, workdir, path, which: str, row: Optional[str]):
   if FLAGS.sharding == 'fsdp':
     subject = features.split_parameters(subject)
   return subject, path, workdir if path == workdir else None
+
+
+def _runs(config, workdir, path, which: str, row: Optional[str],
+          groups: Dict[str, Tuple[str, int]]) -> List[Tuple[features.Subject, str, Optional[str]]]:
+  """The model of --config<which> and --workdir<which> (`_subject`), or, where the
+  workdir flag names several comma-separated workdirs, each of them: the training
+  runs (seeds) of one recipe or sweep row (`vit_jax.sweep --seeds`), labelled
+  '<label>_seed<N>' and recorded in `groups`
+  (label -> (the model's label, seed)). Runs that differ in anything but their
+  seed are refused, naming the fields, before any model loads.
+
+  Args:
+    config: the recipe.
+    workdir: the workdir flag's value.
+    path: the checkpoint flag's value.
+    which: '' or '2'.
+    row: the row flag's value.
+    groups: where each run's model and seed go.
+
+  Returns:
+    (subject, source, workdir) of each run.
+  """
+  dirs = [d for d in (workdir or '').split(',') if d]
+  if len(dirs) < 2:
+    return [_subject(config, workdir, path, which, row)]
+  if path is not None or FLAGS.steps:
+    raise ConfigError(f'--workdir{which} names {len(dirs)} runs of one model (its seeds): give '
+                      f'them without --checkpoint{which} or --steps.')
+  recorded = {}
+  for d in dirs:
+    recorded[d] = workdirs.recorded_settings(d)
+    if recorded[d] is None:
+      raise ConfigError(f'{d} recorded no training settings: --workdir{which} takes the '
+                        'workdirs of training runs of one recipe (python -m vit_jax.sweep '
+                        '--seeds 0,1,2 trains them).')
+  seeds = {d: recorded[d].get('seed', 0) for d in dirs}
+  for d in dirs[1:]:
+    changed = [line for line in workdirs.differences(recorded[dirs[0]], recorded[d])
+               if not line.startswith('seed:')]
+    if changed:
+      raise ConfigError(f'--workdir{which} holds runs of different recipes: {d} differs from '
+                        f'{dirs[0]} in {"; ".join(changed)}. Give the seeds of one recipe, '
+                        'or analyse the recipes as two models (--workdir and --workdir2).')
+  repeated = sorted({s for s in seeds.values() if list(seeds.values()).count(s) > 1})
+  if repeated:
+    raise ConfigError(f'--workdir{which} holds more than one run of seed '
+                      f'{", ".join(map(str, repeated))}: give each seed once.')
+  loaded = []
+  for d in dirs:
+    subject, source, from_workdir = _subject(config, d, None, which, row)
+    group = subject.label
+    subject.label = f'{group}_seed{seeds[d]}'
+    groups[subject.label] = (group, seeds[d])
+    loaded.append((subject, source, from_workdir))
+  return loaded
 
 
 LAST = 'last'
@@ -490,6 +546,7 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
               started: float) -> Dict:
   """`run` once --out is held: loads the models, checks them and their data, claims
   --out for them, then plans and runs the tools and writes the report."""
+  groups = {}  # a run of a model given as several workdirs -> (the model, its seed)
   if FLAGS.rows:
     if 'sweep' not in FLAGS.config or FLAGS.workdir is None or any(
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
@@ -498,15 +555,18 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
     loaded = [_subject(FLAGS.config, os.path.join(FLAGS.workdir, row), None, '', row)
               for row in FLAGS.rows]
   else:
-    loaded = [_subject(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row)]
+    loaded = _runs(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row, groups)
   if FLAGS.config2 is not None:
-    loaded.append(_subject(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2', FLAGS.row2))
+    second_runs = _runs(FLAGS.config2, FLAGS.workdir2, FLAGS.checkpoint2, '2', FLAGS.row2,
+                        groups)
     # Two recipes of one file ('configs/papers.py:vit', ':resnet') named by their arguments.
-    (first, *_), (second, *_) = loaded
+    (first, *_), (second, *_) = loaded[0], second_runs[0]
     args = _config_file('')[1], _config_file('2')[1]
-    if first.label == second.label and args[0] != args[1] and FLAGS.row2 is None:
+    if (len(loaded) == len(second_runs) == 1 and first.label == second.label
+        and args[0] != args[1] and FLAGS.row2 is None):
       first.label, second.label = (f'{s.label}_{a}' if a else s.label
                                    for s, a in zip((first, second), args))
+    loaded += second_runs
   if FLAGS.steps:
     loaded = at_steps(loaded, FLAGS.steps)
   subjects = [s for s, _, _ in loaded]
@@ -516,7 +576,9 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
   # the training events when the model comes from a workdir.
   about = {s.label: {**features.describe(s, workdir), 'source': source,
                      'tensorboard': os.path.join(workdir, 'analysis') if workdir else
-                     os.path.join(FLAGS.out, EVENTS_FOLDER, s.label)}
+                     os.path.join(FLAGS.out, EVENTS_FOLDER, s.label),
+                     **({'group': groups[s.label][0], 'seed': groups[s.label][1]}
+                        if s.label in groups else {})}
            for s, source, workdir in loaded}
 
   names = check_tools(subjects, names, name)
@@ -549,6 +611,9 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
                        names, left_out_commands(planner.left_out, name) if planner else {})
     results, timings, failed = run_tools(names, subjects, batches_for, FLAGS.out, options,
                                          planner, name)
+    if groups:
+      with atomic_write(os.path.join(FLAGS.out, report.RUNS_FILE)) as f:
+        json.dump(runs.across_runs(results, about), f, indent=1)
     with atomic_write(os.path.join(FLAGS.out, 'timings.json')) as f:
       json.dump(timings, f)  # wall seconds per tool, compilation and data included
     if planner is not None:

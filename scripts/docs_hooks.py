@@ -8,7 +8,7 @@ import os
 from mkdocs.structure.files import File
 
 from analysis import tool, tool_options
-from analysis import tools# noqa: F401  (registers the built-in tools)
+from analysis import tools  # noqa: F401  (registers the built-in tools)
 
 RUNS_ON = {tool.ANY: 'each model', tool.ATTENTION: 'each model with global attention maps (ViT)',
            tool.ALL_MODELS: 'every model together'}

@@ -12,7 +12,7 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 MODELS = {'vit': {'architecture': TRANSFORMER}, 'bit': {'architecture': CONVNET}}
 # (value predicted to be positive, its standard error) -> expected verdict
 CASES = [((0.5, 0.1), verdict.AGREES), ((-0.5, 0.1), verdict.DIFFERS),
-         ((0.1, 0.1), verdict.UNCERTAIN)]
+         ((0.1, 0.1), verdict.INCONCLUSIVE)]
 
 
 def test_weighted_mean_stderr_is_the_familiar_formula():
@@ -33,7 +33,7 @@ def test_weighted_mean_stderr_is_the_familiar_formula():
 def test_judge_says_differs_only_beyond_two_standard_errors(estimate, expected):
   assert verdict.judge(estimate)[0] == expected
   assert verdict.judge((np.nan, 0.1))[0] == verdict.NOT_COMPARABLE
-  assert verdict.judge((0.5, np.nan))[0] == verdict.UNCERTAIN
+  assert verdict.judge((0.5, np.nan))[0] == verdict.INCONCLUSIVE
 
 
 def _contrast(value, se):
@@ -197,5 +197,5 @@ def test_values_without_support_are_null_in_json_and_no_value_in_the_report():
   assert report.Quote(results, 'fourier', ['vit', 'variance_stderr'], 'max').text == \
       report.NO_VALUE
   assert verdict.judge((None, 0.1))[0] == verdict.NOT_COMPARABLE
-  assert verdict.judge((0.3, None))[0] == verdict.UNCERTAIN
+  assert verdict.judge((0.3, None))[0] == verdict.INCONCLUSIVE
   assert verdict.show((None, None)) == 'no value'

@@ -3,13 +3,19 @@
     python -m vit_jax.sweep --config configs/ablations.py:posemb --workdir DIR \
         [--config.dataset=cifar10 --config.image_size=32 ...]
 
+    python -m vit_jax.sweep --config configs/quickstart_vit.py --workdir DIR --seeds 0,1,2
+
 The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
 fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
 DIR/<label> with `loop.train_and_evaluate` and leaves DIR/<label>/result.json
 (test accuracy and loss, Park & Kim's ECE and Brier score); a row with a result is not trained again, and an interrupted one resumes from
 its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv
-and DIR/<name>.png hold the table of every row with a result.
+and DIR/<name>.png hold the table of every row with a result. `--seeds` trains
+every row once per seed (`with_seeds`), a training recipe as the rows
+DIR/seed<N>: the runs the analysis takes as one model
+(`--workdir DIR/seed0,DIR/seed1,DIR/seed2`), its verdicts then holding training
+randomness.
 """
 import csv
 import json
@@ -158,6 +164,38 @@ def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
   return paths
 
 
+def with_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int]
+               ) -> ml_collections.ConfigDict:
+  """The sweep that trains each row of `config` once per seed: rows '<row>.seed<N>'
+  (a training recipe is one row: 'seed<N>') whose `seed` (initialisation, data
+  order, dropout) is N, a row that starts from another row ('row:<label>')
+  starting from that row's run of the same seed.
+
+  Args:
+    config: a sweep recipe, or a training recipe.
+    seeds: the seeds.
+
+  Returns:
+    The sweep recipe.
+  """
+  if len(set(seeds)) < len(seeds) or not seeds:
+    raise ConfigError(f'--seeds {",".join(map(str, seeds))}: give each seed once.')
+  config = config.copy_and_resolve_references()
+  name, rows = ((config.sweep.name, list(config.sweep.rows)) if 'sweep' in config
+                else ('seeds', [('', {})]))
+  seeded = []
+  for label, fields in rows:
+    for seed in seeds:
+      fields_seed = dict(fields, seed=seed)
+      source = fields_seed.get('pretrained')
+      if isinstance(source, str) and source.startswith(ROW_PREFIX):
+        fields_seed['pretrained'] = f'{source}.seed{seed}'
+      seeded.append((f'{label}.seed{seed}' if label else f'seed{seed}', fields_seed))
+  with config.unlocked():
+    config.sweep = ml_collections.ConfigDict({'name': name, 'rows': seeded})
+  return config
+
+
 def run_sweep(config: ml_collections.ConfigDict, workdir: str,
               rows: Optional[Sequence[str]] = None) -> List[Dict]:
   """Every row of `config.sweep` in order (or only those named in `rows`), then the
@@ -208,8 +246,16 @@ def main(argv: Sequence[str]) -> None:
     argv: the command line's arguments that are no flags (none).
   """
   del argv
-  split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, 1)
-  run_sweep(FLAGS.config, FLAGS.workdir, FLAGS.rows)
+  config = FLAGS.config
+  if FLAGS.seeds:
+    try:
+      seeds = [int(seed) for seed in FLAGS.seeds]
+    except ValueError:
+      raise ConfigError(f'--seeds={",".join(FLAGS.seeds)}: give whole numbers, e.g. '
+                        '--seeds=0,1,2.') from None
+    config = with_seeds(config, seeds)
+  split_cpu_into_devices(config, FLAGS.cpu_devices, 1)
+  run_sweep(config, FLAGS.workdir, FLAGS.rows)
 
 
 if __name__ == '__main__':
@@ -218,5 +264,8 @@ if __name__ == '__main__':
   flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
   flags.DEFINE_list('rows', None, 'Train only these rows (labels, comma-separated); the '
                     'tables hold every row with a result.')
+  flags.DEFINE_list('seeds', None, 'Train every row once per seed (initialisation, data '
+                    'order, dropout), as rows <row>.seed<N>; a training recipe as --config '
+                    'trains into <workdir>/seed<N>.')
   flags.mark_flags_as_required(['config', 'workdir'])
   entry.run(main)

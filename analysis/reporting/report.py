@@ -16,16 +16,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 from PIL import Image
 
-from analysis import tool, tools
+from analysis import tool, tools  # noqa: F401  (tools: the built-in ones)
 from analysis.measures import similarity
-from analysis.reporting import conventions, joint_figures, plots
-from analysis.runtime import planning# noqa: F401  (tools: the built-in ones)
+from analysis.reporting import conventions, joint_figures, plots, verdict
 from analysis.reporting.verdict import Z, Verdict
+from analysis.runtime import planning
 from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
 FAILURES_FILE = 'failures.json'  # tool name -> why it failed
 PLAN_FILE = 'plan.json'  # tool name -> the smaller samples it took for a time budget
+RUNS_FILE = 'runs.json'  # the tools' numbers over the runs of a model given as its seeds
 REDUCTIONS = ('value', 'mean', 'min', 'max', 'offdiag_mean')
 NO_VALUE = 'n/a'  # a quoted value without support (null in the JSON)
 
@@ -237,7 +238,7 @@ figure img{max-width:100%}figcaption{font-size:0.9em;max-width:640px}
 p.quantity{color:#444}p.paper{font-style:italic}.num{font-weight:bold}
 table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:3px 6px;
 vertical-align:top;text-align:left}td.agrees{background:#e3f3e3}td.differs{background:#f8e0e0}
-td.within{background:#f4f0dc}td.not{background:#eee}"""
+td.inconclusive{background:#f4f0dc}td.not{background:#eee}"""
 
 
 def describe_model(label: str, about: Mapping) -> str:
@@ -277,7 +278,7 @@ def all_verdicts(results: Mapping, subjects: Mapping) -> List[Tuple[str, Verdict
     The verdicts.
   """
   return [(name, v) for name, result in results.items()
-          for v in tool.TOOLS[name].verdicts(result, subjects)]
+          for v in verdict.across_seeds(tool.TOOLS[name].verdicts(result, subjects), subjects)]
 
 
 def _image_alt(path: str) -> str:
@@ -288,10 +289,17 @@ def _image_alt(path: str) -> str:
 
 VERDICT_NOTE = ('Each claim is judged by the rule in its tool\'s record, on this run\'s JSON: '
                 '"agrees" or "differs" only where the compared number lies more than '
-                f'{Z:g} standard errors from zero, "within uncertainty" otherwise, "not '
+                f'{Z:g} standard errors from zero, "inconclusive" otherwise, "not '
                 'comparable" where the models or values the claim needs are absent. The '
                 'verdicts are about the models above at their scale, not the papers\' '
-                'ImageNet-scale models.')
+                'ImageNet-scale models. "Runs" is the number of training runs (seeds) per '
+                'model a verdict rests on; with two or more its uncertainty holds training '
+                'randomness (verdict.combine).')
+SEEDS_NOTE = ('Each model here is one training run: its standard errors are over images, '
+              'batches or probes, and training randomness (initialisation, data order, '
+              'dropout) is not in them. To add it, train seeds of each recipe (python -m '
+              'vit_jax.sweep --config RECIPE --workdir DIR --seeds 0,1,2) and analyse them '
+              'as one model (--workdir DIR/seed0,DIR/seed1,DIR/seed2).')
 
 
 def write_report(out: str) -> Dict[str, str]:
@@ -344,20 +352,24 @@ def write_report(out: str) -> Dict[str, str]:
         f'- {title_of(n)} ({n}): {p["left_out"]}; to run it: `{p["command"]}`'
         for n, p in left_out.items()] + ['']
   verdicts = all_verdicts(results, subjects)
+  notes = [VERDICT_NOTE] + ([SEEDS_NOTE] if not any(
+      'group' in about for about in subjects.values()) else [])
   head = ('<tr><th>finding</th><th>the paper</th><th>measured here</th><th>verdict</th>'
-          '<th>why</th></tr>')
+          '<th>runs</th><th>why</th></tr>')
   rows = ''.join(
       f'<tr><td><a href="#{name}">{html.escape(v.finding)}</a></td>'
       f'<td>{html.escape(v.claim)}</td><td>{html.escape(v.measured)}</td>'
-      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td>'
+      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td><td>{v.runs}</td>'
       f'<td>{html.escape(v.why)}</td></tr>' for name, v in verdicts)
-  page += ['<section id="verdicts"><h2>Verdicts</h2>', f'<p>{html.escape(VERDICT_NOTE)}</p>',
-           f'<table>{head}{rows}</table></section>']
+  page += ['<section id="verdicts"><h2>Verdicts</h2>'] + [
+      f'<p>{html.escape(note)}</p>' for note in notes] + [
+      f'<table>{head}{rows}</table></section>']
   cell = lambda text: text.replace('|', '\\|')
-  markdown += ['## Verdicts', '', VERDICT_NOTE, '',
-               '| finding | the paper | measured here | verdict | why |', '|---|---|---|---|---|']
+  markdown += ['## Verdicts', ''] + [line for note in notes for line in (note, '')] + [
+      '| finding | the paper | measured here | verdict | runs | why |',
+      '|---|---|---|---|---|---|']
   markdown += [f'| [{v.finding}](#{name}) | {cell(v.claim)} | {cell(v.measured)} | '
-               f'{v.verdict} | {cell(v.why)} |' for name, v in verdicts] + ['']
+               f'{v.verdict} | {v.runs} | {cell(v.why)} |' for name, v in verdicts] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
     used = ' '.join(filter(None, [conventions.caption(name, result), plan_note(out, name)]))
