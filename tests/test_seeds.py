@@ -69,8 +69,11 @@ def test_single_verdicts_on_each_run_join_into_one_on_the_model():
   values = {'vit_seed0': (0.30, 0.05), 'vit_seed1': (0.10, 0.05), 'vit_seed2': (0.20, 0.05),
             'other': (0.4, 0.1)}
   found = [verdict.single('f', 'claim', 'gap', label, value) for label, value in values.items()]
+  found += [verdict.single('g', 'another claim', 'x', label, value)
+            for label, value in values.items()]
   joined = verdict.across_seeds(found, models)
-  assert [v.label for v in joined] == [None, 'other']
+  assert [v.label for v in joined] == [None, 'other', None, 'other']
+  assert joined[0].measured.startswith('vit (3 seeds): gap ')
   (mean, stderr), between = verdict.combine(list(values.values())[:3])
   assert joined[0].estimate == (mean, stderr) and joined[0].runs == 3
   assert joined[0].verdict == verdict.judge((mean, stderr))[0]

@@ -178,7 +178,7 @@ def across_seeds(verdicts: Sequence[Verdict], models: Models) -> List[Verdict]:
   Returns:
     The verdicts, a joined one where its first run's was.
   """
-  labels = [v.label for v in verdicts if v.label is not None]
+  labels = list(dict.fromkeys(v.label for v in verdicts if v.label is not None))
   joined, out = {}, []
   for v in verdicts:
     runs = members(models, labels, v.label) if v.label is not None else []
