@@ -83,6 +83,7 @@ def _params(d=6, m=20, seed=0):
           'W_dec': rng.normal(size=(m, d)), 'b_dec': rng.normal(size=d) * 0.1}
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize('architecture', sae.ARCHITECTURES)
 def test_forward_and_loss_are_the_authors(architecture):
   p = _params()
@@ -104,6 +105,7 @@ def test_forward_and_loss_are_the_authors(architecture):
   np.testing.assert_allclose(np.asarray(recon), expected_recon, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize('architecture', ['topk', 'batch_topk'])
 def test_auxk_reaches_a_dead_latent_only_through_the_aux_loss(architecture):
   """A latent whose encoder column never wins the top k: its encoder gets gradient
