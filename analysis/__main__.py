@@ -571,6 +571,10 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
     loaded = at_steps(loaded, FLAGS.steps)
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
+    if groups:
+      raise ConfigError('The two models\' runs have the same labels (one recipe file): give '
+                        'the seeds of one recipe as one model, or the second model\'s recipe '
+                        'under another file name.')
     subjects[1].label += '_2'
   # What the report and the events need to know of each model; the events go beside
   # the training events when the model comes from a workdir.
