@@ -7,7 +7,7 @@ both pre-LayerNorm; the head reads the mean over patches after
 (`token_mlp`, `channel_mlp`) and the stream after each add (`+token_mlp`,
 `+channel_mlp`).
 """
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
