@@ -1,0 +1,34 @@
+"""Orthogonal Procrustes distance between two representations (Ding, Denain &
+Steinhardt 2021, "Grounding Representation Similarity with Statistical Testing")."""
+import numpy as np
+
+
+def procrustes_distance(x: np.ndarray, y: np.ndarray) -> float:
+  """The Procrustes distance as js-d/sim_metric computes it: each feature centred
+  over the examples and each representation scaled to unit Frobenius norm
+  (dists/score_pair.py, `score_local_pair`), then ||A||^2 + ||B||^2 - 2 ||A B^T||_*
+  (dists/scoring.py, `procrustes`; A, B their (features, examples) matrices), which
+  is 2 - 2 ||X^T Y||_*: the squared distance left after the best rotation of one
+  onto the other. 0 for representations equal up to a rotation and a scale, 2 at
+  most. The nuclear norm is taken from the two thin SVDs (the singular values of
+  S_x U_x^T U_y S_y), so wide layers cost no (features x features) matrix.
+
+  Args:
+    x: (n, ...) the first representation, n examples.
+    y: (n, ...) the second.
+
+  Returns:
+    The distance.
+  """
+  a, b = (_unit(v) for v in (x, y))
+  ua, sa, _ = np.linalg.svd(a, full_matrices=False)
+  ub, sb, _ = np.linalg.svd(b, full_matrices=False)
+  nuclear = np.linalg.svd((sa[:, None] * (ua.T @ ub)) * sb[None, :], compute_uv=False).sum()
+  return float(np.sum(a ** 2) + np.sum(b ** 2) - 2 * nuclear)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+  """(n, ...) -> (n, d), each feature centred over the examples, unit Frobenius norm."""
+  x = np.asarray(x, np.float64).reshape(len(x), -1)
+  x = x - x.mean(axis=0, keepdims=True)
+  return x / np.linalg.norm(x)
