@@ -17,7 +17,7 @@ from PIL import Image
 from analysis.reporting import events, plots, report
 from analysis.runtime import features
 from analysis.__main__ import run_tools
-from analysis.tools import TOOLS, activation_patching, hessian
+from analysis.tools import TOOLS, activation_patching, hessian, sae
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, subject
 from vit_jax import models
@@ -84,7 +84,8 @@ def analysed(tmp_path_factory):
                                                        block_steps=2),
                             # Gaussian noise changes 1 of the random Mixer's 36 predictions.
                             'activation_patching': activation_patching.Options(
-                                patching_corruption='contrast')})
+                                patching_corruption='contrast'),
+                            'sae': sae.Options(sae_steps=50)})
   assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}

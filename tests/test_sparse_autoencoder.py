@@ -1,5 +1,7 @@
 """Sparse autoencoders against numpy written from their authors' code, AuxK on a
 constructed dead latent, the decoder constraint, and recovery of a known dictionary."""
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -190,3 +192,48 @@ def test_a_known_sparse_dictionary_is_recovered(architecture, cosine):
   assert best.min() > cosine, np.sort(best)[:5]
   quality = sae.quality(trained.params, jnp.asarray(sample(2000)), spec)
   assert quality['fve'] > 0.95 and abs(quality['l0'] - k) < 1.5, quality
+
+
+def test_a_saved_dictionary_reads_back():
+  spec = sae.authors_spec('batch_topk', width=20, k=3)
+  trained = sae.Trained(spec, jax.tree_util.tree_map(jnp.asarray, _params()), np.zeros(1),
+                        np.zeros(20))
+  import tempfile
+  with tempfile.TemporaryDirectory() as folder:
+    path = os.path.join(folder, 'sae.npz')
+    sae.save(path, trained, {'site': 'block1/+mlp', 'model': 'ViT-Ti_16'})
+    params, read_spec, about = sae.load(path)
+  assert read_spec == spec and about == {'site': 'block1/+mlp', 'model': 'ViT-Ti_16'}
+  for name, value in trained.params.items():
+    np.testing.assert_array_equal(params[name], value)
+
+
+@pytest.mark.parametrize('family', ['vit', 'bit'])
+def test_splicing_the_sites_own_tokens_changes_no_logit(subjects, family):
+  """The tool's splice puts the spatial tokens back where they came from: with the
+  site's own tokens the logits are the clean ones, the class token kept."""
+  from analysis.tools import sae as tool
+  from helpers import images
+  subject = subjects[family]
+  _, name = tool.site_of(subject, tool.Options())
+  x = images(4)
+  tokens, value = tool._tokens(subject, name, x)
+  edits = tool._edits(name, **tool._spliced(value, tokens, subject.has_cls, subject.registers))
+  np.testing.assert_allclose(subject.edited_logits(x, edits), subject.logits(x), rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
+  from analysis.tools import sae as tool
+  from helpers import batches
+  from vit_jax.errors import ConfigError
+  result = tool.TOOL.run(subjects['vit'], batches, str(tmp_path),
+                         tool.Options(sae_steps=30, sae_expansion=2, sae_k=4))
+  assert result['site'] == subjects['vit'].layers.labels[len(subjects['vit'].layers.labels) // 2]
+  assert result['l0'] <= 4 and 0 <= result['dead'] <= 1 and np.isfinite(result['loss_recovered'])
+  assert set(result['loss']) == {'clean', 'spliced', 'zero_ablated'}
+  params, spec, about = sae.load(str(tmp_path / result['dictionary']))
+  assert spec.width == result['latents'] and about['site'] == result['site']
+  assert all(os.path.exists(path) for path in result['figures'])
+  with pytest.raises(ConfigError, match='--sae_site=nowhere is not a residual-stream entry'):
+    tool.site_of(subjects['vit'], tool.Options(sae_site='nowhere'))

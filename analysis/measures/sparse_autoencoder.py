@@ -179,19 +179,26 @@ def loss(params: Params, x: jax.Array, spec: Spec, dead: jax.Array,
   latents, pre = encode(params, x, spec)
   recon = decode(params, latents)
   zero = jnp.zeros(())
+  kept = min(spec.aux_k, spec.width)
   if spec.architecture == 'topk':
-    aux_pre = pre * dead  # the live latents' pre-activations zeroed, as `auxk_mask_fn`
-    aux = decode(params, jax.nn.relu(_keep_top(aux_pre, min(spec.aux_k, spec.width))))
     residual = x - jax.lax.stop_gradient(recon) + jax.lax.stop_gradient(params['b_dec'])
+
+    def aux_of(aux_pre):  # the live latents' pre-activations zeroed, as `auxk_mask_fn`
+      return decode(params, jax.nn.relu(_keep_top(aux_pre, kept)))
+
+    # Without dead latents every kept value is 0 and the AuxK reconstruction is b_dec.
+    aux = jax.lax.cond(jnp.any(dead), aux_of, lambda _: jnp.broadcast_to(
+        params['b_dec'], x.shape), pre * dead)
     aux_loss = jnp.nan_to_num(normalized_mse(aux, residual))
     parts = {'mse': mse_scale * jnp.mean((recon - x) ** 2), 'aux': spec.aux_coef * aux_loss,
              'l1': zero}
   elif spec.architecture == 'batch_topk':
-    dead_acts = jnp.where(dead, pre, -jnp.inf)
-    kept = min(spec.aux_k, spec.width)
-    aux_acts = jnp.where(dead, _keep_top(dead_acts, kept), 0.)
-    aux = aux_acts @ params['W_dec']
-    aux_loss = jnp.where(jnp.any(dead), jnp.mean((aux - (x - recon)) ** 2), 0.)
+
+    def aux_loss_of(acts):
+      aux_acts = jnp.where(dead, _keep_top(jnp.where(dead, acts, -jnp.inf), kept), 0.)
+      return jnp.mean((aux_acts @ params['W_dec'] - (x - recon)) ** 2)
+
+    aux_loss = jax.lax.cond(jnp.any(dead), aux_loss_of, lambda _: zero, pre)
     parts = {'mse': jnp.mean((recon - x) ** 2), 'aux': spec.aux_coef * aux_loss, 'l1': zero}
   else:
     weighted = latents * jnp.linalg.norm(params['W_dec'], axis=1)
@@ -276,6 +283,8 @@ def train(key: jax.Array, batches: Iterable[np.ndarray], spec: Spec) -> Trained:
 
   @jax.jit
   def step(params, state, since, x):
+    # The latents of this step count before its loss reads the dead ones, as OpenAI's
+    # forward pass updates `stats_last_nonzero` before its AuxK.
     since, dead = steps_since_fired(encode(params, x, spec)[0], since, spec)
     (value, _), grads = jax.value_and_grad(loss, has_aux=True)(params, x, spec, dead, mse_scale)
     if constrained:
@@ -313,3 +322,37 @@ def quality(params: Params, x: jax.Array, spec: Spec, dense_share: float = 0.1
   rate = fires.mean(axis=0)
   return {'fve': 1. - nmse, 'normalized_mse': nmse, 'l0': float(fires.sum(axis=1).mean()),
           'dead': float(np.mean(rate == 0)), 'dense': float(np.mean(rate > dense_share))}
+
+
+def save(path: str, trained: Trained, about: Dict[str, str]) -> None:
+  """Writes the dictionary as an `.npz`: its parameters under their names, its spec
+  as 'spec/<field>' and `about` (the site, the model) as 'about/<key>'.
+
+  Args:
+    path: the file.
+    trained: the SAE.
+    about: what it was trained on, as strings.
+  """
+  arrays = {k: np.asarray(v) for k, v in trained.params.items()}
+  arrays.update({f'spec/{k}': np.asarray(v) for k, v in dataclasses.asdict(trained.spec).items()})
+  arrays.update({f'about/{k}': np.asarray(v) for k, v in about.items()})
+  with open(path, 'wb') as f:
+    np.savez(f, **arrays)
+
+
+def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
+  """Reads a dictionary `save` wrote.
+
+  Args:
+    path: the file.
+
+  Returns:
+    (its parameters, its spec, what it was trained on).
+  """
+  with np.load(path, allow_pickle=False) as data:
+    params = {k: jnp.asarray(data[k]) for k in ('W_enc', 'b_enc', 'W_dec', 'b_dec')}
+    fields = {f.name for f in dataclasses.fields(Spec)}
+    spec = Spec(**{k[len('spec/'):]: data[k].item() for k in data.files
+                   if k.startswith('spec/') and k[len('spec/'):] in fields})
+    about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
+  return params, spec, about

@@ -132,6 +132,24 @@ CONVENTIONS: Tuple[Convention, ...] = (
         "run's answer minus that of the corrupted run's, averaged over the pairs",
         'TransformerLensOrg/TransformerLens demos/Activation_Patching_in_TL_Demo.ipynb, '
         'get_logit_diff and ioi_metric (cells 10-11)'),
+    Convention(
+        'sae', 'SAE architecture and loss',
+        'TopK: ReLU of the k largest of (x - b_dec) W_enc + b_enc; the MSE over the '
+        "activations' mean squared deviation plus 1/32 x the AuxK loss (the dead latents' "
+        '256 largest pre-activations reconstructing the residual); unit-norm decoder rows, '
+        "the gradient's component along them removed; Adam at 1e-4, eps 6.25e-10",
+        'openai/sparse_autoencoder sparse_autoencoder/train.py: FastAutoencoder, '
+        'unit_norm_decoder_grad_adjustment_, main', 'sae_architecture', 'topk',
+        (('batch_topk', 'Bussmann et al. 2024 (bartbussmann/BatchTopK sae.py): the k x batch '
+                        'largest activations of the batch, no encoder bias'),
+         ('relu_l1', "SAELens' standard SAE (sae_lens/saes/standard_sae.py): ReLU and an L1 "
+                     'penalty weighted by decoder norms')), ('architecture',)),
+    Convention(
+        'sae', 'loss recovered',
+        '(CE with the site zero-ablated - CE with the reconstruction) / (CE zero-ablated - '
+        'CE clean): the share of the loss the ablation adds that the SAE takes back',
+        'jbloomAus/SAELens sae_lens/evals.py, get_downstream_reconstruction_metrics '
+        '(ce_loss_score)'),
 )
 # 'auto' resolves to a set by image size; the JSON records the set.
 AUTHORS_VALUES = {('corruption', 'corruption_parameters'): ('auto', 'cifar')}

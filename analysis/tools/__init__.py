@@ -24,3 +24,4 @@ from analysis.tools import logit_lens  # noqa: F401
 from analysis.tools import artifact_tokens  # noqa: F401
 from analysis.tools import activation_patching  # noqa: F401
 from analysis.tools import corruption  # noqa: F401
+from analysis.tools import sae  # noqa: F401

@@ -1,0 +1,266 @@
+"""A sparse autoencoder on one residual-stream entry of a model
+(`analysis.measures.sparse_autoencoder`): trained on the training split's spatial
+tokens, judged on the evaluation split's by what SAE papers report, with the
+model's loss when the reconstruction replaces the site, and the images its most
+used latents fire on."""
+import dataclasses
+import os
+from typing import Dict, List, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.measures import sparse_autoencoder
+from analysis.reporting import plots
+from analysis.runtime import features
+from analysis.runtime.estimate import Amounts, Work
+from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
+from analysis.tool_options import Budget, option
+from vit_jax.errors import ConfigError
+from vit_jax.models.family import SCALES, SHIFTS
+
+SHOWN_LATENTS, SHOWN_IMAGES = 4, 4  # latents whose top images are drawn, images per latent
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The SAE and its training."""
+  sae_architecture: str = option(
+      'topk', 'The SAE, as its authors define it: topk (Gao et al. 2024), batch_topk (Bussmann '
+      'et al. 2024) or relu_l1 (SAELens\' standard SAE).',
+      choices=sparse_autoencoder.ARCHITECTURES)
+  sae_expansion: int = option(8, 'Latents per dimension of the site\'s activations.', least=1)
+  sae_k: int = option(32, 'Latents kept per token (topk; batch_topk on average).', least=1)
+  sae_steps: int = option(1000, 'Training steps of --sae_batch tokens drawn from the '
+                          'training split\'s.', least=1, budget=Budget(minimum=200, order=1))
+  sae_batch: int = option(256, 'Tokens per training step (the authors train on GPUs with '
+                          'thousands; a CPU takes a step of 256 in milliseconds).', least=1)
+  sae_site: str = option('', 'The residual-stream entry, by its label in the report '
+                         '(e.g. block1/+mlp); empty: the middle one.')
+
+
+def site_of(subject: Subject, options: Options) -> Tuple[str, str]:
+  """(label, sown name) of the stream entry the SAE reads.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+
+  Returns:
+    The site.
+
+  Raises:
+    ConfigError: a --sae_site the model does not have, naming those it has.
+  """
+  labels = list(subject.layers.labels)
+  label = options.sae_site or labels[len(labels) // 2]
+  if label not in labels:
+    raise ConfigError(f'--sae_site={label} is not a residual-stream entry of {subject.label}; '
+                      f'its entries: {", ".join(labels)}.')
+  return label, subject.layers.stream[labels.index(label)]
+
+
+def _tokens(subject: Subject, name: str, images: np.ndarray) -> Tuple[np.ndarray, jax.Array]:
+  """The spatial tokens (B * h * w, D) of the site on a batch, and the sown value."""
+  value = subject.intermediates(images, [name])[name]
+  grid = np.asarray(features.spatial_map(subject, value), np.float32)
+  return grid.reshape(-1, grid.shape[-1]), value
+
+
+def _spliced(value: jax.Array, tokens: np.ndarray, has_cls: bool, registers: int
+             ) -> Dict[str, object]:
+  """The `scales` and `shifts` of one site that put `tokens` (the spatial tokens, in
+  `_tokens`' order) in place of the spatial tokens of `value`, the class token and
+  registers kept."""
+  if value.ndim == 4:  # a map: every position is spatial
+    return {'scale': np.float32(0.), 'shift': tokens.reshape(value.shape)}
+  first = int(has_cls) + registers
+  scale = np.ones((1, value.shape[1], 1), np.float32)
+  scale[:, first:] = 0.
+  shift = np.zeros(value.shape, np.float32)
+  shift[:, first:] = tokens.reshape(value.shape[0], -1, value.shape[2])
+  return {'scale': scale, 'shift': shift}
+
+
+def _edits(name: str, scale, shift) -> Dict[str, object]:
+  key = tuple(name.split('/'))
+  unflatten = flax.traverse_util.unflatten_dict
+  return {SCALES: unflatten({key: scale}), SHIFTS: unflatten({key: shift})}
+
+
+def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Options()) -> Dict:
+  """Trains the SAE on the training split's tokens at the site, then measures it on
+  the evaluation split's.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    out: the directory the figures and the dictionary go to.
+    options: the tool's options.
+
+  Returns:
+    The model's JSON.
+  """
+  label, name = site_of(subject, options)
+  pool = np.concatenate([_tokens(subject, name, images)[0] for images, _ in batches('train')])
+  width = options.sae_expansion * pool.shape[1]
+  spec = sparse_autoencoder.authors_spec(options.sae_architecture, width,
+                                         k=min(options.sae_k, width))
+  rng = np.random.default_rng(0)
+  draws = (pool[rng.integers(0, len(pool), options.sae_batch)] for _ in range(options.sae_steps))
+  trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
+  params = trained.params
+  encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
+
+  held, images_seen, losses, right = [], [], {}, {}
+  for images, labels in batches('eval'):
+    tokens, value = _tokens(subject, name, images)
+    latents = np.asarray(encode(jnp.asarray(tokens)))
+    recon = np.asarray(sparse_autoencoder.decode(params, jnp.asarray(latents)))
+    held.append((tokens, latents))
+    images_seen.append(images)
+    spliced = _spliced(value, recon, subject.has_cls, subject.registers)
+    logits = {'clean': subject.logits(images),
+              'spliced': subject.edited_logits(images, _edits(name, **spliced)),
+              'zero_ablated': subject.edited_logits(images, _edits(
+                  name, spliced['scale'], np.zeros_like(spliced['shift'])))}
+    for kind, value in logits.items():
+      losses.setdefault(kind, []).append(np.asarray(
+          optax.softmax_cross_entropy_with_integer_labels(value, labels)))
+      right.setdefault(kind, []).append(np.asarray(jnp.argmax(value, -1) == labels))
+  tokens = np.concatenate([t for t, _ in held])
+  latents = np.concatenate([lat for _, lat in held])
+  quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
+  loss = {k: float(np.mean(np.concatenate(v))) for k, v in losses.items()}
+  # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
+  # reconstruction takes back.
+  # Undefined where the ablation leaves the loss as it is (nothing to take back).
+  added = loss['zero_ablated'] - loss['clean']
+  recovered = (loss['zero_ablated'] - loss['spliced']) / added if added else None
+  rate = (latents > sparse_autoencoder.FIRING).mean(axis=0)
+  figures = [plots.histogram(
+      np.log10(rate[rate > 0]), figure_path(out, 'sae_frequency', subject),
+      f'SAE latents\' firing rate at {label}: {subject.label}', 'log10 share of tokens fired on',
+      logy=True, marks=[(np.log10(0.1), 'dense (10%)')])]
+  shown = _shown_latents(rate)
+  if shown:
+    figures.append(_top_images(subject, np.concatenate(images_seen), latents, shown, label, out))
+  dictionary = os.path.join(out, f'sae_{subject.label}.npz')
+  sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
+                                                'model': subject.config.name})
+  return {'site': label, 'architecture': spec.architecture, 'latents': width, 'k': spec.k,
+          'steps': options.sae_steps, 'training_tokens': int(len(pool)),
+          'evaluation_tokens': int(len(tokens)), **quality,
+          'loss': loss, 'accuracy': {k: float(np.mean(np.concatenate(v)))
+                                     for k, v in right.items()},
+          'loss_recovered': recovered, 'shown_latents': shown,
+          'dictionary': os.path.basename(dictionary), 'figures': figures}
+
+
+def _shown_latents(rate: np.ndarray) -> List[int]:
+  """The most often firing latents that are not dense, most first."""
+  usable = np.flatnonzero((rate > 0) & (rate <= 0.1))
+  return [int(i) for i in usable[np.argsort(-rate[usable], kind='stable')][:SHOWN_LATENTS]]
+
+
+def _top_images(subject: Subject, images: np.ndarray, latents: np.ndarray,
+                shown: List[int], label: str, out: str) -> str:
+  """For each shown latent, the evaluation images it fires on most, the tokens it
+  fires on tinted red by its activation."""
+  per_image = latents.reshape(len(images), -1, latents.shape[1])  # (images, positions, latents)
+  side = int(round(np.sqrt(per_image.shape[1])))
+  tiles, names = [], []
+  for latent in shown:
+    strength = per_image[:, :, latent]
+    for i in np.argsort(-strength.max(axis=1), kind='stable')[:SHOWN_IMAGES]:
+      picture = (np.asarray(images[i], np.float32) + 1) / 2
+      if picture.shape[-1] == 1:
+        picture = np.repeat(picture, 3, axis=-1)
+      heat = strength[i].reshape(side, side) / max(strength.max(), 1e-12)
+      heat = np.kron(heat, np.ones((picture.shape[0] // side, picture.shape[1] // side)))
+      tinted = picture.copy()
+      tinted[:heat.shape[0], :heat.shape[1], 0] = np.maximum(
+          tinted[:heat.shape[0], :heat.shape[1], 0], heat)
+      tiles.append(np.clip(tinted, 0, 1))
+      names.append(f'latent {latent}')
+  return plots.image_grid(np.stack(tiles), figure_path(out, 'sae_top_images', subject),
+                          f'Top images of SAE latents at {label}: {subject.label}',
+                          cols=SHOWN_IMAGES, labels=names)
+
+
+def _findings(label, r, q):
+  return [f'{label}: at {r["site"]}, a {r["architecture"]} SAE of {r["latents"]} latents '
+          'explains ', q('fve'), ' of the held-out tokens\' variance with L0 ', q('l0'), '; ',
+          q('dead'), ' of its latents are dead and ', q('dense'), ' dense; spliced in, it '
+          'recovers ', q('loss_recovered'), ' of the loss a zero ablation adds (loss ',
+          q('loss', 'clean'), ' clean, ', q('loss', 'spliced'), ' spliced, ',
+          q('loss', 'zero_ablated'), ' ablated)']
+
+
+def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
+  """A forward pass over the training and the evaluation split, two edited passes over
+  the evaluation split, and the SAE's training steps.
+
+  Args:
+    subject: the model.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    The work.
+  """
+  return Work({'forward': 4 * amounts.batches}, {'forward': 3},
+              host={SAE_STEP: options.sae_steps})
+
+
+SAE_STEP = 'SAE training step'
+TIMED_STEPS = 20
+
+
+def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Options,
+                amounts: Amounts) -> Dict[str, float]:
+  """Seconds of one SAE training step at the site's width, timed over `TIMED_STEPS`
+  steps after a first (compiled) one.
+
+  Args:
+    subject: the model.
+    images: one evaluation batch of images.
+    labels: their labels.
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    Seconds per unit, by the unit's name.
+  """
+  import time
+  _, name = site_of(subject, options)
+  tokens, _ = _tokens(subject, name, images)
+  spec = sparse_autoencoder.authors_spec(options.sae_architecture,
+                                         options.sae_expansion * tokens.shape[1],
+                                         k=min(options.sae_k,
+                                               options.sae_expansion * tokens.shape[1]))
+  rng = np.random.default_rng(0)
+  draw = lambda: tokens[rng.integers(0, len(tokens), options.sae_batch)]
+  sparse_autoencoder.train(jax.random.PRNGKey(0), [draw(), draw()], spec)
+  start = time.perf_counter()
+  sparse_autoencoder.train(jax.random.PRNGKey(0), [draw() for _ in range(TIMED_STEPS)], spec)
+  return {SAE_STEP: (time.perf_counter() - start) / TIMED_STEPS}
+
+
+TOOL = register(Tool(
+    name='sae', importance=20, title='Sparse autoencoder', splits=('train', 'eval'),
+    quantity='A sparse autoencoder (TopK of Gao et al. 2024 by default; BatchTopK or SAELens\' '
+             'ReLU + L1 as options, each with its authors\' loss) trained on the spatial tokens '
+             'of one residual-stream entry (the middle one by default) over the training '
+             'images; on the evaluation images: the fraction of variance explained, L0, dead '
+             'and dense (firing on more than 10% of tokens) latents, and the loss with the '
+             'reconstruction spliced in against the clean model and the zero-ablated site '
+             '(loss recovered, SAELens\' CE loss score).',
+    paper='Not from the two papers: the tool interpretability work on vision models uses '
+          'since 2024 (OpenAI\'s TopK SAEs, SAELens, saev), on the same sites.',
+    run=run_sae, options=Options, findings=each_model(_findings), reads_logits=True,
+    work=work, host_prices=host_prices, shortened_by=('sae_steps',),
+    minimum='200 training steps'))
