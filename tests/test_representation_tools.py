@@ -569,9 +569,9 @@ def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path):
   for second, labels in (('vit-authors', ['papers_vit', 'papers_vit-authors']),
                          ('vit', ['papers', 'papers_2'])):
     out = tmp_path / second
-    subprocess.run([sys.executable, '-m', 'analysis', 'vit_figures',
+    subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance',
                     '--config', 'configs/papers.py:vit', '--checkpoint', path,
                     '--config2', f'configs/papers.py:{second}', '--checkpoint2', path,
                     '--num_images', '8', '--batch_size', '8', '--out', str(out)],
                    check=True, cwd=ROOT)
-    assert sorted(json.loads((out / 'vit_figures.json').read_text())) == labels
+    assert sorted(json.loads((out / 'attention_distance.json').read_text())) == labels
