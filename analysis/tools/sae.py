@@ -5,6 +5,7 @@ model's loss when the reconstruction replaces the site, and the images its most
 used latents fire on."""
 import dataclasses
 import os
+import time
 from typing import Dict, List, Tuple
 
 import flax
@@ -235,7 +236,6 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   Returns:
     Seconds per unit, by the unit's name.
   """
-  import time
   _, name = site_of(subject, options)
   tokens, _ = _tokens(subject, name, images)
   spec = sparse_autoencoder.authors_spec(options.sae_architecture,
