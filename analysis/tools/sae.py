@@ -202,8 +202,8 @@ def _findings(label, r, q):
 
 
 def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
-  """A forward pass over the training and the evaluation split, two edited passes over
-  the evaluation split, and the SAE's training steps.
+  """A pass reading the site over the training and the evaluation split, a clean and
+  two edited passes over the evaluation split, and the SAE's training steps.
 
   Args:
     subject: the model.
@@ -213,7 +213,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   Returns:
     The work.
   """
-  return Work({'forward': 4 * amounts.batches}, {'forward': 3},
+  return Work({'forward': 5 * amounts.batches}, {'forward': 3},
               host={SAE_STEP: options.sae_steps})
 
 
