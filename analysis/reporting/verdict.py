@@ -19,6 +19,7 @@ from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from analysis.reporting import runs
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
 AGREES, DIFFERS, INCONCLUSIVE, NOT_COMPARABLE = (
@@ -149,7 +150,7 @@ def members(models: Models, labels: Sequence[str], label: str) -> List[str]:
   group = models.get(label, {}).get('group')
   if group is None:
     return [label]
-  return [other for other in labels if models.get(other, {}).get('group') == group]
+  return [other for other in runs.groups(models)[group] if other in labels]
 
 
 def name(models: Models, labels: Sequence[str], label: str) -> str:

@@ -64,6 +64,22 @@ def site_of(subject: Subject, options: Options) -> Tuple[str, str]:
   return label, subject.layers.stream[labels.index(label)]
 
 
+def spec_of(options: Options, width: int) -> sparse_autoencoder.Spec:
+  """The SAE the options ask for on activations `width` wide, with its authors'
+  optimiser settings.
+
+  Args:
+    options: the tool's options.
+    width: the site's activation width.
+
+  Returns:
+    The spec.
+  """
+  latents = options.sae_expansion * width
+  return sparse_autoencoder.authors_spec(options.sae_architecture, latents,
+                                         k=min(options.sae_k, latents))
+
+
 def _tokens(subject: Subject, name: str, images: np.ndarray) -> Tuple[np.ndarray, jax.Array]:
   """The spatial tokens (B * h * w, D) of the site on a batch, and the sown value."""
   value = subject.intermediates(images, [name])[name]
@@ -107,9 +123,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   """
   label, name = site_of(subject, options)
   pool = np.concatenate([_tokens(subject, name, images)[0] for images, _ in batches('train')])
-  width = options.sae_expansion * pool.shape[1]
-  spec = sparse_autoencoder.authors_spec(options.sae_architecture, width,
-                                         k=min(options.sae_k, width))
+  spec = spec_of(options, pool.shape[1])
   rng = np.random.default_rng(0)
   draws = (pool[rng.integers(0, len(pool), options.sae_batch)] for _ in range(options.sae_steps))
   trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
@@ -128,10 +142,10 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
               'spliced': subject.edited_logits(images, _edits(name, **spliced)),
               'zero_ablated': subject.edited_logits(images, _edits(
                   name, spliced['scale'], np.zeros_like(spliced['shift'])))}
-    for kind, value in logits.items():
+    for kind, outputs in logits.items():
       losses.setdefault(kind, []).append(np.asarray(
-          optax.softmax_cross_entropy_with_integer_labels(value, labels)))
-      right.setdefault(kind, []).append(np.asarray(jnp.argmax(value, -1) == labels))
+          optax.softmax_cross_entropy_with_integer_labels(outputs, labels)))
+      right.setdefault(kind, []).append(np.asarray(jnp.argmax(outputs, -1) == labels))
   tokens = np.concatenate([t for t, _ in held])
   latents = np.concatenate([lat for _, lat in held])
   quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
@@ -152,7 +166,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   dictionary = os.path.join(out, f'sae_{subject.label}.npz')
   sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
                                                 'model': subject.config.name})
-  return {'site': label, 'architecture': spec.architecture, 'latents': width, 'k': spec.k,
+  return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
           'steps': options.sae_steps, 'training_tokens': int(len(pool)),
           'evaluation_tokens': int(len(tokens)), **quality,
           'loss': loss, 'accuracy': {k: float(np.mean(np.concatenate(v)))
@@ -238,10 +252,7 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   """
   _, name = site_of(subject, options)
   tokens, _ = _tokens(subject, name, images)
-  spec = sparse_autoencoder.authors_spec(options.sae_architecture,
-                                         options.sae_expansion * tokens.shape[1],
-                                         k=min(options.sae_k,
-                                               options.sae_expansion * tokens.shape[1]))
+  spec = spec_of(options, tokens.shape[1])
   rng = np.random.default_rng(0)
   draw = lambda: tokens[rng.integers(0, len(tokens), options.sae_batch)]
   sparse_autoencoder.train(jax.random.PRNGKey(0), [draw(), draw()], spec)

@@ -628,7 +628,7 @@ def layers(config: ml_collections.ConfigDict) -> Layers:
           f'Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{HEAD_OUTPUTS}'
           for i in range(config.num_layers)),
       pre_logits='pre_logits',
-      class_token=config.classifier in ('token', 'token_unpooled'),
+      class_token=_has_token(config),
       registers=config.num_registers,
       embedding='embedding/kernel', patch_tokens=PATCH_EMBEDDING,
       position_embedding=('Transformer/posembed_input/pos_embedding'
