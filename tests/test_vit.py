@@ -1,4 +1,6 @@
 """ViT forward pass: shapes, heads, numerics against numpy, intermediates."""
+import dataclasses
+
 import chex
 import flax
 import jax
@@ -9,6 +11,7 @@ import pytest
 import reference
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, perturbed, tiny_vit
 from vit_jax import models
+from vit_jax.models import vit
 from vit_jax.models.vit import sincos2d_posembed
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
@@ -279,3 +282,15 @@ def test_fine_tuning_at_twice_the_patch_size_on_twice_the_image_gives_the_same_l
       0, 1, 3, 2, 4, 5).reshape(2, 32, 32, 3)
   np.testing.assert_allclose(apply(large, {'params': fitted}, enlarged),
                              apply(small, {'params': params}, x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_encoder_spec_is_the_vits_fields_of_its_names():
+  """Every `EncoderSpec` field is a `VisionTransformer` field with its default, and
+  the ViT hands its own values over: a field added to one and not the other fails."""
+  spec_fields = {f.name: f.default for f in dataclasses.fields(vit.EncoderSpec)}
+  vit_fields = {f.name: f.default for f in dataclasses.fields(vit.VisionTransformer)}
+  assert spec_fields.items() <= vit_fields.items()
+  model = tiny_vit(stochastic_depth=0.1, skip_removed=((0, 'mlp'),), attention_impl='xla')
+  spec = model.encoder_spec()
+  assert (spec.num_layers, spec.stochastic_depth, spec.skip_removed, spec.attention_impl) == (
+      model.num_layers, 0.1, ((0, 'mlp'),), 'xla')

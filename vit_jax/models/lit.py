@@ -189,9 +189,9 @@ class TextTransformer(nn.Module):
     length = x.shape[1]
     x = x + self.param('pos_embedding', nn.initializers.normal(stddev=self.width ** -0.5),
                        (1, length, self.width)).astype(self.dtype)
-    x = vit.Encoder(grid=(1, length), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
-                    num_heads=self.num_heads, posemb='none', dtype=self.dtype,
-                    name='Encoder_0')(x, train=False)
+    spec = vit.EncoderSpec(self.num_layers, self.mlp_dim, self.num_heads, posemb='none',
+                           dtype=self.dtype)
+    x = vit.Encoder(spec, (1, length), name='Encoder_0')(x, train=False)
     x = out['pre_logits'] = x[:, -1]
     x = out['logits'] = nn.Dense(self.num_classes, dtype=self.dtype, name='head')(x)
     return x, out

@@ -136,11 +136,10 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    module = vit.Encoder(grid=(x.shape[1], 1), num_layers=self.num_layers,
-                         mlp_dim=self.mlp_dim, num_heads=self.num_heads,
-                         dropout_rate=self.dropout_rate,
-                         attention_dropout_rate=self.attention_dropout_rate,
-                         posemb='learn' if self.add_position_embedding else 'none')
+    module = vit.Encoder(vit.EncoderSpec(
+        self.num_layers, self.mlp_dim, self.num_heads, dropout_rate=self.dropout_rate,
+        attention_dropout_rate=self.attention_dropout_rate,
+        posemb='learn' if self.add_position_embedding else 'none'), (x.shape[1], 1))
     nn.share_scope(self, module)
     return module(x, train=train)
 

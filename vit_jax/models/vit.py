@@ -237,23 +237,17 @@ class Encoder1DBlock(nn.Module):
     return y * jnp.where(mask, 1. / keep, 0.).astype(y.dtype)
 
 
-class Encoder(nn.Module):
-  """Position embeddings, dropout, `num_layers` blocks and the final LayerNorm.
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+  """What an `Encoder` computes, as one value: the transformer's size, its
+  regularisation, the papers' ablations and how it is computed.
 
-  Position information (`posemb`) enters where `posemb_where` says: at the input
-  (`posembed_input`, the published layout), before every block from its own
-  parameters (`posembed_{i}`), or before every block from the one
-  `posembed_input`; for 'relative' it enters the attention logits of those
-  blocks instead. Stochastic depth grows linearly from 0 at the first block to
-  `stochastic_depth` at the last. `remat` (a `REMAT_POLICIES` key) recomputes
-  each block's activations in the backward pass instead of storing them;
-  parameter names are unchanged. `scan_layers` runs identical blocks as one
-  `nn.scan`, their parameters stacked under `encoderblock` (layer axis first);
-  `checkpoint.save` still writes the published per-block names. `prefix`
-  tokens (a ViT's class token and registers, where it has registers) join the
-  sequence in front after the input position embedding, without one.
+  `VisionTransformer` builds it from its fields of the same names
+  (`VisionTransformer.encoder_spec`), LiT's text tower and the original's
+  `Encoder` from theirs. The fields are those `VisionTransformer` documents;
+  `stochastic_depth` is the rate of the last block (0 at the first, linear in
+  between) and `skip_removed` holds (block, 'sa' or 'mlp') pairs.
   """
-  grid: Tuple[int, int]
   num_layers: int
   mlp_dim: int
   num_heads: int
@@ -274,59 +268,81 @@ class Encoder(nn.Module):
   scan_layers: bool = False
   dtype: Dtype = jnp.float32
 
+
+class Encoder(nn.Module):
+  """Position embeddings, dropout, `num_layers` blocks and the final LayerNorm, as
+  `spec` (an `EncoderSpec`) says, on the tokens of a `grid` of patches.
+
+  Position information (`posemb`) enters where `posemb_where` says: at the input
+  (`posembed_input`, the published layout), before every block from its own
+  parameters (`posembed_{i}`), or before every block from the one
+  `posembed_input`; for 'relative' it enters the attention logits of those
+  blocks instead. Stochastic depth grows linearly from 0 at the first block to
+  `stochastic_depth` at the last. `remat` (a `REMAT_POLICIES` key) recomputes
+  each block's activations in the backward pass instead of storing them;
+  parameter names are unchanged. `scan_layers` runs identical blocks as one
+  `nn.scan`, their parameters stacked under `encoderblock` (layer axis first);
+  `checkpoint.save` still writes the published per-block names. `prefix`
+  tokens (a ViT's class token and registers, where it has registers) join the
+  sequence in front after the input position embedding, without one.
+  """
+  spec: EncoderSpec
+  grid: Tuple[int, int]
+
   @nn.compact
   def __call__(self, x, *, train: bool, prefix: Optional[jax.Array] = None):
-    if prefix is not None and self.posemb not in ('none', 'relative') and (
-        self.posemb_where != 'input'):
+    spec = self.spec
+    if prefix is not None and spec.posemb not in ('none', 'relative') and (
+        spec.posemb_where != 'input'):
       raise ValueError(f'Registers join the tokens after the position embedding at the input; '
-                       f'posemb_where {self.posemb_where!r} adds it before every block: use '
+                       f'posemb_where {spec.posemb_where!r} adds it before every block: use '
                        "posemb_where='input' with registers.")
-    for block_index, kind in self.skip_removed:
-      if kind not in SKIPS or not 0 <= block_index < self.num_layers:
+    for block_index, kind in spec.skip_removed:
+      if kind not in SKIPS or not 0 <= block_index < spec.num_layers:
         raise ValueError(f'skip_removed entry {(block_index, kind)} names no skip connection: '
-                         f'use (block, branch) with block in 0..{self.num_layers - 1} and '
+                         f'use (block, branch) with block in 0..{spec.num_layers - 1} and '
                          f'branch in {SKIPS}.')
     # The position module entering before each block that gets one.
-    if self.posemb == 'none':
+    if spec.posemb == 'none':
       entries = {}
-    elif self.posemb_where == 'input':
+    elif spec.posemb_where == 'input':
       entries = {0: 'posembed_input'}
-    elif self.posemb_where == 'every_layer':
-      entries = {i: f'posembed_{i}' for i in range(self.num_layers)}
+    elif spec.posemb_where == 'every_layer':
+      entries = {i: f'posembed_{i}' for i in range(spec.num_layers)}
     else:
-      entries = dict.fromkeys(range(self.num_layers), 'posembed_input')
-    relative = self.posemb == 'relative'
+      entries = dict.fromkeys(range(spec.num_layers), 'posembed_input')
+    relative = spec.posemb == 'relative'
     modules = {}
 
     def position(name: str) -> nn.Module:
       """The position module `name`, made once: a shared one is called again."""
       if name not in modules:
-        modules[name] = (RelativeEmbedding(self.grid[0] * self.grid[1], self.num_heads,
-                                           x.shape[-1] // self.num_heads, name=name)
-                         if relative else AddPositionEmbs(self.grid, self.posemb, name=name))
+        modules[name] = (RelativeEmbedding(self.grid[0] * self.grid[1], spec.num_heads,
+                                           x.shape[-1] // spec.num_heads, name=name)
+                         if relative else AddPositionEmbs(self.grid, spec.posemb, name=name))
       return modules[name]
 
     if not relative and 0 in entries:
       x = position(entries.pop(0))(x)
     if prefix is not None:
       x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)
-    if self.pre_norm:  # CLIP's LayerNorm of the embedded tokens, before the blocks
-      x = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='pre_norm')(x)
+    x = nn.Dropout(spec.dropout_rate)(x, deterministic=not train)
+    if spec.pre_norm:  # CLIP's LayerNorm of the embedded tokens, before the blocks
+      x = nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype, name='pre_norm')(x)
     block = Encoder1DBlock
-    if self.remat != 'none':
+    if spec.remat != 'none':
       # static_argnums counts `self`: `train` (index 2) selects the program.
-      block = nn.remat(block, policy=REMAT_POLICIES[self.remat], static_argnums=(2,))
-    block = functools.partial(block, activation=self.activation,
-                              layer_norm_eps=self.layer_norm_eps)
-    rates = [self.stochastic_depth * i / max(self.num_layers - 1, 1)
-             for i in range(self.num_layers)]
-    if self.scan_layers:
+      block = nn.remat(block, policy=REMAT_POLICIES[spec.remat], static_argnums=(2,))
+    block = functools.partial(block, activation=spec.activation,
+                              layer_norm_eps=spec.layer_norm_eps)
+    rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
+             for i in range(spec.num_layers)]
+    if spec.scan_layers:
       x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train)
-      return nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,
+      return nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype,
                           name='encoder_norm')(x)
-    removed = {(int(b), str(k)) for b, k in self.skip_removed}
-    for i in range(self.num_layers):
+    removed = {(int(b), str(k)) for b, k in spec.skip_removed}
+    for i in range(spec.num_layers):
       table = None
       if i in entries:
         if relative:
@@ -334,23 +350,25 @@ class Encoder(nn.Module):
         else:
           x = position(entries[i])(x)
       x = block(
-          self.mlp_dim, self.num_heads, self.dropout_rate, self.attention_dropout_rate,
-          drop_path=rates[i], attention_impl=self.attention_impl, dtype=self.dtype, grid=self.grid,
-          attention_window=self.attention_window, attention_skip=(i, 'sa') not in removed,
-          mlp_skip=(i, 'mlp') not in removed, layer_scale_init=self.layer_scale_init,
+          spec.mlp_dim, spec.num_heads, spec.dropout_rate, spec.attention_dropout_rate,
+          drop_path=rates[i], attention_impl=spec.attention_impl, dtype=spec.dtype,
+          grid=self.grid,
+          attention_window=spec.attention_window, attention_skip=(i, 'sa') not in removed,
+          mlp_skip=(i, 'mlp') not in removed, layer_scale_init=spec.layer_scale_init,
           name=f'encoderblock_{i}')(x, train, table)
-    return nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='encoder_norm')(x)
+    return nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype, name='encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
     axis first, as big_vision scans): one block is compiled whatever the depth.
     Each block gets its stochastic-depth rate from `rates`; what varies otherwise
     from block to block cannot be scanned."""
+    spec = self.spec
     varying = [name for name, value in (
-        ('skip_removed', self.skip_removed),
-        ("posemb 'relative'", self.posemb == 'relative'),
-        (f'posemb_where {self.posemb_where!r}',
-         self.posemb != 'none' and self.posemb_where != 'input')) if value]
+        ('skip_removed', spec.skip_removed),
+        ("posemb 'relative'", spec.posemb == 'relative'),
+        (f'posemb_where {spec.posemb_where!r}',
+         spec.posemb != 'none' and spec.posemb_where != 'input')) if value]
     if varying:
       raise ValueError(f'scan_layers needs identical blocks, but {" and ".join(varying)} '
                        'makes them differ; set scan_layers=False.')
@@ -359,11 +377,11 @@ class Encoder(nn.Module):
       return layer(carry, train, None, rate), None
 
     scan = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
-                   split_rngs={'params': True, 'dropout': True}, length=self.num_layers)
-    x, _ = scan(block(self.mlp_dim, self.num_heads, self.dropout_rate,
-                      self.attention_dropout_rate, attention_impl=self.attention_impl,
-                      dtype=self.dtype, grid=self.grid, attention_window=self.attention_window,
-                      layer_scale_init=self.layer_scale_init, name='encoderblock'), x, rates)
+                   split_rngs={'params': True, 'dropout': True}, length=spec.num_layers)
+    x, _ = scan(block(spec.mlp_dim, spec.num_heads, spec.dropout_rate,
+                      spec.attention_dropout_rate, attention_impl=spec.attention_impl,
+                      dtype=spec.dtype, grid=self.grid, attention_window=spec.attention_window,
+                      layer_scale_init=spec.layer_scale_init, name='encoderblock'), x, rates)
     return x
 
 
@@ -425,6 +443,15 @@ class VisionTransformer(nn.Module):
   patch_bias: bool = True
   head_bias_init: float = 0.
 
+  def encoder_spec(self) -> EncoderSpec:
+    """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
+
+    Returns:
+      The `EncoderSpec` its `Encoder` computes.
+    """
+    return EncoderSpec(**{field.name: getattr(self, field.name)
+                          for field in dataclasses.fields(EncoderSpec)})
+
   @nn.compact
   def __call__(self, images, *, train: bool = False):
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
@@ -466,16 +493,7 @@ class VisionTransformer(nn.Module):
     if prefix is not None and not self.num_registers:  # the class token gets a position
       x, prefix = jnp.concatenate([prefix, x], axis=1), None
 
-    x = Encoder(grid=(gh, gw), num_layers=self.num_layers, mlp_dim=self.mlp_dim,
-                num_heads=self.num_heads, dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                stochastic_depth=self.stochastic_depth, posemb=self.posemb,
-                posemb_where=self.posemb_where, attention_window=self.attention_window,
-                skip_removed=self.skip_removed, layer_scale_init=self.layer_scale_init,
-                activation=self.activation, layer_norm_eps=self.layer_norm_eps,
-                pre_norm=self.pre_norm, attention_impl=self.attention_impl,
-                remat=self.remat, scan_layers=self.scan_layers, dtype=self.dtype,
-                name='Transformer')(x, train=train, prefix=prefix)
+    x = Encoder(self.encoder_spec(), (gh, gw), name='Transformer')(x, train=train, prefix=prefix)
 
     if self.classifier == 'token':
       x = x[:, 0]
