@@ -64,6 +64,8 @@ def _train(workdir, folder, *extra):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # the train command whole, three times; its parts are tested above and in
+# tests/test_faults.py (damaged checkpoints)
 def test_the_console_holds_the_projects_lines_and_a_refusal_only_its_error(tmp_path):
   folder = make_folder(str(tmp_path / 'images'), {'train': [8, 8], 'test': [4, 4]},
                        size=(8, 8))

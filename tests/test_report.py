@@ -17,10 +17,13 @@ from PIL import Image
 from analysis.reporting import events, plots, report
 from analysis.runtime import features
 from analysis.__main__ import run_tools
-from analysis.tools import TOOLS, activation_patching, hessian, sae
+from analysis.tools import TOOLS, activation_patching, hessian, landscape, sae
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, subject
 from vit_jax import models
+
+# The module's analysed models are built once: every test here runs on one worker.
+pytestmark = pytest.mark.xdist_group('report')
 
 
 class _Page(html.parser.HTMLParser):
@@ -79,13 +82,15 @@ def analysed(tmp_path_factory):
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
+                           # Lanczos and SLQ of one length: one program for both.
                            {'hessian': hessian.Options(hessian_batches=2, lanczos_steps=4,
-                                                       density_steps=8, trace_probes=2,
+                                                       density_steps=4, trace_probes=2,
                                                        block_steps=2),
+                            'landscape': landscape.Options(landscape_points=5),
                             # Gaussian noise changes 1 of the random Mixer's 36 predictions.
                             'activation_patching': activation_patching.Options(
                                 patching_corruption='contrast'),
-                            'sae': sae.Options(sae_steps=50)})
+                            'sae': sae.Options(sae_steps=20, sae_features=2)})
   assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}

@@ -437,7 +437,7 @@ def test_hessian_and_cka_on_split_parameters_equal_whole_ones(subjects, tmp_path
   split = features.split_parameters(whole)
   largest = max(jax.tree_util.tree_leaves(split.params), key=lambda leaf: leaf.size)
   assert len(largest.sharding.device_set) == 8 and not largest.sharding.is_fully_replicated
-  small = hessian.Options(hessian_batches=2, hessian_top_k=2, lanczos_steps=4, density_steps=4,
+  small = hessian.Options(hessian_batches=1, hessian_top_k=2, lanczos_steps=4, density_steps=4,
                           density_probes=1, trace_probes=2, block_steps=2)
   for name in ('whole', 'split'):
     (tmp_path / name).mkdir()

@@ -208,6 +208,52 @@ def test_a_saved_dictionary_reads_back():
     np.testing.assert_array_equal(params[name], value)
 
 
+def test_a_steered_latent_moves_the_activation_along_its_decoder_row_only():
+  p = _params()
+  x = np.random.RandomState(1).normal(size=(5, 6))
+  spec = sae.authors_spec('topk', width=20, k=3)
+  latents = np.asarray(sae.encode(jax.tree_util.tree_map(jnp.asarray, p), jnp.asarray(x),
+                                  spec)[0])
+  j = int(np.argmax(latents.sum(axis=0)))
+  for scale in (0., 1., 2.):
+    expected = x + (scale - 1) * latents[:, [j]] * p['W_dec'][j][None]
+    np.testing.assert_allclose(sae.steered(x, latents, p, j, scale), expected, rtol=1e-6)
+  np.testing.assert_array_equal(sae.steered(x, latents, p, j, 1.), x)
+
+
+@pytest.mark.parametrize('means, index', [([3., 1., 1., 1.], 0.5), ([2., 2., 2.], 0.),
+                                          ([0., 4., 0.], 1.), ([0., 0.], 0.)])
+def test_class_selectivity_is_morcos_et_als_index(means, index):
+  """(mu_max - mu_-max) / (mu_max + mu_-max), mu_-max the mean over the other classes
+  (Morcos et al. 2018, "On the importance of single directions for generalization",
+  whose definition is in the paper's text)."""
+  assert sae.class_selectivity(np.array(means)) == pytest.approx(index)
+
+
+def test_a_latents_effects_are_the_numbers_written_out():
+  """`_effects` against numpy on constructed logits: 8 images of 3 classes, the
+  edit lowering class 1's logit on class 1's images only."""
+  from analysis.tools import sae as tool
+  labels = np.array([0, 0, 0, 1, 1, 1, 2, 2])
+  clean = np.eye(3)[labels] * 2.
+  edited = clean.copy()
+  edited[labels == 1, 1] -= np.array([3., 2.5, 0.5])  # the first two images turn wrong
+  activation = np.array([0., 0., 1., 4., 2., 3., 0., 1.])
+  got = tool._effects(7, clean, edited, labels, activation)
+  change = edited - clean
+  np.testing.assert_allclose(got['logit_change'], change.mean(0))
+  np.testing.assert_allclose(got['logit_change_stderr'], change.std(0, ddof=1) / np.sqrt(8))
+  assert got['accuracy_drop'] == pytest.approx(2 / 8)
+  differences = np.array([0, 0, 0, 1, 1, 0, 0, 0])
+  assert got['accuracy_drop_stderr'] == pytest.approx(differences.std(ddof=1) / np.sqrt(8))
+  mu = np.array([1 / 3, 3., 0.5])  # the activation's class means
+  assert got['activation_selectivity'] == pytest.approx((3 - (1 / 3 + 0.5) / 2) /
+                                                        (3 + (1 / 3 + 0.5) / 2))
+  assert got['preferred_class'] == 1 and got['most_affected_class'] == 1
+  assert got['effect_selectivity'] == pytest.approx(1.)  # only class 1's logit moved
+  assert got['activation_selectivity_stderr'] > 0 and mu.argmax() == 1
+
+
 @pytest.mark.parametrize('family', ['vit', 'bit'])
 def test_splicing_the_sites_own_tokens_changes_no_logit(subjects, family):
   """The tool's splice puts the spatial tokens back where they came from: with the
@@ -235,5 +281,17 @@ def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
   params, spec, about = sae.load(str(tmp_path / result['dictionary']))
   assert spec.width == result['latents'] and about['site'] == result['site']
   assert all(os.path.exists(path) for path in result['figures'])
+  assert len(result['features']) <= 4 and result['feature_scale'] == 0.
+  classes = np.asarray(subjects['vit'].logits(next(batches('eval'))[0])).shape[-1]
+  for effect in result['features']:
+    assert len(effect['logit_change']) == classes and 0 <= effect['activation_selectivity'] <= 1
+  # A latent's contribution scaled by 1 is the site as it was: no logit moves.
+  same = tool.TOOL.run(subjects['vit'], batches, str(tmp_path),
+                       tool.Options(sae_steps=30, sae_expansion=2, sae_k=4, sae_features=2,
+                                    sae_feature_scale=1.))
+  assert len(same['features']) == 2
+  for effect in same['features']:
+    np.testing.assert_allclose(effect['logit_change'], 0., atol=1e-5)
+    assert effect['accuracy_drop'] == 0.
   with pytest.raises(ConfigError, match='--sae_site=nowhere is not a residual-stream entry'):
     tool.site_of(subjects['vit'], tool.Options(sae_site='nowhere'))

@@ -362,9 +362,13 @@ def test_a_time_budget_is_decided_once_per_workdir(folder, tmp_path, monkeypatch
 
 
 def _steps_that_change_speed(monkeypatch, after: int, delay: float):
-  """Training steps that sleep `delay` seconds each from step `after` on: a load
-  that starts after the budget's probe."""
+  """Training steps that take `delay` seconds more each from step `after` on: a load
+  that starts after the budget's probe. The process's clock (`time.perf_counter`,
+  which the budget and the loop read) runs ahead by the delays, so the test does
+  not wait them out."""
   build = steps.build
+  real_clock, lost = time.perf_counter, [0.]
+  monkeypatch.setattr(time, 'perf_counter', lambda: real_clock() + lost[0])
 
   def slowed(*args, **kwargs):
     setup = build(*args, **kwargs)
@@ -373,7 +377,7 @@ def _steps_that_change_speed(monkeypatch, after: int, delay: float):
     def train_step(state, batch):
       calls.append(1)
       if len(calls) > after:
-        time.sleep(delay)
+        lost[0] += delay
       return setup.train_step(state, batch)
     return dataclasses.replace(setup, train_step=train_step)
   monkeypatch.setattr(steps, 'build', slowed)

@@ -7,6 +7,7 @@ from typing import Dict
 
 import numpy as np
 
+from analysis.measures import uncertainty
 from vit_jax import calibration as _bins
 from vit_jax.calibration import EDGES, ece
 
@@ -48,7 +49,7 @@ def bootstrap_stderr(confidence: np.ndarray, correct: np.ndarray, resamples: int
                      seed: int = 0) -> Dict[str, float]:
   """Standard errors of the ECE and the signed ECE over `resamples` resamplings of
   the examples with replacement (the ECE is no mean over examples, so it has no
-  closed-form one).
+  closed-form one; `uncertainty.bootstrap_stderr`).
 
   Args:
     confidence: (n,) top-class probabilities.
@@ -59,9 +60,11 @@ def bootstrap_stderr(confidence: np.ndarray, correct: np.ndarray, resamples: int
   Returns:
     {'ece': ..., 'signed_ece': ...} standard errors.
   """
-  rng = np.random.RandomState(seed)
   confidence, correct = np.asarray(confidence), np.asarray(correct)
-  draws = [rng.randint(0, len(confidence), len(confidence)) for _ in range(resamples)]
-  binned = [bins(confidence[d], correct[d]) for d in draws]
-  return {'ece': float(np.std([ece(b) for b in binned], ddof=1)),
-          'signed_ece': float(np.std([ece(b, signed=True) for b in binned], ddof=1))}
+
+  def both(draw):
+    binned = bins(confidence[draw], correct[draw])
+    return [ece(binned), ece(binned, signed=True)]
+
+  spread = uncertainty.bootstrap_stderr(both, len(confidence), resamples, seed)
+  return {'ece': float(spread[0]), 'signed_ece': float(spread[1])}

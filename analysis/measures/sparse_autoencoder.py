@@ -324,6 +324,45 @@ def quality(params: Params, x: jax.Array, spec: Spec, dense_share: float = 0.1
           'dead': float(np.mean(rate == 0)), 'dense': float(np.mean(rate > dense_share))}
 
 
+def steered(x: jax.Array, latents: jax.Array, params: Params, latent: int, scale: float
+            ) -> jax.Array:
+  """Activations with one latent's contribution multiplied by `scale`:
+  x + (scale - 1) a_j W_dec[j], with a_j the latent's activation on each input. 0
+  ablates the feature, 2 doubles it (steering); the rest of each activation, the
+  SAE's reconstruction error included, is kept, so `scale` 1 gives `x` back.
+
+  Args:
+    x: (n, d) activations.
+    latents: (n, m) their latents (`encode`).
+    params: the SAE's parameters.
+    latent: j, the latent.
+    scale: what its contribution is multiplied by.
+
+  Returns:
+    The (n, d) edited activations.
+  """
+  return x + (scale - 1.) * latents[:, latent:latent + 1] * params['W_dec'][latent]
+
+
+def class_selectivity(class_means: np.ndarray) -> float:
+  """The class selectivity index (mu_max - mu_rest) / (mu_max + mu_rest) of Morcos et
+  al. 2018 ("On the importance of single directions for generalization"): mu_max
+  the largest of a unit's class-conditional means, mu_rest the mean of the others;
+  0 for a unit equally active on every class, 1 for one active on a single class.
+
+  Args:
+    class_means: (classes,) non-negative class-conditional means.
+
+  Returns:
+    The index; 0 where every mean is 0.
+  """
+  means = np.asarray(class_means, np.float64)
+  top = int(np.argmax(means))
+  rest = np.delete(means, top).mean()
+  total = means[top] + rest
+  return float((means[top] - rest) / total) if total > 0 else 0.
+
+
 def save(path: str, trained: Trained, about: Dict[str, str]) -> None:
   """Writes the dictionary as an `.npz`: its parameters under their names, its spec
   as 'spec/<field>' and `about` (the site, the model) as 'about/<key>'.

@@ -1,6 +1,6 @@
 """Standard errors of the analysis numbers: binomial ones for accuracies, and the
 spread of a per-batch quantity over the batches it is averaged from."""
-from typing import Any, Sequence, Tuple
+from typing import Any, Callable, Sequence, Tuple
 
 import numpy as np
 
@@ -79,3 +79,23 @@ def ratio_of_means(numerators: np.ndarray, denominators: np.ndarray
     return ratio, np.full(np.shape(ratio), np.nan)
   residual = a - ratio[..., None] * b
   return ratio, residual.std(-1, ddof=1) / np.sqrt(n) / abs(b.mean())
+
+
+def bootstrap_stderr(statistic: Callable[[np.ndarray], Any], n: int, resamples: int = 200,
+                     seed: int = 0) -> np.ndarray:
+  """The standard error of a statistic of n samples that is no mean over them (so
+  has no closed-form one): the spread of `statistic` over `resamples` resamplings
+  of the samples with replacement.
+
+  Args:
+    statistic: the samples' indices (n,) -> a number or an array of them.
+    n: the number of samples.
+    resamples: the bootstrap resamplings.
+    seed: their randomness.
+
+  Returns:
+    The standard errors, the shape of `statistic`'s value.
+  """
+  rng = np.random.RandomState(seed)
+  values = [np.asarray(statistic(rng.randint(0, n, n)), np.float64) for _ in range(resamples)]
+  return np.std(values, axis=0, ddof=1)

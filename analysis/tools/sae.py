@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.measures import sparse_autoencoder
+from analysis.measures import sparse_autoencoder, uncertainty
 from analysis.reporting import plots
 from analysis.runtime import features
 from analysis.runtime.estimate import Amounts, Work
@@ -23,7 +23,8 @@ from analysis.tool_options import Budget, option
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import SCALES, SHIFTS
 
-SHOWN_LATENTS, SHOWN_IMAGES = 4, 4  # latents whose top images are drawn, images per latent
+SHOWN_IMAGES = 4  # top images drawn per studied latent
+ENCODE_CHUNK = 4096  # training tokens encoded at a time, for the latents' firing rates
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,12 @@ class Options:
                           'thousands; a CPU takes a step of 256 in milliseconds).', least=1)
   sae_site: str = option('', 'The residual-stream entry, by its label in the report '
                          '(e.g. block1/+mlp); empty: the middle one.')
+  sae_features: int = option(4, 'Latents studied (the most often firing ones on the training '
+                             'tokens that are not dense): their top images, and what '
+                             'scaling their contribution at the site does to each class\'s '
+                             'logit and to accuracy.', least=0)
+  sae_feature_scale: float = option(0., 'What each studied latent\'s contribution at the site '
+                                    'is multiplied by: 0 ablates it, 2 doubles it (steering).')
 
 
 def site_of(subject: Subject, options: Options) -> Tuple[str, str]:
@@ -129,14 +136,19 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
   params = trained.params
   encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
+  fired = sum(np.asarray(encode(jnp.asarray(pool[i:i + ENCODE_CHUNK])) > sparse_autoencoder.FIRING
+                         ).sum(axis=0) for i in range(0, len(pool), ENCODE_CHUNK))
+  studied = _studied_latents(fired / len(pool), options.sae_features)
 
-  held, images_seen, losses, right = [], [], {}, {}
+  held, images_seen, labels_seen, losses, right = [], [], [], {}, {}
+  steered = {latent: [] for latent in studied}
   for images, labels in batches('eval'):
     tokens, value = _tokens(subject, name, images)
-    latents = np.asarray(encode(jnp.asarray(tokens)))
-    recon = np.asarray(sparse_autoencoder.decode(params, jnp.asarray(latents)))
-    held.append((tokens, latents))
+    latents = encode(jnp.asarray(tokens))
+    recon = np.asarray(sparse_autoencoder.decode(params, latents))
+    held.append((tokens, np.asarray(latents)))
     images_seen.append(images)
+    labels_seen.append(np.asarray(labels))
     spliced = _spliced(value, recon, subject.has_cls, subject.registers)
     logits = {'clean': subject.logits(images),
               'spliced': subject.edited_logits(images, _edits(name, **spliced)),
@@ -146,9 +158,16 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
       losses.setdefault(kind, []).append(np.asarray(
           optax.softmax_cross_entropy_with_integer_labels(outputs, labels)))
       right.setdefault(kind, []).append(np.asarray(jnp.argmax(outputs, -1) == labels))
+    for latent in studied:
+      edited = sparse_autoencoder.steered(jnp.asarray(tokens), latents, params, latent,
+                                          options.sae_feature_scale)
+      steered[latent].append(np.asarray(subject.edited_logits(images, _edits(
+          name, **_spliced(value, np.asarray(edited), subject.has_cls, subject.registers)))))
+    losses.setdefault('logits', []).append(np.asarray(logits['clean']))
   tokens = np.concatenate([t for t, _ in held])
   latents = np.concatenate([lat for _, lat in held])
   quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
+  clean_logits, labels = np.concatenate(losses.pop('logits')), np.concatenate(labels_seen)
   loss = {k: float(np.mean(np.concatenate(v))) for k, v in losses.items()}
   # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
   # reconstruction takes back.
@@ -160,9 +179,18 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
       np.log10(rate[rate > 0]), figure_path(out, 'sae_frequency', subject),
       f'SAE latents\' firing rate at {label}: {subject.label}', 'log10 share of tokens fired on',
       logy=True, marks=[(np.log10(0.1), 'dense (10%)')])]
-  shown = _shown_latents(rate)
-  if shown:
-    figures.append(_top_images(subject, np.concatenate(images_seen), latents, shown, label, out))
+  per_image = latents.reshape(len(labels), -1, latents.shape[1]).mean(axis=1)
+  effects = [_effects(latent, clean_logits, np.concatenate(steered[latent]), labels,
+                      per_image[:, latent]) for latent in studied]
+  if studied:
+    figures.append(_top_images(subject, np.concatenate(images_seen), latents, studied, label,
+                               out))
+    figures.append(plots.heatmap(
+        np.array([e['logit_change'] for e in effects]), figure_path(out, 'sae_effects', subject),
+        f'Class logits with SAE latents x{options.sae_feature_scale:g} at {label}: '
+        f'{subject.label}', 'class', 'latent', vmin=None, vmax=None,
+        ylabels=[f'latent {latent}' for latent in studied],
+        colorbar_label='mean change of the logit'))
   dictionary = os.path.join(out, f'sae_{subject.label}.npz')
   sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
                                                 'model': subject.config.name})
@@ -171,14 +199,59 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
           'evaluation_tokens': int(len(tokens)), **quality,
           'loss': loss, 'accuracy': {k: float(np.mean(np.concatenate(v)))
                                      for k, v in right.items()},
-          'loss_recovered': recovered, 'shown_latents': shown,
-          'dictionary': os.path.basename(dictionary), 'figures': figures}
+          'loss_recovered': recovered, 'feature_scale': options.sae_feature_scale,
+          'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
 
 
-def _shown_latents(rate: np.ndarray) -> List[int]:
-  """The most often firing latents that are not dense, most first."""
+def _studied_latents(rate: np.ndarray, count: int) -> List[int]:
+  """The `count` most often firing latents that are not dense, most first."""
   usable = np.flatnonzero((rate > 0) & (rate <= 0.1))
-  return [int(i) for i in usable[np.argsort(-rate[usable], kind='stable')][:SHOWN_LATENTS]]
+  return [int(i) for i in usable[np.argsort(-rate[usable], kind='stable')][:count]]
+
+
+def _effects(latent: int, clean: np.ndarray, edited: np.ndarray, labels: np.ndarray,
+             activation: np.ndarray) -> Dict[str, object]:
+  """What scaling one latent's contribution did, over the evaluation images.
+
+  Args:
+    latent: the latent.
+    clean: (n, classes) the model's logits.
+    edited: (n, classes) its logits with the latent's contribution scaled.
+    labels: (n,) the images' labels.
+    activation: (n,) the latent's mean activation over each image's tokens.
+
+  Returns:
+    The latent's entry of the JSON: each class's mean logit change and its standard
+    error over the images, the accuracy drop (paired, with its standard error), the
+    class selectivity of its activation (Morcos et al. 2018) and of its effect (the
+    same index on each class's mean |change of its own logit| on its images), each
+    with a bootstrap standard error over the images and the class it picks.
+  """
+  n, classes = clean.shape
+  change = edited - clean
+  correct = np.stack([clean.argmax(-1) == labels, edited.argmax(-1) == labels]).astype(float)
+  drop, drop_se = uncertainty.paired_drops(correct)
+  own = np.abs(change[np.arange(n), labels])
+
+  def per_class(values: np.ndarray, draw: np.ndarray) -> np.ndarray:
+    """Each class's mean of `values` over the drawn images of that class present."""
+    counts = np.bincount(labels[draw], minlength=classes)
+    sums = np.bincount(labels[draw], weights=values[draw], minlength=classes)
+    return sums[counts > 0] / counts[counts > 0]
+
+  everything = np.arange(n)
+  result = {'latent': latent, 'logit_change': change.mean(axis=0).tolist(),
+            'logit_change_stderr': (change.std(axis=0, ddof=1) / np.sqrt(n)).tolist()
+            if n > 1 else [None] * classes,
+            'accuracy_drop': float(drop[0]), 'accuracy_drop_stderr': float(drop_se[0])}
+  for key, values, picked in (('activation_selectivity', activation, 'preferred_class'),
+                              ('effect_selectivity', own, 'most_affected_class')):
+    present = np.flatnonzero(np.bincount(labels, minlength=classes))
+    result[key] = sparse_autoencoder.class_selectivity(per_class(values, everything))
+    result[f'{key}_stderr'] = float(uncertainty.bootstrap_stderr(
+        lambda draw: sparse_autoencoder.class_selectivity(per_class(values, draw)), n))
+    result[picked] = int(present[np.argmax(per_class(values, everything))])
+  return result
 
 
 def _top_images(subject: Subject, images: np.ndarray, latents: np.ndarray,
@@ -212,12 +285,20 @@ def _findings(label, r, q):
           q('dead'), ' of its latents are dead and ', q('dense'), ' dense; spliced in, it '
           'recovers ', q('loss_recovered'), ' of the loss a zero ablation adds (loss ',
           q('loss', 'clean'), ' clean, ', q('loss', 'spliced'), ' spliced, ',
-          q('loss', 'zero_ablated'), ' ablated)']
+          q('loss', 'zero_ablated'), ' ablated)'] + (r['features'] and [
+              f'; its latent {r["features"][0]["latent"]} (the most used one that is not '
+              f'dense) times {r["feature_scale"]:g} changes accuracy by minus ',
+              q('features', 0, 'accuracy_drop'), ', with a class selectivity of ',
+              q('features', 0, 'activation_selectivity'), ' in its activation (class ',
+              f'{r["features"][0]["preferred_class"]}) and of ',
+              q('features', 0, 'effect_selectivity'), ' in its effect (class '
+              f'{r["features"][0]["most_affected_class"]})'])
 
 
 def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """A pass reading the site over the training and the evaluation split, a clean and
-  two edited passes over the evaluation split, and the SAE's training steps.
+  two edited passes over the evaluation split, one more for each studied latent, and
+  the SAE's training steps.
 
   Args:
     subject: the model.
@@ -227,7 +308,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   Returns:
     The work.
   """
-  return Work({'forward': 5 * amounts.batches}, {'forward': 3},
+  return Work({'forward': (5 + options.sae_features) * amounts.batches}, {'forward': 3},
               host={SAE_STEP: options.sae_steps})
 
 
