@@ -114,6 +114,29 @@ def test_across_runs_against_numpy():
              'k': np.std([3, 4], ddof=1)}}}}
 
 
+def test_a_joint_curve_of_a_model_given_as_runs_is_their_mean_with_the_runs_behind(tmp_path):
+  """Three runs of one model and a model of one run: two curves, the first the runs'
+  mean with the combined standard error at each point, its runs drawn thin."""
+  from analysis.reporting import joint_figures
+  rng = np.random.RandomState(0)
+  values, errors = rng.normal(size=(3, 5)), rng.uniform(0.05, 0.2, (3, 5))
+  by_model = {f'vit_seed{i}': {'v': values[i], 'e': errors[i]} for i in range(3)}
+  by_model['resnet'] = {'v': rng.normal(size=7), 'e': np.full(7, 0.1)}
+  palette = joint_figures.Palette({label: 'C0' for label in by_model},
+                                  {'vit': [f'vit_seed{i}' for i in range(3)]})
+  series, stderr, drawn, colours, entries = joint_figures._runs_as_means(
+      {k: r['v'] for k, r in by_model.items()}, {k: r['e'] for k, r in by_model.items()},
+      palette, by_model, palette.groups)
+  assert set(series) == set(entries) == {'vit', 'resnet'} and len(drawn['vit']) == 3
+  np.testing.assert_allclose(series['vit'], values.mean(0))
+  between = np.maximum(0, values.var(0, ddof=1) - (errors ** 2).mean(0))
+  np.testing.assert_allclose(stderr['vit'], np.sqrt((between + (errors ** 2).mean(0)) / 3))
+  figure = tmp_path / 'joint.png'
+  assert joint_figures.depth_curves(by_model, lambda r: r['v'], palette, str(figure), 'title',
+                                    'value', errors=lambda r: r['e']) == [str(figure)]
+  assert figure.is_file()
+
+
 def test_the_sweep_trains_each_row_once_per_seed():
   from configs import ablations, quickstart_vit
   plain = sweep.with_seeds(quickstart_vit.get_config(), [0, 1, 2])

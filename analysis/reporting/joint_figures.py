@@ -9,9 +9,20 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from analysis import tool
-from analysis.reporting import plots
+from analysis.reporting import plots, verdict
 
 Results = Mapping[str, Mapping]  # tool -> its JSON result
+
+
+class Palette(dict):
+  """Each model label's colour, as a dict, and `groups`: the models given as
+  several training runs (seeds), {model: [its runs' labels]}, whose curves are drawn
+  as their mean over the runs with the runs thin behind it."""
+
+  def __init__(self, colours: Mapping[str, str],
+               groups: Optional[Mapping[str, List[str]]] = None):
+    super().__init__(colours)
+    self.groups = dict(groups or {})
 
 
 def path(out: str, name: str) -> str:
@@ -55,11 +66,17 @@ def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], li
   Returns:
     [the figure's path], or [] below two models.
   """
-  if len(by_model) < 2:
-    return []
   series = {label: np.asarray(values(r), np.float64) for label, r in by_model.items()}
-  if errors is not None:
-    kwargs['errors'] = {label: np.asarray(errors(r), np.float64) for label, r in by_model.items()}
+  stderr = ({label: np.asarray(errors(r), np.float64) for label, r in by_model.items()}
+            if errors is not None else None)
+  series, stderr, runs, colour_of, by_model = _runs_as_means(
+      series, stderr, colour_of, by_model, getattr(colour_of, 'groups', {}))
+  if len(series) < 2:
+    return []
+  if stderr is not None:
+    kwargs['errors'] = stderr
+  if runs:
+    kwargs['runs'] = runs
   x = {label: _depth(len(v)) for label, v in series.items()}
   shade = {}
   if shade_key is not None:
@@ -69,6 +86,32 @@ def depth_curves(by_model: Mapping[str, Mapping], values: Callable[[Mapping], li
   width = min((1. / max(len(v) - 1, 1) for v in series.values()), default=1.)
   return [plots.curves(series, figure, title, 'relative depth', ylabel, x=x, shade=shade,
                        colours_of=dict(colour_of), shade_width=width, **kwargs)]
+
+
+def _runs_as_means(series, stderr, colour_of, by_model, groups):
+  """Each model given as several runs (`groups`) as one series, the runs' mean with
+  the standard error of `verdict.combine` at each point, its runs kept to be drawn
+  behind it, in its first run's colour; its first run's entry stands for it."""
+  runs, colours, entries = {}, dict(colour_of), dict(by_model)
+  series, stderr = dict(series), None if stderr is None else dict(stderr)
+  for model, labels in groups.items():
+    labels = [label for label in labels if label in series]
+    if len(labels) < 2 or len({len(series[label]) for label in labels}) > 1:
+      continue
+    stack = np.stack([series.pop(label) for label in labels])
+    errors = (np.stack([stderr.pop(label) for label in labels]) if stderr is not None
+              else np.full(stack.shape, np.nan))
+    points = [verdict.combine(list(zip(stack[:, i], errors[:, i])))[0]
+              for i in range(stack.shape[1])]
+    series[model] = np.array([mean for mean, _ in points])
+    if stderr is not None:
+      stderr[model] = np.array([error for _, error in points])
+    runs[model] = list(stack)
+    colours[model] = colour_of.get(labels[0])
+    entries[model] = entries[labels[0]]
+    for label in labels:
+      entries.pop(label)
+  return series, stderr, runs, colours, entries
 
 
 def model_colours(results: Results, kinds: Mapping[str, str]) -> Dict[str, str]:
@@ -89,19 +132,20 @@ def model_colours(results: Results, kinds: Mapping[str, str]) -> Dict[str, str]:
                                          for label in labels])))
 
 
-def joint_figures(results: Results, kinds: Mapping[str, str], out: str
-                  ) -> Dict[str, List[str]]:
+def joint_figures(results: Results, kinds: Mapping[str, str], out: str,
+                  groups: Optional[Mapping[str, List[str]]] = None) -> Dict[str, List[str]]:
   """The joint figures of every registered tool in `results`, by tool.
 
   Args:
     results: each tool's JSON.
     kinds: each model label's kind (`Layers.architecture`), for its colour.
     out: the directory the figures go to.
+    groups: the models given as several runs, {model: [run labels]} (`runs.groups`).
 
   Returns:
     {tool name: its joint figures' paths}.
   """
-  colour_of = model_colours(results, kinds)
+  colour_of = Palette(model_colours(results, kinds), groups)
   figures = {}
   for name, result in results.items():
     joint = tool.TOOLS[name].joint

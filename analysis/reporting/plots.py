@@ -284,7 +284,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
            colours_of: Optional[Dict[str, str]] = None, shade_width: float = 1.,
            stages: Sequence[int] = (), errors: Optional[Dict[str, np.ndarray]] = None,
            shade_label: str = '', rug: Optional[Dict[str, np.ndarray]] = None,
-           rug_label: str = 'marks', reference: Optional[Tuple[float, str]] = None) -> Any:
+           rug_label: str = 'marks', reference: Optional[Tuple[float, str]] = None,
+           runs: Optional[Dict[str, Sequence[np.ndarray]]] = None) -> Any:
   """One line per named series, at `x` (shared, or per series name; default
   0, 1, ...). `shade` marks x positions (attention blocks; per series name to
   shade in that series' colour), named `shade_label` in the legend; `xlabels`
@@ -293,7 +294,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
   peak. `errors` gives a series' standard errors, drawn as error bars; NaN values
   (no support) are left out, not drawn. `rug` marks values on the x axis in a
   series' colour (extreme eigenvalues), named '<series>: `rug_label`' in the
-  legend; `reference` is a horizontal (value, name).
+  legend; `reference` is a horizontal (value, name). `runs` gives a series' training
+  runs (seeds), drawn thin behind it in its colour, the series their mean.
 
   Args:
     series: name -> values.
@@ -315,6 +317,7 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
     rug: name -> values marked on the x axis.
     rug_label: the rug's legend entry.
     reference: a horizontal (value, name).
+    runs: name -> the values of each of its runs.
 
   Returns:
     `path`, or the open figure where `path` is None.
@@ -328,6 +331,8 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
     line, = ax.plot(at, values, label=name, marker='.' if len(values) <= 64 else None,
                     color=(colours_of or {}).get(name))
     colour_of[name] = line.get_color()
+    for run in (runs or {}).get(name, ()):
+      ax.plot(at, np.asarray(run), color=line.get_color(), lw=0.7, alpha=0.4, zorder=1)
     if errors is not None and name in errors:
       ax.errorbar(at, values, yerr=np.asarray(errors[name], np.float64), fmt='none',
                   ecolor=line.get_color(), capsize=2, lw=0.8)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from analysis import tool, tools  # noqa: F401  (tools: the built-in ones)
 from analysis.measures import similarity
-from analysis.reporting import conventions, joint_figures, plots, verdict
+from analysis.reporting import conventions, joint_figures, plots, runs, verdict
 from analysis.reporting.verdict import Z, Verdict
 from analysis.runtime import planning
 from vit_jax.atomic import atomic_write
@@ -316,7 +316,7 @@ def write_report(out: str) -> Dict[str, str]:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
                             '`python -m analysis all --out DIR ...` first.')
   kinds = {label: s.get('architecture', '') for label, s in subjects.items()}
-  joint = joint_figures.joint_figures(results, kinds, out)
+  joint = joint_figures.joint_figures(results, kinds, out, runs.groups(subjects))
   title = 'Analysis of ' + ', '.join(subjects or sorted(
       {label for r in results.values() for label in tool.per_model(r)}))
   page = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
