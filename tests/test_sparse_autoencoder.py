@@ -194,18 +194,32 @@ def test_a_known_sparse_dictionary_is_recovered(architecture, cosine):
   assert quality['fve'] > 0.95 and abs(quality['l0'] - k) < 1.5, quality
 
 
-def test_a_saved_dictionary_reads_back():
+@pytest.mark.parametrize('suffix', sae.FORMATS)
+def test_a_saved_dictionary_reads_back(tmp_path, suffix):
   spec = sae.authors_spec('batch_topk', width=20, k=3)
   trained = sae.Trained(spec, jax.tree_util.tree_map(jnp.asarray, _params()), np.zeros(1),
                         np.zeros(20))
-  import tempfile
-  with tempfile.TemporaryDirectory() as folder:
-    path = os.path.join(folder, 'sae.npz')
-    sae.save(path, trained, {'site': 'block1/+mlp', 'model': 'ViT-Ti_16'})
-    params, read_spec, about = sae.load(path)
-  assert read_spec == spec and about == {'site': 'block1/+mlp', 'model': 'ViT-Ti_16'}
+  path = str(tmp_path / f'sae.{suffix}')
+  about = {'site': 'block1/+mlp', 'model': 'ViT-Ti_16', 'normalisation': 'none'}
+  sae.save(path, trained, about)
+  params, read_spec, read_about = sae.load(path)
+  assert read_spec == spec and read_about == about
   for name, value in trained.params.items():
-    np.testing.assert_array_equal(params[name], value)
+    np.testing.assert_array_equal(params[name], np.asarray(value, np.float32))
+  if suffix == 'safetensors':  # what PyTorch code reads: the tensors and the header's JSON
+    import json
+    import safetensors
+    with safetensors.safe_open(path, 'np') as f:
+      assert sorted(f.keys()) == sorted(sae.PARAMS)
+      assert json.loads(f.metadata()['spec'])['architecture'] == 'batch_topk'
+
+
+def test_a_file_that_is_no_dictionary_is_named(tmp_path):
+  path = str(tmp_path / 'other.npz')
+  np.savez(path, W_enc=np.zeros((2, 3)))
+  with pytest.raises(ValueError, match=r'other.npz holds no b_enc, W_dec, b_dec: it is not an '
+                                       r'SAE dictionary this project wrote \(its arrays: W_enc\)'):
+    sae.load(path)
 
 
 def test_a_steered_latent_moves_the_activation_along_its_decoder_row_only():
@@ -280,6 +294,7 @@ def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
   assert set(result['loss']) == {'clean', 'spliced', 'zero_ablated'}
   params, spec, about = sae.load(str(tmp_path / result['dictionary']))
   assert spec.width == result['latents'] and about['site'] == result['site']
+  assert result['dictionary'].endswith('.npz') and about['normalisation'] == 'none'
   assert all(os.path.exists(path) for path in result['figures'])
   assert len(result['features']) <= 4 and result['feature_scale'] == 0.
   classes = np.asarray(subjects['vit'].logits(next(batches('eval'))[0])).shape[-1]

@@ -32,12 +32,15 @@ Arrays are (n, d) activations; the parameters are W_enc (d, m), b_enc (m,),
 W_dec (m, d), b_dec (d,) for a dictionary of m latents.
 """
 import dataclasses
+import json
 from typing import Any, Dict, Iterable, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import safetensors
+import safetensors.numpy
 
 Params = Dict[str, jax.Array]
 ARCHITECTURES = ('topk', 'batch_topk', 'relu_l1')
@@ -363,16 +366,28 @@ def class_selectivity(class_means: np.ndarray) -> float:
   return float((means[top] - rest) / total) if total > 0 else 0.
 
 
+PARAMS = ('W_enc', 'b_enc', 'W_dec', 'b_dec')
+FORMATS = ('npz', 'safetensors')
+
+
 def save(path: str, trained: Trained, about: Dict[str, str]) -> None:
-  """Writes the dictionary as an `.npz`: its parameters under their names, its spec
-  as 'spec/<field>' and `about` (the site, the model) as 'about/<key>'.
+  """Writes the dictionary: its parameters under their names (`PARAMS`), its spec
+  and `about` (the site, the model, the activations' normalisation). A path ending
+  in `.safetensors` gets a safetensors file, the spec and `about` as JSON in its
+  header's metadata ('spec', 'about'), which PyTorch code reads with
+  `safetensors.torch.load_file`; any other an `.npz`, the spec as 'spec/<field>'
+  and `about` as 'about/<key>'.
 
   Args:
     path: the file.
     trained: the SAE.
     about: what it was trained on, as strings.
   """
-  arrays = {k: np.asarray(v) for k, v in trained.params.items()}
+  arrays = {k: np.ascontiguousarray(np.asarray(v, np.float32)) for k, v in trained.params.items()}
+  if path.endswith('.safetensors'):
+    safetensors.numpy.save_file(arrays, path, metadata={
+        'spec': json.dumps(dataclasses.asdict(trained.spec)), 'about': json.dumps(about)})
+    return
   arrays.update({f'spec/{k}': np.asarray(v) for k, v in dataclasses.asdict(trained.spec).items()})
   arrays.update({f'about/{k}': np.asarray(v) for k, v in about.items()})
   with open(path, 'wb') as f:
@@ -380,18 +395,32 @@ def save(path: str, trained: Trained, about: Dict[str, str]) -> None:
 
 
 def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
-  """Reads a dictionary `save` wrote.
+  """Reads a dictionary `save` wrote, `.safetensors` or `.npz`.
 
   Args:
     path: the file.
 
   Returns:
     (its parameters, its spec, what it was trained on).
+
+  Raises:
+    ValueError: a file without the SAE's parameters, naming those it lacks.
   """
-  with np.load(path, allow_pickle=False) as data:
-    params = {k: jnp.asarray(data[k]) for k in ('W_enc', 'b_enc', 'W_dec', 'b_dec')}
-    fields = {f.name for f in dataclasses.fields(Spec)}
-    spec = Spec(**{k[len('spec/'):]: data[k].item() for k in data.files
-                   if k.startswith('spec/') and k[len('spec/'):] in fields})
-    about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
-  return params, spec, about
+  fields = {f.name for f in dataclasses.fields(Spec)}
+  if path.endswith('.safetensors'):
+    with safetensors.safe_open(path, 'np') as f:
+      arrays = {k: f.get_tensor(k) for k in f.keys()}
+      metadata = f.metadata() or {}
+    written = json.loads(metadata.get('spec', '{}'))
+    about = json.loads(metadata.get('about', '{}'))
+  else:
+    with np.load(path, allow_pickle=False) as data:
+      arrays = {k: data[k] for k in data.files if '/' not in k}
+      written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
+      about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
+  missing = [k for k in PARAMS if k not in arrays]
+  if missing:
+    raise ValueError(f'{path} holds no {", ".join(missing)}: it is not an SAE dictionary '
+                     f'this project wrote (its arrays: {", ".join(sorted(arrays)) or "none"}).')
+  spec = Spec(**{k: v for k, v in written.items() if k in fields})
+  return {k: jnp.asarray(arrays[k]) for k in PARAMS}, spec, about

@@ -48,6 +48,9 @@ class Options:
                              'logit and to accuracy.', least=0)
   sae_feature_scale: float = option(0., 'What each studied latent\'s contribution at the site '
                                     'is multiplied by: 0 ablates it, 2 doubles it (steering).')
+  sae_format: str = option('npz', 'The dictionary\'s file: npz, or safetensors (its spec and '
+                           'site in the header, for PyTorch code).',
+                           choices=sparse_autoencoder.FORMATS)
 
 
 def site_of(subject: Subject, options: Options) -> Tuple[str, str]:
@@ -191,9 +194,10 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
         f'{subject.label}', 'class', 'latent', vmin=None, vmax=None,
         ylabels=[f'latent {latent}' for latent in studied],
         colorbar_label='mean change of the logit'))
-  dictionary = os.path.join(out, f'sae_{subject.label}.npz')
+  dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
   sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
-                                                'model': subject.config.name})
+                                                'model': subject.config.name,
+                                                'normalisation': 'none'})
   return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
           'steps': options.sae_steps, 'training_tokens': int(len(pool)),
           'evaluation_tokens': int(len(tokens)), **quality,
