@@ -143,7 +143,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
                          ).sum(axis=0) for i in range(0, len(pool), ENCODE_CHUNK))
   studied = _studied_latents(fired / len(pool), options.sae_features)
 
-  held, images_seen, labels_seen, losses, right = [], [], [], {}, {}
+  held, images_seen, labels_seen, clean_seen, losses, right = [], [], [], [], {}, {}
   steered = {latent: [] for latent in studied}
   for images, labels in batches('eval'):
     tokens, value = _tokens(subject, name, images)
@@ -166,11 +166,11 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
                                           options.sae_feature_scale)
       steered[latent].append(np.asarray(subject.edited_logits(images, _edits(
           name, **_spliced(value, np.asarray(edited), subject.has_cls, subject.registers)))))
-    losses.setdefault('logits', []).append(np.asarray(logits['clean']))
+    clean_seen.append(np.asarray(logits['clean']))
   tokens = np.concatenate([t for t, _ in held])
   latents = np.concatenate([lat for _, lat in held])
   quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
-  clean_logits, labels = np.concatenate(losses.pop('logits')), np.concatenate(labels_seen)
+  clean_logits, labels = np.concatenate(clean_seen), np.concatenate(labels_seen)
   loss = {k: float(np.mean(np.concatenate(v))) for k, v in losses.items()}
   # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
   # reconstruction takes back.
@@ -243,14 +243,13 @@ def _effects(latent: int, clean: np.ndarray, edited: np.ndarray, labels: np.ndar
     sums = np.bincount(labels[draw], weights=values[draw], minlength=classes)
     return sums[counts > 0] / counts[counts > 0]
 
-  everything = np.arange(n)
+  everything, present = np.arange(n), np.flatnonzero(np.bincount(labels, minlength=classes))
   result = {'latent': latent, 'logit_change': change.mean(axis=0).tolist(),
             'logit_change_stderr': (change.std(axis=0, ddof=1) / np.sqrt(n)).tolist()
             if n > 1 else [None] * classes,
             'accuracy_drop': float(drop[0]), 'accuracy_drop_stderr': float(drop_se[0])}
   for key, values, picked in (('activation_selectivity', activation, 'preferred_class'),
                               ('effect_selectivity', own, 'most_affected_class')):
-    present = np.flatnonzero(np.bincount(labels, minlength=classes))
     result[key] = sparse_autoencoder.class_selectivity(per_class(values, everything))
     result[f'{key}_stderr'] = float(uncertainty.bootstrap_stderr(
         lambda draw: sparse_autoencoder.class_selectivity(per_class(values, draw)), n))
