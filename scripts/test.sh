@@ -10,6 +10,4 @@ scripts/setup.sh
 .venv/bin/python -m pip install -q -r requirements-timm.txt
 scripts/get_data.sh
 scripts/get_browser.sh
-# --dist loadgroup: a module whose tests share an expensive fixture (marked
-# xdist_group) runs on one worker, so the fixture is built once.
-exec .venv/bin/python -m pytest -m "not e2e" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -m "not e2e" "$@"

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 
+import filelock
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -22,8 +23,6 @@ from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, subject
 from vit_jax import models
 
-# The module's analysed models are built once: every test here runs on one worker.
-pytestmark = pytest.mark.xdist_group('report')
 
 
 class _Page(html.parser.HTMLParser):
@@ -77,8 +76,22 @@ def _reduce(node, how):
 
 
 @pytest.fixture(scope='module')
-def analysed(tmp_path_factory):
-  out = tmp_path_factory.mktemp('analysis')
+def analysed(tmp_path_factory, worker_id):
+  """Every tool run on a tiny ViT and a tiny Mixer, and their report: built once per
+  test session, by the first of pytest-xdist's workers to need it (the others wait
+  on a lock, then read it), in the session's folder. The tests only read it."""
+  root = tmp_path_factory.getbasetemp()
+  if worker_id != 'master':  # each worker has a folder of its own in the session's
+    root = root.parent
+  out = root / 'analysed'
+  with filelock.FileLock(str(root / 'analysed.lock')):
+    if not (out / 'report.html').exists():
+      _analyse(out)
+  return out, {kind: str(out / f'report.{kind}') for kind in ('html', 'md')}
+
+
+def _analyse(out):
+  out.mkdir(exist_ok=True)
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
               subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
   _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
@@ -95,7 +108,7 @@ def analysed(tmp_path_factory):
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
-  return out, report.write_report(str(out))
+  report.write_report(str(out))
 
 
 @pytest.mark.slow
