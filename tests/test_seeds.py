@@ -81,6 +81,36 @@ def test_single_verdicts_on_each_run_join_into_one_on_the_model():
   assert joined[1] == found[3] and joined[1].runs == 1
 
 
+def test_each_run_alone_is_judged_and_a_verdict_that_flips_shows(monkeypatch):
+  """Three runs of a ViT and of a ResNet, the ViT's third run unlike its others: the
+  report's verdicts again with one run of each model, run by run."""
+  from types import SimpleNamespace
+  from analysis import tool
+  from analysis.reporting import report
+  models = _models([('vit', TRANSFORMER, 3), ('resnet', CONVNET, 3)])
+  values = {'vit_seed0': (1.0, 0.1), 'vit_seed1': (1.1, 0.1), 'vit_seed2': (0.0, 0.1),
+            'resnet_seed0': (0.5, 0.1), 'resnet_seed1': (0.4, 0.1), 'resnet_seed2': (0.5, 0.1)}
+
+  def judged(result, subjects):
+    labels = list(result)
+    return [verdict.contrast('higher', 'the ViT higher', 'x', subjects, labels,
+                             lambda label: result[label])] + [
+        verdict.single('positive', 'the ViT positive', 'x', label, result[label])
+        for label in labels if subjects.get(label, {}).get('architecture') == TRANSFORMER]
+
+  monkeypatch.setitem(tool.TOOLS, 'fake', SimpleNamespace(verdicts=judged))
+  results = {'fake': values}
+  combined = report.all_verdicts(results, models)
+  assert [v.runs for _, v in combined] == [3, 3]
+  assert report.each_run(results, models) == [
+      [verdict.AGREES, verdict.AGREES, verdict.DIFFERS],
+      [verdict.AGREES, verdict.AGREES, verdict.INCONCLUSIVE]]
+  single_runs = {label: {'architecture': about['architecture']}
+                 for label, about in models.items()}
+  assert report.each_run(results, single_runs) == [[]] * len(
+      report.all_verdicts(results, single_runs))
+
+
 def test_two_runs_of_a_deterministic_model_spread_by_nothing(subjects, tmp_path):
   """A tool run on one model twice, as two seeds that changed nothing: every number's
   spread over the runs is zero, and the mean is the number."""

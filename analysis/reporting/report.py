@@ -281,6 +281,45 @@ def all_verdicts(results: Mapping, subjects: Mapping) -> List[Tuple[str, Verdict
           for v in verdict.across_seeds(tool.TOOLS[name].verdicts(result, subjects), subjects)]
 
 
+def _keyed(verdicts: Sequence[Tuple[str, Verdict]]) -> List[Tuple[str, str, int]]:
+  """(tool, finding, its occurrence among the tool's verdicts of that finding)."""
+  seen: Dict[Tuple[str, str], int] = {}
+  keys = []
+  for name, v in verdicts:
+    k = seen[(name, v.finding)] = seen.get((name, v.finding), -1) + 1
+    keys.append((name, v.finding, k))
+  return keys
+
+
+def each_run(results: Mapping, subjects: Mapping) -> List[List[str]]:
+  """Every verdict of `all_verdicts` again on each run alone: with the i-th run of
+  each model given as runs (its seeds) in place of all of them, the verdict the
+  report would give. A verdict that changes from run to run rests on training
+  randomness, whatever the combined one says.
+
+  Args:
+    results: each tool's JSON.
+    subjects: what the report knows of each model (a run's 'group').
+
+  Returns:
+    Per verdict of `all_verdicts`, in its order, the verdict on each run ([] where
+    no model is given as runs).
+  """
+  combined = all_verdicts(results, subjects)
+  groups = runs.groups(subjects)
+  count = max((len(labels) for labels in groups.values()), default=0)
+  found: Dict[Tuple[str, str, int], List[str]] = {}
+  for i in range(count if count > 1 else 0):
+    chosen = {labels[i] for labels in groups.values() if i < len(labels)}
+    alone = {label: {k: x for k, x in about.items() if k != 'group'}
+             for label, about in subjects.items() if 'group' not in about or label in chosen}
+    verdicts = [(name, v) for name, v in all_verdicts(results, alone)
+                if v.label is None or v.label in alone]
+    for key, (_, v) in zip(_keyed(verdicts), verdicts):
+      found.setdefault(key, []).append(v.verdict)
+  return [found.get(key, []) for key in _keyed(combined)]
+
+
 def _image_alt(path: str) -> str:
   """The PNG's own description of what it shows (`plots.ALT_KEY`), else its name."""
   with Image.open(path) as image:
@@ -295,6 +334,10 @@ VERDICT_NOTE = ('Each claim is judged by the rule in its tool\'s record, on this
                 'ImageNet-scale models. "Runs" is the number of training runs (seeds) per '
                 'model a verdict rests on; with two or more its uncertainty holds training '
                 'randomness (verdict.combine).')
+EACH_RUN_NOTE = ('"Each run alone" is the verdict with one run of each model given as '
+                 'runs in place of all of them, run by run (the first seed of each, then the '
+                 'second, ...): a finding whose verdict changes from run to run rests on '
+                 'training randomness, whatever the verdict on their mean says.')
 SEEDS_NOTE = ('Each model here is one training run: its standard errors are over images, '
               'batches or probes, and training randomness (initialisation, data order, '
               'dropout) is not in them. To add it, train seeds of each recipe (python -m '
@@ -352,24 +395,27 @@ def write_report(out: str) -> Dict[str, str]:
         f'- {title_of(n)} ({n}): {p["left_out"]}; to run it: `{p["command"]}`'
         for n, p in left_out.items()] + ['']
   verdicts = all_verdicts(results, subjects)
-  notes = [VERDICT_NOTE] + ([SEEDS_NOTE] if not any(
-      'group' in about for about in subjects.values()) else [])
-  head = ('<tr><th>finding</th><th>the paper</th><th>measured here</th><th>verdict</th>'
-          '<th>runs</th><th>why</th></tr>')
+  seeded = any('group' in about for about in subjects.values())
+  per_run = [', '.join(got) or '-' for got in each_run(results, subjects)]
+  notes = [VERDICT_NOTE] + ([EACH_RUN_NOTE] if seeded else [SEEDS_NOTE])
+  columns = ['finding', 'the paper', 'measured here', 'verdict', 'runs'] + (
+      ['each run alone'] if seeded else []) + ['why']
+  head = '<tr>' + ''.join(f'<th>{c}</th>' for c in columns) + '</tr>'
   rows = ''.join(
       f'<tr><td><a href="#{name}">{html.escape(v.finding)}</a></td>'
       f'<td>{html.escape(v.claim)}</td><td>{html.escape(v.measured)}</td>'
       f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td><td>{v.runs}</td>'
-      f'<td>{html.escape(v.why)}</td></tr>' for name, v in verdicts)
+      + (f'<td>{html.escape(each)}</td>' if seeded else '') +
+      f'<td>{html.escape(v.why)}</td></tr>' for (name, v), each in zip(verdicts, per_run))
   page += ['<section id="verdicts"><h2>Verdicts</h2>'] + [
       f'<p>{html.escape(note)}</p>' for note in notes] + [
       f'<table>{head}{rows}</table></section>']
   cell = lambda text: text.replace('|', '\\|')
   markdown += ['## Verdicts', ''] + [line for note in notes for line in (note, '')] + [
-      '| finding | the paper | measured here | verdict | runs | why |',
-      '|---|---|---|---|---|---|']
+      '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
   markdown += [f'| [{v.finding}](#{name}) | {cell(v.claim)} | {cell(v.measured)} | '
-               f'{v.verdict} | {v.runs} | {cell(v.why)} |' for name, v in verdicts] + ['']
+               f'{v.verdict} | {v.runs} | ' + (f'{each} | ' if seeded else '') +
+               f'{cell(v.why)} |' for (name, v), each in zip(verdicts, per_run)] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
     used = ' '.join(filter(None, [conventions.caption(name, result), plan_note(out, name)]))
@@ -388,7 +434,8 @@ def write_report(out: str) -> Dict[str, str]:
       page.append(f'<figure><img src="{html.escape(image)}" alt="{html.escape(alt)}">'
                   '<figcaption>' + '<br>'.join(_html(shown[k]) for k in keys) +
                   '</figcaption></figure>')
-      markdown += [f'![{alt.replace("[", "(").replace("]", ")")}]({image})', '', *[_text(shown[k]) + '  ' for k in keys], '']
+      markdown += [f'![{alt.replace("[", "(").replace("]", ")")}]({image})', '',
+                   *[_text(shown[k]) + '  ' for k in keys], '']
     page.append('</section>')
   page.append('</body></html>')
   paths = {'html': os.path.join(out, 'report.html'), 'md': os.path.join(out, 'report.md')}
