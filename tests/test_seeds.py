@@ -72,7 +72,7 @@ def test_single_verdicts_on_each_run_join_into_one_on_the_model():
   found += [verdict.single('g', 'another claim', 'x', label, value)
             for label, value in values.items()]
   joined = verdict.across_seeds(found, models)
-  assert [v.label for v in joined] == [None, 'other', None, 'other']
+  assert [v.label for v in joined] == ['vit', 'other', 'vit', 'other']
   assert joined[0].measured.startswith('vit (3 seeds): gap ')
   (mean, stderr), between = verdict.combine(list(values.values())[:3])
   assert joined[0].estimate == (mean, stderr) and joined[0].runs == 3
@@ -96,15 +96,19 @@ def test_each_run_alone_is_judged_and_a_verdict_that_flips_shows(monkeypatch):
     return [verdict.contrast('higher', 'the ViT higher', 'x', subjects, labels,
                              lambda label: result[label])] + [
         verdict.single('positive', 'the ViT positive', 'x', label, result[label])
+        for label in labels if subjects.get(label, {}).get('architecture') == TRANSFORMER] + [
+        verdict.Verdict('token', 'a class token', 'x', verdict.NOT_COMPARABLE, 'none',
+                        label=label)
         for label in labels if subjects.get(label, {}).get('architecture') == TRANSFORMER]
 
   monkeypatch.setitem(tool.TOOLS, 'fake', SimpleNamespace(verdicts=judged))
   results = {'fake': values}
   combined = report.all_verdicts(results, models)
-  assert [v.runs for _, v in combined] == [3, 3]
+  assert [v.runs for _, v in combined] == [3, 3, 1, 1, 1]
+  # A verdict on one run that the runs do not join (no number) gets its own alone.
   assert report.each_run(results, models) == [
       [verdict.AGREES, verdict.AGREES, verdict.DIFFERS],
-      [verdict.AGREES, verdict.AGREES, verdict.INCONCLUSIVE]]
+      [verdict.AGREES, verdict.AGREES, verdict.INCONCLUSIVE]] + [[verdict.NOT_COMPARABLE]] * 3
   single_runs = {label: {'architecture': about['architecture']}
                  for label, about in models.items()}
   assert report.each_run(results, single_runs) == [[]] * len(

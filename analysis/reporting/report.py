@@ -281,21 +281,22 @@ def all_verdicts(results: Mapping, subjects: Mapping) -> List[Tuple[str, Verdict
           for v in verdict.across_seeds(tool.TOOLS[name].verdicts(result, subjects), subjects)]
 
 
-def _keyed(verdicts: Sequence[Tuple[str, Verdict]]) -> List[Tuple[str, str, int]]:
-  """(tool, finding, its occurrence among the tool's verdicts of that finding)."""
-  seen: Dict[Tuple[str, str], int] = {}
-  keys = []
-  for name, v in verdicts:
-    k = seen[(name, v.finding)] = seen.get((name, v.finding), -1) + 1
-    keys.append((name, v.finding, k))
-  return keys
+def _occurrences(keys: Sequence[Tuple]) -> List[Tuple]:
+  """Each key with its occurrence among the keys before it equal to it."""
+  seen: Dict[Tuple, int] = {}
+  out = []
+  for key in keys:
+    seen[key] = seen.get(key, -1) + 1
+    out.append(key + (seen[key],))
+  return out
 
 
 def each_run(results: Mapping, subjects: Mapping) -> List[List[str]]:
   """Every verdict of `all_verdicts` again on each run alone: with the i-th run of
   each model given as runs (its seeds) in place of all of them, the verdict the
   report would give. A verdict that changes from run to run rests on training
-  randomness, whatever the combined one says.
+  randomness, whatever the combined one says. A verdict on one model's runs
+  joined (`verdict.across_seeds`) gets one per run, one on a single run its own.
 
   Args:
     results: each tool's JSON.
@@ -308,16 +309,21 @@ def each_run(results: Mapping, subjects: Mapping) -> List[List[str]]:
   combined = all_verdicts(results, subjects)
   groups = runs.groups(subjects)
   count = max((len(labels) for labels in groups.values()), default=0)
-  found: Dict[Tuple[str, str, int], List[str]] = {}
+  found: Dict[Tuple, List[str]] = {}
   for i in range(count if count > 1 else 0):
     chosen = {labels[i] for labels in groups.values() if i < len(labels)}
     alone = {label: {k: x for k, x in about.items() if k != 'group'}
              for label, about in subjects.items() if 'group' not in about or label in chosen}
     verdicts = [(name, v) for name, v in all_verdicts(results, alone)
                 if v.label is None or v.label in alone]
-    for key, (_, v) in zip(_keyed(verdicts), verdicts):
-      found.setdefault(key, []).append(v.verdict)
-  return [found.get(key, []) for key in _keyed(combined)]
+    by_run = [((name, v.finding, v.label), v.verdict) for name, v in verdicts]
+    by_model = [((name, v.finding, subjects[v.label]['group']), v.verdict)
+                for name, v in verdicts if 'group' in subjects.get(v.label, {})]
+    for pairs in (by_run, by_model):
+      for key, said in zip(_occurrences([key for key, _ in pairs]), [v for _, v in pairs]):
+        found.setdefault(key, []).append(said)
+  keys = _occurrences([(name, v.finding, v.label) for name, v in combined])
+  return [found.get(key, []) if count > 1 else [] for key in keys]
 
 
 def _image_alt(path: str) -> str:

@@ -43,8 +43,9 @@ class Verdict:
   verdict: str  # AGREES, DIFFERS, INCONCLUSIVE or NOT_COMPARABLE
   why: str  # the rule as applied, or why it cannot be
   runs: int = 1  # training runs (seeds) per model behind it: the fewest of its models'
-  # A verdict on one model's number (`single`): the model, the quantity and the
-  # number, so that the runs of one model join into one verdict (`across_seeds`).
+  # A verdict on one model's number (`single`): the model (a run's label; once its
+  # runs are joined by `across_seeds`, the model's), the quantity and the number, so
+  # that the runs of one model join into one verdict.
   label: Optional[str] = None
   what: str = ''
   estimate: Optional[Estimate] = None
@@ -196,8 +197,8 @@ def across_seeds(verdicts: Sequence[Verdict], models: Models) -> List[Verdict]:
     joined[key] = Verdict(
         v.finding, v.claim,
         f'{name(models, labels, v.label)}: {v.what} {show((mean, stderr))} over the runs '
-        f'(between-run SD {between:.2g}; each: {per_run})', judged, why, len(same), None, v.what,
-        (mean, stderr))
+        f'(between-run SD {between:.2g}; each: {per_run})', judged, why, len(same), key[2],
+        v.what, (mean, stderr))
     out.append(joined[key])
   return out
 

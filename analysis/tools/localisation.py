@@ -114,7 +114,7 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
       found.append(verdict.Verdict(
           'tokens keep their position', claim, f'{label}: {what} {verdict.show(estimate(label))}',
           verdict.NOT_COMPARABLE, 'the claim concerns class-token ViTs; this one pools its '
-          'tokens'))
+          'tokens', label=label))
   found.append(verdict.contrast(
       'ViT localises more than ResNet',
       'ViT\'s final tokens keep their input position more faithfully than a ResNet\'s final '

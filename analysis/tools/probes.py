@@ -150,7 +150,8 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
     if 'class token' not in r['probes']:
       found.append(verdict.Verdict(
           'class token decoded late', claim, f'{label}: no class token', verdict.NOT_COMPARABLE,
-          'the claim concerns class-token ViTs; this model pools its final features'))
+          'the claim concerns class-token ViTs; this model pools its final features',
+          label=label))
       continue
     middle = len(r['layers']) // 2
     at = lambda kind: (r['probes'][kind][middle]['accuracy'], r['probes'][kind][middle]['stderr'])
