@@ -323,7 +323,7 @@ def each_run(results: Mapping, subjects: Mapping) -> List[List[str]]:
       for key, said in zip(_occurrences([key for key, _ in pairs]), [v for _, v in pairs]):
         found.setdefault(key, []).append(said)
   keys = _occurrences([(name, v.finding, v.label) for name, v in combined])
-  return [found.get(key, []) if count > 1 else [] for key in keys]
+  return [found.get(key, []) for key in keys]
 
 
 def _image_alt(path: str) -> str:
