@@ -61,6 +61,9 @@ flags.DEFINE_string('row2', None, 'The same for --config2.')
 flags.DEFINE_list('rows', None, 'With a sweep recipe as --config and the sweep\'s directory as '
                   '--workdir: analyse these rows together, each from <workdir>/<row> '
                   '(instead of --row and a second model).')
+flags.DEFINE_list('seeds', None, 'With --rows: each row as one model given as its training '
+                  'runs of these seeds, from <workdir>/<row>.seed<N> (as `vit_jax.sweep --seeds` '
+                  'trains them).')
 flags.DEFINE_list('steps', None, 'Analyse each model from a --workdir at these steps of its '
                   'run, as one model per step: \'warmup\' (the end of warm-up), step numbers '
                   '(kept by training with --config.keep_params_at) and \'last\' (params.npz).')
@@ -166,6 +169,14 @@ def _runs(config, workdir, path, which: str, row: Optional[str],
     groups[subject.label] = (group, seeds[d])
     loaded.append((subject, source, from_workdir))
   return loaded
+
+
+def _row_runs(sweep_dir: str, row: str, seeds: Optional[Sequence[str]]) -> str:
+  """The workdir flag's value for `row` of the sweep in `sweep_dir`: its workdir, or
+  with `seeds` (`--seeds`) its runs' workdirs, comma-separated."""
+  if not seeds:
+    return os.path.join(sweep_dir, row)
+  return ','.join(os.path.join(sweep_dir, f'{row}.seed{seed}') for seed in seeds)
 
 
 LAST = 'last'
@@ -552,8 +563,12 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
         FLAGS[f].value is not None for f in ('row', 'checkpoint', 'config2')):
       raise ConfigError('--rows takes a sweep recipe as --config and the sweep\'s directory '
                         'as --workdir, without --row, --checkpoint or a second model.')
-    loaded = [_subject(FLAGS.config, os.path.join(FLAGS.workdir, row), None, '', row)
-              for row in FLAGS.rows]
+    loaded = [run for row in FLAGS.rows
+              for run in _runs(FLAGS.config, _row_runs(FLAGS.workdir, row, FLAGS.seeds), None,
+                               '', row, groups)]
+  elif FLAGS.seeds:
+    raise ConfigError('--seeds names the runs of each row of --rows: give --rows (the runs of '
+                      'one recipe go to --workdir, comma-separated).')
   else:
     loaded = _runs(FLAGS.config, FLAGS.workdir, FLAGS.checkpoint, '', FLAGS.row, groups)
   if FLAGS.config2 is not None:

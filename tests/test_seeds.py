@@ -186,6 +186,20 @@ def test_the_sweep_trains_each_row_once_per_seed():
     sweep.with_seeds(recipe, [1, 1])
 
 
+def test_rows_of_a_seeded_sweep_are_named_by_their_recipes_rows():
+  from configs import ablations
+  from vit_jax.errors import ConfigError
+  recipe = sweep.with_seeds(ablations.get_config('registers'), [0, 1])
+  labels = [label for label, _ in recipe.sweep.rows]
+  assert sweep.chosen_rows('registers', labels, ['reg4', 'token.seed1']) == [
+      'reg4.seed0', 'reg4.seed1', 'token.seed1']
+  assert sweep.chosen_rows('registers', labels, None) == labels
+  with pytest.raises(ConfigError, match="--rows names reg8, not a row of sweep 'registers'; "
+                     'its rows: none, reg4, token, token-reg4'):
+    sweep.chosen_rows('registers', labels, ['reg8'])
+  assert sweep.chosen_rows('seeds', ['seed0', 'seed1'], ['seed1']) == ['seed1']
+
+
 def test_a_row_started_from_another_row_starts_from_its_seed():
   from configs import finetune_cases
   recipe = finetune_cases.get_config()
@@ -207,6 +221,24 @@ def test_runs_that_are_not_seeds_of_one_recipe_are_refused(tmp_path, second, say
   run = subprocess.run(
       [sys.executable, '-m', 'analysis', 'attention_distance', '--config',
        'configs/quickstart_vit.py', '--workdir', f'{tmp_path / "a"},{tmp_path / "b"}',
+       '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
+  assert re.search(says, run.stderr.strip().splitlines()[-1]), run.stderr[-500:]
+
+
+@pytest.mark.parametrize('flags, says', [
+    (['--rows', 'none', '--seeds', '0,1'],
+     r'runs of different recipes: .*none\.seed1 differs from .*none\.seed0 in lr'),
+    (['--seeds', '0,1'], '--seeds names the runs of each row of --rows: give --rows')])
+def test_the_rows_of_a_sweep_are_analysed_as_their_seeds_runs(tmp_path, flags, says):
+  import re
+  for seed in (0, 1):
+    (tmp_path / f'none.seed{seed}').mkdir()
+    (tmp_path / f'none.seed{seed}' / 'config.json').write_text(
+        json.dumps({'lr': 0.001 * (seed + 1), 'seed': seed}))
+  run = subprocess.run(
+      [sys.executable, '-m', 'analysis', 'attention_distance', '--config',
+       'configs/ablations.py:registers', '--workdir', str(tmp_path), *flags,
        '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
   assert re.search(says, run.stderr.strip().splitlines()[-1]), run.stderr[-500:]

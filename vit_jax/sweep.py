@@ -196,6 +196,34 @@ def with_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int]
   return config
 
 
+def chosen_rows(name: str, labels: Sequence[str], rows: Optional[Sequence[str]]) -> List[str]:
+  """The rows of a sweep that `rows` (`--rows`) names: each row by its label, and
+  a row of a sweep trained once per seed (`with_seeds`) also by its recipe's label,
+  'vit-6%' for 'vit-6%.seed0', 'vit-6%.seed1', ...
+
+  Args:
+    name: the sweep's name.
+    labels: the sweep's row labels, in table order.
+    rows: the names given, or None for every row.
+
+  Returns:
+    The labels chosen, in table order.
+
+  Raises:
+    ConfigError: a name that is no row of the sweep.
+  """
+  if not rows:
+    return list(labels)
+  of_seed = lambda label: re.sub(r'(^|\.)seed\d+$', '', label)
+  unknown = [row for row in rows if row not in labels
+             and not any(row == of_seed(label) for label in labels)]
+  if unknown:
+    recipe_rows = list(dict.fromkeys(of_seed(label) or label for label in labels))
+    raise ConfigError(f'--rows names {", ".join(unknown)}, not a row of sweep {name!r}; its '
+                      f'rows: {", ".join(recipe_rows)}.')
+  return [label for label in labels if label in rows or of_seed(label) in rows]
+
+
 def run_sweep(config: ml_collections.ConfigDict, workdir: str,
               rows: Optional[Sequence[str]] = None) -> List[Dict]:
   """Every row of `config.sweep` in order (or only those named in `rows`), then the
@@ -224,13 +252,10 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: str,
                       'each a label of its own.')
   for label in labels:  # every row's fields and references, before any row trains
     checked_row(config, label)
-  unknown = [label for label in rows or () if label not in labels]
-  if unknown:
-    raise ConfigError(f'--rows names {", ".join(unknown)}, not a row of sweep '
-                      f'{config.sweep.name!r}; its rows: {", ".join(labels)}.')
+  chosen = chosen_rows(config.sweep.name, labels, rows)
   os.makedirs(workdir, exist_ok=True)
   results = [run_row(config, label, workdir) for label in labels
-             if not rows or label in rows or os.path.exists(os.path.join(workdir, label, RESULT))]
+             if label in chosen or os.path.exists(os.path.join(workdir, label, RESULT))]
   for path in write_table(config.sweep.name, results, workdir):
     print(f'wrote {path}', flush=True)
   return results
@@ -262,8 +287,9 @@ if __name__ == '__main__':
   entry.define_recipe_flag('config', 'Sweep recipe, e.g. configs/ablations.py:posemb.')
   flags.DEFINE_string('workdir', None, 'Where each row trains (DIR/<row>) and the tables go.')
   flags.DEFINE_integer('cpu_devices', 0, 'As in vit_jax.train.')
-  flags.DEFINE_list('rows', None, 'Train only these rows (labels, comma-separated); the '
-                    'tables hold every row with a result.')
+  flags.DEFINE_list('rows', None, 'Train only these rows (labels, comma-separated; with '
+                    '--seeds, a row\'s label names its run of every seed); the tables hold every '
+                    'row with a result.')
   flags.DEFINE_list('seeds', None, 'Train every row once per seed (initialisation, data '
                     'order, dropout), as rows <row>.seed<N>; a training recipe as --config '
                     'trains into <workdir>/seed<N>.')
