@@ -28,7 +28,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, models,
-                     periodic, run_state, settings, steps)
+                     periodic, run_state, settings, stall, steps)
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
@@ -274,27 +274,38 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                periodic.RESTART_THROUGHPUT: run.throughput.restart}
     # A budgeted run resumed after its clock ran out has nothing left to train.
     to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
-    for step in to_train:
-      if clock.budgeted and run.metrics is not None:
-        jax.block_until_ready(run.metrics)  # the clock reads time trained, not time dispatched
-      if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
-        run.state = steps.set_learning_rate(run.state, setup.schedule(clock.progress(step - 1)))
-      run.state, run.metrics = setup.train_step(run.state, next(batches))
-      run.throughput.started(step, run.metrics)
-      stopping = preemption.requested(step, config.log_every)
-      last = clock.done(step)
-      if last and step < total_steps:
-        log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run to '
-                 'its end; evaluating, saving and stopping.', config.time_budget, step,
-                 total_steps)
-      periodic.run(actions, step, periodic.due(
-          step, last=last, stopping=stopping, log_every=config.log_every,
-          checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, kept=kept))
-      if last:
-        break
+    with stall.Watchdog(_cpu_devices(), lambda: run.saved) as watchdog:
+      for step in to_train:
+        if clock.budgeted and run.metrics is not None:
+          jax.block_until_ready(run.metrics)  # the clock reads time trained, not dispatched
+        if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
+          run.state = steps.set_learning_rate(run.state, setup.schedule(clock.progress(step - 1)))
+        run.state, run.metrics = setup.train_step(run.state, next(batches))
+        run.throughput.started(step, run.metrics)
+        stopping = preemption.requested(step, config.log_every)
+        last = clock.done(step)
+        if last and step < total_steps:
+          log.info('Time budget %s spent at step %d of the recipe\'s %d: the schedule has run '
+                   'to its end; evaluating, saving and stopping.', config.time_budget, step,
+                   total_steps)
+        periodic.run(actions, step, periodic.due(
+            step, last=last, stopping=stopping, log_every=config.log_every,
+            checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, kept=kept))
+        watchdog.beat(step)
+        if last:
+          break
     return run.finish()
   finally:
     writer.close()
+
+
+def _cpu_devices() -> int:
+  """The CPU devices this process splits its cores into, where they can deadlock at a
+  collective (`stall.Watchdog`): 1 on other platforms and in multi-process runs,
+  whose processes may wait for each other idle while none is stuck."""
+  if jax.default_backend() != 'cpu' or jax.process_count() > 1:
+    return 1
+  return jax.local_device_count()
 
 
 class Run:
