@@ -10,7 +10,9 @@ fence changes how the block runs, the page showing the real command:
 `files` makes inputs in the run's directory before the page's blocks run: a
 `<model>.npz` in the published layout (initialised, 21,843 classes at 224 px,
 with a pre-logits layer where the model has one; a LiT model's with its BERT
-vocabulary `<model>.txt`), or `workdirs/<recipe>` holding
+vocabulary `<model>.txt`), a `<name>.pt` sparse autoencoder in saev's layout (a
+ReLU SAE of 128 latents on the quick-start ViT's 64-wide stream), or
+`workdirs/<recipe>` holding
 the initialised `params.npz` of `configs/<recipe>.py`, or `augreg`, a local AugReg
 index (`tests/test_checkpoint.py`). `replace` substitutes
 text (smaller sizes, shorter runs) and fails when the text is not in the block.

@@ -222,3 +222,17 @@ AUGREG_ROWS = [('Ti/16', 'i21k', 0.50, 'Ti_16-i21k-low'), ('Ti/16', 'i21k', 0.70
 
 VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'a', 'photo', 'of', 'the', 'cat', 'dog', '##s', '.',
          'itap', 'bad', 'origami', 'large', 'small', 'in', 'video', 'game', 'art']
+
+
+def write_saev_file(path, state, header, threshold=None):
+  """A sparse autoencoder file as saev's `dump` writes it (OSU-NLP-Group/saev,
+  src/saev/nn/modeling.py): the header as one JSON line, then `torch.save` of the
+  state dict (`state`'s arrays, and `activation.threshold` where given)."""
+  import json
+  import torch
+  tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in state.items()}
+  if threshold is not None:
+    tensors['activation.threshold'] = torch.tensor(threshold)
+  with open(path, 'wb') as f:
+    f.write(json.dumps(header).encode() + b'\n')
+    torch.save(tensors, f)

@@ -85,12 +85,21 @@ def _make(name: str, folder: str) -> None:
     _timm_file(name, folder)
   elif name.startswith('workdirs/'):
     _workdir(name, folder)
+  elif name.endswith('.pt'):  # saev's file of a ReLU SAE on the quick-start ViT's stream
+    from helpers import write_saev_file
+    rng = np.random.default_rng(0)
+    state = {'W_enc': rng.normal(size=(64, 128)).astype(np.float32) / 8,
+             'b_enc': np.zeros(128, np.float32),
+             'W_dec': rng.normal(size=(128, 64)).astype(np.float32) / 8,
+             'b_dec': np.zeros(64, np.float32)}
+    write_saev_file(os.path.join(folder, name), state,
+                    {'schema': 5, 'cfg': {'activation': {'cls': 'Relu', 'params': {}}}})
   elif name == 'augreg':  # a local copy of the AugReg index
     from helpers import AUGREG_ROWS, write_augreg_index
     write_augreg_index(os.path.join(folder, name), AUGREG_ROWS)
   else:
-    raise ValueError(f'No such test input {name!r}: a <model>.npz or .safetensors, '
-                     'workdirs/<recipe> or augreg.')
+    raise ValueError(f'No such test input {name!r}: a <model>.npz or .safetensors, a saev '
+                     '<name>.pt, workdirs/<recipe> or augreg.')
 
 
 def _run(command, cwd, what):

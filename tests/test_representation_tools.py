@@ -552,10 +552,19 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   with pytest.raises(command.ConfigError, match=r'DINOv2-S_14-reg4 has no classifier head, and '
                      r'nll read its logits: run the tools that read representations \(.*cka'):
     command.check_heads([s], ['attention_distance', 'nll'])
-  command.check_heads([s], ['attention_distance', 'cka'])
-  result = TOOLS['attention_distance'].run(s, lambda split: iter(
-      [(images[:, :28, :28], labels) for images, labels in batches(split)]), str(tmp_path))
+  command.check_heads([s], ['attention_distance', 'cka', 'sae'])
+  small_batches = lambda split: iter(
+      [(images[:, :28, :28], labels) for images, labels in batches(split)])
+  result = TOOLS['attention_distance'].run(s, small_batches, str(tmp_path))
   assert np.array(result['distance_per_layer_head']).shape == (2, 4)
+  # An SAE without a head: its quality and top images, no loss and no logit effects.
+  from analysis.tools import sae
+  result = TOOLS['sae'].run(s, small_batches, str(tmp_path), sae.Options(
+      sae_steps=20, sae_expansion=2, sae_k=4, sae_features=1))
+  assert result['loss'] == {} and result['loss_recovered'] is None and result['features'] == []
+  assert 0 < result['fve'] <= 1 and any('sae_top_images' in f for f in result['figures'])
+  assert 'no classifier head, so no loss is spliced' in ''.join(
+      part for part in sae._findings('dinov2', result, lambda *keys: '') if isinstance(part, str))
 
 
 def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path):

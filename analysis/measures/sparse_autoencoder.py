@@ -30,6 +30,22 @@ has not fired (above `FIRING`) for `dead_steps` steps.
 
 Arrays are (n, d) activations; the parameters are W_enc (d, m), b_enc (m,),
 W_dec (m, d), b_dec (d,) for a dictionary of m latents.
+
+Dictionaries trained elsewhere (`analysis.measures.sae_files`) are read with the
+forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
+`NORMALISATIONS`):
+
+- `encoder='saev'` (OSU-NLP-Group/saev, src/saev/nn/modeling.py:
+  `SparseAutoencoder.encode`, `TopKActivation`, `BatchTopKActivation`): the
+  pre-activations are x W_enc + b_enc, b_dec not subtracted; 'topk' keeps the k
+  largest as they are (no ReLU); 'batch_topk' at inference is a JumpReLU at the
+  file's running `threshold` (a ReLU where it is not above 0), each input alone;
+  'relu_l1' is their `Relu`.
+- `normalisation` (ViT-Prisma, src/vit_prisma/sae/sae.py: `SparseAutoencoder.__init__`'s
+  run-time activation normalisation): 'layer_norm' encodes (x - mean) / (std + 1e-5)
+  (the features' mean and unbiased standard deviation of each token) and maps the
+  reconstruction back as y std + mean; 'constant_norm_rescale' encodes x sqrt(d) /
+  |x| and maps back by its inverse.
 """
 import dataclasses
 import json
@@ -44,6 +60,9 @@ import safetensors.numpy
 
 Params = Dict[str, jax.Array]
 ARCHITECTURES = ('topk', 'batch_topk', 'relu_l1')
+ENCODERS = ('authors', 'saev')
+NORMALISATIONS = ('none', 'layer_norm', 'constant_norm_rescale')
+LAYER_NORM_EPS = 1e-5  # ViT-Prisma's `run_time_activation_ln_in`
 # A latent fires above this (OpenAI's `stats_last_nonzero`: vals > 1e-3).
 FIRING = 1e-3
 
@@ -62,11 +81,16 @@ class Spec:
   b1: float = 0.9
   b2: float = 0.999
   eps: float = 6.25e-10
+  encoder: str = 'authors'  # the architecture's authors' forward pass, or saev's
+  threshold: float = 0.  # encoder 'saev', 'batch_topk': the JumpReLU's threshold
+  normalisation: str = 'none'  # of each input before encoding (ViT-Prisma's)
 
   def __post_init__(self):
-    if self.architecture not in ARCHITECTURES:
-      raise ValueError(f'Unknown SAE architecture {self.architecture!r}; use one of '
-                       f'{ARCHITECTURES}.')
+    for field, value, allowed in (('architecture', self.architecture, ARCHITECTURES),
+                                  ('encoder', self.encoder, ENCODERS),
+                                  ('normalisation', self.normalisation, NORMALISATIONS)):
+      if value not in allowed:
+        raise ValueError(f'Unknown SAE {field} {value!r}; use one of {allowed}.')
 
 
 def authors_spec(architecture: str, width: int, **changes: Any) -> Spec:
@@ -111,19 +135,48 @@ def _keep_top(values: jax.Array, k: int) -> jax.Array:
   return jnp.zeros_like(values).at[rows, index].set(top)
 
 
+def normalised(x: jax.Array, spec: Spec) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """The inputs as the SAE encodes them (`spec.normalisation`), and the map back.
+
+  Args:
+    x: (n, d) activations.
+    spec: the SAE.
+
+  Returns:
+    (the (n, d) normalised inputs, and the (n, 1) scale and shift that map a
+    reconstruction back to the activations' space: y scale + shift).
+  """
+  x = jnp.asarray(x)
+  ones, zeros = jnp.ones((x.shape[0], 1), x.dtype), jnp.zeros((x.shape[0], 1), x.dtype)
+  if spec.normalisation == 'layer_norm':
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    std = jnp.std(x - mean, axis=-1, keepdims=True, ddof=1)
+    return (x - mean) / (std + LAYER_NORM_EPS), std, mean
+  if spec.normalisation == 'constant_norm_rescale':
+    coeff = np.sqrt(x.shape[-1]) / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    return x * coeff, 1. / coeff, zeros
+  return x, ones, zeros
+
+
 def encode(params: Params, x: jax.Array, spec: Spec) -> Tuple[jax.Array, jax.Array]:
   """The latents of `x` and the pre-activations the AuxK loss reads.
 
   Args:
     params: the SAE's parameters.
-    x: (n, d) activations.
+    x: (n, d) activations, normalised here as `spec.normalisation` says.
     spec: the SAE.
 
   Returns:
     ((n, m) latents, (n, m) pre-activations: before TopK for 'topk', the ReLU'd
     activations before the batch's selection for 'batch_topk', before the ReLU for
-    'relu_l1').
+    'relu_l1'; for encoder 'saev', x W_enc + b_enc).
   """
+  x = normalised(x, spec)[0]
+  if spec.encoder == 'saev':
+    pre = x @ params['W_enc'] + params['b_enc']
+    if spec.architecture == 'topk':
+      return _keep_top(pre, spec.k), pre
+    return jnp.where(pre > max(spec.threshold, 0.), pre, 0.), pre
   centred = x - params['b_dec']
   if spec.architecture == 'topk':
     pre = centred @ params['W_enc'] + params['b_enc']
@@ -148,6 +201,22 @@ def decode(params: Params, latents: jax.Array) -> jax.Array:
     (n, d) reconstructions.
   """
   return latents @ params['W_dec'] + params['b_dec']
+
+
+def reconstruct(params: Params, x: jax.Array, spec: Spec) -> Tuple[jax.Array, jax.Array]:
+  """The SAE's reconstruction of `x` in the activations' space, and its latents.
+
+  Args:
+    params: the SAE's parameters.
+    x: (n, d) activations.
+    spec: the SAE.
+
+  Returns:
+    ((n, d) reconstructions, (n, m) latents).
+  """
+  latents = encode(params, x, spec)[0]
+  _, scale, shift = normalised(x, spec)
+  return decode(params, latents) * scale + shift, latents
 
 
 def normalized_mse(reconstruction: jax.Array, target: jax.Array) -> jax.Array:
@@ -273,6 +342,10 @@ def train(key: jax.Array, batches: Iterable[np.ndarray], spec: Spec) -> Trained:
   Returns:
     The trained SAE.
   """
+  if (spec.encoder, spec.normalisation) != ('authors', 'none'):
+    raise ValueError(f'An SAE with encoder {spec.encoder!r} and normalisation '
+                     f'{spec.normalisation!r} is read from its authors\' files, not trained here: '
+                     'train with the authors\' encoder and no normalisation.')
   batches = iter(batches)
   first = jnp.asarray(next(batches), jnp.float32)
   params = init(key, first.shape[1], spec)
@@ -318,8 +391,7 @@ def quality(params: Params, x: jax.Array, spec: Spec, dense_share: float = 0.1
     'l0' (latents firing per input), 'dead' and 'dense' (shares of the latents that
     fire on no input and on more than `dense_share` of them).
   """
-  latents, _ = encode(params, x, spec)
-  recon = decode(params, latents)
+  recon, latents = reconstruct(params, x, spec)
   nmse = float(normalized_mse(recon, x))
   fires = np.asarray(latents > FIRING)
   rate = fires.mean(axis=0)
@@ -327,12 +399,14 @@ def quality(params: Params, x: jax.Array, spec: Spec, dense_share: float = 0.1
           'dead': float(np.mean(rate == 0)), 'dense': float(np.mean(rate > dense_share))}
 
 
-def steered(x: jax.Array, latents: jax.Array, params: Params, latent: int, scale: float
-            ) -> jax.Array:
+def steered(x: jax.Array, latents: jax.Array, params: Params, latent: int, scale: float,
+            spec: Spec) -> jax.Array:
   """Activations with one latent's contribution multiplied by `scale`:
-  x + (scale - 1) a_j W_dec[j], with a_j the latent's activation on each input. 0
-  ablates the feature, 2 doubles it (steering); the rest of each activation, the
-  SAE's reconstruction error included, is kept, so `scale` 1 gives `x` back.
+  x + (scale - 1) a_j W_dec[j] s, with a_j the latent's activation on each input
+  and s the scale that maps a reconstruction back to the activations' space
+  (`normalised`; 1 without normalisation). 0 ablates the feature, 2 doubles it
+  (steering); the rest of each activation, the SAE's reconstruction error
+  included, is kept, so `scale` 1 gives `x` back.
 
   Args:
     x: (n, d) activations.
@@ -340,11 +414,13 @@ def steered(x: jax.Array, latents: jax.Array, params: Params, latent: int, scale
     params: the SAE's parameters.
     latent: j, the latent.
     scale: what its contribution is multiplied by.
+    spec: the SAE.
 
   Returns:
     The (n, d) edited activations.
   """
-  return x + (scale - 1.) * latents[:, latent:latent + 1] * params['W_dec'][latent]
+  back = normalised(x, spec)[1]
+  return x + (scale - 1.) * latents[:, latent:latent + 1] * params['W_dec'][latent] * back
 
 
 def class_selectivity(class_means: np.ndarray) -> float:

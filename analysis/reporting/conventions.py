@@ -143,7 +143,16 @@ CONVENTIONS: Tuple[Convention, ...] = (
         (('batch_topk', 'Bussmann et al. 2024 (bartbussmann/BatchTopK sae.py): the k x batch '
                         'largest activations of the batch, no encoder bias'),
          ('relu_l1', "SAELens' standard SAE (sae_lens/saes/standard_sae.py): ReLU and an L1 "
-                     'penalty weighted by decoder norms')), ('architecture',)),
+                     'penalty weighted by decoder norms')), ('trained_architecture',)),
+    Convention(
+        'sae', 'forward pass of a dictionary read from a file (--sae_load)',
+        "the code that wrote it: saev's x W_enc + b_enc (no pre-encoder bias; TopK without "
+        'a ReLU; BatchTopK a JumpReLU at its running threshold), or ViT-Prisma\'s TopK or '
+        "ReLU of (x' - b_dec) W_enc + b_enc, x' its run-time normalisation, undone on the "
+        'reconstruction',
+        'OSU-NLP-Group/saev src/saev/nn/modeling.py: SparseAutoencoder.encode, '
+        'TopKActivation, BatchTopKActivation; soniajoseph/ViT-Prisma src/vit_prisma/sae/sae.py: '
+        'encode_standard, forward, get_activation_fn'),
     Convention(
         'sae', 'loss recovered',
         '(CE with the site zero-ablated - CE with the reconstruction) / (CE zero-ablated - '

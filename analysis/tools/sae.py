@@ -6,7 +6,7 @@ used latents fire on."""
 import dataclasses
 import os
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import flax
 import jax
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.measures import sparse_autoencoder, uncertainty
+from analysis.measures import sae_files, sparse_autoencoder, uncertainty
 from analysis.reporting import plots
 from analysis.runtime import features
 from analysis.runtime.estimate import Amounts, Work
@@ -24,6 +24,7 @@ from vit_jax.errors import ConfigError
 from vit_jax.models.family import SCALES, SHIFTS
 
 SHOWN_IMAGES = 4  # top images drawn per studied latent
+SPLICES = ('clean', 'spliced', 'zero_ablated')  # the site as it is, reconstructed, zeroed
 ENCODE_CHUNK = 4096  # training tokens encoded at a time, for the latents' firing rates
 
 
@@ -51,23 +52,44 @@ class Options:
   sae_format: str = option('npz', 'The dictionary\'s file: npz, or safetensors (its spec and '
                            'site in the header, for PyTorch code).',
                            choices=sparse_autoencoder.FORMATS)
+  sae_load: str = option('', 'A trained dictionary to measure instead of training one: this '
+                         'tool\'s .npz or .safetensors, saev\'s file or ViT-Prisma\'s .pt (its '
+                         'config.json beside it), read with the forward pass of the code that '
+                         'wrote it; its site is the file\'s where it names one, else '
+                         '--sae_site.')
+
+  def __post_init__(self):
+    if self.sae_load:  # read once here, so a bad file is named before any tool runs
+      if not os.path.isfile(self.sae_load):
+        raise ConfigError(f'--sae_load={self.sae_load}: no such file.')
+      try:
+        sae_files.read(self.sae_load)
+      except (ValueError, OSError, RuntimeError) as error:
+        raise ConfigError(f'--sae_load: {error}') from None
 
 
-def site_of(subject: Subject, options: Options) -> Tuple[str, str]:
+def site_of(subject: Subject, options: Options, about: Optional[Dict[str, str]] = None
+            ) -> Tuple[str, str]:
   """(label, sown name) of the stream entry the SAE reads.
 
   Args:
     subject: the model.
     options: the tool's options.
+    about: what a loaded dictionary's file says of it (`sae_files.read`).
 
   Returns:
-    The site.
+    The site: --sae_site, else the loaded file's, else the middle entry.
 
   Raises:
-    ConfigError: a --sae_site the model does not have, naming those it has.
+    ConfigError: a --sae_site the model does not have, naming those it has, or a
+      loaded dictionary trained on no residual-stream entry, without --sae_site.
   """
   labels = list(subject.layers.labels)
-  label = options.sae_site or labels[len(labels) // 2]
+  about = about or {}
+  if not options.sae_site and about.get('hook_point') and 'site' not in about:
+    raise ConfigError(f'{options.sae_load} was trained on {about["hook_point"]}, which is no '
+                      'residual-stream entry: give --sae_site to apply it to one anyway.')
+  label = options.sae_site or about.get('site') or labels[len(labels) // 2]
   if label not in labels:
     raise ConfigError(f'--sae_site={label} is not a residual-stream entry of {subject.label}; '
                       f'its entries: {", ".join(labels)}.')
@@ -131,51 +153,62 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   Returns:
     The model's JSON.
   """
-  label, name = site_of(subject, options)
+  loaded = sae_files.read(options.sae_load) if options.sae_load else None
+  label, name = site_of(subject, options, loaded[2] if loaded else None)
   pool = np.concatenate([_tokens(subject, name, images)[0] for images, _ in batches('train')])
-  spec = spec_of(options, pool.shape[1])
-  rng = np.random.default_rng(0)
-  draws = (pool[rng.integers(0, len(pool), options.sae_batch)] for _ in range(options.sae_steps))
-  trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
-  params = trained.params
+  if loaded:
+    params, spec, _ = loaded
+    if params['W_enc'].shape[0] != pool.shape[1]:
+      raise ConfigError(f'{options.sae_load} reads activations {params["W_enc"].shape[0]} wide; '
+                        f'{label} of {subject.label} is {pool.shape[1]} wide: give the model it '
+                        'was trained on, or its site with --sae_site.')
+  else:
+    spec = spec_of(options, pool.shape[1])
+    rng = np.random.default_rng(0)
+    draws = (pool[rng.integers(0, len(pool), options.sae_batch)]
+             for _ in range(options.sae_steps))
+    trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
+    params = trained.params
   encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
+  reconstruct = jax.jit(lambda x: sparse_autoencoder.reconstruct(params, x, spec))
   fired = sum(np.asarray(encode(jnp.asarray(pool[i:i + ENCODE_CHUNK])) > sparse_autoencoder.FIRING
                          ).sum(axis=0) for i in range(0, len(pool), ENCODE_CHUNK))
   studied = _studied_latents(fired / len(pool), options.sae_features)
 
-  held, images_seen, labels_seen, clean_seen, losses, right = [], [], [], [], {}, {}
-  steered = {latent: [] for latent in studied}
+  head = bool(subject.config.num_classes)  # a headless model: no loss, no logit effects
+  held, images_seen, labels_seen = [], [], []
+  outputs = {kind: [] for kind in SPLICES} if head else {}
+  steered = {latent: [] for latent in studied} if head else {}
   for images, labels in batches('eval'):
     tokens, value = _tokens(subject, name, images)
-    latents = encode(jnp.asarray(tokens))
-    recon = np.asarray(sparse_autoencoder.decode(params, latents))
+    recon, latents = reconstruct(jnp.asarray(tokens))
     held.append((tokens, np.asarray(latents)))
     images_seen.append(images)
     labels_seen.append(np.asarray(labels))
-    spliced = _spliced(value, recon, subject.has_cls, subject.registers)
-    logits = {'clean': subject.logits(images),
-              'spliced': subject.edited_logits(images, _edits(name, **spliced)),
-              'zero_ablated': subject.edited_logits(images, _edits(
-                  name, spliced['scale'], np.zeros_like(spliced['shift'])))}
-    for kind, outputs in logits.items():
-      losses.setdefault(kind, []).append(np.asarray(
-          optax.softmax_cross_entropy_with_integer_labels(outputs, labels)))
-      right.setdefault(kind, []).append(np.asarray(jnp.argmax(outputs, -1) == labels))
+    if not head:
+      continue
+    spliced = _spliced(value, np.asarray(recon), subject.has_cls, subject.registers)
+    for kind, logits in zip(SPLICES, (subject.logits(images), subject.edited_logits(
+        images, _edits(name, **spliced)), subject.edited_logits(images, _edits(
+            name, spliced['scale'], np.zeros_like(spliced['shift']))))):
+      outputs[kind].append(np.asarray(logits))
     for latent in studied:
       edited = sparse_autoencoder.steered(jnp.asarray(tokens), latents, params, latent,
-                                          options.sae_feature_scale)
+                                          options.sae_feature_scale, spec)
       steered[latent].append(np.asarray(subject.edited_logits(images, _edits(
           name, **_spliced(value, np.asarray(edited), subject.has_cls, subject.registers)))))
-    clean_seen.append(np.asarray(logits['clean']))
   tokens = np.concatenate([t for t, _ in held])
   latents = np.concatenate([lat for _, lat in held])
   quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
-  clean_logits, labels = np.concatenate(clean_seen), np.concatenate(labels_seen)
-  loss = {k: float(np.mean(np.concatenate(v))) for k, v in losses.items()}
+  labels = np.concatenate(labels_seen)
+  logits = {kind: np.concatenate(v) for kind, v in outputs.items()}
+  loss = {kind: float(np.mean(optax.softmax_cross_entropy_with_integer_labels(v, labels)))
+          for kind, v in logits.items()}
+  accuracy = {kind: float(np.mean(np.argmax(v, -1) == labels)) for kind, v in logits.items()}
   # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
   # reconstruction takes back.
   # Undefined where the ablation leaves the loss as it is (nothing to take back).
-  added = loss['zero_ablated'] - loss['clean']
+  added = loss['zero_ablated'] - loss['clean'] if head else 0.
   recovered = (loss['zero_ablated'] - loss['spliced']) / added if added else None
   rate = (latents > sparse_autoencoder.FIRING).mean(axis=0)
   figures = [plots.histogram(
@@ -183,27 +216,32 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
       f'SAE latents\' firing rate at {label}: {subject.label}', 'log10 share of tokens fired on',
       logy=True, marks=[(np.log10(0.1), 'dense (10%)')])]
   per_image = latents.reshape(len(labels), -1, latents.shape[1]).mean(axis=1)
-  effects = [_effects(latent, clean_logits, np.concatenate(steered[latent]), labels,
-                      per_image[:, latent]) for latent in studied]
+  effects = [_effects(latent, logits['clean'], np.concatenate(steered[latent]), labels,
+                      per_image[:, latent]) for latent in studied if head]
   if studied:
     figures.append(_top_images(subject, np.concatenate(images_seen), latents, studied, label,
                                out))
+  if effects:
     figures.append(plots.heatmap(
         np.array([e['logit_change'] for e in effects]), figure_path(out, 'sae_effects', subject),
         f'Class logits with SAE latents x{options.sae_feature_scale:g} at {label}: '
         f'{subject.label}', 'class', 'latent', vmin=None, vmax=None,
         ylabels=[f'latent {latent}' for latent in studied],
         colorbar_label='mean change of the logit'))
-  dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
-  sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
-                                                'model': subject.config.name,
-                                                'normalisation': 'none'})
+  if loaded:
+    dictionary = options.sae_load
+  else:
+    dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
+    sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
+                                                  'model': subject.config.name,
+                                                  'normalisation': 'none'})
   return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
-          'steps': options.sae_steps, 'training_tokens': int(len(pool)),
+          **({} if loaded else {'trained_architecture': spec.architecture}),
+          'encoder': spec.encoder, 'normalisation': spec.normalisation,
+          'source': loaded[2].get('source', 'this project') if loaded else 'trained here',
+          'steps': 0 if loaded else options.sae_steps, 'training_tokens': int(len(pool)),
           'evaluation_tokens': int(len(tokens)), **quality,
-          'loss': loss, 'accuracy': {k: float(np.mean(np.concatenate(v)))
-                                     for k, v in right.items()},
-          'loss_recovered': recovered, 'feature_scale': options.sae_feature_scale,
+          'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered, 'feature_scale': options.sae_feature_scale,
           'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
 
 
@@ -283,12 +321,15 @@ def _top_images(subject: Subject, images: np.ndarray, latents: np.ndarray,
 
 
 def _findings(label, r, q):
-  return [f'{label}: at {r["site"]}, a {r["architecture"]} SAE of {r["latents"]} latents '
+  source = r.get('source', 'trained here')
+  read = '' if source in ('trained here', 'this project') else f' read from {source}\'s file'
+  return [f'{label}: at {r["site"]}, a {r["architecture"]} SAE of {r["latents"]} latents{read} '
           'explains ', q('fve'), ' of the held-out tokens\' variance with L0 ', q('l0'), '; ',
-          q('dead'), ' of its latents are dead and ', q('dense'), ' dense; spliced in, it '
-          'recovers ', q('loss_recovered'), ' of the loss a zero ablation adds (loss ',
-          q('loss', 'clean'), ' clean, ', q('loss', 'spliced'), ' spliced, ',
-          q('loss', 'zero_ablated'), ' ablated)'] + (r['features'] and [
+          q('dead'), ' of its latents are dead and ', q('dense'), ' dense'] + ([
+              '; spliced in, it recovers ', q('loss_recovered'), ' of the loss a zero '
+              'ablation adds (loss ', q('loss', 'clean'), ' clean, ', q('loss', 'spliced'),
+              ' spliced, ', q('loss', 'zero_ablated'), ' ablated)'] if r['loss'] else [
+              '; the model has no classifier head, so no loss is spliced']) + (r['features'] and [
               f'; its latent {r["features"][0]["latent"]} (the most used one that is not '
               f'dense) times {r["feature_scale"]:g} changes accuracy by minus ',
               q('features', 0, 'accuracy_drop'), ', with a class selectivity of ',
@@ -312,7 +353,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
     The work.
   """
   return Work({'forward': (5 + options.sae_features) * amounts.batches}, {'forward': 3},
-              host={SAE_STEP: options.sae_steps})
+              host={SAE_STEP: 0 if options.sae_load else options.sae_steps})
 
 
 SAE_STEP = 'SAE training step'
@@ -334,6 +375,8 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   Returns:
     Seconds per unit, by the unit's name.
   """
+  if options.sae_load:  # nothing to train
+    return {SAE_STEP: 0.}
   _, name = site_of(subject, options)
   tokens, _ = _tokens(subject, name, images)
   spec = spec_of(options, tokens.shape[1])
@@ -356,6 +399,6 @@ TOOL = register(Tool(
              '(loss recovered, SAELens\' CE loss score).',
     paper='Not from the two papers: the tool interpretability work on vision models uses '
           'since 2024 (OpenAI\'s TopK SAEs, SAELens, saev), on the same sites.',
-    run=run_sae, options=Options, findings=each_model(_findings), reads_logits=True,
+    run=run_sae, options=Options, findings=each_model(_findings),
     work=work, host_prices=host_prices, shortened_by=('sae_steps',),
     minimum='200 training steps'))
