@@ -297,6 +297,7 @@ def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
   assert spec.width == result['latents'] and about['site'] == result['site']
   assert result['dictionary'].endswith('.npz') and about['normalisation'] == 'none'
   assert all(os.path.exists(path) for path in result['figures'])
+  assert any('sae_activations' in path for path in result['figures'])  # the studied latents'
   assert len(result['features']) <= 4 and result['feature_scale'] == 0.
   classes = np.asarray(subjects['vit'].logits(next(batches('eval'))[0])).shape[-1]
   for effect in result['features']:

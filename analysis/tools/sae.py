@@ -221,6 +221,13 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   if studied:
     figures.append(_top_images(subject, np.concatenate(images_seen), latents, studied, label,
                                out))
+    firing = {f'latent {j}': latents[latents[:, j] > sparse_autoencoder.FIRING, j]
+              for j in studied}
+    if any(len(v) for v in firing.values()):
+      figures.append(plots.histogram(
+          firing, figure_path(out, 'sae_activations', subject),
+          f'Activations of SAE latents where they fire, at {label}: {subject.label}',
+          'activation', logy=True))
   if effects:
     figures.append(plots.heatmap(
         np.array([e['logit_change'] for e in effects]), figure_path(out, 'sae_effects', subject),
