@@ -216,7 +216,8 @@ def test_files_none_of_them_wrote_are_named(tmp_path, write, says):
 
 def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects, tmp_path):
   """A saev ReLU SAE with W_enc = [I, -I], W_dec its transpose, no biases:
-  relu(x) - relu(-x) = x at every token, so splicing it in changes no loss."""
+  relu(x) - relu(-x) = x at every token, so splicing it in changes no loss; and
+  ablating a latent that never fires changes no logit."""
   from analysis.tools import sae as tool
   from helpers import batches
   from vit_jax.errors import ConfigError
@@ -224,8 +225,12 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   site = subject.layers.labels[1]
   width = tool._tokens(subject, subject.layers.stream[1], next(batches('eval'))[0])[0].shape[1]
   eye = np.eye(width, dtype=np.float32)
-  state = {'W_enc': np.concatenate([eye, -eye], 1), 'b_enc': np.zeros(2 * width, np.float32),
-           'W_dec': np.concatenate([eye, -eye], 0), 'b_dec': np.zeros(width, np.float32)}
+  # Latent 2 * width never fires (no weights, bias -1) and decodes to a direction of
+  # its own: ablating it changes nothing.
+  state = {'W_enc': np.concatenate([eye, -eye, np.zeros((width, 1), np.float32)], 1),
+           'b_enc': np.concatenate([np.zeros(2 * width), [-1.]]).astype(np.float32),
+           'W_dec': np.concatenate([eye, -eye, np.ones((1, width), np.float32)], 0),
+           'b_dec': np.zeros(width, np.float32)}
   path = str(tmp_path / 'identity.pt')
   write_saev_file(path, state, {'schema': 5, 'cfg': {'activation': {'cls': 'Relu', 'params': {}}}})
   options = tool.Options(sae_load=path, sae_site=site, sae_features=1)
@@ -233,6 +238,16 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   assert result['source'] == 'saev' and result['steps'] == 0 and result['site'] == site
   assert result['fve'] == pytest.approx(1., abs=1e-5)
   assert result['loss']['spliced'] == pytest.approx(result['loss']['clean'], rel=1e-5)
+  params, spec, _ = sae_files.read(path)
+  images = next(batches('eval'))[0]
+  tokens, value = tool._tokens(subject, subject.layers.stream[1], images)
+  latents = sae.encode(params, jnp.asarray(tokens), spec)[0]
+  assert not np.asarray(latents[:, 2 * width]).any()
+  ablated = sae.steered(jnp.asarray(tokens), latents, params, 2 * width, 0., spec)
+  edits = tool._edits(subject.layers.stream[1], **tool._spliced(
+      value, np.asarray(ablated), subject.has_cls, subject.registers))
+  np.testing.assert_allclose(subject.edited_logits(images, edits), subject.logits(images),
+                             rtol=1e-5, atol=1e-6)
   with pytest.raises(ConfigError, match='no such file'):
     tool.Options(sae_load=str(tmp_path / 'missing.pt'))
   wider = str(tmp_path / 'wider.pt')
