@@ -182,8 +182,9 @@ def read_vit_prisma(path: str
       normalisation=cfg.get('normalize_activations') or 'none')
   hook_point = str(cfg.get('hook_point', ''))
   site = _prisma_site(hook_point)
-  about = {'source': 'vit_prisma', 'hook_point': hook_point, 'model': str(cfg.get('model_name', '')),
-           'normalisation': spec.normalisation, **({'site': site} if site else {})}
+  about = {'source': 'vit_prisma', 'hook_point': hook_point,
+           'model': str(cfg.get('model_name', '')), 'normalisation': spec.normalisation,
+           **({'site': site} if site else {})}
   return params, spec, about
 
 

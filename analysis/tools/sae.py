@@ -248,7 +248,8 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
           'source': loaded[2].get('source', 'this project') if loaded else 'trained here',
           'steps': 0 if loaded else options.sae_steps, 'training_tokens': int(len(pool)),
           'evaluation_tokens': int(len(tokens)), **quality,
-          'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered, 'feature_scale': options.sae_feature_scale,
+          'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered,
+          'feature_scale': options.sae_feature_scale,
           'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
 
 
