@@ -200,6 +200,22 @@ def test_rows_of_a_seeded_sweep_are_named_by_their_recipes_rows():
   assert sweep.chosen_rows('seeds', ['seed0', 'seed1'], ['seed1']) == ['seed1']
 
 
+def test_the_sweeps_table_summarises_each_rows_seeds(tmp_path):
+  accuracy = {'global.seed0': 0.871, 'global.seed1': 0.862, 'global.seed2': 0.880,
+              'k3.seed0': 0.877, 'k3.seed1': 0.869, 'k5': 0.86}
+  results = [{'label': label, 'fields': {}, 'eval_accuracy': a, 'eval_loss': 0.4,
+              'wall_seconds': 60.} for label, a in accuracy.items()]
+  sweep.write_table('window', results, str(tmp_path))
+  table = (tmp_path / 'window.md').read_text()
+  runs = np.array([0.871, 0.862, 0.880])
+  sd = runs.std(ddof=1)
+  assert (f'| global | 3 | {100 * runs.mean():.2f}% | {100 * sd:.2f} points | '
+          f'{100 * sd / np.sqrt(3):.2f} points |') in table
+  assert '| k3 | 2 | 87.30% |' in table and '| k5 | ' not in table.split('| row | seeds')[1]
+  assert sweep.recipe_row('seed3') == '' and sweep.recipe_row('noseed3') == 'noseed3'
+  assert sweep.seeds_table(results[-1:]) == []
+
+
 def test_a_row_started_from_another_row_starts_from_its_seed():
   from configs import finetune_cases
   recipe = finetune_cases.get_config()

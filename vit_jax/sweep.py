@@ -25,6 +25,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
+import numpy as np
 from absl import flags
 
 from vit_jax import entry, loop, settings
@@ -119,6 +120,46 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
   return result
 
 
+def recipe_row(label: str) -> str:
+  """The recipe's row of a row trained once per seed (`with_seeds`): 'vit-6%' for
+  'vit-6%.seed1', '' for a training recipe's 'seed1'; any other label itself.
+
+  Args:
+    label: a sweep row's label.
+
+  Returns:
+    The recipe's row.
+  """
+  return re.sub(r'(^|\.)seed\d+$', '', label)
+
+
+def seeds_table(results: List[Dict]) -> List[str]:
+  """Markdown lines summarising the runs of each recipe row trained with more than
+  one seed: the mean test accuracy, the standard deviation between the seeds and
+  the standard error of the mean (SD / sqrt(seeds)); none without such rows.
+
+  Args:
+    results: each row's result, in table order.
+
+  Returns:
+    The lines: a blank one, then the table.
+  """
+  groups: Dict[str, List[float]] = {}
+  for r in results:
+    if recipe_row(r['label']) != r['label']:
+      groups.setdefault(recipe_row(r['label']) or '(recipe)', []).append(r['eval_accuracy'])
+  groups = {row: accuracy for row, accuracy in groups.items() if len(accuracy) > 1}
+  if not groups:
+    return []
+  lines = ['', '| row | seeds | test accuracy, mean | SD between seeds | SE of the mean |',
+           '| --- | --- | --- | --- | --- |']
+  for row, accuracy in groups.items():
+    sd = float(np.std(accuracy, ddof=1))
+    lines.append(f'| {row} | {len(accuracy)} | {100 * np.mean(accuracy):.2f}% | '
+                 f'{100 * sd:.2f} points | {100 * sd / np.sqrt(len(accuracy)):.2f} points |')
+  return lines
+
+
 def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
   """The sweep's Markdown and CSV tables and its bar chart.
 
@@ -139,6 +180,7 @@ def write_table(name: str, results: List[Dict], workdir: str) -> List[str]:
     ece, brier = (f'{r[k]:.3f}' if k in r else '–' for k in CALIBRATION)
     lines.append(f"| {r['label']} | {fields} | {100 * r['eval_accuracy']:.1f}% | {ece} | "
                  f"{brier} | {r['wall_seconds'] / 60:.1f} min |")
+  lines += seeds_table(results)
   with open(paths[0], 'w') as f:
     f.write('\n'.join(lines) + '\n')
   with open(paths[1], 'w', newline='') as f:
@@ -214,14 +256,13 @@ def chosen_rows(name: str, labels: Sequence[str], rows: Optional[Sequence[str]])
   """
   if not rows:
     return list(labels)
-  of_seed = lambda label: re.sub(r'(^|\.)seed\d+$', '', label)
   unknown = [row for row in rows if row not in labels
-             and not any(row == of_seed(label) for label in labels)]
+             and not any(row == recipe_row(label) for label in labels)]
   if unknown:
-    recipe_rows = list(dict.fromkeys(of_seed(label) or label for label in labels))
+    recipe_rows = list(dict.fromkeys(recipe_row(label) or label for label in labels))
     raise ConfigError(f'--rows names {", ".join(unknown)}, not a row of sweep {name!r}; its '
                       f'rows: {", ".join(recipe_rows)}.')
-  return [label for label in labels if label in rows or of_seed(label) in rows]
+  return [label for label in labels if label in rows or recipe_row(label) in rows]
 
 
 def run_sweep(config: ml_collections.ConfigDict, workdir: str,
