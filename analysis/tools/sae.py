@@ -226,8 +226,8 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
     if any(len(v) for v in firing.values()):
       figures.append(plots.histogram(
           firing, figure_path(out, 'sae_activations', subject),
-          f'Activations of SAE latents where they fire, at {label}: {subject.label}',
-          'activation', logy=True))
+          f'SAE latents\' activations at {label}: {subject.label}',
+          'activation where the latent fires', logy=True))
   if effects:
     figures.append(plots.heatmap(
         np.array([e['logit_change'] for e in effects]), figure_path(out, 'sae_effects', subject),
