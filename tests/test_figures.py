@@ -13,7 +13,7 @@ from analysis.__main__ import FLAGS  # the analysis command's flags
 from doc_snippets import ROOT
 
 PAGE = os.path.join(ROOT, 'docs', 'figures.md')
-STATUSES = ('reproduced', 'different finding', 'needs data', 'not yet')
+STATUSES = ('reproduced', 'different finding', 'inconclusive', 'needs data', 'not yet')
 PAPERS = {'An Image is Worth': 'ViT paper', 'Raghu et al.': 'Raghu et al.',
           'Park & Kim': 'Park & Kim', 'Darcet et al.': 'Darcet et al.'}
 RECIPE_FLAGS = ('config', 'config2')
@@ -128,7 +128,7 @@ def test_every_row_has_a_status_and_a_measurement_or_a_reason():
   assert {paper for paper, _ in found} == set(PAPERS.values())
   for paper, row in found:
     assert row['status'] in STATUSES, (paper, row['figure'], row['status'])
-    if row['status'] in ('reproduced', 'different finding'):
+    if row['status'] in ('reproduced', 'different finding', 'inconclusive'):
       assert row['measured here'] and row['command here'], (paper, row['figure'])
   figures = [(paper, row['figure']) for paper, row in found]
   assert len(figures) == len(set(figures)), 'a figure listed twice'
@@ -137,7 +137,7 @@ def test_every_row_has_a_status_and_a_measurement_or_a_reason():
 def test_the_summary_counts_the_rows():
   found = [row['status'] for _, row in rows()]
   said = re.search(r'Of the (\d+) rows: (\d+) reproduced, (\d+) different findings, (\d+) '
-                   r'need data, (\d+) not yet\.', _text())
+                   r'inconclusive, (\d+) need data, (\d+) not yet\.', _text())
   assert said, 'the summary line is missing'
   assert [int(n) for n in said.groups()] == [len(found)] + [found.count(s) for s in STATUSES]
 
