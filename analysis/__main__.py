@@ -176,7 +176,7 @@ def _row_runs(sweep_dir: str, row: str, seeds: Optional[Sequence[str]]) -> str:
   with `seeds` (`--seeds`) its runs' workdirs, comma-separated."""
   if not seeds:
     return os.path.join(sweep_dir, row)
-  return ','.join(os.path.join(sweep_dir, f'{row}.seed{seed}') for seed in seeds)
+  return ','.join(os.path.join(sweep_dir, sweep_rows.seeded_label(row, seed)) for seed in seeds)
 
 
 LAST = 'last'

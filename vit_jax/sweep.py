@@ -33,7 +33,7 @@ from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.cpu_devices import split_cpu_into_devices
 from vit_jax.errors import ConfigError, WorkdirError
-from vit_jax.sweep_rows import row_config
+from vit_jax.sweep_rows import recipe_row, row_config, seeded_label
 
 RESULT = 'result.json'
 ROW_PREFIX = 'row:'  # `pretrained='row:<label>'`: start from another row's trained parameters
@@ -118,19 +118,6 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
           f'({"; ".join(changed)}). Use a new workdir for the changed recipe, or delete '
           f'{os.path.dirname(path)} to train that row again.')
   return result
-
-
-def recipe_row(label: str) -> str:
-  """The recipe's row of a row trained once per seed (`with_seeds`): 'vit-6%' for
-  'vit-6%.seed1', '' for a training recipe's 'seed1'; any other label itself.
-
-  Args:
-    label: a sweep row's label.
-
-  Returns:
-    The recipe's row.
-  """
-  return re.sub(r'(^|\.)seed\d+$', '', label)
 
 
 def seeds_table(results: List[Dict]) -> List[str]:
@@ -231,8 +218,8 @@ def with_seeds(config: ml_collections.ConfigDict, seeds: Sequence[int]
       fields_seed = dict(fields, seed=seed)
       source = fields_seed.get('pretrained')
       if isinstance(source, str) and source.startswith(ROW_PREFIX):
-        fields_seed['pretrained'] = f'{source}.seed{seed}'
-      seeded.append((f'{label}.seed{seed}' if label else f'seed{seed}', fields_seed))
+        fields_seed['pretrained'] = seeded_label(source, seed)
+      seeded.append((seeded_label(label, seed), fields_seed))
   with config.unlocked():
     config.sweep = ml_collections.ConfigDict({'name': name, 'rows': seeded})
   return config

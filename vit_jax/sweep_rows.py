@@ -1,6 +1,8 @@
 """The rows of a sweep recipe: a training recipe plus `sweep.name` and
 `sweep.rows`, (label, fields) pairs whose fields override the recipe's.
 Imports no TensorFlow, so the analysis can read a row's recipe."""
+import re
+
 import ml_collections
 
 
@@ -30,3 +32,30 @@ def row_config(config: ml_collections.ConfigDict, label: str) -> ml_collections.
     else:
       row[key] = value
   return row
+
+
+def seeded_label(label: str, seed: int) -> str:
+  """The label of a row's run of one seed (`vit_jax.sweep --seeds`): 'vit-6%.seed1',
+  or 'seed1' for a training recipe (label '').
+
+  Args:
+    label: the recipe's row.
+    seed: the seed.
+
+  Returns:
+    The run's row label.
+  """
+  return f'{label}.seed{seed}' if label else f'seed{seed}'
+
+
+def recipe_row(label: str) -> str:
+  """The recipe's row of a row trained once per seed (`seeded_label`): 'vit-6%' for
+  'vit-6%.seed1', '' for a training recipe's 'seed1'; any other label itself.
+
+  Args:
+    label: a sweep row's label.
+
+  Returns:
+    The recipe's row.
+  """
+  return re.sub(r'(^|\.)seed\d+$', '', label)
