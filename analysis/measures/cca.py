@@ -90,11 +90,48 @@ def svcca(x: np.ndarray, y: np.ndarray, dims: Optional[int] = None,
   reduced = []
   for acts in (_neurons(x), _neurons(y)):
     _, s, v = np.linalg.svd(acts - acts.mean(axis=1, keepdims=True), full_matrices=False)
-    keep = dims or int(np.searchsorted(np.cumsum(s) / np.sum(s), kept_share) + 1)
-    keep = min(keep, len(s))
-    reduced.append((s[:keep, None] * v[:keep]).T)
+    reduced.append(top_directions(s, v.T, dims, kept_share))
   correlations, _ = canonical_correlations(*reduced, epsilon=epsilon)
   return float(np.mean(correlations))
+
+
+def top_directions(singular_values: np.ndarray, directions: np.ndarray,
+                   dims: Optional[int] = None, kept_share: float = 0.99) -> np.ndarray:
+  """SVCCA's reduction of one representation: its top singular directions over the
+  examples, each scaled by its singular value.
+
+  Args:
+    singular_values: the centred representation's singular values, largest first.
+    directions: (n, r) its singular vectors over the n examples, in that order.
+    dims: directions kept (None: by `kept_share`, as `svcca`).
+    kept_share: the share of the singular values' sum kept when `dims` is None.
+
+  Returns:
+    The (n, kept) reduced representation.
+  """
+  s = singular_values
+  keep = dims or int(np.searchsorted(np.cumsum(s) / np.sum(s), kept_share) + 1)
+  keep = min(keep, len(s))
+  return directions[:, :keep] * s[:keep]
+
+
+def reduced_from_gram(gram: np.ndarray, dims: Optional[int] = None,
+                      kept_share: float = 0.99) -> np.ndarray:
+  """`top_directions` from the centred linear Gram matrix, whose eigenvalues are the
+  squared singular values and whose eigenvectors the singular vectors over the
+  examples: for layers with more features than examples.
+
+  Args:
+    gram: the (n, n) Gram matrix of the centred features.
+    dims: directions kept (None: by `kept_share`).
+    kept_share: the share of the singular values' sum kept when `dims` is None.
+
+  Returns:
+    The (n, kept) reduced representation.
+  """
+  w, v = np.linalg.eigh(gram)
+  order = np.argsort(w)[::-1]
+  return top_directions(np.sqrt(np.maximum(w[order], 0.)), v[:, order], dims, kept_share)
 
 
 def pwcca(x: np.ndarray, y: np.ndarray, epsilon: float = 1e-10) -> float:

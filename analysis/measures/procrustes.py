@@ -32,3 +32,35 @@ def _unit(x: np.ndarray) -> np.ndarray:
   x = np.asarray(x, np.float64).reshape(len(x), -1)
   x = x - x.mean(axis=0, keepdims=True)
   return x / np.linalg.norm(x)
+
+
+def unit_root(gram: np.ndarray) -> np.ndarray:
+  """The square root of a centred linear Gram matrix scaled to unit trace: what
+  `distance_from_grams` takes of one representation (unit trace is the unit
+  Frobenius norm of the centred features).
+
+  Args:
+    gram: the (n, n) Gram matrix of the representation's centred features.
+
+  Returns:
+    The (n, n) symmetric square root of gram / trace(gram).
+  """
+  w, v = np.linalg.eigh(gram / np.trace(gram))
+  return (v * np.sqrt(np.maximum(w, 0.))) @ v.T
+
+
+def distance_from_grams(root_x: np.ndarray, gram_y: np.ndarray) -> float:
+  """`procrustes_distance` from n x n matrices, for layers with more features than
+  examples: ||X^T Y||_* of the unit-norm centred features is the sum of the square
+  roots of the eigenvalues of K_x^(1/2) K_y K_x^(1/2) (K the unit-trace Gram
+  matrices), so the distance is 2 - 2 sum(sqrt(eig)).
+
+  Args:
+    root_x: `unit_root` of the first representation's centred Gram matrix.
+    gram_y: the second representation's centred Gram matrix.
+
+  Returns:
+    The distance.
+  """
+  product = root_x @ (gram_y / np.trace(gram_y)) @ root_x
+  return float(2. - 2. * np.sum(np.sqrt(np.maximum(np.linalg.eigvalsh(product), 0.))))

@@ -92,9 +92,22 @@ def cka(gram_x: jax.Array, gram_y: jax.Array, unbiased: bool = False) -> jax.Arr
   Returns:
     The CKA, a scalar.
   """
-  gram_x, gram_y = center_gram(gram_x, unbiased), center_gram(gram_y, unbiased)
-  hsic = jnp.vdot(gram_x, gram_y)
-  return hsic / (jnp.linalg.norm(gram_x) * jnp.linalg.norm(gram_y))
+  return cka_of_centred(center_gram(gram_x, unbiased), center_gram(gram_y, unbiased))
+
+
+def cka_of_centred(centred_x: jax.Array, centred_y: jax.Array) -> jax.Array:
+  """CKA of two Gram matrices already centred by `center_gram` (either way): their
+  Frobenius inner product over the product of their norms.
+
+  Args:
+    centred_x: the (n, n) centred Gram matrix of one representation.
+    centred_y: that of the other, centred the same way.
+
+  Returns:
+    The CKA, a scalar.
+  """
+  hsic = jnp.vdot(centred_x, centred_y)
+  return hsic / (jnp.linalg.norm(centred_x) * jnp.linalg.norm(centred_y))
 
 
 def linear_cka(x: jax.Array, y: jax.Array, unbiased: bool = False) -> jax.Array:

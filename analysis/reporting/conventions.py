@@ -102,6 +102,44 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'cka', 'minibatch CKA', 'linear CKA from unbiased HSIC summed over minibatches',
         'Nguyen, Raghu & Kornblith (2021); Kornblith et al. (2019) CKA'),
     Convention(
+        'similarities', 'linear and debiased CKA',
+        'CKA of linear Gram matrices of the centred features, biased HSIC (linear) and '
+        'the unbiased HSIC of Song et al. (debiased), on all the images at once',
+        'google-research/google-research representation_similarity/Demo.ipynb, cka and '
+        'feature_space_linear_cka (debiased=True)'),
+    Convention(
+        'similarities', 'Procrustes distance',
+        'features centred, each representation scaled to unit Frobenius norm, then '
+        '2 - 2 ||X^T Y||_* (from n x n Gram matrices, the same number)',
+        'js-d/sim_metric dists/score_pair.py line 95 (score_local_pair) and dists/scoring.py '
+        'line 116 (procrustes)'),
+    Convention(
+        'similarities', 'mutual k-NN alignment',
+        'entries clipped at the 0.95 quantile of their absolute values, rows L2-normalised, '
+        'the k = 10 nearest by inner product without the image itself, the shared share '
+        'averaged over the images',
+        'minyoungg/platonic-rep metrics.py lines 55 (mutual_knn), 272 and 327',
+        'similarity_knn', '10', (('any other k', 'a larger or smaller neighbourhood'),)),
+    Convention(
+        'similarities', 'RSA',
+        'Spearman correlation of the upper triangles of the images\' correlation-distance '
+        'matrices (1 - Pearson correlation of their activity patterns)',
+        'Kriegeskorte, Mur & Bandettini 2008, Sec. 2 (no code is published with it)'),
+    Convention(
+        'similarities', 'SVCCA and PWCCA',
+        'SVCCA: the top singular directions holding 99% of the singular values\' sum, then '
+        'the mean canonical correlation; PWCCA: canonical correlations weighted by the '
+        'projection of the side with fewer neurons, on the channels averaged over positions',
+        'google/svcca cca_core.py line 217 (get_cca_similarity), pwcca.py line 28 '
+        '(compute_pwcca), tutorials/002 ("Average Pool")'),
+    Convention(
+        'similarities', 'standard errors',
+        'none published: the bootstrap over the images (20 draws with replacement; a copy '
+        'of an image is not its own neighbour, and pairs of copies are left out of RSA)',
+        'Efron & Tibshirani 1993; Kornblith et al. and Ding et al. report spreads over '
+        'training runs instead', 'similarity_resamples', '20',
+        (('any other count', 'more draws, a steadier standard error'),)),
+    Convention(
         'fourier', 'relative log amplitude',
         'log amplitude of the 2-D Fourier transform of the feature maps at frequencies '
         'along the diagonal, minus that at frequency 0', f'{PK} fourier_analysis.ipynb'),

@@ -5,6 +5,7 @@ line below.
 """
 from analysis.tool import TOOLS, Tool, register  # noqa: F401  (the registry, re-exported)
 from analysis.tools import cka  # noqa: F401
+from analysis.tools import similarities  # noqa: F401
 from analysis.tools import attention_distance  # noqa: F401
 from analysis.tools import head_cka  # noqa: F401
 from analysis.tools import norm_ratio  # noqa: F401

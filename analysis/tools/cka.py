@@ -103,7 +103,8 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
       'uniform representations',
       'ViT\'s representations are more uniform across depth than ResNet\'s, whose lower and '
       'higher layers differ (Raghu et al. Fig. 1).',
-      'mean CKA between distinct layers', models, within,
+      'mean CKA between distinct layers (one measure, minibatch linear CKA; the similarities '
+      'tool judges the claim under seven)', models, within,
       lambda label: (similarity.offdiag_mean(result['cka'][label]),
                      result['offdiag_mean_stderr'][label]))]
 

@@ -1,0 +1,223 @@
+"""Every layer against every other under several similarity measures, on one set of
+images, with bootstrap standard errors over the images.
+
+`summarise` reduces a layer's features on n images to what the measures read: the
+Gram matrix of its centred features (linear and debiased CKA, Procrustes, SVCCA),
+its representational dissimilarity matrix (RSA), the cosine similarities of its
+outlier-clipped features (mutual k-NN) and its channels averaged over positions
+(PWCCA). `values` computes every measure for the chosen layer pairs on the images
+an index draws: all of them in order (the estimate, equal to each measure's own
+function in `analysis.measures` on the features), or a bootstrap draw with
+replacement. On a draw, every feature is centred over the drawn images, pairs of
+one image drawn twice are left out of RSA's correlation, and an image's copies are
+not its neighbours; the clipping bound and SVCCA's and PWCCA's conventions are
+each measure's own.
+"""
+import dataclasses
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import jax
+import numpy as np
+import scipy.stats
+
+from analysis.measures import cca, neighbours, procrustes, rsa, similarity
+
+MEASURES = ('cka', 'debiased_cka', 'procrustes', 'mutual_knn', 'rsa', 'svcca', 'pwcca')
+TITLES = {'cka': 'linear CKA', 'debiased_cka': 'debiased linear CKA',
+          'procrustes': 'Procrustes distance', 'mutual_knn': 'mutual k-NN alignment',
+          'rsa': 'RSA (Spearman)', 'svcca': 'SVCCA', 'pwcca': 'PWCCA'}
+# Measures of one family share their construction and are not independent evidence.
+FAMILIES = {'cka': 'CKA', 'debiased_cka': 'CKA', 'procrustes': 'Procrustes',
+            'mutual_knn': 'mutual k-NN', 'rsa': 'RSA', 'svcca': 'CCA', 'pwcca': 'CCA'}
+DISTANCES = ('procrustes',)  # lower is more alike; the others: higher
+ASYMMETRIC = ('pwcca',)  # weighted by one side (`cca.pwcca`): both orders are computed
+_NEEDS = {'gram': ('cka', 'debiased_cka', 'procrustes', 'svcca'), 'rdm': ('rsa',),
+          'cosine': ('mutual_knn',), 'pooled': ('pwcca',)}
+
+Pair = Tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+  """What the measures read of one layer on n images (None: no chosen measure reads it)."""
+  gram: Optional[np.ndarray]  # (n, n) Gram matrix of the features centred over the images
+  rdm: Optional[np.ndarray]  # (n, n) 1 - Pearson correlation between images' patterns
+  cosine: Optional[np.ndarray]  # (n, n) cosine similarity of the outlier-clipped features
+  pooled: Optional[np.ndarray]  # (n, channels) the channels averaged over positions
+  norms: np.ndarray  # (n,) each image's centred-feature norm
+
+
+def check_measures(measures: Sequence[str]) -> None:
+  """Refuses an unknown measure in one sentence.
+
+  Args:
+    measures: measure names.
+
+  Raises:
+    ValueError: a name not in MEASURES.
+  """
+  unknown = [m for m in measures if m not in MEASURES]
+  if unknown or not measures:
+    raise ValueError(f'Unknown similarity measure {", ".join(unknown) or "(none given)"}; '
+                     f'use some of {", ".join(MEASURES)}.')
+
+
+def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
+              knn_quantile: float = 0.95) -> Layer:
+  """One layer's summary for `measures`.
+
+  Args:
+    x: (n, ...) the layer's features on n images.
+    pooled: (n, channels) its channels averaged over positions (google/svcca's
+      tutorial 002, "Average Pool", which makes layers of any grid comparable).
+    measures: the measures to be computed.
+    knn_quantile: `neighbours.clip_outliers`' quantile for mutual k-NN.
+
+  Returns:
+    The summary.
+  """
+  def needed(what):
+    return any(m in measures for m in _NEEDS[what])
+
+  flat = np.asarray(x, np.float64).reshape(len(x), -1)
+  centred = flat - flat.mean(axis=0, keepdims=True)
+  gram = rdm = cosine = None
+  if needed('gram'):
+    gram = centred @ centred.T
+  if needed('rdm'):
+    rdm = rsa.dissimilarity_matrix(flat).astype(np.float32)
+  if needed('cosine'):
+    clipped = neighbours.clip_outliers(flat, knn_quantile)
+    clipped = clipped / np.maximum(np.linalg.norm(clipped, axis=1, keepdims=True), 1e-12)
+    cosine = (clipped @ clipped.T).astype(np.float32)
+  pooled = np.asarray(pooled, np.float64).reshape(len(x), -1) if needed('pooled') else None
+  return Layer(gram, rdm, cosine, pooled, np.linalg.norm(centred, axis=1))
+
+
+class _Draw:
+  """One draw's per-layer quantities, each made once, when a measure first reads it."""
+
+  def __init__(self, layers: Sequence[Layer], index: np.ndarray, k: int):
+    self.layers, self.index, self.k = layers, index, k
+    self.copies = index[:, None] == index[None, :]  # the same image drawn twice (and i == i)
+    self.cache: Dict[Tuple[str, int], np.ndarray] = {}
+
+  def get(self, what: str, i: int) -> np.ndarray:
+    """Quantity `what` ('centred', 'debiased', 'root', 'directions', 'ranks',
+    'neighbours') of layer i on the drawn images."""
+    if (what, i) not in self.cache:
+      self.cache[what, i] = getattr(self, '_' + what)(i)
+    return self.cache[what, i]
+
+  def _take(self, matrix: np.ndarray) -> np.ndarray:
+    return matrix[np.ix_(self.index, self.index)]
+
+  def _centred(self, i: int) -> np.ndarray:
+    return np.asarray(similarity.center_gram(self._take(self.layers[i].gram)))
+
+  def _debiased(self, i: int) -> np.ndarray:
+    return np.asarray(similarity.center_gram(self._take(self.layers[i].gram), unbiased=True))
+
+  def _root(self, i: int) -> np.ndarray:
+    return procrustes.unit_root(self.get('centred', i))
+
+  def _directions(self, i: int) -> np.ndarray:
+    reduced = cca.reduced_from_gram(self.get('centred', i))
+    return reduced / np.linalg.norm(reduced, axis=0)
+
+  def _ranks(self, i: int) -> np.ndarray:
+    return scipy.stats.rankdata(self._take(self.layers[i].rdm)[np.triu(~self.copies, k=1)])
+
+  def _neighbours(self, i: int) -> np.ndarray:
+    cosine = np.where(self.copies, -1e8, self._take(self.layers[i].cosine))
+    nearest = np.argsort(-cosine, axis=1, kind='stable')[:, :self.k]
+    mask = np.zeros(cosine.shape, bool)
+    mask[np.arange(len(mask))[:, None], nearest] = True
+    return mask
+
+
+def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
+  """One measure of layers i and j on the draw's images."""
+  if measure in ('cka', 'debiased_cka'):
+    what = 'centred' if measure == 'cka' else 'debiased'
+    return float(similarity.cka_of_centred(draw.get(what, i), draw.get(what, j)))
+  if measure == 'procrustes':
+    return procrustes.distance_from_grams(draw.get('root', i), draw.get('centred', j))
+  if measure == 'svcca':  # the reduced directions are orthogonal and centred: CCA's whitening
+    # leaves them orthonormal, and the correlations are the singular values of their product
+    product = draw.get('directions', i).T @ draw.get('directions', j)
+    return float(np.mean(np.linalg.svd(product, compute_uv=False)))
+  if measure == 'pwcca':
+    pooled = draw.layers[i].pooled, draw.layers[j].pooled
+    return cca.pwcca(pooled[0][draw.index], pooled[1][draw.index])
+  if measure == 'rsa':
+    return float(np.corrcoef(draw.get('ranks', i), draw.get('ranks', j))[0, 1])
+  masks = draw.get('neighbours', i), draw.get('neighbours', j)
+  return float(np.sum(masks[0] & masks[1]) / (len(masks[0]) * draw.k))
+
+
+def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Sequence[Pair]]],
+           measures: Sequence[str], index: np.ndarray, k: int = 10) -> Dict[str, np.ndarray]:
+  """Every measure of every pair of layers on the images `index` draws.
+
+  Args:
+    layers: the layers' summaries over the same n images (`summarise`).
+    pairs: (i, j) indices into `layers`, for every measure or per measure; PWCCA
+      weighs layer i's side unless j keeps fewer neurons (`cca.pwcca`).
+    measures: the measures.
+    index: (n,) the drawn images; np.arange(n) for the estimate itself.
+    k: mutual k-NN's neighbours.
+
+  Returns:
+    measure -> (len(pairs),) values; NaN where a measure does not apply (PWCCA
+    with as many channels as images).
+  """
+  draw = _Draw(layers, np.asarray(index), k)
+  out = {}
+  with jax.enable_x64(True):
+    for measure in measures:
+      chosen = pairs[measure] if isinstance(pairs, Mapping) else pairs
+      row = np.full(len(chosen), np.nan)
+      for p, (i, j) in enumerate(chosen):
+        try:
+          row[p] = _pair_value(draw, measure, i, j)
+        except ValueError:  # CCA with no more images than channels
+          if measure != 'pwcca':
+            raise
+      out[measure] = row
+  return out
+
+
+def pwcca_applies(layers: Sequence[Layer]) -> str:
+  """Why PWCCA cannot be computed on some of `layers`, or ''.
+
+  Args:
+    layers: the summaries.
+
+  Returns:
+    The reason, a sentence, or ''.
+  """
+  n = len(layers[0].pooled)
+  widest = max(layer.pooled.shape[1] for layer in layers)
+  if widest < n:
+    return ''
+  return (f'PWCCA needs more images than channels: a layer has {widest} channels and {n} '
+          'images were analysed; its cells are left empty (give more --num_images)')
+
+
+def outlier_images(layers: Sequence[Layer], share: float) -> np.ndarray:
+  """The images among the `share` of largest centred-feature norm in any layer
+  (Davari et al. 2023's sensitivity of CKA to a few high-norm examples).
+
+  Args:
+    layers: the summaries.
+    share: the share of the images taken from each layer, at least one image.
+
+  Returns:
+    The images' indices, sorted.
+  """
+  count = max(1, int(np.ceil(share * len(layers[0].norms))))
+  chosen = set()
+  for layer in layers:
+    chosen.update(np.argsort(-layer.norms)[:count].tolist())
+  return np.array(sorted(chosen))

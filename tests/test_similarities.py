@@ -1,0 +1,203 @@
+"""Layer-by-layer similarity under several measures: each measure from the layers'
+summaries equals the measure's own function on the features, bootstrap draws
+treat an image's copies as the measures need, the standard error covers the
+population value, and the tool's matrices, checks and verdicts across measures."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.measures import (cca, layer_similarity, neighbours, procrustes, rsa, similarity,
+                               uncertainty)
+from analysis.reporting import verdict
+from analysis.runtime import features
+from analysis.tools import TOOLS, similarities
+from helpers import batches
+from vit_jax.errors import ConfigError
+
+
+def _layers(n=90, seed=0):
+  """Two related layers of n images: a (4, 4, 6) map and (5, 5, 8) tokens-like map."""
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, 4, 4, 6)) * np.linspace(0.5, 3., 6)
+  y = np.tanh(x.reshape(n, -1) @ rng.normal(size=(96, 200)) / 5).reshape(n, 5, 5, 8)
+  return x, y + 0.3 * rng.normal(size=y.shape)
+
+
+def _own(measure, x, y):
+  """The measure's own function on the features (PWCCA on the channels' means)."""
+  with jax.enable_x64(True):
+    return {'cka': lambda: float(similarity.linear_cka(x, y)),
+            'debiased_cka': lambda: float(similarity.linear_cka(x, y, unbiased=True)),
+            'procrustes': lambda: procrustes.procrustes_distance(x, y),
+            'mutual_knn': lambda: neighbours.mutual_knn(x, y),
+            'rsa': lambda: rsa.rsa(x, y), 'svcca': lambda: cca.svcca(x, y),
+            'pwcca': lambda: cca.pwcca(x.mean(axis=(1, 2)), y.mean(axis=(1, 2)))}[measure]()
+
+
+def _summaries(*xs):
+  return [layer_similarity.summarise(x, x.mean(axis=(1, 2)), layer_similarity.MEASURES)
+          for x in xs]
+
+
+@pytest.mark.parametrize('measure', layer_similarity.MEASURES)
+def test_each_measure_from_the_summaries_is_its_own_function(measure):
+  x, y = _layers()
+  found = layer_similarity.values(_summaries(x, y), [(0, 1), (0, 0)], [measure], np.arange(90))
+  np.testing.assert_allclose(found[measure][0], _own(measure, x, y), rtol=2e-6, atol=1e-9)
+  identical = 0. if measure in layer_similarity.DISTANCES else 1.
+  np.testing.assert_allclose(found[measure][1], identical, atol=1e-6)
+
+
+@pytest.mark.parametrize('measure', layer_similarity.MEASURES)
+def test_a_draw_in_another_order_is_the_same_sample(measure):
+  """Every measure ignores the order of the images: a permutation of all of them is
+  the estimate itself, and a draw without repeats is the measure on the drawn
+  images' features (mutual k-NN's clipping bound being that of all the images)."""
+  x, y = _layers()
+  layers = _summaries(x, y)
+  order = np.random.default_rng(1).permutation(90)
+  found = layer_similarity.values(layers, [(0, 1)], [measure], order)[measure][0]
+  np.testing.assert_allclose(found, _own(measure, x, y), rtol=2e-6, atol=1e-9)
+  part = order[:60]
+  found = layer_similarity.values(layers, [(0, 1)], [measure], part)[measure][0]
+  if measure == 'mutual_knn':  # clipped at the bound of all the images, not the draw's
+    clipped = [neighbours.clip_outliers(v.reshape(90, -1))[part] for v in (x, y)]
+    expected = neighbours.mutual_knn(*clipped, quantile=1)
+  else:
+    expected = _own(measure, x[part], y[part])
+  np.testing.assert_allclose(found, expected, rtol=2e-6, atol=1e-9)
+
+
+def test_an_images_copies_are_not_its_neighbours_and_not_an_rsa_pair():
+  """Drawn twice, an image's copies would be each other's nearest neighbours in every
+  layer and would add pairs of distance 0 to RSA: the draw leaves both out, so a
+  draw of every image twice measures what the images once do."""
+  x, y = _layers()
+  layers = _summaries(x, y)
+  twice = np.repeat(np.arange(90), 2)
+  once = layer_similarity.values(layers, [(0, 1)], ['mutual_knn', 'rsa'], np.arange(90))
+  found = layer_similarity.values(layers, [(0, 1)], ['mutual_knn', 'rsa'], twice, k=20)
+  # each image's 20 nearest among the copies are its 10 nearest others, each twice
+  np.testing.assert_allclose(found['mutual_knn'], once['mutual_knn'], rtol=1e-12)
+  expected = rsa.rsa(x[twice], y[twice])  # with the 90 pairs of copies, at distance 0
+  assert abs(found['rsa'][0] - expected) > 1e-4
+  np.testing.assert_allclose(found['rsa'], once['rsa'], rtol=1e-8)
+
+
+def test_the_bootstrap_error_covers_the_population_value():
+  """Debiased CKA (unbiased HSIC, so no drift with n) of y = x A + noise: over 40
+  samples of 120 images, the estimate lies within two bootstrap standard errors of
+  the value on 20,000 images in about 95% of them."""
+  rng = np.random.default_rng(0)
+  mixing = rng.normal(size=(6, 6))
+
+  def sample(n):
+    x = rng.normal(size=(n, 1, 1, 6))
+    return x, x @ mixing + 2 * rng.normal(size=(n, 1, 1, 6))
+
+  population = _own('debiased_cka', *sample(20000))
+  covered = 0
+  for seed in range(40):
+    layers = _summaries(*sample(120))
+
+    def statistic(index):
+      return layer_similarity.values(layers, [(0, 1)], ['debiased_cka'], index)['debiased_cka']
+    value = statistic(np.arange(120))[0]
+    stderr = uncertainty.bootstrap_stderr(statistic, 120, 30, seed=seed)[0]
+    covered += abs(value - population) <= 2 * stderr
+  assert 33 <= covered <= 40, covered
+
+
+def test_the_outlier_images_are_each_layers_largest_norms():
+  x, y = _layers()
+  x[7] *= 10
+  y[3] *= 10
+  layers = _summaries(x, y)
+  assert layer_similarity.outlier_images(layers, 0.01).tolist() == [3, 7]
+
+
+def test_measures_are_checked():
+  with pytest.raises(ValueError, match='Unknown similarity measure cca; use some of cka'):
+    layer_similarity.check_measures(['cka', 'cca'])
+  with pytest.raises(ConfigError, match='--similarity_measures: Unknown similarity measure'):
+    similarities.Options(similarity_measures='cka,bleu')
+  with pytest.raises(ConfigError, match='--similarity_outliers is 0.5'):
+    similarities.Options(similarity_outliers=0.5)
+  assert similarities.Options(similarity_measures='rsa, cka').measures == ('rsa', 'cka')
+
+
+def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
+  """Matrices per measure within and between models, their standard errors, the
+  checks (the twin ViT's layers against the ViT's, the outlier images) and one
+  figure per measure; a second ViT of the same architecture is the seed twin."""
+  vit, bit = subjects['vit'], subjects['bit']
+  twin = features.Subject('twin', vit.config, jax.tree_util.tree_map(
+      lambda p: p * 1.01, vit.params), vit.image_size, vit.recipe)
+  options = similarities.Options(similarity_resamples=3, similarity_knn=5)
+  result = TOOLS['similarities'].run([vit, twin, bit], batches, str(tmp_path), options)
+  json.dumps(result)
+  assert result['measures'] == list(layer_similarity.MEASURES) and result['num_examples'] == 36
+  keys = {'vit', 'twin', 'bit', 'vit vs twin', 'vit vs bit', 'twin vs bit'}
+  for m in layer_similarity.MEASURES:
+    assert set(result['similarity'][m]) == keys == set(result['stderr'][m])
+    within = np.array(result['similarity'][m]['vit'])
+    assert within.shape == (5, 5) and np.array(result['similarity'][m]['vit vs bit']).shape == (5, 3)
+    if m != 'pwcca':
+      np.testing.assert_allclose(within, within.T, atol=1e-12)  # mirrored
+    errors = np.array(result['stderr'][m]['vit'])
+    # PWCCA on 36 images: a draw's repeats can leave its channels'
+    # covariance singular, and a cell with such draws has no standard error
+    assert np.all(errors >= 0) if m != 'pwcca' else not np.any(errors < 0)
+  np.testing.assert_allclose(np.diag(result['similarity']['cka']['vit']), 1., rtol=1e-9)
+  np.testing.assert_allclose(np.diag(result['similarity']['procrustes']['vit']), 0., atol=1e-6)
+  x = [np.concatenate([np.asarray(vit.intermediates(images, [name])[name])
+                       for images, _ in batches('eval')]) for name in vit.layers.stream[:2]]
+  np.testing.assert_allclose(result['similarity']['rsa']['vit'][0][1], rsa.rsa(*x), rtol=1e-5)
+  assert set(result['specificity']['cka']) == {'vit vs twin'}
+  assert set(result['correspondence']['cka']) == {'vit vs bit', 'twin vs bit'}
+  value, stderr = result['uniformity']['cka']['vit']
+  within = np.array(result['similarity']['cka']['vit'])
+  assert value == pytest.approx(within[~np.eye(5, dtype=bool)].mean()) and stderr > 0
+  assert 'pwcca' in result['not_applicable']  # the ResNet's 512 channels on 36 images
+  assert result['outliers']['images_left_out'] >= 1
+  assert all(os.path.exists(path) for path in result['figures'])
+  assert len(result['figures']) == len(layer_similarity.MEASURES)
+  with pytest.raises(ConfigError, match='--similarity_knn is 36, and 36 images'):
+    TOOLS['similarities'].run([vit, bit], batches, str(tmp_path),
+                              similarities.Options(similarity_knn=36))
+
+
+def _judged(kind):
+  return verdict.Verdict('', '', 'x', kind, '')
+
+
+@pytest.mark.parametrize('kinds, expected', [
+    (dict(cka=verdict.AGREES, debiased_cka=verdict.AGREES, rsa=verdict.INCONCLUSIVE),
+     verdict.INCONCLUSIVE),  # one family
+    (dict(cka=verdict.AGREES, rsa=verdict.AGREES, svcca=verdict.INCONCLUSIVE), verdict.AGREES),
+    (dict(cka=verdict.AGREES, rsa=verdict.AGREES, procrustes=verdict.DIFFERS),
+     verdict.INCONCLUSIVE),  # a dissent
+    (dict(cka=verdict.DIFFERS, procrustes=verdict.DIFFERS), verdict.DIFFERS),
+    (dict(cka=verdict.NOT_COMPARABLE, rsa=verdict.NOT_COMPARABLE), verdict.NOT_COMPARABLE)])
+def test_a_claim_is_reproduced_when_two_families_agree_and_none_differs(kinds, expected):
+  found = similarities.across_measures('f', 'c', {m: _judged(k) for m, k in kinds.items()})
+  assert found.verdict == expected
+  for kind in set(kinds.values()):
+    named = ', '.join(layer_similarity.TITLES[m] for m, k in kinds.items() if k == kind)
+    assert f'{kind}: {named}' in found.why
+  assert f'rests on {len(kinds)} measures' in found.why
+
+
+def test_verdicts_judge_each_measure_with_the_distance_turned_round():
+  """A ViT more uniform than a ResNet under CKA (higher) and Procrustes (lower)."""
+  result = {'layers': {'v': [], 'r': []}, 'measures': ['cka', 'procrustes'],
+            'uniformity': {'cka': {'v': [0.9, 0.01], 'r': [0.5, 0.01]},
+                           'procrustes': {'v': [0.1, 0.01], 'r': [0.6, 0.01]}},
+            'correspondence': {'cka': {'v vs r': [1., 0.]}, 'procrustes': {'v vs r': [0.25, 0.1]}}}
+  models = {'v': {'architecture': 'transformer'}, 'r': {'architecture': 'convnet'}}
+  uniform, matched = similarities.verdicts(result, models)
+  assert uniform.verdict == verdict.AGREES
+  assert matched.verdict == verdict.INCONCLUSIVE and 'differs: Procrustes' in matched.why
