@@ -299,19 +299,26 @@ def findings(result: Mapping, q) -> Dict[str, list]:
   Returns:
     Text fragments per caption key.
   """
+  def stated(name, m, key):  # a value and its error, or words where there is none
+    value, stderr = (np.nan if v is None else v for v in result[name][m][key])
+    if not np.isfinite(value):
+      return ['no value']
+    if not np.isfinite(stderr):
+      return [q(name, m, key, 0), ' (spread unknown)']
+    return [q(name, m, key, 0), ' ± ', q(name, m, key, 1)]
+
   out = {}
   for m in result['measures']:
     parts = [f'{M.TITLES[m]}: mean between distinct layers']
     for i, label in enumerate(result['uniformity'][m]):
-      parts += [', ' if i else ' ', f'{label} ', q('uniformity', m, label, 0), ' ± ',
-                q('uniformity', m, label, 1)]
+      parts += [', ' if i else ' ', f'{label} ', *stated('uniformity', m, label)]
     for key in result['correspondence'][m]:
       parts += [f'; {key}: share of the convolutional layers best matched in the ViT\'s lower '
-                'half ', q('correspondence', m, key, 0), ' ± ', q('correspondence', m, key, 1)]
+                'half ', *stated('correspondence', m, key)]
     for key in result['specificity'][m]:
       parts += [f'; {key}: layers whose best match is the same layer ',
-                q('specificity', m, key, 0), ' ± ', q('specificity', m, key, 1)]
-    if 'outliers' in result:
+                *stated('specificity', m, key)]
+    if 'outliers' in result and result['outliers'][m]['cells']:
       parts += ['; without the ', q('outliers', 'images_left_out'), ' highest-norm images the '
                 'cells move by ', q('outliers', m, 'mean_change'), ' on average, ',
                 q('outliers', m, 'beyond_2se'), ' of ', q('outliers', m, 'cells'),
