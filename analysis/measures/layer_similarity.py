@@ -11,7 +11,9 @@ function in `analysis.measures` on the features), or a bootstrap draw with
 replacement. On a draw, every feature is centred over the drawn images, pairs of
 one image drawn twice are left out of RSA's correlation, and an image's copies are
 not its neighbours; the clipping bound and SVCCA's and PWCCA's conventions are
-each measure's own.
+each measure's own. The linear algebra runs on one BLAS thread: the n x n
+eigendecompositions gain little from a second, and threads that wait on each
+other on a busy machine made them up to a hundred times slower.
 """
 import dataclasses
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -19,6 +21,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 import scipy.stats
+import threadpoolctl
 
 from analysis.measures import cca, neighbours, procrustes, rsa, similarity
 
@@ -62,6 +65,7 @@ def check_measures(measures: Sequence[str]) -> None:
                      f'use some of {", ".join(MEASURES)}.')
 
 
+@threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
               knn_quantile: float = 0.95) -> Layer:
   """One layer's summary for `measures`.
@@ -156,6 +160,7 @@ def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
   return float(np.sum(masks[0] & masks[1]) / (len(masks[0]) * draw.k))
 
 
+@threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Sequence[Pair]]],
            measures: Sequence[str], index: np.ndarray, k: int = 10) -> Dict[str, np.ndarray]:
   """Every measure of every pair of layers on the images `index` draws.

@@ -416,13 +416,14 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   return found
 
 
-PAIRS_DRAW = 'layer pairs (one draw)'
+SUMMARIES, PAIRS_DRAW = 'layer summaries', 'layer pairs (one draw)'
 
 
 def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
-  """A pass over the evaluation split; the measures of every pair of layers on the
-  estimate, each bootstrap draw and the outlier check, priced as two models of this
-  one's size (four times its own pairs).
+  """A pass over the evaluation split and each layer's summary; the measures of
+  every pair of layers on the estimate, each bootstrap draw and the outlier check,
+  priced as two models of this one's size (twice its layers, about four times its
+  pairs).
 
   Args:
     subject: the model.
@@ -435,15 +436,16 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   layers = 2 * len(subject.layers.stream)
   draws = options.similarity_resamples + 1 + (options.similarity_outliers > 0)
   return Work({'forward': amounts.batches}, {'forward': 1},
-              host={PAIRS_DRAW: draws * layers * (layers + 1) / 2})
+              host={SUMMARIES: layers, PAIRS_DRAW: draws * layers * (layers + 1) / 2})
 
 
 def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Options,
                 amounts: Amounts) -> Dict[str, float]:
-  """Seconds of the measures on one pair of layers in one draw: timed on random
-  features of the subject's first and last layers' shapes at up to 200 images and
-  scaled to the command's images by the cube of their ratio (the eigendecompositions
-  and products of n x n matrices).
+  """Seconds of one layer's summary and of the measures on one pair of layers in one
+  draw, timed on random features of the subject's first and last layers' shapes:
+  the summaries at the command's number of images, the pairs at up to 400 images
+  (once to compile, then timed) and scaled to the command's by the cube of the
+  ratio (the eigendecompositions and products of n x n matrices).
 
   Args:
     subject: the model.
@@ -456,15 +458,25 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
     Seconds per unit, by the unit's name.
   """
   inter = subject.intermediates(images[:1], subject.layers.stream)
-  shapes = [np.shape(inter[name])[1:] for name in subject.layers.stream]
-  n = max(min(200, amounts.num_images), options.similarity_knn + 2)
+  shapes = [tuple(np.shape(inter[name])[1:]) for name in subject.layers.stream]
   random = np.random.RandomState(0)
+
+  def summaries(n):
+    return [M.summarise(x, _pooled(subject, x), options.measures) for x in
+            (random.normal(size=(n,) + shapes[i]).astype(np.float32) for i in (0, -1))]
+
   start = time.perf_counter()
-  layers = [M.summarise(x, _pooled(subject, x), options.measures) for x in
-            (random.normal(size=(n,) + tuple(shapes[i])).astype(np.float32) for i in (0, -1))]
-  M.values(layers, [(0, 1), (0, 0), (1, 1)], options.measures, random.randint(0, n, n),
-           options.similarity_knn)
-  return {PAIRS_DRAW: (time.perf_counter() - start) / 3 * (amounts.num_images / n) ** 3}
+  summaries(amounts.num_images)
+  per_layer = (time.perf_counter() - start) / 2
+  n = max(min(400, amounts.num_images), options.similarity_knn + 2)
+  layers, pairs = summaries(n), [(0, 1), (0, 0), (1, 1)]
+  timed = []
+  for _ in range(2):
+    start = time.perf_counter()
+    M.values(layers, pairs, options.measures, random.randint(0, n, n), options.similarity_knn)
+    timed.append(time.perf_counter() - start)
+  return {SUMMARIES: per_layer,
+          PAIRS_DRAW: timed[-1] / len(pairs) * (amounts.num_images / n) ** 3}
 
 
 TOOL = register(Tool(
