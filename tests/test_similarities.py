@@ -119,6 +119,25 @@ def test_the_outlier_images_are_each_layers_largest_norms():
   assert layer_similarity.outlier_images(layers, 0.01).tolist() == [3, 7]
 
 
+def test_pwcca_leaves_dependent_channels_and_too_few_images_empty_and_says_why():
+  """google/svcca's CCA has no value on channels that are linearly dependent over the
+  images (a ViT embedding averaged over positions, wider than a patch's pixels) or
+  on fewer images than channels: those cells are NaN, and the reason is given."""
+  rng = np.random.default_rng(0)
+  base = rng.normal(size=(200, 1, 1, 12))
+  dependent = base @ rng.normal(size=(12, 16))  # 16 channels of rank 12
+  layers = _summaries(base, dependent + 0.1, np.tanh(base))
+  found = layer_similarity.values(layers, [(0, 2), (1, 2), (0, 0)], ['pwcca'], np.arange(200))
+  assert np.isnan(found['pwcca'][1]) and not np.isnan(found['pwcca'][[0, 2]]).any()
+  assert layer_similarity.pwcca_gaps(layers, found['pwcca']) == (
+      'PWCCA left 1 of 3 layer pairs empty: a layer\'s channels averaged over positions are '
+      'linearly dependent over the images, where google/svcca\'s CCA has no value')
+  assert layer_similarity.pwcca_gaps(layers, found['pwcca'][[0, 2]]) == ''
+  few = _summaries(base[:10], np.tanh(base[:10]))
+  found = layer_similarity.values(few, [(0, 1)], ['pwcca'], np.arange(10))['pwcca']
+  assert 'a layer has 12 channels for 10 images' in layer_similarity.pwcca_gaps(few, found)
+
+
 def test_measures_are_checked():
   with pytest.raises(ValueError, match='Unknown similarity measure cca; use some of cka'):
     layer_similarity.check_measures(['cka', 'cca'])
@@ -144,7 +163,8 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
   for m in layer_similarity.MEASURES:
     assert set(result['similarity'][m]) == keys == set(result['stderr'][m])
     within = np.array(result['similarity'][m]['vit'])
-    assert within.shape == (5, 5) and np.array(result['similarity'][m]['vit vs bit']).shape == (5, 3)
+    assert within.shape == (5, 5)
+    assert np.array(result['similarity'][m]['vit vs bit']).shape == (5, 3)
     if m != 'pwcca':
       np.testing.assert_allclose(within, within.T, atol=1e-12)  # mirrored
     errors = np.array(result['stderr'][m]['vit'])
@@ -161,7 +181,10 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
   value, stderr = result['uniformity']['cka']['vit']
   within = np.array(result['similarity']['cka']['vit'])
   assert value == pytest.approx(within[~np.eye(5, dtype=bool)].mean()) and stderr > 0
-  assert 'pwcca' in result['not_applicable']  # the ResNet's 512 channels on 36 images
+  assert 'a layer has 512 channels for 36 images' in result['not_applicable']['pwcca']
+  kept = result['svcca_directions']
+  assert [len(kept[s.label]) for s in (vit, twin, bit)] == [5, 5, 3]
+  assert all(0 < k <= 36 for counts in kept.values() for k in counts)
   assert result['outliers']['images_left_out'] >= 1
   assert all(os.path.exists(path) for path in result['figures'])
   assert len(result['figures']) == len(layer_similarity.MEASURES)

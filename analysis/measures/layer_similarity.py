@@ -153,7 +153,8 @@ def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
     return float(np.mean(np.linalg.svd(product, compute_uv=False)))
   if measure == 'pwcca':
     pooled = draw.layers[i].pooled, draw.layers[j].pooled
-    return cca.pwcca(pooled[0][draw.index], pooled[1][draw.index])
+    with np.errstate(invalid='ignore'):  # dependent channels: NaN, then `pwcca_gaps`
+      return cca.pwcca(pooled[0][draw.index], pooled[1][draw.index])
   if measure == 'rsa':
     return float(np.corrcoef(draw.get('ranks', i), draw.get('ranks', j))[0, 1])
   masks = draw.get('neighbours', i), draw.get('neighbours', j)
@@ -174,8 +175,7 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
     k: mutual k-NN's neighbours.
 
   Returns:
-    measure -> (len(pairs),) values; NaN where a measure does not apply (PWCCA
-    with as many channels as images).
+    measure -> (len(pairs),) values; NaN where PWCCA has none (`pwcca_gaps`).
   """
   draw = _Draw(layers, np.asarray(index), k)
   out = {}
@@ -186,28 +186,59 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
       for p, (i, j) in enumerate(chosen):
         try:
           row[p] = _pair_value(draw, measure, i, j)
-        except ValueError:  # CCA with no more images than channels
-          if measure != 'pwcca':
+        except ValueError:  # CCA on too few images or dependent channels (`pwcca_gaps`);
+          if measure != 'pwcca':  # numpy's LinAlgError is a ValueError
             raise
       out[measure] = row
   return out
 
 
-def pwcca_applies(layers: Sequence[Layer]) -> str:
-  """Why PWCCA cannot be computed on some of `layers`, or ''.
+def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
+  """Why PWCCA left cells empty, or '' where it left none.
+
+  google/svcca's CCA needs more images than channels, and fails where a layer's
+  averaged channels are linearly dependent over the images (their covariance is
+  singular: the square root of its pseudo-inverse has negative eigenvalues from
+  rounding, and `cca_core` gives NaN or no convergence). A ViT's embedding averaged
+  over positions is such a layer when its width exceeds the pixels of a patch.
 
   Args:
     layers: the summaries.
+    row: PWCCA's values for the pairs, NaN where it could not be computed.
 
   Returns:
     The reason, a sentence, or ''.
   """
+  empty = int(np.sum(np.isnan(row)))
+  if not empty:
+    return ''
   n = len(layers[0].pooled)
   widest = max(layer.pooled.shape[1] for layer in layers)
-  if widest < n:
-    return ''
-  return (f'PWCCA needs more images than channels: a layer has {widest} channels and {n} '
-          'images were analysed; its cells are left empty (give more --num_images)')
+  if widest >= n:
+    cause = (f'it needs more images than channels, and a layer has {widest} channels for {n} '
+             'images (give more --num_images)')
+  else:
+    cause = ('a layer\'s channels averaged over positions are linearly dependent over the '
+             'images, where google/svcca\'s CCA has no value')
+  return f'PWCCA left {empty} of {len(row)} layer pairs empty: {cause}'
+
+
+@threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
+def svcca_directions(layers: Sequence[Layer]) -> list:
+  """How many directions SVCCA keeps of each layer on all the images (99% of the
+  singular values' sum). Two layers keeping together more than the n images share
+  at least that excess of directions exactly, so their SVCCA nears 1 whatever
+  they compute.
+
+  Args:
+    layers: the summaries (with Gram matrices).
+
+  Returns:
+    The counts, in the layers' order.
+  """
+  with jax.enable_x64(True):
+    return [cca.reduced_from_gram(np.asarray(similarity.center_gram(layer.gram))).shape[1]
+            for layer in layers]
 
 
 def outlier_images(layers: Sequence[Layer], share: float) -> np.ndarray:

@@ -245,11 +245,15 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   for name in ('uniformity', 'correspondence', 'specificity'):
     result[name] = {m: {key: [value, stats_stderr[m][name][key]]
                         for key, value in stats[m][name].items()} for m in measures}
-  if 'pwcca' in measures and M.pwcca_applies(layers):
-    result['not_applicable']['pwcca'] = M.pwcca_applies(layers)
+  if 'pwcca' in measures and M.pwcca_gaps(layers, estimate['pwcca']):
+    result['not_applicable']['pwcca'] = M.pwcca_gaps(layers, estimate['pwcca'])
   if options.similarity_outliers > 0:
     result['outliers'] = _outlier_check(layers, pairs, measures, k, estimate, stderr, blocks,
                                         size, options.similarity_outliers)
+  if 'svcca' in measures:  # directions above n / 2 a layer force shared ones (correlation 1)
+    kept = iter(M.svcca_directions(layers))
+    result['svcca_directions'] = {s.label: [next(kept) for _ in s.layers.stream]
+                                  for s in subjects}
   result['figures'] = [_figure(result, m, out) for m in measures]
   return result
 
@@ -323,6 +327,10 @@ def findings(result: Mapping, q) -> Dict[str, list]:
                 'cells move by ', q('outliers', m, 'mean_change'), ' on average, ',
                 q('outliers', m, 'beyond_2se'), ' of ', q('outliers', m, 'cells'),
                 ' beyond two standard errors']
+    if m == 'svcca':
+      kept = [k for counts in result['svcca_directions'].values() for k in counts]
+      parts += [f'; SVCCA keeps {min(kept)}-{max(kept)} directions of a layer on '
+                f'{result["num_examples"]} images']
     if m in result['not_applicable']:
       parts += [f' ({result["not_applicable"][m]})']
     out[m] = parts
