@@ -27,13 +27,14 @@ def _layers(n=90, seed=0):
 
 
 def _own(measure, x, y):
-  """The measure's own function on the features (PWCCA on the channels' means)."""
+  """The measure's own function on the features (PWCCA on the channels' means, SVCCA
+  keeping 20 directions, google/svcca's tutorial's count)."""
   with jax.enable_x64(True):
     return {'cka': lambda: float(similarity.linear_cka(x, y)),
             'debiased_cka': lambda: float(similarity.linear_cka(x, y, unbiased=True)),
             'procrustes': lambda: procrustes.procrustes_distance(x, y),
             'mutual_knn': lambda: neighbours.mutual_knn(x, y),
-            'rsa': lambda: rsa.rsa(x, y), 'svcca': lambda: cca.svcca(x, y),
+            'rsa': lambda: rsa.rsa(x, y), 'svcca': lambda: cca.svcca(x, y, dims=20),
             'pwcca': lambda: cca.pwcca(x.mean(axis=(1, 2)), y.mean(axis=(1, 2)))}[measure]()
 
 
@@ -45,7 +46,8 @@ def _summaries(*xs):
 @pytest.mark.parametrize('measure', layer_similarity.MEASURES)
 def test_each_measure_from_the_summaries_is_its_own_function(measure):
   x, y = _layers()
-  found = layer_similarity.values(_summaries(x, y), [(0, 1), (0, 0)], [measure], np.arange(90))
+  found = layer_similarity.values(_summaries(x, y), [(0, 1), (0, 0)], [measure], np.arange(90),
+                                  svcca_dims=20)
   np.testing.assert_allclose(found[measure][0], _own(measure, x, y), rtol=2e-6, atol=1e-9)
   identical = 0. if measure in layer_similarity.DISTANCES else 1.
   np.testing.assert_allclose(found[measure][1], identical, atol=1e-6)
@@ -59,16 +61,36 @@ def test_a_draw_in_another_order_is_the_same_sample(measure):
   x, y = _layers()
   layers = _summaries(x, y)
   order = np.random.default_rng(1).permutation(90)
-  found = layer_similarity.values(layers, [(0, 1)], [measure], order)[measure][0]
+  found = layer_similarity.values(layers, [(0, 1)], [measure], order, svcca_dims=20)[measure][0]
   np.testing.assert_allclose(found, _own(measure, x, y), rtol=2e-6, atol=1e-9)
   part = order[:60]
-  found = layer_similarity.values(layers, [(0, 1)], [measure], part)[measure][0]
+  found = layer_similarity.values(layers, [(0, 1)], [measure], part, svcca_dims=20)[measure][0]
   if measure == 'mutual_knn':  # clipped at the bound of all the images, not the draw's
     clipped = [neighbours.clip_outliers(v.reshape(90, -1))[part] for v in (x, y)]
     expected = neighbours.mutual_knn(*clipped, quantile=1)
   else:
     expected = _own(measure, x[part], y[part])
   np.testing.assert_allclose(found, expected, rtol=2e-6, atol=1e-9)
+
+
+def test_svcca_keeps_99_percent_and_leaves_pairs_that_must_share_directions_empty():
+  """By default SVCCA keeps the directions holding 99% of the singular values' sum
+  (Raghu et al. 2017), as `cca.svcca`; two layers keeping together as many
+  directions as there are images share some whatever they compute, and are left
+  empty with the reason."""
+  x, y = _layers(n=600)
+  layers = _summaries(x, y)
+  found = layer_similarity.values(layers, [(0, 1)], ['svcca'], np.arange(600))['svcca']
+  np.testing.assert_allclose(found, cca.svcca(x, y), rtol=1e-6)
+  kept = layer_similarity.svcca_directions(layers)
+  assert kept[0] < 96 and kept[1] < 200 and layer_similarity.svcca_gaps(kept, 600, found) == ''
+  few = _summaries(x[:150], y[:150])
+  found = layer_similarity.values(few, [(0, 1)], ['svcca'], np.arange(150))['svcca']
+  kept = layer_similarity.svcca_directions(few)
+  assert sum(kept) >= 150 and np.isnan(found[0])
+  assert layer_similarity.svcca_gaps(kept, 150, found).startswith(
+      f'SVCCA left 1 of 1 layer pairs empty: its layers keep {min(kept)}-{max(kept)} '
+      'directions on 150 images')
 
 
 def test_an_images_copies_are_not_its_neighbours_and_not_an_rsa_pair():
@@ -168,9 +190,10 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
     if m != 'pwcca':
       np.testing.assert_allclose(within, within.T, atol=1e-12)  # mirrored
     errors = np.array(result['stderr'][m]['vit'])
-    # PWCCA on 36 images: a draw's repeats can leave its channels'
-    # covariance singular, and a cell with such draws has no standard error
-    assert np.all(errors >= 0) if m != 'pwcca' else not np.any(errors < 0)
+    # PWCCA on 36 images: a draw's repeats can leave its channels' covariance
+    # singular; SVCCA's layers keep too many directions for 36 images: a cell with
+    # such draws has no standard error
+    assert np.all(errors >= 0) if m not in ('pwcca', 'svcca') else not np.any(errors < 0)
   np.testing.assert_allclose(np.diag(result['similarity']['cka']['vit']), 1., rtol=1e-9)
   np.testing.assert_allclose(np.diag(result['similarity']['procrustes']['vit']), 0., atol=1e-6)
   x = [np.concatenate([np.asarray(vit.intermediates(images, [name])[name])
@@ -182,6 +205,7 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
   within = np.array(result['similarity']['cka']['vit'])
   assert value == pytest.approx(within[~np.eye(5, dtype=bool)].mean()) and stderr > 0
   assert 'a layer has 512 channels for 36 images' in result['not_applicable']['pwcca']
+  assert result['not_applicable']['svcca'].startswith('SVCCA left')
   kept = result['svcca_directions']
   assert [len(kept[s.label]) for s in (vit, twin, bit)] == [5, 5, 3]
   assert all(0 < k <= 36 for counts in kept.values() for k in counts)

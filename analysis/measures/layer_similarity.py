@@ -101,8 +101,9 @@ def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
 class _Draw:
   """One draw's per-layer quantities, each made once, when a measure first reads it."""
 
-  def __init__(self, layers: Sequence[Layer], index: np.ndarray, k: int):
-    self.layers, self.index, self.k = layers, index, k
+  def __init__(self, layers: Sequence[Layer], index: np.ndarray, k: int,
+               svcca_dims: Optional[int]):
+    self.layers, self.index, self.k, self.svcca_dims = layers, index, k, svcca_dims
     self.copies = index[:, None] == index[None, :]  # the same image drawn twice (and i == i)
     self.cache: Dict[Tuple[str, int], np.ndarray] = {}
 
@@ -126,7 +127,7 @@ class _Draw:
     return procrustes.unit_root(self.get('centred', i))
 
   def _directions(self, i: int) -> np.ndarray:
-    reduced = cca.reduced_from_gram(self.get('centred', i))
+    reduced = cca.reduced_from_gram(self.get('centred', i), self.svcca_dims)
     return reduced / np.linalg.norm(reduced, axis=0)
 
   def _ranks(self, i: int) -> np.ndarray:
@@ -149,7 +150,10 @@ def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
     return procrustes.distance_from_grams(draw.get('root', i), draw.get('centred', j))
   if measure == 'svcca':  # the reduced directions are orthogonal and centred: CCA's whitening
     # leaves them orthonormal, and the correlations are the singular values of their product
-    product = draw.get('directions', i).T @ draw.get('directions', j)
+    directions = draw.get('directions', i), draw.get('directions', j)
+    if directions[0].shape[1] + directions[1].shape[1] >= len(draw.index):
+      return np.nan  # they share directions whatever the layers compute (`svcca_gaps`)
+    product = directions[0].T @ directions[1]
     return float(np.mean(np.linalg.svd(product, compute_uv=False)))
   if measure == 'pwcca':
     pooled = draw.layers[i].pooled, draw.layers[j].pooled
@@ -163,7 +167,8 @@ def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
 
 @threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Sequence[Pair]]],
-           measures: Sequence[str], index: np.ndarray, k: int = 10) -> Dict[str, np.ndarray]:
+           measures: Sequence[str], index: np.ndarray, k: int = 10,
+           svcca_dims: Optional[int] = None) -> Dict[str, np.ndarray]:
   """Every measure of every pair of layers on the images `index` draws.
 
   Args:
@@ -173,11 +178,15 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
     measures: the measures.
     index: (n,) the drawn images; np.arange(n) for the estimate itself.
     k: mutual k-NN's neighbours.
+    svcca_dims: SVCCA's directions per layer (`cca.svcca`'s `dims`; None: 99% of the
+      singular values' sum).
 
   Returns:
-    measure -> (len(pairs),) values; NaN where PWCCA has none (`pwcca_gaps`).
+    measure -> (len(pairs),) values; NaN where PWCCA has none (`pwcca_gaps`) and
+    where SVCCA's two layers keep as many directions as there are images
+    (`svcca_gaps`).
   """
-  draw = _Draw(layers, np.asarray(index), k)
+  draw = _Draw(layers, np.asarray(index), k, svcca_dims)
   out = {}
   with jax.enable_x64(True):
     for measure in measures:
@@ -224,21 +233,42 @@ def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
 
 
 @threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
-def svcca_directions(layers: Sequence[Layer]) -> list:
-  """How many directions SVCCA keeps of each layer on all the images (99% of the
-  singular values' sum). Two layers keeping together more than the n images share
-  at least that excess of directions exactly, so their SVCCA nears 1 whatever
-  they compute.
+def svcca_directions(layers: Sequence[Layer], dims: Optional[int] = None) -> list:
+  """How many directions SVCCA keeps of each layer on all the images.
 
   Args:
     layers: the summaries (with Gram matrices).
+    dims: `values`' `svcca_dims`.
 
   Returns:
     The counts, in the layers' order.
   """
   with jax.enable_x64(True):
-    return [cca.reduced_from_gram(np.asarray(similarity.center_gram(layer.gram))).shape[1]
+    return [cca.reduced_from_gram(np.asarray(similarity.center_gram(layer.gram)), dims).shape[1]
             for layer in layers]
+
+
+def svcca_gaps(kept: Sequence[int], n: int, row: np.ndarray) -> str:
+  """Why SVCCA left cells empty, or '' where it left none: two layers that keep
+  together as many directions as there are images share at least that excess of
+  directions in the images' space, each with canonical correlation 1, so their
+  SVCCA nears 1 whatever the layers compute.
+
+  Args:
+    kept: each layer's directions (`svcca_directions`).
+    n: the number of images.
+    row: SVCCA's values for the pairs, NaN where left empty.
+
+  Returns:
+    The reason, a sentence, or ''.
+  """
+  empty = int(np.sum(np.isnan(row)))
+  if not empty:
+    return ''
+  return (f'SVCCA left {empty} of {len(row)} layer pairs empty: its layers keep '
+          f'{min(kept)}-{max(kept)} directions on {n} images, and a pair keeping together as '
+          'many directions as images shares some whatever it computes (give more '
+          '--num_images, or fewer directions with --similarity_svcca_dims)')
 
 
 def outlier_images(layers: Sequence[Layer], share: float) -> np.ndarray:

@@ -131,7 +131,9 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'the mean canonical correlation; PWCCA: canonical correlations weighted by the '
         'projection of the side with fewer neurons, on the channels averaged over positions',
         'google/svcca cca_core.py line 217 (get_cca_similarity), pwcca.py line 28 '
-        '(compute_pwcca), tutorials/002 ("Average Pool")'),
+        '(compute_pwcca), tutorials/002 ("Average Pool")', 'similarity_svcca_dims', '0',
+        (('any count', 'SVCCA on that many directions per layer (google/svcca\'s tutorial 001 '
+          'keeps 20), for layers that keep nearly as many directions as there are images'),)),
     Convention(
         'similarities', 'standard errors',
         'none published: the bootstrap over the images (20 draws with replacement; a copy '

@@ -36,6 +36,10 @@ class Options:
       budget=Budget(minimum=5, order=0))
   similarity_knn: int = option(10, 'Mutual k-NN\'s neighbours per image (platonic-rep\'s '
                                'topk, 10 in their scripts).', least=1)
+  similarity_svcca_dims: int = option(
+      0, 'SVCCA\'s directions per layer: 0, those holding 99% of the singular values\' sum '
+      '(Raghu et al. 2017); a count, that many (google/svcca\'s tutorial 001 keeps 20).',
+      least=0)
   similarity_outliers: float = option(
       0.01, 'For the outlier check, the share of images of largest feature norm taken from '
       'each layer and left out together (Davari et al.); 0: no check.', least=0.)
@@ -205,6 +209,7 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
     The tool's JSON.
   """
   measures, k = options.measures, options.similarity_knn
+  dims = options.similarity_svcca_dims or None
   n = sum(len(images) for images, _ in batches('eval'))
   if 'mutual_knn' in measures and k >= n:
     raise ConfigError(f'--similarity_knn is {k}, and {n} images are analysed: give fewer '
@@ -216,13 +221,13 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   seconds, estimate = {}, {}
   for measure in measures:
     start = time.process_time()
-    estimate[measure] = M.values(layers, pairs, [measure], np.arange(n), k)[measure]
+    estimate[measure] = M.values(layers, pairs, [measure], np.arange(n), k, dims)[measure]
     seconds[measure] = (time.process_time() - start) / len(pairs[measure])
   matrices = {m: _matrices(pairs[m], estimate[m], blocks, size) for m in measures}
   stats = {m: statistics(matrices[m], m, subjects) for m in measures}
 
   def draw(index):
-    found = M.values(layers, pairs, measures, index, k)
+    found = M.values(layers, pairs, measures, index, k, dims)
     return np.concatenate([np.concatenate([found[m], _flat(statistics(
         _matrices(pairs[m], found[m], blocks, size), m, subjects))]) for m in measures])
 
@@ -248,22 +253,26 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   if 'pwcca' in measures and M.pwcca_gaps(layers, estimate['pwcca']):
     result['not_applicable']['pwcca'] = M.pwcca_gaps(layers, estimate['pwcca'])
   if options.similarity_outliers > 0:
-    result['outliers'] = _outlier_check(layers, pairs, measures, k, estimate, stderr, blocks,
-                                        size, options.similarity_outliers)
-  if 'svcca' in measures:  # directions above n / 2 a layer force shared ones (correlation 1)
-    kept = iter(M.svcca_directions(layers))
-    result['svcca_directions'] = {s.label: [next(kept) for _ in s.layers.stream]
+    result['outliers'] = _outlier_check(layers, pairs, estimate, stderr, blocks, size, options)
+  if 'svcca' in measures:
+    kept = M.svcca_directions(layers, dims)
+    it = iter(kept)
+    result['svcca_directions'] = {s.label: [next(it) for _ in s.layers.stream]
                                   for s in subjects}
+    if M.svcca_gaps(kept, n, estimate['svcca']):
+      result['not_applicable']['svcca'] = M.svcca_gaps(kept, n, estimate['svcca'])
   result['figures'] = [_figure(result, m, out) for m in measures]
   return result
 
 
-def _outlier_check(layers, pairs, measures, k, estimate, stderr, blocks, size, share) -> Dict:
+def _outlier_check(layers, pairs, estimate, stderr, blocks, size, options: Options) -> Dict:
   """Each measure without the images of largest norm (Davari et al.): how far its
   cells move, and in how many the move passes two bootstrap standard errors."""
+  measures, share = options.measures, options.similarity_outliers
   left_out = M.outlier_images(layers, share)
   kept = np.setdiff1d(np.arange(len(layers[0].norms)), left_out)
-  without = M.values(layers, pairs, measures, kept, k)
+  without = M.values(layers, pairs, measures, kept, options.similarity_knn,
+                     options.similarity_svcca_dims or None)
   check = {'share': share, 'images_left_out': len(left_out)}
   for m in measures:
     moved = np.abs(without[m] - estimate[m])
@@ -481,7 +490,8 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   timed = []
   for _ in range(2):
     start = time.perf_counter()
-    M.values(layers, pairs, options.measures, random.randint(0, n, n), options.similarity_knn)
+    M.values(layers, pairs, options.measures, random.randint(0, n, n), options.similarity_knn,
+             options.similarity_svcca_dims or None)
     timed.append(time.perf_counter() - start)
   return {SUMMARIES: per_layer,
           PAIRS_DRAW: timed[-1] / len(pairs) * (amounts.num_images / n) ** 3}
