@@ -238,6 +238,17 @@ def test_a_claim_is_reproduced_when_two_families_agree_and_none_differs(kinds, e
   assert f'rests on {len(kinds)} measures' in found.why
 
 
+def test_statistics_have_no_value_where_a_cell_is_empty(subjects):
+  """An empty cell leaves no most alike layer: the shares it would enter are NaN."""
+  vit, bit = subjects['vit'], subjects['bit']
+  across = np.arange(15.).reshape(5, 3)
+  found = similarities.statistics({'vit vs bit': across}, 'cka', [vit, bit])
+  assert found['correspondence'] == {'vit vs bit': 0.}  # the ResNet's best: the last layer
+  across[4, 0] = np.nan
+  found = similarities.statistics({'vit vs bit': across}, 'cka', [vit, bit])
+  assert np.isnan(found['correspondence']['vit vs bit'])
+
+
 def test_verdicts_judge_each_measure_with_the_distance_turned_round():
   """A ViT more uniform than a ResNet under CKA (higher) and Procrustes (lower)."""
   result = {'layers': {'v': [], 'r': []}, 'measures': ['cka', 'procrustes'],

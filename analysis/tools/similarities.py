@@ -141,6 +141,11 @@ def _matrices(pairs: Sequence[M.Pair], row: np.ndarray, blocks: Mapping[str, Tup
   return {key: full[rows, cols] for key, (rows, cols) in blocks.items()}
 
 
+def _share(chosen: np.ndarray, matrix: np.ndarray) -> float:
+  """The share of True in `chosen`; NaN where a cell of `matrix` is empty."""
+  return float('nan') if np.isnan(matrix).any() else float(np.mean(chosen))
+
+
 def _best(matrix: np.ndarray, measure: str, axis: int) -> np.ndarray:
   """The index of the most alike layer along `axis` (lowest distance, highest similarity)."""
   return (np.argmin if measure in M.DISTANCES else np.argmax)(matrix, axis=axis)
@@ -177,10 +182,10 @@ def statistics(matrices: Mapping[str, np.ndarray], measure: str, subjects: Seque
       vit_rows = kinds[0] == TRANSFORMER
       vit_layers = matrix.shape[0 if vit_rows else 1]
       best = _best(matrix, measure, axis=0 if vit_rows else 1)
-      out['correspondence'][key] = float(np.mean(best < head_cka.lower_half(vit_layers)))
+      out['correspondence'][key] = _share(best < head_cka.lower_half(vit_layers), matrix)
     if by_label[a].layers.labels == by_label[b].layers.labels:
       best = _best(matrix, measure, axis=1)
-      out['specificity'][key] = float(np.mean(best == np.arange(len(best))))
+      out['specificity'][key] = _share(best == np.arange(len(best)), matrix)
   return out
 
 
