@@ -259,3 +259,11 @@ def test_verdicts_judge_each_measure_with_the_distance_turned_round():
   uniform, matched = similarities.verdicts(result, models)
   assert uniform.verdict == verdict.AGREES
   assert matched.verdict == verdict.INCONCLUSIVE and 'differs: Procrustes' in matched.why
+  # A measure without values (null in the JSON) is not comparable, and the others judge.
+  result['measures'].append('svcca')
+  result['uniformity']['svcca'] = {'v': [None, None], 'r': [None, None]}
+  result['correspondence']['svcca'] = {'v vs r': [None, None]}
+  result['correspondence']['procrustes'] = {'v vs r': [1., 0.]}
+  uniform, matched = similarities.verdicts(result, models)
+  assert uniform.verdict == matched.verdict == verdict.AGREES
+  assert 'not comparable: SVCCA' in matched.why

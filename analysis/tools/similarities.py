@@ -422,10 +422,9 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
     pairs = result['correspondence'][m]
     if pairs:
       key = next(iter(pairs))
-      value, stderr = pairs[key]
-      judged, why = verdict.judge((value - 0.5, stderr))
-      matched[m] = verdict.Verdict('', '', f'{key}: {verdict.show((value, stderr))}', judged,
-                                   why)
+      share = tuple(pairs[key])  # JSON holds no value as null
+      judged, why = verdict.judge(verdict.difference(share, (0.5, 0.)))
+      matched[m] = verdict.Verdict('', '', f'{key}: {verdict.show(share)}', judged, why)
   found = [across_measures(
       'uniform representations, across measures',
       'ViT\'s representations are more uniform across depth than ResNet\'s (Raghu et al. '
