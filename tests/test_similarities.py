@@ -153,7 +153,7 @@ def test_pwcca_leaves_dependent_channels_and_too_few_images_empty_and_says_why()
   assert np.isnan(found['pwcca'][1]) and not np.isnan(found['pwcca'][[0, 2]]).any()
   assert layer_similarity.pwcca_gaps(layers, found['pwcca']) == (
       'PWCCA left 1 of 3 layer pairs empty: a layer\'s channels averaged over positions are '
-      'linearly dependent over the images, where google/svcca\'s CCA has no value')
+      'linearly dependent (or nearly) over the images, where google/svcca\'s CCA has no value')
   assert layer_similarity.pwcca_gaps(layers, found['pwcca'][[0, 2]]) == ''
   few = _summaries(base[:10], np.tanh(base[:10]))
   found = layer_similarity.values(few, [(0, 1)], ['pwcca'], np.arange(10))['pwcca']

@@ -206,9 +206,9 @@ def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
   """Why PWCCA left cells empty, or '' where it left none.
 
   google/svcca's CCA needs more images than channels, and fails where a layer's
-  averaged channels are linearly dependent over the images (their covariance is
-  singular: the square root of its pseudo-inverse has negative eigenvalues from
-  rounding, and `cca_core` gives NaN or no convergence). A ViT's embedding averaged
+  averaged channels are linearly dependent, or nearly, over the images (their
+  covariance is singular to rounding: the square root of its pseudo-inverse has
+  negative eigenvalues, and `cca_core` gives NaN or no convergence). A ViT's embedding averaged
   over positions is such a layer when its width exceeds the pixels of a patch.
 
   Args:
@@ -227,8 +227,8 @@ def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
     cause = (f'it needs more images than channels, and a layer has {widest} channels for {n} '
              'images (give more --num_images)')
   else:
-    cause = ('a layer\'s channels averaged over positions are linearly dependent over the '
-             'images, where google/svcca\'s CCA has no value')
+    cause = ('a layer\'s channels averaged over positions are linearly dependent (or '
+             'nearly) over the images, where google/svcca\'s CCA has no value')
   return f'PWCCA left {empty} of {len(row)} layer pairs empty: {cause}'
 
 
