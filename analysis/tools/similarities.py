@@ -255,7 +255,7 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   for name in ('uniformity', 'correspondence', 'specificity'):
     result[name] = {m: {key: [value, stats_stderr[m][name][key]]
                         for key, value in stats[m][name].items()} for m in measures}
-  if 'pwcca' in measures and M.pwcca_gaps(layers, estimate['pwcca']):
+  if 'pwcca' in measures:
     result['not_applicable']['pwcca'] = M.pwcca_gaps(layers, estimate['pwcca'])
   if options.similarity_outliers > 0:
     result['outliers'] = _outlier_check(layers, pairs, estimate, stderr, blocks, size, options)
@@ -264,8 +264,8 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
     it = iter(kept)
     result['svcca_directions'] = {s.label: [next(it) for _ in s.layers.stream]
                                   for s in subjects}
-    if M.svcca_gaps(kept, n, estimate['svcca']):
-      result['not_applicable']['svcca'] = M.svcca_gaps(kept, n, estimate['svcca'])
+    result['not_applicable']['svcca'] = M.svcca_gaps(kept, n, estimate['svcca'])
+  result['not_applicable'] = {m: why for m, why in result['not_applicable'].items() if why}
   result['figures'] = [_figure(result, m, out) for m in measures]
   return result
 
@@ -502,7 +502,7 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
 
 
 TOOL = register(Tool(
-    name='similarities', importance=12, title='Representation similarity under several measures',
+    name='similarities', importance=21, title='Representation similarity under several measures',
     quantity='Every residual-stream layer against every other, within and between models, '
              'under linear and debiased CKA (Kornblith et al.), Procrustes distance (Ding et '
              'al.; lower is more alike), mutual k-NN alignment (Huh et al.), RSA (Kriegeskorte '
