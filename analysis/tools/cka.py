@@ -63,6 +63,27 @@ def _models(key: str) -> List[str]:
   return [a, b or a]
 
 
+def layer_panels(matrices: Mapping[str, Sequence], layers: Mapping[str, Sequence[str]],
+                 stages: Mapping[str, Sequence]) -> List[plots.Panel]:
+  """One heat-map panel per key ('a' within a model, 'a vs b' between two), layer 0
+  of the first model along x.
+
+  Args:
+    matrices: key -> its (layers of a, layers of b) matrix.
+    layers: each model's layer labels.
+    stages: each model's stage per layer (models without stages may be missing).
+
+  Returns:
+    The panels, in the keys' order.
+  """
+  panels = []
+  for key, matrix in matrices.items():
+    a, b = _models(key)
+    panels.append(plots.Panel(np.asarray(matrix, np.float64).T, key, layers[a], layers[b],
+                              stages.get(a, ()), stages.get(b, ()), f'{a} layer', f'{b} layer'))
+  return panels
+
+
 def findings(result: Mapping, q) -> Dict[str, list]:
   """What the models show, per caption key.
 
@@ -152,11 +173,7 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
   if len(layers) < 2:
     return []
   stages = result.get('stages', {})
-  panels = []
-  for key, matrix in result['cka'].items():
-    a, b = _models(key)
-    panels.append(plots.Panel(np.asarray(matrix).T, key, layers[a], layers[b],
-                              stages.get(a, ()), stages.get(b, ()), f'{a} layer', f'{b} layer'))
+  panels = layer_panels(result['cka'], layers, stages)
   figures = [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
                             f'Linear CKA on {result["num_examples"]} images (one colour scale)',
                             colorbar_label='linear CKA')]

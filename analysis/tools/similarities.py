@@ -17,7 +17,7 @@ from analysis.reporting import plots, verdict
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 from analysis.tool_options import Budget, option
-from analysis.tools import head_cka
+from analysis.tools import cka, head_cka
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
@@ -294,13 +294,7 @@ def _outlier_check(layers, pairs, estimate, stderr, blocks, size, options: Optio
 
 def _figure(result: Mapping, measure: str, out: str) -> str:
   """Every heat map of one measure on one colour scale."""
-  layers, stages = result['layers'], result['stages']
-  panels = []
-  for key, matrix in result['similarity'][measure].items():
-    a, _, b = key.partition(' vs ')
-    b = b or a
-    panels.append(plots.Panel(np.asarray(matrix, np.float64).T, key, layers[a], layers[b],
-                              stages[a], stages[b], f'{a} layer', f'{b} layer'))
+  panels = cka.layer_panels(result['similarity'][measure], result['layers'], result['stages'])
   title = M.TITLES[measure]
   return plots.heatmaps(panels, os.path.join(out, f'similarity_{measure}.png'),
                         f'{title} on {result["num_examples"]} images (one colour scale)',
