@@ -73,6 +73,25 @@ def test_a_draw_in_another_order_is_the_same_sample(measure):
   np.testing.assert_allclose(found, expected, rtol=2e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize('measure', ['procrustes', 'svcca'])
+def test_a_layer_narrower_than_the_images_is_measured_from_its_features(measure):
+  """A layer with fewer features than images keeps them, and Procrustes and SVCCA
+  read them in place of the Gram matrix: with a narrow and a wide layer in either
+  order, and two narrow ones, on all the images and on a draw without repeats,
+  each equals the measure's own function."""
+  x, y = _layers()
+  narrow = x[:, :2, :2] + 0.1 * y[:, :2, :2, :6]  # 24 features for 90 images
+  layers = _summaries(x, y, narrow, narrow[..., ::-1] ** 3)
+  assert [layer.features is None for layer in layers] == [True, True, False, False]
+  part = np.random.default_rng(2).permutation(90)[:70]
+  for index in (np.arange(90), part):
+    found = layer_similarity.values(layers, [(2, 1), (1, 2), (2, 3)], [measure], index,
+                                    svcca_dims=20)[measure]
+    expected = [_own(measure, *(v[index] for v in pair))
+                for pair in ((narrow, y), (y, narrow), (narrow, narrow[..., ::-1] ** 3))]
+    np.testing.assert_allclose(found, expected, rtol=2e-6, atol=1e-9)
+
+
 def test_svcca_keeps_99_percent_and_leaves_pairs_that_must_share_directions_empty():
   """By default SVCCA keeps the directions holding 99% of the singular values' sum
   (Raghu et al. 2017), as `cca.svcca`; two layers keeping together as many

@@ -16,14 +16,15 @@ eigendecompositions gain little from a second, and threads that wait on each
 other on a busy machine made them up to a hundred times slower.
 """
 import dataclasses
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+import time
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import jax
 import numpy as np
 import scipy.stats
 import threadpoolctl
 
-from analysis.measures import cca, neighbours, procrustes, rsa, similarity
+from analysis.measures import cca, neighbours, procrustes, rsa, similarity, uncertainty
 
 MEASURES = ('cka', 'debiased_cka', 'procrustes', 'mutual_knn', 'rsa', 'svcca', 'pwcca')
 TITLES = {'cka': 'linear CKA', 'debiased_cka': 'debiased linear CKA',
@@ -48,6 +49,10 @@ class Layer:
   cosine: Optional[np.ndarray]  # (n, n) cosine similarity of the outlier-clipped features
   pooled: Optional[np.ndarray]  # (n, channels) the channels averaged over positions
   norms: np.ndarray  # (n,) each image's centred-feature norm
+  distinct: np.ndarray  # (n,) ids equal where two images' features are
+  # (n, d) the features themselves where d < n: Procrustes and SVCCA then work on
+  # (d x d) matrices instead of the (n x n) Gram matrix's eigendecomposition
+  features: Optional[np.ndarray] = None
 
 
 def check_measures(measures: Sequence[str]) -> None:
@@ -89,13 +94,17 @@ def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
   if needed('gram'):
     gram = centred @ centred.T
   if needed('rdm'):
-    rdm = rsa.dissimilarity_matrix(flat).astype(np.float32)
+    with np.errstate(invalid='ignore', divide='ignore'):  # a blank patch: NaN, left out
+      rdm = rsa.dissimilarity_matrix(flat).astype(np.float32)
   if needed('cosine'):
     clipped = neighbours.clip_outliers(flat, knn_quantile)
     clipped = clipped / np.maximum(np.linalg.norm(clipped, axis=1, keepdims=True), 1e-12)
     cosine = (clipped @ clipped.T).astype(np.float32)
   pooled = np.asarray(pooled, np.float64).reshape(len(x), -1) if needed('pooled') else None
-  return Layer(gram, rdm, cosine, pooled, np.linalg.norm(centred, axis=1))
+  narrow = flat.shape[1] < len(flat) and any(m in measures for m in ('procrustes', 'svcca'))
+  distinct = np.unique(flat, axis=0, return_inverse=True)[1].reshape(-1)
+  return Layer(gram, rdm, cosine, pooled, np.linalg.norm(centred, axis=1), distinct,
+               flat if narrow else None)
 
 
 class _Draw:
@@ -108,11 +117,16 @@ class _Draw:
     self.cache: Dict[Tuple[str, int], np.ndarray] = {}
 
   def get(self, what: str, i: int) -> np.ndarray:
-    """Quantity `what` ('centred', 'debiased', 'root', 'directions', 'ranks',
-    'neighbours') of layer i on the drawn images."""
+    """Quantity `what` ('centred', 'debiased', 'features', 'root', 'directions',
+    'ranks', 'neighbours') of layer i on the drawn images."""
     if (what, i) not in self.cache:
       self.cache[what, i] = getattr(self, '_' + what)(i)
     return self.cache[what, i]
+
+  def constant(self, i: int) -> bool:
+    """Whether layer i is the same on every drawn image (a blank patch of pixels)."""
+    drawn = self.layers[i].distinct[self.index]
+    return bool(drawn.min() == drawn.max())
 
   def _take(self, matrix: np.ndarray) -> np.ndarray:
     return matrix[np.ix_(self.index, self.index)]
@@ -123,11 +137,19 @@ class _Draw:
   def _debiased(self, i: int) -> np.ndarray:
     return np.asarray(similarity.center_gram(self._take(self.layers[i].gram), unbiased=True))
 
+  def _features(self, i: int) -> np.ndarray:  # centred over the drawn images
+    x = self.layers[i].features[self.index]
+    return x - x.mean(axis=0, keepdims=True)
+
   def _root(self, i: int) -> np.ndarray:
     return procrustes.unit_root(self.get('centred', i))
 
   def _directions(self, i: int) -> np.ndarray:
-    reduced = cca.reduced_from_gram(self.get('centred', i), self.svcca_dims)
+    if self.layers[i].features is None:
+      reduced = cca.reduced_from_gram(self.get('centred', i), self.svcca_dims)
+    else:  # the singular vectors over the images, as the Gram matrix's eigenvectors
+      u, s, _ = np.linalg.svd(self.get('features', i), full_matrices=False)
+      reduced = cca.top_directions(s, u, self.svcca_dims)
     return reduced / np.linalg.norm(reduced, axis=0)
 
   def _ranks(self, i: int) -> np.ndarray:
@@ -146,7 +168,11 @@ def _pair_value(draw: _Draw, measure: str, i: int, j: int) -> float:
   if measure in ('cka', 'debiased_cka'):
     what = 'centred' if measure == 'cka' else 'debiased'
     return float(similarity.cka_of_centred(draw.get(what, i), draw.get(what, j)))
-  if measure == 'procrustes':
+  if measure == 'procrustes':  # symmetric: a layer with its features kept goes first
+    if draw.layers[i].features is None and draw.layers[j].features is not None:
+      i, j = j, i
+    if draw.layers[i].features is not None:
+      return procrustes.distance_from_features(draw.get('features', i), draw.get('centred', j))
     return procrustes.distance_from_grams(draw.get('root', i), draw.get('centred', j))
   if measure == 'svcca':  # the reduced directions are orthogonal and centred: CCA's whitening
     # leaves them orthonormal, and the correlations are the singular values of their product
@@ -182,9 +208,9 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
       singular values' sum).
 
   Returns:
-    measure -> (len(pairs),) values; NaN where PWCCA has none (`pwcca_gaps`) and
+    measure -> (len(pairs),) values; NaN where PWCCA has none (`pwcca_gaps`),
     where SVCCA's two layers keep as many directions as there are images
-    (`svcca_gaps`).
+    (`svcca_gaps`) and where a layer is the same on every drawn image.
   """
   draw = _Draw(layers, np.asarray(index), k, svcca_dims)
   out = {}
@@ -193,6 +219,8 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
       chosen = pairs[measure] if isinstance(pairs, Mapping) else pairs
       row = np.full(len(chosen), np.nan)
       for p, (i, j) in enumerate(chosen):
+        if draw.constant(i) or draw.constant(j):
+          continue  # no measure compares a layer that does not vary
         try:
           row[p] = _pair_value(draw, measure, i, j)
         except ValueError:  # CCA on too few images or dependent channels (`pwcca_gaps`);
@@ -200,6 +228,64 @@ def values(layers: Sequence[Layer], pairs: Union[Sequence[Pair], Mapping[str, Se
             raise
       out[measure] = row
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+  """Every measure of the chosen pairs on all the images, and statistics of them,
+  each with its bootstrap standard error over the images."""
+  values: Dict[str, np.ndarray]  # measure -> (pairs,)
+  stderr: Dict[str, np.ndarray]
+  statistics: Dict[str, np.ndarray]  # measure -> (statistics,)
+  statistics_stderr: Dict[str, np.ndarray]
+  seconds_per_pair: Dict[str, float]  # process time of the estimate, per pair
+
+
+Statistic = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
+
+
+def measured(layers: Sequence[Layer], pairs: Mapping[str, Sequence[Pair]],
+             measures: Sequence[str], statistic: Statistic, resamples: int, k: int = 10,
+             svcca_dims: Optional[int] = None) -> Measured:
+  """`values` on all the images and on `resamples` bootstrap draws of them, and a
+  statistic of each measure's values (what a figure's verdict reads), each with
+  the standard deviation over the draws as its standard error.
+
+  Args:
+    layers: the layers' summaries over the same n images (`summarise`).
+    pairs: measure -> its (i, j) pairs.
+    measures: the measures.
+    statistic: (measure, its values for the pairs, the drawn images' indices) ->
+      a vector of statistics (empty where none).
+    resamples: the bootstrap draws.
+    k: mutual k-NN's neighbours.
+    svcca_dims: `values`' `svcca_dims`.
+
+  Returns:
+    The values and statistics with their standard errors.
+  """
+  n = len(layers[0].norms)
+  estimate, seconds = {}, {}
+  for measure in measures:
+    start = time.process_time()
+    estimate[measure] = values(layers, pairs, [measure], np.arange(n), k, svcca_dims)[measure]
+    seconds[measure] = (time.process_time() - start) / max(1, len(pairs[measure]))
+  stats = {m: np.asarray(statistic(m, estimate[m], np.arange(n)), np.float64).ravel()
+           for m in measures}
+
+  def draw(index):
+    found = values(layers, pairs, measures, index, k, svcca_dims)
+    return np.concatenate([np.concatenate([found[m], np.ravel(statistic(m, found[m], index))])
+                           for m in measures])
+
+  spread = uncertainty.bootstrap_stderr(draw, n, resamples)
+  stderr, stats_stderr, at = {}, {}, 0
+  for m in measures:
+    stderr[m] = spread[at:at + len(pairs[m])]
+    at += len(pairs[m])
+    stats_stderr[m] = spread[at:at + len(stats[m])]
+    at += len(stats[m])
+  return Measured(estimate, stderr, stats, stats_stderr, seconds)
 
 
 def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:

@@ -64,3 +64,20 @@ def distance_from_grams(root_x: np.ndarray, gram_y: np.ndarray) -> float:
   """
   product = root_x @ (gram_y / np.trace(gram_y)) @ root_x
   return float(2. - 2. * np.sum(np.sqrt(np.maximum(np.linalg.eigvalsh(product), 0.))))
+
+
+def distance_from_features(x: np.ndarray, gram_y: np.ndarray) -> float:
+  """`procrustes_distance` from one representation's centred features and the
+  other's centred Gram matrix, for a first one narrower than the examples are
+  many: the squared singular values of X^T Y are the eigenvalues of the (d x d)
+  matrix X^T K_y X, each side scaled to unit Frobenius norm.
+
+  Args:
+    x: (n, d) the first representation's features, centred over the examples.
+    gram_y: the second representation's centred Gram matrix.
+
+  Returns:
+    The distance.
+  """
+  inner = x.T @ gram_y @ x / (np.sum(x ** 2) * np.trace(gram_y))
+  return float(2. - 2. * np.sum(np.sqrt(np.maximum(np.linalg.eigvalsh(inner), 0.))))

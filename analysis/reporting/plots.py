@@ -484,10 +484,42 @@ def scatter(points: Dict[str, Tuple[np.ndarray, np.ndarray]], path: Optional[str
     `path`, or the open figure where `path` is None.
   """
   fig, ax = _figure(figsize=(6.2, 4.3))
+  _draw_scatter(ax, points)
+  ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+  return _save(fig, path)
+
+
+def _draw_scatter(ax, points: Dict[str, Tuple[np.ndarray, np.ndarray]]) -> None:
   for (name, (x, y)), colour in zip(points.items(), colours([None] * len(points))):
     ax.scatter(x, y, s=22, color=colour, label=name, zorder=3)
-  ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
   ax.legend(fontsize='small', loc='best')
+
+
+def scatter_panels(panels: Dict[str, Tuple[Dict[str, Tuple[np.ndarray, np.ndarray]], str]],
+                   path: Optional[str], title: str, xlabel: str, cols: int = 4) -> Any:
+  """`scatter`'s point clouds in several panels with a shared x axis: one per
+  quantity on the y axis (one similarity measure each, say).
+
+  Args:
+    panels: panel title -> (name -> (x, y), the y axis' label).
+    path: the PNG to write, or None.
+    title: the figure's title.
+    xlabel: the x axis' label.
+    cols: panels per row.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
+  cols = min(cols, len(panels))
+  rows = int(np.ceil(len(panels) / cols))
+  fig, axes = _figure(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 0.6), squeeze=False)
+  for ax, (name, (points, ylabel)) in zip(axes.ravel(), panels.items()):
+    _draw_scatter(ax, points)
+    ax.set_title(name, fontsize=10)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+  for ax in axes.ravel()[len(panels):]:
+    ax.axis('off')
+  fig.suptitle(title)
   return _save(fig, path)
 
 

@@ -120,16 +120,27 @@ class Subject:
   def token_grid(self) -> Tuple[Tuple[int, int], float]:
     """A token model's (h, w) grid of spatial tokens and the pixels each token spans."""
     first = self.layers.stream[0]
-    shapes = jax.eval_shape(
-        lambda p, x: models.apply_with_intermediates(
-            self.model, {'params': p}, x, names=[first])[1],
-        self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
+    shapes = self.intermediate_shapes([first])
     if shapes[first].ndim != 3:
       raise ValueError(f'{self.label} ({self.config.name}) has feature maps, not a token '
                        'sequence: token grids need a ViT or a Mixer.')
     tokens = shapes[first].shape[1] - int(self.has_cls) - self.registers
     side = int(round(np.sqrt(tokens)))
     return (side, side), self.image_size / side
+
+  def intermediate_shapes(self, names: Sequence[str]) -> Dict[str, jax.ShapeDtypeStruct]:
+    """The shapes of the named intermediates on one image, without computing them.
+
+    Args:
+      names: sown names.
+
+    Returns:
+      name -> its shape and dtype, the batch axis of size 1.
+    """
+    return jax.eval_shape(
+        lambda p, x: models.apply_with_intermediates(
+            self.model, {'params': p}, x, names=list(names))[1],
+        self.params, jax.ShapeDtypeStruct((1, self.image_size, self.image_size, 3), jnp.float32))
 
   def intermediates(self, images: np.ndarray, names: Sequence[str]) -> Dict[str, jax.Array]:
     """The named intermediates on a batch; compiled once per set of names.

@@ -8,10 +8,12 @@ from analysis.tools import cka  # noqa: F401
 from analysis.tools import similarities  # noqa: F401
 from analysis.tools import attention_distance  # noqa: F401
 from analysis.tools import head_cka  # noqa: F401
+from analysis.tools import head_similarities  # noqa: F401
 from analysis.tools import norm_ratio  # noqa: F401
 from analysis.tools import erf  # noqa: F401
 from analysis.tools import probes  # noqa: F401
 from analysis.tools import localisation  # noqa: F401
+from analysis.tools import localisation_similarities  # noqa: F401
 from analysis.tools import vit_figures  # noqa: F401
 from analysis.tools import hessian  # noqa: F401
 from analysis.tools import landscape  # noqa: F401

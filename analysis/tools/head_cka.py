@@ -2,8 +2,9 @@
 between each head's output and another model's layers, against the head's mean
 attention distance (Raghu et al. Fig. 5)."""
 import os
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Sequence, Tuple
 
+import jax
 import numpy as np
 
 from analysis.measures import attention, similarity
@@ -24,13 +25,64 @@ def lower_half(num_layers: int) -> int:
   return max(1, (num_layers + 1) // 2)
 
 
+def attention_blocks(subject: Subject) -> List[int]:
+  """The attention layers whose heads Raghu et al. show: the first and the last.
+
+  Args:
+    subject: a model that sows its heads' outputs.
+
+  Returns:
+    Their indices, in order.
+  """
+  return sorted({0, len(subject.layers.head_outputs) - 1})
+
+
+def heads_per_layer(subject: Subject) -> int:
+  """The heads of the first attention layer, from the shapes alone.
+
+  Args:
+    subject: a model that sows its heads' outputs.
+
+  Returns:
+    Their number.
+  """
+  name = subject.layers.head_outputs[0]
+  return subject.intermediate_shapes([name])[name].shape[2]
+
+
+def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int]
+                  ) -> Tuple[List[np.ndarray], np.ndarray]:
+  """Each head's output (spatial tokens, before the output projection) of the
+  attention layers `blocks`, and each image's mean attention distance per head
+  (class-token key dropped, as `attention_distance`).
+
+  Args:
+    subject: the model.
+    images: a batch of images.
+    blocks: attention layers (`attention_blocks`).
+
+  Returns:
+    (b, tokens, head width) per head, the blocks' heads in order; and the (b,
+    blocks, heads) distances in pixels.
+  """
+  heads_of = [subject.layers.head_outputs[b] for b in blocks]
+  weights_of = [subject.layers.attention_weights[b] for b in blocks]
+  grid, pixels = subject.token_grid()
+  inter = subject.intermediates(images, heads_of + weights_of)
+  spatial = int(subject.has_cls) + subject.registers
+  heads = [np.asarray(y[:, spatial:, h]) for y in (inter[n] for n in heads_of)
+           for h in range(y.shape[2])]
+  per_image = jax.vmap(lambda w: attention.mean_attention_distance(
+      w[None], grid, pixels, subject.has_cls, registers=subject.registers))
+  return heads, np.stack([np.asarray(per_image(inter[n])) for n in weights_of], axis=1)
+
+
 def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dict:
   """For each model that sows its heads' outputs, against every other model:
   minibatch linear CKA (unbiased) between every head of the first and the last
-  attention layer (spatial tokens, before the output projection) and every stream
-  layer of the others, in one pass over the evaluation split per such model, with
-  each head's mean attention distance (class-token key dropped, as
-  `attention_distance`).
+  attention layer (`head_features`) and every stream layer of the others, in one
+  pass over the evaluation split per such model, with each head's mean attention
+  distance.
 
   Args:
     subjects: the models.
@@ -45,24 +97,17 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
       continue
-    blocks = sorted({0, len(s.layers.head_outputs) - 1})
-    heads_of = [s.layers.head_outputs[b] for b in blocks]
-    weights_of = [s.layers.attention_weights[b] for b in blocks]
-    grid, pixels = s.token_grid()
+    blocks = attention_blocks(s)
     stream = similarity.MinibatchCKA('linear', unbiased=True)
-    distances, sizes = [], []
+    distances = []
     for images, _ in batches('eval'):
-      inter = s.intermediates(images, heads_of + weights_of)
-      heads = [y[:, int(s.has_cls) + s.registers:, h] for y in (inter[n] for n in heads_of)
-               for h in range(y.shape[2])]
+      heads, per_image = head_features(s, images, blocks)
       stream.update(heads + features.layer_representations(
           others, [r.layers.stream for r in others], images))
-      distances.append([np.asarray(attention.mean_attention_distance(
-          inter[n], grid, pixels, s.has_cls, registers=s.registers)) for n in weights_of])
-      sizes.append(len(images))
+      distances.append(per_image)
     matrix, num_heads = stream.result(), len(heads) // len(blocks)
-    distance = np.average(np.asarray(distances), axis=0, weights=sizes)
-    labels = [s.layers.labels[s.layers.attention[b]].split('/')[0] for b in blocks]
+    distance = np.concatenate(distances).mean(axis=0)
+    labels = block_labels(s, blocks)
     bounds = len(heads) + np.cumsum([0] + [len(r.layers.stream) for r in others])
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):
       cross = matrix[:len(heads), first:last].reshape(len(blocks), num_heads, -1)
@@ -76,13 +121,34 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
       result[f'{s.label} vs {r.label}'] = {
           'blocks': labels, 'reference_layers': list(r.layers.labels), 'lower_layers': lower,
           'cka': cross.tolist(), 'cka_lower': to_lower.tolist(), 'distance': distance.tolist(),
-          'correlation': [_correlation(distance[i], to_lower[i]) for i in range(len(blocks))],
+          'correlation': [correlation(distance[i], to_lower[i]) for i in range(len(blocks))],
           'num_examples': stream.num_examples, 'figures': [figure]}
   return result
 
 
-def _correlation(x: np.ndarray, y: np.ndarray) -> float:
-  """Pearson correlation across heads (NaN below three heads or without spread)."""
+def block_labels(subject: Subject, blocks: Sequence[int]) -> List[str]:
+  """The blocks' names as the figures give them.
+
+  Args:
+    subject: the model.
+    blocks: attention layers.
+
+  Returns:
+    Their labels.
+  """
+  return [subject.layers.labels[subject.layers.attention[b]].split('/')[0] for b in blocks]
+
+
+def correlation(x: np.ndarray, y: np.ndarray) -> float:
+  """Pearson correlation across heads (NaN below three heads or without spread).
+
+  Args:
+    x: a value per head.
+    y: another.
+
+  Returns:
+    The correlation.
+  """
   if len(x) < 3 or np.std(x) == 0 or np.std(y) == 0:
     return float('nan')
   return float(np.corrcoef(x, y)[0, 1])

@@ -1,6 +1,6 @@
 """Do final-layer tokens (or a ResNet's final positions) still know where they
 are? Their CKA with every patch of the input image (Raghu et al. Fig. 9, 10)."""
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
@@ -12,12 +12,30 @@ from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, mode
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
 
+def query_margins(maps: np.ndarray, own: np.ndarray) -> np.ndarray:
+  """Per query, (CKA with the query's own patch) - (largest CKA with any other
+  patch): positive where the map peaks at its own position. A patch whose pixels
+  do not vary over the images (a blank corner over one minibatch) has no CKA (NaN)
+  and is no other patch's rival; a NaN at the query's own patch leaves its margin
+  NaN.
+
+  Args:
+    maps: (queries, h, w) CKA maps.
+    own: each query's own patch, an index into the h * w patches.
+
+  Returns:
+    The (queries,) margins.
+  """
+  flat = maps.reshape(len(maps), -1)
+  at_own = flat[np.arange(len(flat)), own]
+  others = np.where((np.arange(flat.shape[1])[None] == own[:, None]) | np.isnan(flat),
+                    -np.inf, flat).max(axis=1)
+  return at_own - np.where(np.isinf(others), np.nan, others)
+
+
 def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
-  """Mean over queries of (CKA with the query's own patch) - (largest CKA with any
-  other patch): positive when every map peaks at its own position. A patch whose
-  pixels do not vary over the images (a blank corner over one minibatch) has no
-  CKA (NaN) and is no other patch's rival; a NaN at the query's own patch leaves
-  the margin NaN.
+  """The mean over queries of `query_margins`: positive when every map peaks at its
+  own position (NaN where a query's is).
 
   Args:
     maps: (queries, h, w) CKA maps.
@@ -26,11 +44,52 @@ def own_margin(maps: np.ndarray, own: np.ndarray) -> float:
   Returns:
     The mean margin.
   """
-  flat = maps.reshape(len(maps), -1)
-  at_own = flat[np.arange(len(flat)), own]
-  others = np.where((np.arange(flat.shape[1])[None] == own[:, None]) | np.isnan(flat),
-                    -np.inf, flat).max(axis=1)
-  return float(np.mean(at_own - np.where(np.isinf(others), np.nan, others)))
+  return float(np.mean(query_margins(maps, own)))
+
+
+def query_positions(h: int, w: int) -> List[Tuple[int, int]]:
+  """The query positions of an (h, w) grid: its corners and its centre.
+
+  Args:
+    h: the grid's rows.
+    w: its columns.
+
+  Returns:
+    Their (row, column).
+  """
+  return [(0, 0), (0, w - 1), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
+
+
+class Positions(NamedTuple):
+  """A batch's final-layer queries and input patches (`final_positions`)."""
+  tokens: np.ndarray  # (b, queries, channels) the final representation at the queries
+  patches: np.ndarray  # (b, h * w, pixels) the input's patches
+  grid: Tuple[int, int]  # (h, w)
+  queries: List[Tuple[int, int]]  # their (row, column)
+  own: np.ndarray  # their own patches' indices into the h * w
+
+
+def final_positions(subject: Subject, images: np.ndarray) -> Positions:
+  """What Raghu et al. compare: the final-layer representation at five query
+  positions of its (h, w) grid (spatial tokens of a ViT or Mixer, positions of a
+  ResNet's or hybrid's final map: the corners and the centre) and the h x w
+  non-overlapping patches of the input image at that grid (their pixels).
+
+  Args:
+    subject: the model.
+    images: a batch of images.
+
+  Returns:
+    The queries and patches.
+  """
+  last = subject.layers.stream[-1]
+  final = np.asarray(features.spatial_map(subject, subject.intermediates(images, [last])[last]))
+  h, w = final.shape[1:3]
+  queries = query_positions(h, w)
+  own = np.array([i * w + j for i, j in queries])
+  tokens = final.reshape(len(images), h * w, -1)[:, own]
+  patches = np.asarray(embeddings.image_patches(images, (h, w)))
+  return Positions(tokens, patches, (h, w), queries, own)
 
 
 def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
@@ -50,19 +109,15 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
   Returns:
     The model's JSON.
   """
-  last = subject.layers.stream[-1]
-  stream, grid, sizes, pixels = similarity.MinibatchCKA(), None, [], None
+  stream, sizes, grid = similarity.MinibatchCKA(), [], None
   for images, _ in batches('eval'):
     sizes.append(len(images))
-    final = features.spatial_map(subject, subject.intermediates(images, [last])[last])
-    grid = final.shape[1:3]
+    found = final_positions(subject, images)
+    grid, queries, own = found.grid, found.queries, found.own
     h, w = grid
-    queries = [(0, 0), (0, w - 1), (h // 2, w // 2), (h - 1, 0), (h - 1, w - 1)]
-    own = np.array([i * w + j for i, j in queries])
-    tokens = final.reshape(len(images), h * w, -1)
-    patches = embeddings.image_patches(images, grid)
     pixels = [images.shape[1] // h, images.shape[2] // w]
-    stream.update([tokens[:, q] for q in own] + [patches[:, p] for p in range(h * w)])
+    stream.update([found.tokens[:, q] for q in range(len(own))] +
+                  [found.patches[:, p] for p in range(h * w)])
   if grid is None:
     raise ValueError('The evaluation split gave no batches.')
   split = len(queries)

@@ -8,11 +8,11 @@ move it (Davari et al. 2023)."""
 import dataclasses
 import os
 import time
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from analysis.measures import layer_similarity, uncertainty
+from analysis.measures import layer_similarity
 from analysis.reporting import plots, verdict
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
@@ -26,8 +26,8 @@ FEATURE_BYTES = 2 << 30  # features held at once; more layers take further passe
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
-  """The similarities tool's command-line options."""
+class MeasureOptions:
+  """The options of every tool that measures under several similarity measures."""
   similarity_measures: str = option(
       'all', f'Comma-separated measures among {", ".join(M.MEASURES)}, or all.')
   similarity_resamples: int = option(
@@ -40,18 +40,12 @@ class Options:
       0, 'SVCCA\'s directions per layer: 0, those holding 99% of the singular values\' sum '
       '(Raghu et al. 2017); a count, that many (google/svcca\'s tutorial 001 keeps 20).',
       least=0)
-  similarity_outliers: float = option(
-      0.01, 'For the outlier check, the share of images of largest feature norm taken from '
-      'each layer and left out together (Davari et al.); 0: no check.', least=0.)
 
   def __post_init__(self):
     try:
       M.check_measures(self.measures)
     except ValueError as e:
       raise ConfigError(f'--similarity_measures: {e}') from None
-    if self.similarity_outliers >= 0.5:
-      raise ConfigError(f'--similarity_outliers is {self.similarity_outliers}; leave out less '
-                        'than half of the images (0.01 leaves out the top 1% of each layer).')
 
   @property
   def measures(self) -> Tuple[str, ...]:
@@ -59,6 +53,41 @@ class Options:
     if self.similarity_measures == 'all':
       return M.MEASURES
     return tuple(m.strip() for m in self.similarity_measures.split(',') if m.strip())
+
+  @property
+  def svcca_dims(self) -> Optional[int]:
+    """`layer_similarity.values`' `svcca_dims`."""
+    return self.similarity_svcca_dims or None
+
+  def images(self, batches: Batches) -> int:
+    """The evaluation images, counted before any model runs; refuses a
+    `--similarity_knn` that is not below their number.
+
+    Args:
+      batches: split -> its (images, labels) batches.
+
+    Returns:
+      Their number.
+    """
+    n = sum(len(images) for images, _ in batches('eval'))
+    if 'mutual_knn' in self.measures and self.similarity_knn >= n:
+      raise ConfigError(f'--similarity_knn is {self.similarity_knn}, and {n} images are '
+                        'analysed: give fewer neighbours than images.')
+    return n
+
+
+@dataclasses.dataclass(frozen=True)
+class Options(MeasureOptions):
+  """The similarities tool's command-line options."""
+  similarity_outliers: float = option(
+      0.01, 'For the outlier check, the share of images of largest feature norm taken from '
+      'each layer and left out together (Davari et al.); 0: no check.', least=0.)
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.similarity_outliers >= 0.5:
+      raise ConfigError(f'--similarity_outliers is {self.similarity_outliers}; leave out less '
+                        'than half of the images (0.01 leaves out the top 1% of each layer).')
 
 
 def _pooled(subject: Subject, x: np.ndarray) -> np.ndarray:
@@ -213,42 +242,31 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   Returns:
     The tool's JSON.
   """
-  measures, k = options.measures, options.similarity_knn
-  dims = options.similarity_svcca_dims or None
-  n = sum(len(images) for images, _ in batches('eval'))
-  if 'mutual_knn' in measures and k >= n:
-    raise ConfigError(f'--similarity_knn is {k}, and {n} images are analysed: give fewer '
-                      'neighbours than images.')
+  measures, k, dims = options.measures, options.similarity_knn, options.svcca_dims
+  n = options.images(batches)
   layers = summarise(subjects, batches, measures, n)
   pairs = {m: _pairs(subjects, m in M.ASYMMETRIC)[0] for m in measures}
   blocks = _pairs(subjects, False)[1]
   size = len(layers)
-  seconds, estimate = {}, {}
-  for measure in measures:
-    start = time.process_time()
-    estimate[measure] = M.values(layers, pairs, [measure], np.arange(n), k, dims)[measure]
-    seconds[measure] = (time.process_time() - start) / len(pairs[measure])
+  template = {}
+
+  def statistic(measure, row, index):
+    del index  # the statistics read the measure's values alone
+    template[measure] = statistics(_matrices(pairs[measure], row, blocks, size), measure,
+                                   subjects)
+    return _flat(template[measure])
+
+  found = M.measured(layers, pairs, measures, statistic, options.similarity_resamples, k, dims)
+  estimate = found.values
   matrices = {m: _matrices(pairs[m], estimate[m], blocks, size) for m in measures}
-  stats = {m: statistics(matrices[m], m, subjects) for m in measures}
-
-  def draw(index):
-    found = M.values(layers, pairs, measures, index, k, dims)
-    return np.concatenate([np.concatenate([found[m], _flat(statistics(
-        _matrices(pairs[m], found[m], blocks, size), m, subjects))]) for m in measures])
-
-  spread = uncertainty.bootstrap_stderr(draw, n, options.similarity_resamples)
-  stderr, stats_stderr, at = {}, {}, 0
-  for m in measures:
-    stderr[m] = _matrices(pairs[m], spread[at:at + len(pairs[m])], blocks, size)
-    at += len(pairs[m])
-    width = len(_flat(stats[m]))
-    stats_stderr[m] = _unflat(stats[m], spread[at:at + width])
-    at += width
+  stderr = {m: _matrices(pairs[m], found.stderr[m], blocks, size) for m in measures}
+  stats = {m: _unflat(template[m], found.statistics[m]) for m in measures}
+  stats_stderr = {m: _unflat(template[m], found.statistics_stderr[m]) for m in measures}
   result = {
       'layers': {s.label: list(s.layers.labels) for s in subjects},
       'stages': {s.label: list(s.layers.stages) for s in subjects},
       'measures': list(measures), 'num_examples': n, 'resamples': options.similarity_resamples,
-      'knn': k, 'seconds_per_pair': seconds,
+      'knn': k, 'seconds_per_pair': found.seconds_per_pair,
       'similarity': {m: {key: v.tolist() for key, v in matrices[m].items()} for m in measures},
       'stderr': {m: {key: v.tolist() for key, v in stderr[m].items()} for m in measures},
       'not_applicable': {}}
@@ -276,8 +294,7 @@ def _outlier_check(layers, pairs, estimate, stderr, blocks, size, options: Optio
   measures, share = options.measures, options.similarity_outliers
   left_out = M.outlier_images(layers, share)
   kept = np.setdiff1d(np.arange(len(layers[0].norms)), left_out)
-  without = M.values(layers, pairs, measures, kept, options.similarity_knn,
-                     options.similarity_svcca_dims or None)
+  without = M.values(layers, pairs, measures, kept, options.similarity_knn, options.svcca_dims)
   check = {'share': share, 'images_left_out': len(left_out)}
   for m in measures:
     moved = np.abs(without[m] - estimate[m])
@@ -457,10 +474,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
 def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, options: Options,
                 amounts: Amounts) -> Dict[str, float]:
   """Seconds of one layer's summary and of the measures on one pair of layers in one
-  draw, timed on random features of the subject's first and last layers' shapes:
-  the summaries at the command's number of images, the pairs at up to 400 images
-  (once to compile, then timed) and scaled to the command's by the cube of the
-  ratio (the eigendecompositions and products of n x n matrices).
+  draw (`measure_prices`), on features of the subject's first and last layers' shapes.
 
   Args:
     subject: the model.
@@ -474,11 +488,30 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   """
   inter = subject.intermediates(images[:1], subject.layers.stream)
   shapes = [tuple(np.shape(inter[name])[1:]) for name in subject.layers.stream]
+  return measure_prices((shapes[0], shapes[-1]), options, amounts)
+
+
+def measure_prices(shapes: Tuple[Tuple[int, ...], Tuple[int, ...]], options: MeasureOptions,
+                   amounts: Amounts) -> Dict[str, float]:
+  """Seconds of one layer's summary (SUMMARIES) and of the measures on one pair of
+  layers in one draw (PAIRS_DRAW), timed on random features of two layers' shapes:
+  the summaries at the command's number of images, the pairs at up to 400 images
+  (once to compile, then timed) and scaled to the command's by the cube of the
+  ratio (the eigendecompositions and products of n x n matrices).
+
+  Args:
+    shapes: the two layers' feature shapes (without the images' axis).
+    options: the tool's options.
+    amounts: the data the command gives every tool.
+
+  Returns:
+    Seconds per unit, by the unit's name.
+  """
   random = np.random.RandomState(0)
 
   def summaries(n):
-    return [M.summarise(x, _pooled(subject, x), options.measures) for x in
-            (random.normal(size=(n,) + shapes[i]).astype(np.float32) for i in (0, -1))]
+    return [M.summarise(x, x.reshape(n, -1, x.shape[-1]).mean(axis=1), options.measures)
+            for x in (random.normal(size=(n,) + shape).astype(np.float32) for shape in shapes)]
 
   start = time.perf_counter()
   summaries(amounts.num_images)
@@ -489,7 +522,7 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray, option
   for _ in range(2):
     start = time.perf_counter()
     M.values(layers, pairs, options.measures, random.randint(0, n, n), options.similarity_knn,
-             options.similarity_svcca_dims or None)
+             options.svcca_dims)
     timed.append(time.perf_counter() - start)
   return {SUMMARIES: per_layer,
           PAIRS_DRAW: timed[-1] / len(pairs) * (amounts.num_images / n) ** 3}
