@@ -142,6 +142,23 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'training runs instead', 'similarity_resamples', '20',
         (('any other count', 'more draws, a steadier standard error'),)),
     Convention(
+        'head_similarities', 'measures of a head',
+        'the similarities tool\'s measures and bootstrap (the rows above), on each head\'s '
+        'spatial tokens before the output projection; PWCCA on the head\'s channels averaged '
+        'over the tokens; the heads\' mean attention distances drawn with the images',
+        'Raghu et al. 2021 Fig. 5 (linear CKA alone); the measures\' sources above',
+        'similarity_measures', 'all',
+        (('a comma-separated list', 'those measures alone, in less time'),)),
+    Convention(
+        'localisation_similarities', 'measures of a position',
+        'the similarities tool\'s measures and bootstrap (the rows above), between the final '
+        'representation at a query position and an input patch\'s pixels; PWCCA on the '
+        'query\'s vector and the patch\'s pixels, neither having positions to average; a '
+        'patch with the same pixels on every image has no value under any measure',
+        'Raghu et al. 2021 Fig. 9-10 (linear CKA alone); the measures\' sources above',
+        'similarity_measures', 'all',
+        (('a comma-separated list', 'those measures alone, in less time'),)),
+    Convention(
         'fourier', 'relative log amplitude',
         'log amplitude of the 2-D Fourier transform of the feature maps at frequencies '
         'along the diagonal, minus that at frequency 0', f'{PK} fourier_analysis.ipynb'),

@@ -130,8 +130,8 @@ def findings(result: Mapping, q) -> Dict[str, list]:
     for i, m in enumerate(r['measures']):
       parts += ['; ' if i else ': ', f'{M.TITLES[m]} ']
       for b, block in enumerate(r['blocks']):
-        parts += [', ' if b else '', f'{block} ', q(key, 'correlation', m, b, 0), ' ± ',
-                  q(key, 'correlation', m, b, 1)]
+        parts += [', ' if b else '', f'{block} ', *similarities.estimate_quote(
+            q, r['correlation'][m][b], key, 'correlation', m, b)]
     for m, why in r['not_applicable'].items():
       parts += [f' ({why})']
     out[key] = parts

@@ -67,7 +67,7 @@ def run_localisation_similarities(
       'own_margin': {m: [measured.statistics[m][0], measured.statistics_stderr[m][0]]
                      for m in measures},
       'query_margins': {m: measured.statistics[m][1:].tolist() for m in measures},
-      'peak_at_query': {m: float(np.mean(measured.statistics[m][1:] > 0)) for m in measures},
+      'peak_at_query': {m: _peaks(measured.statistics[m][1:]) for m in measures},
       'seconds_per_pair': measured.seconds_per_pair,
       'not_applicable': {}}
   if 'pwcca' in measures:
@@ -76,11 +76,23 @@ def run_localisation_similarities(
   result['figures'] = [plots.image_grid(
       np.concatenate([maps[m] for m in measures]),
       figure_path(out, 'localisation_similarities', subject),
-      f'Final positions vs input patches: {subject.label}, a row per measure (each on its '
-      'own scale)', cols=len(queries),
-      labels=[f'{M.TITLES[m]}, ({i}, {j})' for m in measures for i, j in queries],
+      f'Final positions vs input patches: {subject.label}\n(a row per measure, each map on '
+      'its own scale;\nfor the Procrustes distance the darkest is the most alike)',
+      cols=len(queries),
+      labels=[f'{M.TITLES[m]}\nquery ({i}, {j})' for m in measures for i, j in queries],
       cmap='viridis', marks=[q for _ in measures for q in queries])]
   return result
+
+
+def _peaks(margins: np.ndarray) -> float:
+  """The share of the queries with a margin whose map peaks at the own patch."""
+  known = margins[np.isfinite(margins)]
+  return float(np.mean(known > 0)) if len(known) else float('nan')
+
+
+def _known(value) -> bool:
+  """Whether a number of the JSON has a value (NaN is null there)."""
+  return value is not None and bool(np.isfinite(value))
 
 
 def _margins(measure: str, maps: np.ndarray, own: np.ndarray) -> np.ndarray:
@@ -103,9 +115,11 @@ def findings(result: Mapping, q) -> Dict[str, list]:
   for label, r in per_model(result).items():
     parts = [f'{label}: own-patch margin']
     for i, m in enumerate(r['measures']):
-      parts += [', ' if i else ' ', f'{M.TITLES[m]} ', q(label, 'own_margin', m, 0), ' ± ',
-                q(label, 'own_margin', m, 1), ' (peaks at the own patch for ',
-                q(label, 'peak_at_query', m), ' of the queries)']
+      parts += [', ' if i else ' ', f'{M.TITLES[m]} ', *similarities.estimate_quote(
+          q, r['own_margin'][m], label, 'own_margin', m)]
+      if _known(r['peak_at_query'][m]):
+        parts += [' (peaks at the own patch for ', q(label, 'peak_at_query', m),
+                  ' of the queries)']
     for why in r['not_applicable'].values():
       parts += [f' ({why})']
     out[label] = parts

@@ -328,13 +328,8 @@ def findings(result: Mapping, q) -> Dict[str, list]:
   Returns:
     Text fragments per caption key.
   """
-  def stated(name, m, key):  # a value and its error, or words where there is none
-    value, stderr = (np.nan if v is None else v for v in result[name][m][key])
-    if not np.isfinite(value):
-      return ['no value']
-    if not np.isfinite(stderr):
-      return [q(name, m, key, 0), ' (spread unknown)']
-    return [q(name, m, key, 0), ' ± ', q(name, m, key, 1)]
+  def stated(name, m, key):
+    return estimate_quote(q, result[name][m][key], name, m, key)
 
   out = {}
   for m in result['measures']:
@@ -360,6 +355,26 @@ def findings(result: Mapping, q) -> Dict[str, list]:
       parts += [f' ({result["not_applicable"][m]})']
     out[m] = parts
   return out
+
+
+def estimate_quote(q, pair: Sequence[Optional[float]], *path) -> list:
+  """Text fragments of a (value, standard error) pair of the JSON: both quoted, or
+  words where either has no value (null in the JSON).
+
+  Args:
+    q: makes a quote of a number of the JSON (`tool.QuoteFn`).
+    pair: the pair, at `path`.
+    *path: its path in the JSON.
+
+  Returns:
+    The fragments.
+  """
+  value, stderr = (np.nan if v is None else v for v in pair)
+  if not np.isfinite(value):
+    return ['no value']
+  if not np.isfinite(stderr):
+    return [q(*path, 0), ' (spread unknown)']
+  return [q(*path, 0), ' ± ', q(*path, 1)]
 
 
 def figures(result: Mapping) -> List[Figure]:
