@@ -112,6 +112,11 @@ def test_a_layer_that_does_not_vary_has_no_value_under_any_measure():
   without = np.delete(np.arange(40), 3)
   found = layer_similarity.values(layers, [(0, 2)], ['cka', 'rsa'], without, k=5)
   assert np.isnan(found['cka']).all() and np.isnan(found['rsa']).all()
+  assert layer_similarity.empty_cells('cka', found['cka']) == (
+      'linear CKA left 1 of 1 pairs empty: a layer has the same features on every image (a '
+      'blank patch)')
+  assert 'all equal on some image' in layer_similarity.empty_cells('rsa', found['rsa'])
+  assert layer_similarity.empty_cells('cka', np.array([0.5])) == ''
 
 
 MODELS = {'v0': {'architecture': 'transformer', 'group': 'v'},

@@ -288,7 +288,8 @@ def measured(layers: Sequence[Layer], pairs: Mapping[str, Sequence[Pair]],
   return Measured(estimate, stderr, stats, stats_stderr, seconds)
 
 
-def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
+def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray,
+               channels: str = 'a layer\'s channels averaged over positions are') -> str:
   """Why PWCCA left cells empty, or '' where it left none.
 
   google/svcca's CCA needs more images than channels, and fails where a layer's
@@ -300,6 +301,7 @@ def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
   Args:
     layers: the summaries.
     row: PWCCA's values for the pairs, NaN where it could not be computed.
+    channels: what PWCCA took as a layer's neurons, in words, for the reason.
 
   Returns:
     The reason, a sentence, or ''.
@@ -313,9 +315,32 @@ def pwcca_gaps(layers: Sequence[Layer], row: np.ndarray) -> str:
     cause = (f'it needs more images than channels, and a layer has {widest} channels for {n} '
              'images (give more --num_images)')
   else:
-    cause = ('a layer\'s channels averaged over positions are linearly dependent (or '
-             'nearly) over the images, where google/svcca\'s CCA has no value')
+    cause = (f'{channels} linearly dependent (or nearly) over the images, where '
+             'google/svcca\'s CCA has no value')
   return f'PWCCA left {empty} of {len(row)} layer pairs empty: {cause}'
+
+
+def empty_cells(measure: str, row: np.ndarray) -> str:
+  """Why a measure left cells empty where `svcca_gaps` and `pwcca_gaps` do not say,
+  or '' where it left none: a layer with the same features on every
+  image (a blank patch of pixels), and for RSA also a layer whose features are all
+  equal on some image, whose correlation distance to the others is undefined.
+
+  Args:
+    measure: the measure.
+    row: its values for the pairs, NaN where it has none.
+
+  Returns:
+    The reason, a sentence, or ''.
+  """
+  empty = int(np.sum(np.isnan(row)))
+  if not empty:
+    return ''
+  cause = 'a layer has the same features on every image (a blank patch)'
+  if measure == 'rsa':
+    cause = ('a layer\'s features are all equal on some image (a blank patch), so that '
+             'image has no correlation distance')
+  return f'{TITLES[measure]} left {empty} of {len(row)} pairs empty: {cause}'
 
 
 @threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')

@@ -39,8 +39,9 @@ def run_localisation_similarities(
   """
   measures = options.measures
   n = options.images(batches)
-  tokens, patches, found = [], [], None
+  tokens, patches, found, grey = [], [], None, True
   for images, _ in batches('eval'):
+    grey = grey and bool(np.all(images == images[..., :1]))
     found = localisation.final_positions(subject, images)
     tokens.append(found.tokens)
     patches.append(found.patches)
@@ -70,9 +71,19 @@ def run_localisation_similarities(
       'peak_at_query': {m: _peaks(measured.statistics[m][1:]) for m in measures},
       'seconds_per_pair': measured.seconds_per_pair,
       'not_applicable': {}}
-  if 'pwcca' in measures:
-    result['not_applicable']['pwcca'] = M.pwcca_gaps(layers, measured.values['pwcca'])
-  result['not_applicable'] = {m: why for m, why in result['not_applicable'].items() if why}
+  for m in measures:
+    if m == 'pwcca':
+      why = M.pwcca_gaps(layers, measured.values[m], 'a query\'s channels or a patch\'s '
+                         'pixels' + (' (grey images: each pixel three times)' if grey else '') +
+                         ' are')
+    elif m == 'svcca':  # pairs that keep as many directions as images, or blank patches
+      kept = M.svcca_directions(layers, options.svcca_dims)
+      why = (M.svcca_gaps(kept, n, measured.values[m]) if 2 * max(kept) >= n else
+             M.empty_cells(m, measured.values[m]))
+    else:
+      why = M.empty_cells(m, measured.values[m])
+    if why:
+      result['not_applicable'][m] = why
   result['figures'] = [plots.image_grid(
       np.concatenate([maps[m] for m in measures]),
       figure_path(out, 'localisation_similarities', subject),
