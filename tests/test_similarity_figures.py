@@ -63,6 +63,9 @@ def test_heads_against_the_other_models_layers_under_every_measure(subjects, tmp
     correlation = np.corrcoef(distance[0], to_lower[0])[0, 1]
     assert entry['correlation'][m][0][0] == pytest.approx(correlation, rel=1e-4)
     assert entry['correlation'][m][0][1] > 0
+  for m in layer_similarity.MEASURES:  # every empty cell with its reason
+    assert np.isnan(np.array(entry['similarity'][m], float)).any() == (
+        m in entry['not_applicable'])
   assert all(os.path.exists(path) for path in entry['figures'])
 
 
@@ -92,6 +95,8 @@ def test_final_positions_against_the_input_patches_under_every_measure(subjects,
       localisation.own_margin(-maps['procrustes'], own))
   assert result['peak_at_query']['cka'] == np.mean(
       localisation.query_margins(maps['cka'], own) > 0)
+  for m in layer_similarity.MEASURES:
+    assert np.isnan(np.array(result['maps'][m], float)).any() == (m in result['not_applicable'])
   assert all(os.path.exists(path) for path in result['figures'])
 
 

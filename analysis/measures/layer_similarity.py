@@ -343,6 +343,38 @@ def empty_cells(measure: str, row: np.ndarray) -> str:
   return f'{TITLES[measure]} left {empty} of {len(row)} pairs empty: {cause}'
 
 
+def not_applicable(layers: Sequence[Layer], found: Mapping[str, np.ndarray],
+                   svcca_kept: Sequence[int] = (),
+                   channels: str = 'a layer\'s channels averaged over positions are'
+                   ) -> Dict[str, str]:
+  """Why each measure left cells empty, for the measures that did: PWCCA's
+  (`pwcca_gaps`), SVCCA's pairs that keep as many directions as images
+  (`svcca_gaps`), and otherwise `empty_cells`.
+
+  Args:
+    layers: the summaries.
+    found: measure -> its values for the pairs, NaN where it has none.
+    svcca_kept: each layer's SVCCA directions (`svcca_directions`), where SVCCA
+      was measured.
+    channels: `pwcca_gaps`' words for what PWCCA took as a layer's neurons.
+
+  Returns:
+    measure -> the reason, a sentence.
+  """
+  n = len(layers[0].norms)
+  out = {}
+  for measure, row in found.items():
+    if not np.isnan(row).any():
+      continue
+    if measure == 'pwcca':
+      out[measure] = pwcca_gaps(layers, row, channels)
+    elif measure == 'svcca' and 2 * max(svcca_kept) >= n:
+      out[measure] = svcca_gaps(svcca_kept, n, row)
+    else:
+      out[measure] = empty_cells(measure, row)
+  return out
+
+
 @threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def svcca_directions(layers: Sequence[Layer], dims: Optional[int] = None) -> list:
   """How many directions SVCCA keeps of each layer on all the images.

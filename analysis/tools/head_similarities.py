@@ -59,6 +59,7 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
               for x in (np.concatenate(parts) for parts in zip(*heads))]
     del heads
     layers += similarities.summarise(others, batches, measures, n)
+    kept = M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else ()
     bounds = len(blocks) * num_heads + np.cumsum([0] + [len(r.layers.stream) for r in others])
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):
       key = f'{s.label} vs {r.label}'
@@ -90,10 +91,7 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
           'correlation': {m: [[found.statistics[m][b], found.statistics_stderr[m][b]]
                               for b in range(split)] for m in measures},
           'seconds_per_pair': found.seconds_per_pair,
-          'not_applicable': ({'pwcca': M.pwcca_gaps(layers, found.values['pwcca'])}
-                             if 'pwcca' in measures else {})}
-      result[key]['not_applicable'] = {m: why for m, why in
-                                       result[key]['not_applicable'].items() if why}
+          'not_applicable': M.not_applicable(layers, found.values, kept)}
       result[key]['figures'] = [_figure(result[key], key, r.label, os.path.join(
           out, f'head_similarities_{s.label}_{r.label}.png'))]
   return result

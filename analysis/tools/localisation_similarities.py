@@ -69,21 +69,12 @@ def run_localisation_similarities(
                      for m in measures},
       'query_margins': {m: measured.statistics[m][1:].tolist() for m in measures},
       'peak_at_query': {m: _peaks(measured.statistics[m][1:]) for m in measures},
-      'seconds_per_pair': measured.seconds_per_pair,
-      'not_applicable': {}}
-  for m in measures:
-    if m == 'pwcca':
-      why = M.pwcca_gaps(layers, measured.values[m], 'a query\'s channels or a patch\'s '
-                         'pixels' + (' (grey images: each pixel three times)' if grey else '') +
-                         ' are')
-    elif m == 'svcca':  # pairs that keep as many directions as images, or blank patches
-      kept = M.svcca_directions(layers, options.svcca_dims)
-      why = (M.svcca_gaps(kept, n, measured.values[m]) if 2 * max(kept) >= n else
-             M.empty_cells(m, measured.values[m]))
-    else:
-      why = M.empty_cells(m, measured.values[m])
-    if why:
-      result['not_applicable'][m] = why
+      'seconds_per_pair': measured.seconds_per_pair}
+  result['not_applicable'] = M.not_applicable(
+      layers, measured.values,
+      M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else (),
+      'a query\'s channels or a patch\'s pixels' +
+      (' (grey images: each pixel three times)' if grey else '') + ' are')
   result['figures'] = [plots.image_grid(
       np.concatenate([maps[m] for m in measures]),
       figure_path(out, 'localisation_similarities', subject),

@@ -268,22 +268,18 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
       'measures': list(measures), 'num_examples': n, 'resamples': options.similarity_resamples,
       'knn': k, 'seconds_per_pair': found.seconds_per_pair,
       'similarity': {m: {key: v.tolist() for key, v in matrices[m].items()} for m in measures},
-      'stderr': {m: {key: v.tolist() for key, v in stderr[m].items()} for m in measures},
-      'not_applicable': {}}
+      'stderr': {m: {key: v.tolist() for key, v in stderr[m].items()} for m in measures}}
   for name in ('uniformity', 'correspondence', 'specificity'):
     result[name] = {m: {key: [value, stats_stderr[m][name][key]]
                         for key, value in stats[m][name].items()} for m in measures}
-  if 'pwcca' in measures:
-    result['not_applicable']['pwcca'] = M.pwcca_gaps(layers, estimate['pwcca'])
   if options.similarity_outliers > 0:
     result['outliers'] = _outlier_check(layers, pairs, estimate, stderr, blocks, size, options)
-  if 'svcca' in measures:
-    kept = M.svcca_directions(layers, dims)
+  kept = M.svcca_directions(layers, dims) if 'svcca' in measures else ()
+  if kept:
     it = iter(kept)
     result['svcca_directions'] = {s.label: [next(it) for _ in s.layers.stream]
                                   for s in subjects}
-    result['not_applicable']['svcca'] = M.svcca_gaps(kept, n, estimate['svcca'])
-  result['not_applicable'] = {m: why for m, why in result['not_applicable'].items() if why}
+  result['not_applicable'] = M.not_applicable(layers, estimate, kept)
   result['figures'] = [_figure(result, m, out) for m in measures]
   return result
 
