@@ -50,8 +50,8 @@ def heads_per_layer(subject: Subject) -> int:
   return subject.intermediate_shapes([name])[name].shape[2]
 
 
-def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int]
-                  ) -> Tuple[List[np.ndarray], np.ndarray]:
+def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int],
+                  grid: Tuple[Tuple[int, int], float]) -> Tuple[List[np.ndarray], np.ndarray]:
   """Each head's output (spatial tokens, before the output projection) of the
   attention layers `blocks`, and each image's mean attention distance per head
   (class-token key dropped, as `attention_distance`).
@@ -60,6 +60,7 @@ def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int]
     subject: the model.
     images: a batch of images.
     blocks: attention layers (`attention_blocks`).
+    grid: the subject's `token_grid()`, found once for all its batches.
 
   Returns:
     (b, tokens, head width) per head, the blocks' heads in order; and the (b,
@@ -67,13 +68,13 @@ def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int]
   """
   heads_of = [subject.layers.head_outputs[b] for b in blocks]
   weights_of = [subject.layers.attention_weights[b] for b in blocks]
-  grid, pixels = subject.token_grid()
+  side, pixels = grid
   inter = subject.intermediates(images, heads_of + weights_of)
   spatial = int(subject.has_cls) + subject.registers
   heads = [np.asarray(y[:, spatial:, h]) for y in (inter[n] for n in heads_of)
            for h in range(y.shape[2])]
   per_image = jax.vmap(lambda w: attention.mean_attention_distance(
-      w[None], grid, pixels, subject.has_cls, registers=subject.registers))
+      w[None], side, pixels, subject.has_cls, registers=subject.registers))
   return heads, np.stack([np.asarray(per_image(inter[n])) for n in weights_of], axis=1)
 
 
@@ -97,11 +98,11 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
       continue
-    blocks = attention_blocks(s)
+    blocks, grid = attention_blocks(s), s.token_grid()
     stream = similarity.MinibatchCKA('linear', unbiased=True)
     distances = []
     for images, _ in batches('eval'):
-      heads, per_image = head_features(s, images, blocks)
+      heads, per_image = head_features(s, images, blocks, grid)
       stream.update(heads + features.layer_representations(
           others, [r.layers.stream for r in others], images))
       distances.append(per_image)

@@ -47,10 +47,10 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
       continue
-    blocks = head_cka.attention_blocks(s)
+    blocks, grid = head_cka.attention_blocks(s), s.token_grid()
     heads, distances = [], []
     for images, _ in batches('eval'):
-      outputs, per_image = head_cka.head_features(s, images, blocks)
+      outputs, per_image = head_cka.head_features(s, images, blocks, grid)
       heads.append(outputs)
       distances.append(per_image)
     distances = np.concatenate(distances)  # (n, blocks, heads)
@@ -238,7 +238,7 @@ def host_prices(subject: Subject, images: np.ndarray, labels: np.ndarray,
   layer = tuple(np.shape(subject.intermediates(images[:1], [last])[last])[1:])
   if not subject.layers.head_outputs:
     return similarities.measure_prices((layer, layer), options, amounts)
-  heads, _ = head_cka.head_features(subject, images[:1], [0])
+  heads, _ = head_cka.head_features(subject, images[:1], [0], subject.token_grid())
   return similarities.measure_prices((heads[0].shape[1:], layer), options, amounts)
 
 
