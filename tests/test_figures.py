@@ -14,6 +14,7 @@ from doc_snippets import ROOT
 
 PAGE = os.path.join(ROOT, 'docs', 'figures.md')
 STATUSES = ('reproduced', 'different finding', 'inconclusive', 'needs data', 'not yet')
+VERDICTS = STATUSES[:3]  # the statuses that judge a finding
 PAPERS = {'An Image is Worth': 'ViT paper', 'Raghu et al.': 'Raghu et al.',
           'Park & Kim': 'Park & Kim', 'Darcet et al.': 'Darcet et al.'}
 RECIPE_FLAGS = ('config', 'config2')
@@ -128,7 +129,7 @@ def test_every_row_has_a_status_and_a_measurement_or_a_reason():
   assert {paper for paper, _ in found} == set(PAPERS.values())
   for paper, row in found:
     assert row['status'] in STATUSES, (paper, row['figure'], row['status'])
-    if row['status'] in ('reproduced', 'different finding', 'inconclusive'):
+    if row['status'] in VERDICTS:
       assert row['measured here'] and row['command here'], (paper, row['figure'])
   figures = [(paper, row['figure']) for paper, row in found]
   assert len(figures) == len(set(figures)), 'a figure listed twice'
@@ -140,6 +141,32 @@ def test_the_summary_counts_the_rows():
                    r'inconclusive, (\d+) need data, (\d+) not yet\.', _text())
   assert said, 'the summary line is missing'
   assert [int(n) for n in said.groups()] == [len(found)] + [found.count(s) for s in STATUSES]
+
+
+RUNS = re.compile(r'(none|[0-9]+|[0-9]+ \([^)]+\)(, [0-9]+ \([^)]+\))+)')
+
+
+def test_every_verdict_says_how_many_runs_it_rests_on_and_the_summary_counts_them():
+  """A verdict row's runs cell is a count per model, or none; a row without a
+  verdict has none to give (—). The summary counts verdicts on three runs of every
+  model, on mixed counts, on one run and on no trained model."""
+  kinds = []
+  for paper, row in rows():
+    cell = row['runs']
+    if row['status'] not in VERDICTS:
+      assert cell == '—', (paper, row['figure'], cell)
+      continue
+    assert RUNS.fullmatch(cell), (paper, row['figure'], cell)
+    counts = set(re.findall(r'(?:^|, )([0-9]+)', cell))  # each model's count
+    kinds.append('none' if cell == 'none' else 'mixed' if len(counts) > 1 else
+                 'three' if counts == {'3'} else 'one' if counts == {'1'} else cell)
+  said = re.search(r'Of the (\d+) verdicts, (\d+) rest on three runs of every model, (\d+) on '
+                   r'three runs of some\s+of their models and one of the others, (\d+) on one '
+                   r'run, and (\d+) on no trained model\.', _text())
+  assert said, 'the summary of runs is missing'
+  assert [int(n) for n in said.groups()] == [
+      len(kinds), kinds.count('three'), kinds.count('mixed'), kinds.count('one'),
+      kinds.count('none')], kinds
 
 
 def test_every_command_names_what_exists():

@@ -103,7 +103,10 @@ def _analyse(out):
                             # Gaussian noise changes 1 of the random Mixer's 36 predictions.
                             'activation_patching': activation_patching.Options(
                                 patching_corruption='contrast'),
-                            'sae': sae.Options(sae_steps=20, sae_features=2)})
+                            'sae': sae.Options(sae_steps=20, sae_features=2),
+                            **{name: TOOLS[name].options(similarity_resamples=3) for name in (
+                                'similarities', 'head_similarities',
+                                'localisation_similarities')}})
   assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
