@@ -337,7 +337,8 @@ def test_resnet_hvp_unrolled_equals_the_scan_and_jax_hessian():
       loss = curvature.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=unroll)
       matvec, _ = curvature.flat_hvp(loss, params, unroll=unroll)
       products[unroll] = jax.jit(matvec)(v, params, batches)
-    dense = jax.hessian(lambda sub: loss(unravel(flat.at[where].set(sub)), batches))(flat[where])
+    dense = jax.jit(jax.hessian(lambda sub: loss(unravel(flat.at[where].set(sub)), batches)))(
+        flat[where])
     assert products[True].dtype == jnp.float64
     scale = float(jnp.max(jnp.abs(products[False])))
     chex.assert_trees_all_close(products[True], products[False], rtol=1e-9, atol=1e-12 * scale)
