@@ -126,7 +126,7 @@ class Tool:
   reads_logits: bool = False  # it needs a classifier head (not a headless DINOv2 or SigLIP)
   importance: int = 100  # lower runs first and is left out last under a time budget
   # What the models must have beyond `runs_on`: (models) -> why the tool cannot run on
-  # them, or '' where it can.
+  # them, a clause after the tool's name ('compares ...'), or '' where it can.
   needs: Optional[Callable[[Sequence[Subject]], str]] = None
 
   def read_options(self) -> Any:
@@ -163,7 +163,8 @@ class Tool:
               f'{", ".join(f"{s.label} ({s.config.name})" for s in subjects)} '
               f'{"sows" if len(subjects) == 1 else "sow"} none: give it a ViT, a hybrid or a '
               'timm ViT')
-    return self.needs(subjects) if self.needs else ''
+    why = self.needs(subjects) if self.needs else ''
+    return f'{self.name} {why}' if why else ''
 
 
 TOOLS: Dict[str, Tool] = {}

@@ -191,21 +191,20 @@ def figures(result: Mapping) -> List[Figure]:
           for key, r in result.items() for path in r['figures']]
 
 
-def heads_and_second_model(name: str, subjects: Sequence[Subject]) -> str:
+def heads_and_second_model(subjects: Sequence[Subject]) -> str:
   """Why a tool comparing one model's attention heads with a second model's layers
   cannot run on `subjects` (`Tool.needs`), or '' when it can.
 
   Args:
-    name: the tool, named in the reason.
     subjects: the models given.
 
   Returns:
-    The reason, or ''.
+    The reason, a clause after the tool's name, or ''.
   """
   if len(subjects) > 1 and any(s.layers.head_outputs for s in subjects):
     return ''
-  return (f'{name} compares one model\'s attention heads with a second model\'s layers: give '
-          'a ViT and a second model (--config2 with --workdir2 or --checkpoint2)')
+  return ('compares one model\'s attention heads with a second model\'s layers: give a ViT '
+          'and a second model (--config2 with --workdir2 or --checkpoint2)')
 
 
 TOOL = register(Tool(
@@ -218,4 +217,4 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 5): the ViT\'s lower-layer heads that attend locally are the ones '
           'most similar to the ResNet\'s lower layers; globally attending heads are not.',
     run=run_head_cka, runs_on=ALL_MODELS, findings=findings, figures=figures,
-    needs=lambda subjects: heads_and_second_model('head_cka', subjects)))
+    needs=heads_and_second_model))

@@ -257,4 +257,4 @@ TOOL = register(Tool(
     run=run_head_similarities, runs_on=ALL_MODELS, findings=findings, figures=figures,
     options=similarities.MeasureOptions, verdicts=verdicts, work=work, host_prices=host_prices,
     shortened_by=('num_images', 'similarity_resamples'), minimum='5 bootstrap draws',
-    needs=lambda subjects: head_cka.heads_and_second_model('head_similarities', subjects)))
+    needs=head_cka.heads_and_second_model))
