@@ -2,8 +2,9 @@
 and the fixtures the test modules share.
 
 Every test process sees 8 CPU devices, so multi-device code runs on CPU. The
-tests are dominated by XLA compile time, which the lowest backend optimisation
-level halves; it changes fusion, not what is computed. The test session's
+tests are dominated by XLA compile time, which the flags of tests/xla_flags.py
+cut by about two thirds; they change how programs are generated, not what is
+computed. The test session's
 processes (pytest-xdist's workers and the commands, notebooks and doc snippets
 the tests start) share one persistent compilation cache, a temporary directory
 made for the session and removed after it: a program compiled once (the same
@@ -20,8 +21,9 @@ import os
 import shutil
 import tempfile
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_backend_optimization_level=0').strip()
+from xla_flags import FAST_COMPILE  # a constant: JAX is not imported yet
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + FAST_COMPILE).strip()
 # Set before JAX is imported, and inherited by every process the session starts.
 _OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
 if _OWN_CACHE:

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from helpers import damage, make_folder
+from xla_flags import with_devices
 from vit_jax import budget, console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,7 @@ def _train(workdir, folder, *extra):
        '--config.eval_batch_size=16', '--config.total_steps=4', '--config.warmup_steps=1',
        '--config.log_every=2', '--config.eval_every=4', '--config.checkpoint_every=2',
        *extra], cwd=ROOT, capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2'))
+      env=dict(os.environ, XLA_FLAGS=with_devices(2)))
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import chex
 import pytest
 
 from helpers import damage, make_folder, tiny_config
+from xla_flags import with_devices
 from vit_jax import checkpoint, entry, errors, finetune, loop, run_state, sweep, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +42,7 @@ def _files(root):
 def _train_command(workdir_path, *overrides, env=None, **kwargs):
   """`python -m vit_jax.train` on the quick-start recipe, 8 simulated devices."""
   env = dict(os.environ if env is None else env,
-             XLA_FLAGS='--xla_force_host_platform_device_count=8', PYTHONUNBUFFERED='1')
+             XLA_FLAGS=with_devices(8), PYTHONUNBUFFERED='1')
   return subprocess.Popen(
       [sys.executable, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
        '--workdir', str(workdir_path)] + list(overrides),

@@ -6,6 +6,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from xla_flags import FAST_COMPILE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*.ipynb')))
 
@@ -31,9 +33,9 @@ def test_notebook_runs_at_small_size(path, monkeypatch):
   nb = nbformat.read(path, as_version=4)
   index = next(i for i, c in enumerate(nb.cells) if is_parameters(c))
   nb.cells.insert(index + 1, nbformat.v4.new_code_cell('SMALL = True'))
-  # The kernel runs as a user's would, on one CPU device; at the tests' lowest
-  # backend optimisation level (tests/conftest.py), which halves compile time.
-  monkeypatch.setenv('XLA_FLAGS', '--xla_backend_optimization_level=0')
+  # The kernel runs as a user's would, on one CPU device, compiled as the tests'
+  # processes are (tests/xla_flags.py).
+  monkeypatch.setenv('XLA_FLAGS', FAST_COMPILE)
   monkeypatch.setenv('MPLBACKEND', 'Agg')
   NotebookClient(nb, timeout=900, kernel_name='python3',
                  resources={'metadata': {'path': ROOT}}).execute()

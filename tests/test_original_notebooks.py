@@ -16,6 +16,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from xla_flags import FAST_COMPILE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDER = os.path.join(ROOT, 'tests', 'original_notebooks')
 
@@ -214,8 +216,8 @@ def test_original_notebook_runs(name, tmp_path, monkeypatch):
     (profile / 'ipython_kernel_config.py').write_text(
         "c.InteractiveShellApp.exec_lines = ['import torchvision']\n")
     monkeypatch.setenv('IPYTHONDIR', str(tmp_path / 'ipython'))
-  # One CPU device, as a user's kernel, at the tests' optimisation level (conftest.py).
-  monkeypatch.setenv('XLA_FLAGS', '--xla_backend_optimization_level=0')
+  # One CPU device, as a user's kernel, compiled as the tests' processes are (xla_flags.py).
+  monkeypatch.setenv('XLA_FLAGS', FAST_COMPILE)
   monkeypatch.setenv('MPLBACKEND', 'Agg')
   monkeypatch.setenv('PYTHONPATH', ROOT)
   NotebookClient(_changed(name), timeout=900, kernel_name='python3',

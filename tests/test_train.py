@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from helpers import TINY_VIT, images, make_folder, tiny_config
+from xla_flags import with_devices
 from vit_jax import (budget, checkpoint, cpu_devices, finetune, input_pipeline, loop, models,
                      run_state, steps, workdir as workdirs)
 from vit_jax.errors import WorkdirError
@@ -575,7 +576,7 @@ def test_two_processes_agree_with_one(tmp_path):
       '--config.model.hidden_size=32', '--config.model.mlp_dim=64', '--config.model.num_layers=2']
 
   def run(workdir, devices, extra=(), background=False):
-    env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+    env = dict(os.environ, XLA_FLAGS=with_devices(devices))
     command = [sys.executable, '-m', 'vit_jax.train', '--workdir', str(workdir),
                *flags_common, *extra]
     if background:
