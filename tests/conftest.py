@@ -3,13 +3,12 @@ and the fixtures the test modules share.
 
 Every test process sees 8 CPU devices, so multi-device code runs on CPU. The
 tests are dominated by XLA compile time, which the flags of tests/xla_flags.py
-cut by about two thirds; they change how programs are generated, not what is
-computed. The test session's
-processes (pytest-xdist's workers and the commands, notebooks and doc snippets
-the tests start) share one persistent compilation cache, a temporary directory
-made for the session and removed after it: a program compiled once (the same
-tiny models in every command) is read back elsewhere. Its key holds the XLA
-flags, so a run under other flags compiles its own.
+halve. The test session's processes (pytest-xdist's workers and the commands,
+notebooks and doc snippets the tests start) share one persistent compilation
+cache, a temporary directory made for the session and removed after it: a
+program compiled once (the same tiny models in every command) is read back
+elsewhere. Its key holds the XLA flags, so a run under other flags compiles its
+own.
 
 A test that takes a `family_name` argument runs once per registered family of
 image classifiers (`models.families(models.CLASSIFY)`, on its `Family.tiny`

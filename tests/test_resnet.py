@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import reference
-from helpers import apply, apply_with_intermediates, images, init, perturbed, tiny_bit
+from helpers import (apply, apply_with_intermediates, assert_close_at_scale, images, init,
+                     perturbed, tiny_bit)
 from vit_jax.models import resnet
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
@@ -175,7 +176,9 @@ def test_fixed_variables_hold_each_std_conv_kernel_standardised_once():
       centred, var = w - w.mean((0, 1, 2)), w.var((0, 1, 2))
       expected = centred / (np.sqrt(var + 1e-10) if bit else np.sqrt(var) + 1e-5)
       np.testing.assert_allclose(kernel, expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(apply(model, fixed, x), apply(model, {'params': params}, x))
+    # Standardised in a program of their own, the kernels may differ by float32 rounding.
+    assert_close_at_scale(apply(model, fixed, x), apply(model, {'params': params}, x),
+                          rtol=1e-5, ulps=16)
 
 
 def test_fixed_variables_give_every_familys_outputs(family_name):
@@ -187,7 +190,8 @@ def test_fixed_variables_give_every_familys_outputs(family_name):
   assert fixed['params'] is params
   x = images(2, 32)
   out, inter = apply_with_intermediates(model, fixed, x)
-  chex.assert_trees_all_equal((out, inter), apply_with_intermediates(model, {'params': params}, x))
+  assert_close_at_scale((out, inter), apply_with_intermediates(model, {'params': params}, x),
+                        rtol=1e-5, ulps=16)
 
 
 @pytest.mark.parametrize('shape', [(1, 1, 24, 16), (3, 3, 4, 16), (1, 3, 8, 16)])
