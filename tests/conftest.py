@@ -23,14 +23,15 @@ import tempfile
 from xla_flags import FAST_COMPILE  # a constant: JAX is not imported yet
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + FAST_COMPILE).strip()
-# Set before JAX is imported, and inherited by every process the session starts.
+# Set before JAX is imported, and inherited by every process the session starts. A
+# cache the environment names is used and kept.
 _OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
 if _OWN_CACHE:
   os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vit_jax_tests_xla_')
-  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
-  # A bounded cache takes a file lock around each read and write: no process reads
-  # an entry another is still writing.
-  os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
+# A bounded cache takes a file lock around each read and write: no process reads
+# an entry another is still writing.
+os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
 
 import chex  # noqa: E402  (imports JAX, which reads the cache settings above)
 import pytest  # noqa: E402
