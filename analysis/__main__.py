@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -36,7 +35,7 @@ console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 
 from analysis import tool
 from analysis.reporting import events, plots, report, runs
-from analysis.runtime import estimate, features, planning  # noqa: E402
+from analysis.runtime import estimate, features, planning, stopping  # noqa: E402
 from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
 from vit_jax import budget, entry, settings, sweep_rows  # noqa: E402
 from vit_jax import workdir as workdirs  # noqa: E402
@@ -262,6 +261,7 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   os.makedirs(out, exist_ok=True)
   results, seconds, failed = {}, {}, {}
   for i, name in enumerate(names):
+    stopping.check()
     if planner is not None and i:
       planner.fit(names[i:])
       report.record_plan(out, planner.budget_text, planner.changed(), names,
@@ -273,6 +273,8 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
     try:
       results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
                                   (options or {}).get(name))
+    except stopping.Stopped:
+      raise
     except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
       failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
       log.debug('The %s tool failed.', name, exc_info=True)  # shown with --verbosity=1
@@ -549,7 +551,7 @@ def run(name: str) -> Dict:
   if second and FLAGS.config2 is None:
     raise ConfigError(f'{" and ".join(second)} name a second model, whose recipe is '
                       '--config2: give it too, or leave them out.')
-  with holding(FLAGS.out), stopped_by_signals(FLAGS.out):
+  with holding(FLAGS.out), stopping.on_signals(FLAGS.out):
     return _run_held(name, names, options, seconds, started)
 
 
@@ -707,39 +709,6 @@ def holding(out: str) -> Iterator[None]:
       os.remove(lock)
     if made and not os.listdir(out):
       os.rmdir(out)
-
-
-class Stopped(UserError):
-  """An analysis stopped by SIGTERM or Ctrl-C."""
-
-
-@contextlib.contextmanager
-def stopped_by_signals(out: str) -> Iterator[None]:
-  """SIGTERM and Ctrl-C stop the analysis with one line (`Stopped`), as they stop
-  training, the results of the tools that finished kept in `out` (a later run of
-  the same models adds to them; one of other models is refused or, with
-  --overwrite, removes them).
-
-  Args:
-    out: --out.
-  """
-  def stop(signum, frame):
-    del frame
-    raise Stopped(_stopped_message(signal.Signals(signum).name, out))
-
-  previous = signal.signal(signal.SIGTERM, stop)
-  try:
-    yield
-  except KeyboardInterrupt:
-    raise Stopped(_stopped_message('Ctrl-C', out)) from None
-  finally:
-    signal.signal(signal.SIGTERM, previous)
-
-
-def _stopped_message(by: str, out: str) -> str:
-  return (f'Stopped by {by}; the tools that finished kept their results in {out} '
-          f'(python -m analysis report --out {out} writes their report): rerun the command '
-          'to run the others.')
 
 
 def finish(out: str, tensorboard: bool) -> str:

@@ -491,6 +491,60 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
       {'a': np.full((2, 3), 1e-8, np.float32)})
 
 
+def test_an_analysis_notes_a_signal_and_stops_at_its_next_batch_a_second_ctrl_c_at_once(tmp_path):
+  """SIGTERM or Ctrl-C during an analysis is noted, not raised where it lands: the
+  next unit of work (`Progress.advance`) or tool (`stopping.check`) stops with one
+  line naming the signal; Ctrl-C again stops at once (`errors.Interrupted`); the
+  handlers come back, and outside an analysis `check` does nothing."""
+  from analysis.runtime import progress, stopping
+  before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+  for sent, name in ((signal.SIGINT, 'Ctrl-C'), (signal.SIGTERM, 'SIGTERM')):
+    done = progress.Progress('test', 3, 'batches')
+    with pytest.raises(stopping.Stopped, match=f'^Stopped by {name}; the tools that finished '
+                       f'kept their results in {tmp_path} '):
+      with stopping.on_signals(str(tmp_path)):
+        done.advance()
+        os.kill(os.getpid(), sent)
+        time.sleep(0.1)  # noted: the work in hand goes on
+        done.advance()
+    assert done.done == 1
+  with pytest.raises(errors.Interrupted, match='^Stopped by Ctrl-C'):
+    with stopping.on_signals(str(tmp_path)):
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.1)
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(0.1)
+  assert {s: signal.getsignal(s) for s in before} == before
+  stopping.check()
+
+
+def test_ctrl_c_twice_while_an_analysis_compiles_ends_it_in_one_line_without_a_crash(tmp_path):
+  """A real SIGINT as the Hessian tool starts compiling, and another a second later:
+  Python delivers the second inside the wait for an XLA compilation that goes on in
+  another thread; the process ends with the one line, exit status 1, --out
+  released, and no crash of JAX's client torn down under the compilation."""
+  from helpers import quickstart_vit_checkpoint
+  first = quickstart_vit_checkpoint(tmp_path)
+  out = tmp_path / 'out'
+  command = _analysis_command(out, first, 'hessian', '--hessian_batches', '2',
+                              '--lanczos_steps', '4')
+  running = subprocess.Popen(command, cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED='1'),
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    assert running.stdout.readline().strip() == 'hessian: running', running.communicate()
+    running.send_signal(signal.SIGINT)
+    time.sleep(1)
+    running.send_signal(signal.SIGINT)
+    stdout, stderr = running.communicate(timeout=120)
+  finally:
+    running.kill()
+  assert running.returncode == 1, stderr[-3000:]
+  assert 'Fatal Python error' not in stderr and 'Traceback' not in stderr, stderr[-3000:]
+  assert stderr.strip().splitlines()[-1].startswith(
+      'Error: Stopped by Ctrl-C; the tools that finished kept their results in'), stderr
+  assert not (out / 'analysis_lock.json').exists() and not (out / 'hessian.json').exists()
+
+
 def _analysis_command(out, checkpoint_path, tool='all', *extra):
   """`python -m analysis` on the quick-start ViT recipe and the .npz `checkpoint_path`."""
   return [sys.executable, '-m', 'analysis', tool, '--config', 'configs/quickstart_vit.py',

@@ -371,6 +371,43 @@ def test_a_failing_tool_leaves_the_others_and_the_report_says_why(tmp_path, monk
   assert 'Tools that failed' not in open(report.write_report(str(tmp_path))['md']).read()
 
 
+def test_a_signal_during_a_tool_stops_the_analysis_and_is_never_that_tools_failure(
+    tmp_path, monkeypatch):
+  """SIGTERM while a tool runs: a tool that finishes keeps its JSON and the next
+  does not start; one stopped inside its batches writes nothing; neither is
+  reported as a failed tool, and the failures already recorded stay."""
+  import dataclasses
+  import signal
+  import time
+  from analysis import tool
+  from analysis.runtime import progress, stopping
+  genuine = TOOLS['norm_ratio']
+
+  def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    return genuine.run(*args, **kwargs)
+
+  def signalled_in_batches(*args, **kwargs):
+    done = progress.Progress('test', 2, 'batches')
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    done.advance()
+
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
+  (tmp_path / report.FAILURES_FILE).write_text(json.dumps({'erf': 'RuntimeError: earlier'}))
+  for run, written in ((signalled, True), (signalled_in_batches, False)):
+    (tmp_path / 'norm_ratio.json').unlink(missing_ok=True)
+    monkeypatch.setitem(tool.TOOLS, 'norm_ratio', dataclasses.replace(genuine, run=run))
+    with pytest.raises(stopping.Stopped, match='^Stopped by SIGTERM'):
+      with stopping.on_signals(str(tmp_path)):
+        run_tools(['norm_ratio', 'attention_distance'], subjects, lambda s: batches,
+                  str(tmp_path))
+    assert (tmp_path / 'norm_ratio.json').exists() == written
+    assert not (tmp_path / 'attention_distance.json').exists()
+    assert report.load_failures(str(tmp_path)) == {'erf': 'RuntimeError: earlier'}
+
+
 def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path):
   """The planner leaves norm_ratio out; run_tools runs the others only; the report
   is written, lists the tool left out with the command that runs it, and forgets

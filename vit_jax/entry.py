@@ -14,7 +14,7 @@ from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from vit_jax import console, settings
-from vit_jax.errors import ConfigError, UserError
+from vit_jax.errors import ConfigError, Interrupted, UserError
 
 flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wrong setting, '
                   'missing data, a bad checkpoint) as well as its message.')
@@ -138,6 +138,15 @@ def _say(error: UserError, traceback: bool) -> None:
   sys.exit(1)
 
 
+def _stop_at_once(message: str) -> None:
+  """The one line of a command stopped by Ctrl-C pressed again (or where it has no
+  handler of its own), then the process ends without Python's finalisation
+  (`errors.Interrupted` says why), exit status 1."""
+  print(f'Error: {message}', file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(1)
+
+
 def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
   """`app.run(main)`, with the recipe overrides checked first, the console set by
   `--verbosity` (`console.configure`), and user errors and Ctrl-C printed as one
@@ -152,13 +161,16 @@ def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
     console.configure(flags.FLAGS.verbosity if flags.FLAGS['verbosity'].present else -1)
     try:
       return main(argv)
+    except Interrupted as e:
+      if flags.FLAGS.traceback:
+        raise
+      _stop_at_once(str(e))
     except UserError as e:
       _say(e, flags.FLAGS.traceback)
     except KeyboardInterrupt:  # where the command has no handler of its own: one line
       if flags.FLAGS.traceback:
         raise
-      print('Error: Stopped by Ctrl-C.', file=sys.stderr, flush=True)
-      sys.exit(1)
+      _stop_at_once('Stopped by Ctrl-C.')
 
   try:
     check_recipe_overrides(sys.argv, config_flags)

@@ -18,3 +18,10 @@ class WorkdirError(UserError, RuntimeError):
 
 class DataError(UserError, ValueError):
   """A dataset that cannot be found, prepared or read."""
+
+
+class Interrupted(UserError):
+  """A command stopped at once by a second Ctrl-C. The entry points end the process
+  without Python's finalisation (`os._exit`): native work may still run in other
+  threads (an XLA compilation whose wait the Ctrl-C broke), and tearing down JAX's
+  client under it crashes the process."""

@@ -14,9 +14,7 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import tempfile
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Sequence
 
@@ -28,7 +26,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, models,
-                     periodic, run_state, settings, stall, steps)
+                     periodic, run_state, settings, signals, stall, steps)
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError, WorkdirError
@@ -551,33 +549,13 @@ class Preempted(TrainingError):
   """A run stopped by SIGTERM or Ctrl-C after saving its checkpoint."""
 
 
-class Preemption:
-  """SIGTERM (how Cloud TPUs and most schedulers preempt) or Ctrl-C (SIGINT) noted
-  while training, so the loop saves and stops at the next step; a second Ctrl-C
-  stops at once. Processes of a multi-process run agree on it every `log_every`
-  steps. The previous handlers come back on exit."""
-  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+class Preemption(signals.NotedSignals):
+  """SIGTERM or Ctrl-C noted while training (`signals.NotedSignals`), so the loop
+  saves and stops at the next step. Processes of a multi-process run agree on it
+  every `log_every` steps."""
 
   def __init__(self):
-    self.signalled, self.name, self._previous = False, '', {}
-
-  def __enter__(self) -> 'Preemption':
-    if threading.current_thread() is threading.main_thread():
-      self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
-    return self
-
-  def __exit__(self, *exc) -> None:
-    for s, previous in self._previous.items():
-      signal.signal(s, previous)
-
-  def _note(self, signum, frame) -> None:
-    del frame
-    if signum == signal.SIGINT and self.signalled:
-      raise KeyboardInterrupt
-    self.name = 'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name
-    log.warning('%s: saving a checkpoint at the next step, then stopping%s.', self.name,
-                    ' (Ctrl-C again stops at once)' if signum == signal.SIGINT else '')
-    self.signalled = True
+    super().__init__('saving a checkpoint at the next step, then stopping')
 
   def requested(self, step: int, every: int) -> bool:
     """Whether to save and stop after `step`: a signal came, to this process or,

@@ -1,11 +1,14 @@
 """Progress of a long analysis computation, printed at most every REPORT_EVERY
 seconds with the time spent and an estimate of the time left, so that a tool that
-runs for minutes (the Hessian of a ResNet on a CPU) is seen to be working."""
+runs for minutes (the Hessian of a ResNet on a CPU) is seen to be working. Each
+unit done is a point where a noted SIGTERM or Ctrl-C stops the analysis
+(`stopping.check`)."""
 import time
 from typing import Any, Callable, Optional
 
 import jax
 
+from analysis.runtime import stopping
 from vit_jax.console import duration
 
 REPORT_EVERY = 30.  # seconds
@@ -25,12 +28,14 @@ class Progress:
     self.started = self.last = time.perf_counter()
 
   def advance(self, units: int = 1, wait_for: Optional[Any] = None) -> None:
-    """Counts `units` done, and prints a line when `every` seconds have passed.
+    """Counts `units` done, and prints a line when `every` seconds have passed;
+    raises `stopping.Stopped` if a signal was noted.
 
     Args:
       units: the units just done.
       wait_for: arrays to wait for before timing (JAX runs asynchronously).
     """
+    stopping.check()
     self.done += units
     if time.perf_counter() - self.last < self.every or self.done >= self.total:
       return
