@@ -16,7 +16,7 @@ import optax
 
 from analysis.measures import sae_files, sparse_autoencoder, uncertainty
 from analysis.reporting import plots
-from analysis.runtime import features
+from analysis.runtime import features, progress
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
@@ -165,9 +165,13 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   else:
     spec = spec_of(options, pool.shape[1])
     rng = np.random.default_rng(0)
-    draws = (pool[rng.integers(0, len(pool), options.sae_batch)]
-             for _ in range(options.sae_steps))
-    trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws, spec)
+    done = progress.Progress(f'sae {subject.label}', options.sae_steps, 'training steps')
+
+    def draws():
+      for _ in range(options.sae_steps):
+        yield pool[rng.integers(0, len(pool), options.sae_batch)]
+        done.advance()  # as the next step asks for its tokens
+    trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws(), spec)
     params = trained.params
   encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
   reconstruct = jax.jit(lambda x: sparse_autoencoder.reconstruct(params, x, spec))
