@@ -164,12 +164,19 @@ def test_the_batched_grid_is_the_loop_over_points():
   loss = lambda p: jnp.sum(jnp.tanh(p['a'] @ p['b'])) + jnp.sum(p['b'] ** 2)
   directions = loss_surface.random_directions(params, jax.random.PRNGKey(0))
   points = np.stack(np.meshgrid(np.linspace(-1, 1, 5), np.linspace(-1, 1, 5)), -1).reshape(-1, 2)
-  batched = loss_surface.grid(loss, params, directions, points, chunk=4)
+  calls = []
+  batched = loss_surface.grid(loss, params, directions, points, chunk=4, on_points=calls.append)
+  assert calls == [4] * 6 + [1]  # the last chunk padded, its padding not counted
   looped = [float(loss(jax.tree_util.tree_map(lambda p, d1, d2: p + x * d1 + y * d2, params,
                                               *directions))) for x, y in points]
   np.testing.assert_allclose(batched, looped, rtol=1e-5, atol=1e-6)
-  hosted = loss_surface.grid(loss, params, directions, points, host_loop=True)
+  calls.clear()
+  hosted = loss_surface.grid(loss, params, directions, points, host_loop=True,
+                             on_points=calls.append)
   np.testing.assert_allclose(hosted, looped, rtol=1e-5, atol=1e-6)
+  assert calls == [1] * 25
+  np.testing.assert_allclose(loss_surface.grid(loss, params, directions, points, chunk=100),
+                             looped, rtol=1e-5, atol=1e-6)  # a chunk larger than the grid
 
 
 @pytest.mark.parametrize('directions,l2_term', [('random', 'authors'), ('hessian', 'objective')])

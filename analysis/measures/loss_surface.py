@@ -29,7 +29,7 @@ each array normalised alone, q, k and v apart, their biases and the position
 embeddings perturbed like any array of two or more axes.
 """
 import re
-from typing import Any, Callable, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -169,13 +169,16 @@ def random_directions(params: Any, key: jax.Array, count: int = 2,
 
 
 def grid(loss: Callable[[Any], jax.Array], params: Any, directions: Sequence[Any],
-         coordinates: np.ndarray, chunk: int = 8, host_loop: bool = False) -> np.ndarray:
+         coordinates: np.ndarray, chunk: int = 8, host_loop: bool = False,
+         on_points: Optional[Callable[[int], Any]] = None) -> np.ndarray:
   """loss(params + sum_i c_i d_i) at every row c of `coordinates` (P, len(directions)),
-  the points evaluated `chunk` at a time under `vmap` in one compiled program
-  (`jax.lax.map`), not one program call per point; or with `host_loop` one call of
-  one compiled program per point, for models whose convolutions XLA:CPU runs
-  slower inside a loop and under `vmap` over their kernels (the quick-start
-  ResNet's 121 points: 7.9 s against 14.9 s).
+  the points evaluated `chunk` at a time under `vmap`, one call of one compiled
+  program per chunk (the last one padded with the grid's last point); or with
+  `host_loop` one call per point, for models whose convolutions XLA:CPU runs
+  slower under `vmap` over their kernels (the quick-start ResNet's 121 points:
+  7.9 s against 14.9 s). Each call is waited for: programs in flight at once can
+  deadlock XLA:CPU's collectives when the batches are split over several devices,
+  and between calls a caller can report progress (`on_points`).
 
   Args:
     loss: params -> a scalar.
@@ -184,6 +187,7 @@ def grid(loss: Callable[[Any], jax.Array], params: Any, directions: Sequence[Any
     coordinates: (P, len(directions)) steps along the directions.
     chunk: points evaluated together.
     host_loop: one program call per point, from Python.
+    on_points: called with the number of points each call evaluated.
 
   Returns:
     The (P,) losses.
@@ -194,15 +198,19 @@ def grid(loss: Callable[[Any], jax.Array], params: Any, directions: Sequence[Any
         params, *directions)
     return loss(moved)
   directions = list(directions)
-  coordinates = jnp.asarray(coordinates, jnp.float32)
-  if host_loop:
-    one = jax.jit(at)
-    # float() waits for each point: programs in flight at once can deadlock XLA:CPU's
-    # collectives when the batches are split over several devices.
-    return np.array([float(one(c, params, directions)) for c in coordinates])
-  return np.asarray(jax.jit(lambda cs, params, directions: jax.lax.map(
-      lambda c: at(c, params, directions), cs, batch_size=chunk))(coordinates, params,
-                                                                  directions))
+  coordinates = np.asarray(coordinates, np.float32)
+  size = 1 if host_loop else min(chunk, len(coordinates))
+  evaluate = jax.jit(at) if host_loop else jax.jit(jax.vmap(at, in_axes=(0, None, None)))
+  padded = np.concatenate([coordinates, np.repeat(coordinates[-1:], -len(coordinates) % size,
+                                                  axis=0)])
+  losses = []
+  for start in range(0, len(coordinates), size):
+    points = padded[start:start + size]
+    losses.append(np.asarray(evaluate(points[0] if host_loop else points, params,
+                                      directions)).reshape(-1))
+    if on_points is not None:
+      on_points(min(size, len(coordinates) - start))
+  return np.concatenate(losses)[:len(coordinates)]
 
 
 def hessian_directions(matvec: Callable[..., jax.Array], params: Any, num_steps: int,

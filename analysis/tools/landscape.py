@@ -12,7 +12,7 @@ import optax.tree_utils as otu
 
 from analysis.measures import curvature, loss_surface
 from analysis.reporting import plots
-from analysis.runtime import features
+from analysis.runtime import features, progress
 from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
@@ -90,7 +90,7 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   `loss_surface.filter_normalised` with `landscape_normalisation`), 'hessian' takes
   the Ritz vectors of the two largest eigenvalues of the Hessian tool's objective
   (`lanczos_steps` steps on the first batch). Points are evaluated `chunk` at a
-  time in one program.
+  time, one program call per chunk, with the progress reported between calls.
 
   Args:
     subject: the model.
@@ -134,8 +134,9 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   a, b = np.meshgrid(axis, axis)  # [row b, column a]
   coordinates = np.stack([a.ravel(), b.ravel()], axis=1)
   started = time.perf_counter()
+  done = progress.Progress(f'landscape {subject.label}', len(coordinates), 'grid points')
   nll = loss_surface.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
-                       chunk, host_loop=unroll).reshape(points, points)
+                       chunk, host_loop=unroll, on_points=done.advance).reshape(points, points)
   seconds = time.perf_counter() - started
   l2 = loss_surface.grid(penalty, subject.params, bases, coordinates,
                       chunk).reshape(points, points)
