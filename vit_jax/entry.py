@@ -6,7 +6,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Callable, NoReturn, Optional, Sequence
 
 import ml_collections
 from absl import app, flags
@@ -138,7 +138,7 @@ def _say(error: UserError, traceback: bool) -> None:
   sys.exit(1)
 
 
-def _stop_at_once(message: str) -> None:
+def _stop_at_once(message: str) -> NoReturn:
   """The one line of a command stopped by Ctrl-C pressed again (or where it has no
   handler of its own), then the process ends without Python's finalisation
   (`errors.Interrupted` says why), exit status 1."""
