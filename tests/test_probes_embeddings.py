@@ -70,6 +70,18 @@ def test_embedding_components_are_orthonormal_and_ordered():
   assert abs(components[0] @ unit) > 0.99
 
 
+def test_the_share_gray_images_reach_is_that_of_the_channel_constant_part():
+  rng = np.random.RandomState(0)
+  constant = np.repeat(rng.randn(4, 4, 1, 8), 3, axis=2)  # the same in every channel
+  varying = rng.randn(4, 4, 3, 8)
+  varying -= varying.mean(2, keepdims=True)  # sums to zero over the channels
+  share = embeddings.gray_reached_share(constant + varying)
+  assert share == pytest.approx(np.sum(constant ** 2) /
+                                (np.sum(constant ** 2) + np.sum(varying ** 2)), rel=1e-12)
+  assert embeddings.gray_reached_share(constant) == pytest.approx(1.)
+  assert embeddings.gray_reached_share(varying) == pytest.approx(0., abs=1e-12)
+
+
 def test_position_similarity_of_a_sincos_grid_peaks_at_itself():
   posemb = np.asarray(sincos2d_posembed((4, 4), 32))  # (16, 32)
   with_cls = np.concatenate([np.ones((1, 32)), posemb])[None]

@@ -172,6 +172,31 @@ def test_vit_tools(subjects, tool, label, tmp_path):
       assert 'distance_with_class_key_per_layer_head' not in result
 
 
+def test_vit_figures_says_how_much_of_the_filters_gray_images_reach(subjects, tmp_path):
+  s = subjects['vit']
+  assert 'gray_reached_share' not in TOOLS['vit_figures'].run(s, batches, str(tmp_path))
+
+  def gray(split):
+    for images, labels in batches(split):
+      yield np.repeat(images.mean(-1, keepdims=True), 3, -1), labels
+
+  result = TOOLS['vit_figures'].run(s, gray, str(tmp_path))
+  # A gray image g meets a filter w as g * sum_c w_c: the nearest filter that is the same in
+  # every channel is sum_c w_c / C, of squared norm sum (sum_c w_c)^2 / C.
+  kernel = np.asarray(s.parameter(s.layers.embedding), np.float64)
+  reached = np.sum(kernel.sum(2) ** 2) / kernel.shape[2]
+  assert result['gray_reached_share'] == pytest.approx(reached / np.sum(kernel ** 2), rel=1e-6)
+
+  def quote(label, *path):
+    value = result
+    for key in path:
+      value = value[key]
+    return f'{value:.2f}'
+
+  caption = TOOLS['vit_figures'].findings({s.label: result}, quote)[f'{s.label} filters']
+  assert 'gray' in ''.join(caption) and f'{result["gray_reached_share"]:.2f}' in caption
+
+
 class RegistersHidden(features.Subject):
   """A ViT with registers seen as one without: its token sequences lack the
   registers, and its attention maps lack their rows and columns, each query's

@@ -27,6 +27,26 @@ def patch_embedding_components(kernel: np.ndarray, k: int = 28) -> np.ndarray:
   return vt[:k].reshape(-1, p, q, c)
 
 
+def gray_reached_share(kernel: np.ndarray) -> float:
+  """The share of the patch-embedding kernel's squared norm that gray images reach.
+
+  A gray image enters as C equal channels, so each filter acts on it through its
+  sum over the channels alone: the part of the kernel that varies across channels
+  (C - 1 of every C directions of a filter) never meets an image, and training on
+  gray images leaves it as initialisation and weight decay made it. That part is
+  in the principal components of the whole filters all the same.
+
+  Args:
+    kernel: the (p, p, C, D) patch-embedding kernel.
+
+  Returns:
+    ||the kernel projected on channel-constant filters||^2 / ||kernel||^2.
+  """
+  kernel = np.asarray(kernel, np.float64)
+  constant = np.broadcast_to(kernel.mean(2, keepdims=True), kernel.shape)
+  return float(np.sum(constant ** 2) / np.sum(kernel ** 2))
+
+
 def cosine_similarity(a: jax.Array, b: jax.Array) -> jax.Array:
   """(..., n, D) x (..., m, D) -> (..., n, m) cosine similarities.
 

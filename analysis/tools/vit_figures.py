@@ -33,12 +33,18 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
   """
   grid, _ = subject.token_grid()
   result = {'figures': [], 'panels': []}
+  images, labels = next(iter(batches('eval')))
   kernel = np.asarray(subject.parameter(subject.layers.embedding))
   components = embeddings.patch_embedding_components(kernel, k=min(28, kernel.shape[-1]))
+  title = f'Patch-embedding filter components (each scaled to its range): {subject.label}'
+  if kernel.shape[2] > 1 and np.all(images == images[..., :1]):
+    # Gray images: most of what the components draw may be filter directions no image reaches.
+    result['gray_reached_share'] = embeddings.gray_reached_share(kernel)
+    title += (f'\ngray images reach {result["gray_reached_share"]:.0%} of the kernel\'s '
+              'squared norm')
   result['figures'].append(plots.image_grid(
       components if kernel.shape[2] == 3 else components.mean(-1),
-      figure_path(out, 'embedding_filters', subject),
-      f'Patch-embedding filter components (each scaled to its range): {subject.label}',
+      figure_path(out, 'embedding_filters', subject), title,
       cmap='gray', labels=[f'component {i}' for i in range(len(components))]))
   result['panels'].append('filters')
   if subject.layers.position_embedding is not None:
@@ -54,7 +60,6 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
     result['panels'].append('positions')
     result['position_similarity'] = similarity.tolist()
     result['neighbour_similarity'] = neighbour_similarity(similarity, grid)
-  images, labels = next(iter(batches('eval')))
   images = images[:num_images]
   names = features.attention_names(subject)
   inter = subject.intermediates(images, names)
@@ -117,6 +122,11 @@ def findings(result: Mapping, q) -> Dict[str, list]:
   out = {}
   for label, r in per_model(result).items():
     out[f'{label} filters'] = [f'{label}: principal components of the patch-embedding filters']
+    if 'gray_reached_share' in r:
+      out[f'{label} filters'] += [
+          '; the images are gray, so each filter acts on them through its sum over the '
+          'channels alone, which holds ', q(label, 'gray_reached_share'), ' of the kernel\'s '
+          'squared norm: the rest, never trained by an image, is in the components too']
     if 'neighbour_similarity' in r:
       out[f'{label} positions'] = [
           f'{label}: cosine similarity of each position embedding to the others; mean to '
