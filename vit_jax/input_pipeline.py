@@ -1,15 +1,19 @@
-"""tf.data input pipelines for TFDS datasets and image folders.
+"""Input pipelines for TFDS datasets and image folders, on Grain.
 
 A dataset is named by a string: a TFDS name (`fashion_mnist`, `cifar10`,
 `imagenet2012`, ...) or `folder:/path/to/root` for images in
 `root/{train,test}/<class>/*.{jpg,jpeg,png}`. Split strings are TFDS's
-(`train[:98%]`). Each process reads its own slice of a split; batches come out
-shaped for the process's devices.
+(`train[:98%]`). TFDS data is read through `tfds.data_source`, which needs it
+prepared in the ArrayRecord format and no TensorFlow. Each process reads its
+own slice of a split; batches come out as numpy, shaped for the process's devices.
 
-Train: Inception crop, resize, random flip, optional RandAugment and mixup,
-repeated and reshuffled every epoch. Eval: resize (or resize-small then
-central crop), every example exactly once, the last batch padded and masked.
-Images leave in [-1, 1] with 3 channels; labels one-hot.
+Train: Inception crop (or a resize and optional shifts), random flip, optional
+RandAugment and mixup (`vit_jax.augment`), over a global shuffle redrawn every
+epoch. Every draw is seeded by the stream's seed and the position of its example
+or batch, so batch k is a function of (seed, k): a resumed run reads exactly the
+batches an uninterrupted run reads. Eval: resize (or resize-small then central
+crop), every example exactly once, the last batch padded and masked. Images
+leave in [-1, 1] with 3 channels; labels one-hot.
 """
 import collections
 import concurrent.futures
@@ -18,34 +22,62 @@ import functools
 import math
 import os
 import socket
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
 
+import grain
 import jax
 import numpy as np
 import PIL.Image
-import tensorflow as tf
 import tensorflow_datasets as tfds
+from etils import epath
 
-from vit_jax import datasets
+from vit_jax import augment, datasets
 from vit_jax.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 FOLDER_PREFIX = 'folder:'
+# Streams of draws, so the example and batch draws of one position differ.
+_EXAMPLE_DRAWS, _BATCH_DRAWS = 0, 1
 
 
 @dataclasses.dataclass
 class Source:
-  """One process's slice of a split, undecoded: `{'image': uint8 HWC, 'label': int}`."""
-  dataset: tf.data.Dataset
+  """One process's slice of a split, random access: `{'image': uint8 HWC, 'label': int}`."""
+  examples: grain.MapDataset
   num_examples: int          # in this process's slice
   max_examples: int          # in the largest slice of any process (for equal step counts)
   num_classes: int
   name: str
   class_names: Tuple[str, ...] = ()  # label i is class_names[i]
 
+  def first(self, n: int) -> 'Source':
+    """The slice's first n examples, as a source (n at most `num_examples`)."""
+    return dataclasses.replace(self, examples=self.examples[:n], num_examples=n, max_examples=n)
+
+
+class Batches:
+  """A pipeline's batches: iterate for numpy dicts. `as_numpy_iterator()` gives
+  the same, as tf.data's datasets did for code written against them."""
+
+  def __init__(self, dataset: grain.MapDataset, threads: Optional[int] = None):
+    self.dataset = dataset
+    threads = threads or min(16, os.cpu_count() or 1)
+    self._options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
+
+  def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+    return iter(self.dataset.to_iter_dataset(self._options))
+
+  def as_numpy_iterator(self) -> Iterator[Dict[str, np.ndarray]]:
+    """The batches (as `iter(self)`)."""
+    return iter(self)
+
+  def __len__(self) -> int:
+    return len(self.dataset)
+
 
 # ---------------------------------------------------------------------------
 # Sources
+
 
 # TFDS fetches most datasets from its Google Cloud Storage mirror first.
 DOWNLOAD_HOST = ('storage.googleapis.com', 443)
@@ -108,29 +140,38 @@ def unavailable(dataset: str, data_dir: Optional[str] = None) -> Optional[str]:
 
 
 def _prepared_builder(name: str, data_dir: Optional[str]) -> tfds.core.DatasetBuilder:
-  """A prepared TFDS builder for `name`: TFDS's own when its data is there, else
-  the project's offline builder when its files are there, else TFDS's download."""
+  """A TFDS builder for `name` with its data prepared as ArrayRecord: TFDS's own
+  when its data is there, else the project's offline builder when its files are
+  there, else TFDS's download, prepared here."""
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except (tfds.core.registered.DatasetNotFoundError, ValueError) as e:  # unknown, not a name
     raise DataError(f'Unknown dataset {name!r}: not a TFDS dataset name. Use a name from '
                     f'tfds.list_builders() or "{FOLDER_PREFIX}/path/to/images".') from e
   # TFDS warns of a missing version folder when asked about one never prepared.
-  if tf.io.gfile.exists(builder.data_dir) and builder.is_prepared():
+  if epath.Path(builder.data_dir).exists() and builder.is_prepared():
+    if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
+      raise DataError(
+          f'TFDS dataset {name!r} is prepared in {builder.data_dir} as '
+          f'{builder.info.file_format.value}, which only TensorFlow reads; convert it to '
+          f'ArrayRecord (with TensorFlow installed: tfds convert_format --dataset_dir='
+          f'{builder.data_dir} --out_file_format=array_record) or prepare it again.')
     return builder
   offline = datasets.OFFLINE.get(name)
   if offline is not None:
     manual_dir = offline.local_files()
     if manual_dir is not None:
-      offline_builder = offline(data_dir=data_dir)
+      offline_builder = offline(data_dir=data_dir, file_format='array_record')
       if not offline_builder.is_prepared():
         offline_builder.download_and_prepare(
             download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
       return offline_builder
+  builder = tfds.builder(name, data_dir=data_dir, file_format='array_record')
   try:
     builder.download_and_prepare()
   except Exception as e:  # TFDS raises many kinds for a failed download.
-    hint = (' Run scripts/get_data.sh to install the offline copy.' if offline else '')
+    hint = (' Run scripts/get_data.sh to install the offline copy.' if offline else
+            ' Preparing most TFDS datasets needs TensorFlow: pip install tensorflow-cpu.')
     raise DataError(
         f'Could not prepare TFDS dataset {name!r} in {builder.data_dir} '
         f'({type(e).__name__}: {e}). With no network, download it elsewhere and copy the '
@@ -144,9 +185,12 @@ def _process_slice(n: int, process_index: int, process_count: int) -> Tuple[int,
   return start, n * (process_index + 1) // process_count
 
 
+def _image_and_label(example: Dict[str, Any]) -> Dict[str, Any]:
+  return {'image': example['image'], 'label': int(example['label'])}
+
+
 def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
-                process_index: int, process_count: int, shuffle_files: bool = False,
-                seed: int = 0) -> Source:
+                process_index: int, process_count: int) -> Source:
   """This process's slice of `split` of TFDS dataset `name`, prepared in `data_dir`.
 
   Args:
@@ -155,56 +199,49 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
     data_dir: TFDS's data directory.
     process_index: this process.
     process_count: the processes reading the split.
-    shuffle_files: shuffle the file order.
-    seed: the shuffle's seed.
 
   Returns:
     The `Source`.
   """
   builder = _prepared_builder(name, data_dir)
-  splits = [tfds.split_for_jax_process(split, process_index=i, process_count=process_count)
-            for i in range(process_count)]
-  if builder.info.splits:
-    try:
-      sizes = [builder.info.splits[s].num_examples for s in splits]
-    except (KeyError, ValueError) as e:
-      raise DataError(f'{name} has no split {split!r}; its splits are '
-                      f'{sorted(builder.info.splits)}.') from e
-  else:  # No split metadata (as with tfds.testing.mock_data): count the examples.
-    sizes = [int(builder.as_dataset(split=s).reduce(0, lambda n, _: n + 1)) for s in splits]
-  if sizes[process_index] == 0:
+  try:
+    data = builder.as_data_source(split=split)
+  except (KeyError, ValueError) as e:
+    raise DataError(f'{name} has no split {split!r}; its splits are '
+                    f'{sorted(builder.info.splits)}.') from e
+  slices = [_process_slice(len(data), i, process_count) for i in range(process_count)]
+  start, end = slices[process_index]
+  if end == start:
     raise DataError(f'Split {split!r} of {name} holds no images' + (
         ' for this process' if process_count > 1 else '') + '; give a split with images, such '
         'as train or train[:10%].')
-  # No TFDS auto-cache: splits are often read in part (the budget's probe, one
-  # evaluation batch, the analysis's first n images, a run ending mid-epoch), which
-  # discards a partial cache with a warning each time; and decoding is cheap here
-  # (Fashion-MNIST's training pipeline gives 26,600 images/s without the cache,
-  # 66,000 with it, where the quick-start step consumes about 1,000).
-  dataset = builder.as_dataset(split=splits[process_index], shuffle_files=shuffle_files,
-                               read_config=tfds.ReadConfig(shuffle_seed=seed,
-                                                           try_autocache=False))
-  dataset = dataset.map(lambda ex: {'image': ex['image'], 'label': ex['label']})
-  return Source(dataset, sizes[process_index], max(sizes),
+  examples = grain.MapDataset.source(data)[start:end].map(_image_and_label)
+  return Source(examples, end - start, max(e - s for s, e in slices),
                 builder.info.features['label'].num_classes, name,
                 tuple(builder.info.features['label'].names))
 
 
-def folder_source(root: str, split: str, *, process_index: int, process_count: int,
-                  shuffle_files: bool = False, seed: int = 0) -> Source:
-  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names.
+def read_image(path: str) -> np.ndarray:
+  """An image file as a uint8 (H, W, 3) array (gray and palette images in RGB).
 
-  Read here rather than through `tfds.folder_dataset.ImageFolder`, which refuses
-  sub-splits and so cannot give each process of a multi-host run its slice
-  (`tfds.split_for_jax_process`); tested in test_input_pipeline.py.
+  Args:
+    path: a JPEG or PNG file.
+
+  Returns:
+    The image.
+  """
+  with PIL.Image.open(path) as image:
+    return np.asarray(image.convert('RGB'))
+
+
+def folder_source(root: str, split: str, *, process_index: int, process_count: int) -> Source:
+  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names.
 
   Args:
     root: the folder.
-    split: its sub-folder, with an optional TFDS-style slice ('train[:80%]').
+    split: its sub-folder.
     process_index: this process.
     process_count: the processes reading the split.
-    shuffle_files: shuffle the file order.
-    seed: the shuffle's seed.
 
   Returns:
     This process's `Source`.
@@ -235,16 +272,10 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   start, end = _process_slice(len(files), process_index, process_count)
   largest = -(-len(files) // process_count)  # the biggest slice _process_slice makes
   check_images(tuple(files[start:end]))
-  dataset = tf.data.Dataset.from_tensor_slices((files[start:end], labels[start:end]))
-  if shuffle_files:
-    dataset = dataset.shuffle(end - start, seed=seed, reshuffle_each_iteration=True)
-
-  def read(path, label):
-    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-    return {'image': image, 'label': tf.cast(label, tf.int64)}
-  dataset = dataset.map(read, tf.data.AUTOTUNE, deterministic=True)
-  dataset = dataset.apply(tf.data.experimental.assert_cardinality(end - start))
-  return Source(dataset, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
+  examples = grain.MapDataset.source(list(zip(files[start:end], labels[start:end]))).map(
+      lambda file_and_label: {'image': read_image(file_and_label[0]),
+                              'label': file_and_label[1]})
+  return Source(examples, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
                 tuple(classes))
 
 
@@ -253,7 +284,7 @@ def image_problem(path: str) -> Optional[str]:
   empty file among them), cut short, lacking its format's end marker (JPEG's
   EOI, ff d9, among its last 64 bytes, as some writers pad after it; PNG's IEND
   chunk, its last 8 bytes), or damaged inside: a PNG whose chunks fail their
-  checksums (which TensorFlow's decoder refuses mid-training), a JPEG whose
+  checksums (which the decoder refuses mid-training), a JPEG whose
   header or data PIL cannot decode (at 1/8 scale, its cheapest decode).
 
   Args:
@@ -287,8 +318,8 @@ def image_problem(path: str) -> Optional[str]:
 
 
 def check_names(directory: str, names: Sequence[str]) -> None:
-  """Refuses a file or folder name in `directory` that is not UTF-8 (TensorFlow
-  takes paths as UTF-8 text), naming it as its bytes.
+  """Refuses a file or folder name in `directory` that is not UTF-8 (class names
+  are written as UTF-8 text into checkpoints and reports), naming it as its bytes.
 
   Args:
     directory: where the names are.
@@ -348,7 +379,6 @@ def check_same_classes(train: Source, evaluation: Source) -> None:
 
 
 def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
-               shuffle_files: bool = False, seed: int = 0,
                process_index: Optional[int] = None,
                process_count: Optional[int] = None) -> Source:
   """This process's slice of `split` of a TFDS dataset or `folder:` root.
@@ -357,8 +387,6 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
     dataset: a TFDS name or `folder:` root.
     split: the split (TFDS slicing allowed).
     data_dir: TFDS's data directory.
-    shuffle_files: shuffle the file order.
-    seed: the shuffle's seed.
     process_index: this process (JAX's if None).
     process_count: the processes (JAX's if None).
 
@@ -367,8 +395,7 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
   """
   process_index = jax.process_index() if process_index is None else process_index
   process_count = jax.process_count() if process_count is None else process_count
-  kwargs = dict(process_index=process_index, process_count=process_count,
-                shuffle_files=shuffle_files, seed=seed)
+  kwargs = dict(process_index=process_index, process_count=process_count)
   if dataset.startswith(FOLDER_PREFIX):
     return folder_source(dataset[len(FOLDER_PREFIX):], split, **kwargs)
   return tfds_source(dataset, split, data_dir, **kwargs)
@@ -378,74 +405,26 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
 # Preprocessing
 
 
-def _to_rgb(image: tf.Tensor) -> tf.Tensor:
-  return tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
+def _draws(seed: int, stream: int, position: int) -> np.random.Generator:
+  """The generator of one example's or batch's random draws."""
+  return np.random.default_rng((seed, stream, position))
 
 
-def _to_model_input(image: tf.Tensor) -> tf.Tensor:
+def _to_model_input(images: np.ndarray) -> np.ndarray:
   """uint8 or float [0, 255] images (or batches) -> float32 in [-1, 1] with 3 channels."""
-  return _to_rgb(tf.cast(image, tf.float32)) / 127.5 - 1
+  return augment.to_rgb(images).astype(np.float32) / np.float32(127.5) - 1
 
 
-def _has_size(dataset: tf.data.Dataset, size: int) -> bool:
-  """Whether every image of `dataset` is statically size x size."""
-  return tuple(dataset.element_spec['image'].shape[:2]) == (size, size)
+def _one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
+  return np.eye(num_classes, dtype=np.float32)[np.asarray(labels)]
 
 
-def inception_crop(image: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
-  """A random crop of 5% to 100% of the area (aspect 3/4 to 4/3), resized to size.
-
-  Args:
-    image: an image.
-    size: the output side.
-    seed: the stateless seed.
-
-  Returns:
-    The (size, size, 3) crop.
-  """
-  begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), bounding_boxes=tf.constant([[[0., 0., 1., 1.]]]), seed=seed,
-      area_range=(0.05, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.,
-      use_image_if_no_bounding_boxes=True)
-  crop = tf.slice(image, begin, crop_size)
-  crop.set_shape([None, None, image.shape[-1]])
-  return tf.image.resize(crop, (size, size), method='bilinear')
-
-
-def eval_resize(image: tf.Tensor, size: int, resize_small: Optional[int] = None) -> tf.Tensor:
-  """Resize to size x size, or resize the short side to `resize_small` then crop the centre.
-
-  Args:
-    image: an image.
-    size: the output side.
-    resize_small: the short side before the centre crop, or None.
-
-  Returns:
-    The (size, size, 3) image.
-  """
-  if resize_small is None:
-    return tf.image.resize(image, (size, size), method='bilinear')
-  shape = tf.cast(tf.shape(image)[:2], tf.float32)
-  scale = resize_small / tf.reduce_min(shape)
-  image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method='bilinear')
-  return tf.image.resize_with_crop_or_pad(image, size, size)
-
-
-def mixup(batch: Dict[str, tf.Tensor], alpha: float, seed: tf.Tensor) -> Dict[str, tf.Tensor]:
-  """Mixes each example with the batch in reverse order, weight ~ Beta(alpha, alpha).
-
-  Args:
-    batch: {'image', 'label'} of one batch.
-    alpha: the Beta distribution's parameter.
-    seed: the stateless seed.
-
-  Returns:
-    The mixed batch.
-  """
-  gammas = tf.random.stateless_gamma((2,), seed=seed, alpha=alpha)
-  weight = gammas[0] / tf.reduce_sum(gammas)
-  mix = lambda x: weight * x + (1 - weight) * tf.reverse(x, axis=[0])
-  return {'image': mix(batch['image']), 'label': mix(batch['label'])}
+def _stack(examples: Sequence[Dict[str, Any]]) -> Dict[str, np.ndarray]:
+  """A batch of examples whose images may differ in dtype (some resized, some not)."""
+  images = [e['image'] for e in examples]
+  dtype = np.result_type(*images)
+  return {'image': np.stack(images).astype(dtype, copy=False),
+          'label': np.array([e['label'] for e in examples])}
 
 
 def _local_batch_size(batch_size: int, process_count: int,
@@ -460,39 +439,22 @@ def _local_batch_size(batch_size: int, process_count: int,
   return batch_size // process_count
 
 
-def pad_and_crop(image: tf.Tensor, padding: int, seed: tf.Tensor) -> tf.Tensor:
-  """Zero-pads `padding` pixels on every side, then crops the original size at random:
-  a shift of up to `padding` pixels each way, the CIFAR-style augmentation.
-
-  Args:
-    image: an image.
-    padding: pixels added on each side.
-    seed: the stateless seed.
-
-  Returns:
-    The shifted image, of the original size.
-  """
-  padded = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
-  return tf.image.stateless_random_crop(padded, tf.shape(image), seed)
-
-
 def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int = 0,
                   mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
-                  shuffle_buffer: int = 10_000, process_count: Optional[int] = None,
-                  crop: bool = True, crop_padding: int = 0,
-                  start_step: int = 0, local_devices: Optional[int] = None) -> tf.data.Dataset:
+                  process_count: Optional[int] = None, crop: bool = True,
+                  crop_padding: int = 0, start_step: int = 0,
+                  local_devices: Optional[int] = None) -> Batches:
   """Endless stream of this process's batches: {'image' (b, s, s, 3), 'label' (b, C)}.
 
-  `crop=False` replaces the Inception crop by a plain resize, which
-  `crop_padding` > 0 follows with `pad_and_crop` (random shifts). `start_step`
-  resumes the stream after that many batches, the same batches an
-  uninterrupted run sees (except for RandAugment's draws).
+  `crop=False` replaces the Inception crop by a resize (where the images are not
+  already of the size), which `crop_padding` > 0 follows with `pad_and_crop`
+  (random shifts). `start_step` resumes the stream after that many batches.
 
-  `batch_size` is global. The same seed gives the same batches: crop, flip
-  and mixup are stateless ops seeded from (seed, position in the stream: the
-  example's for the crop, the batch's for flip and mixup), and
-  RandAugment (Keras's layer, seeded) runs sequentially so its draws come in
-  stream order.
+  `batch_size` is global. Batch k is a function of (seed, k): the shuffle is
+  Grain's global index shuffle, redrawn every epoch, and each example's draws
+  (crop, shift, RandAugment) come from (seed, its position in the stream), each
+  batch's (flip, mixup) from (seed, k). So a run resumed at step k reads the
+  batches an uninterrupted run reads from step k.
 
   Args:
     source: this process's slice.
@@ -501,7 +463,6 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
     seed: the stream's seed.
     mixup_alpha: mixup's Beta parameter (0: none).
     randaugment: (layers, magnitude), or None.
-    shuffle_buffer: examples shuffled together.
     process_count: the processes (JAX's if None).
     crop: the Inception crop, else a resize.
     crop_padding: with `crop=False`, the random shift's padding.
@@ -509,57 +470,42 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
     local_devices: this process's devices (JAX's if None).
 
   Returns:
-    The dataset.
+    The batches.
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
   if crop and crop_padding:
     raise ValueError('crop_padding shifts resized images; it does not combine with the '
                      'Inception crop. Turn one off.')
-  resize = not _has_size(source.dataset, image_size)
 
-  def crop_or_resize(index, example):
-    example_seed = lambda: tf.stack([tf.cast(seed, tf.int64), index])  # only where drawn
+  def example(position: int, ex: Dict[str, Any]) -> Dict[str, Any]:
+    image = ex['image']
+    if crop or crop_padding or randaugment is not None:
+      draws = _draws(seed, _EXAMPLE_DRAWS, position)
     if crop:
-      return {**example, 'image': inception_crop(example['image'], image_size, example_seed())}
-    image = eval_resize(example['image'], image_size) if resize else example['image']
+      image = augment.inception_crop(image, image_size, draws)
+    elif image.shape[:2] != (image_size, image_size):
+      image = augment.resize(image, (image_size, image_size))
     if crop_padding:
-      image = pad_and_crop(image, crop_padding, example_seed())
-    return {**example, 'image': image}
+      image = augment.pad_and_crop(image, crop_padding, draws)
+    if randaugment is not None:
+      image = augment.randaugment(augment.to_rgb(image), *randaugment, draws)
+    return {'image': image, 'label': ex['label']}
 
-  def flip_and_scale(index, batch):
-    batch_seed = tf.stack([tf.cast(seed, tf.int64), index])
-    flip_seed, mixup_seed = tf.unstack(tf.random.experimental.stateless_split(batch_seed, 2))
-    images = tf.image.stateless_random_flip_left_right(batch['image'], flip_seed)
-    batch = {'image': _to_model_input(images),
-             'label': tf.one_hot(batch['label'], source.num_classes)}
-    return mixup(batch, mixup_alpha, mixup_seed) if mixup_alpha > 0 else batch
+  def batch(index: int, examples: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    draws = _draws(seed, _BATCH_DRAWS, index)
+    out = {'image': _to_model_input(augment.flip(examples['image'], draws)),
+           'label': _one_hot(examples['label'], source.num_classes)}
+    return augment.mixup(out, mixup_alpha, draws) if mixup_alpha > 0 else out
 
-  # Shuffling before the repeat reshuffles every epoch without mixing epochs.
-  dataset = source.dataset.shuffle(min(shuffle_buffer, source.num_examples), seed=seed,
-                                   reshuffle_each_iteration=True).repeat()
-  dataset = dataset.skip(start_step * local_batch)
-  # Per example only what differs between images (crop, resize, shift); the rest runs on batches,
-  # as tf.data's cost is per element.
-  if crop or resize or crop_padding:
-    dataset = dataset.enumerate(start=start_step * local_batch).map(
-        crop_or_resize, tf.data.AUTOTUNE, deterministic=True)
-  if randaugment is not None:
-    import keras  # Loaded only when RandAugment is used.
-    layers, magnitude = randaugment
-    randaug = keras.layers.RandAugment(value_range=(0, 255), num_ops=layers,
-                                       factor=magnitude / 10, seed=seed)
-    dataset = dataset.map(lambda ex: {**ex, 'image': randaug(_to_rgb(ex['image']))})
-  dataset = dataset.batch(local_batch, drop_remainder=True).enumerate(start=start_step)
-  dataset = dataset.map(flip_and_scale, tf.data.AUTOTUNE, deterministic=True)
-  options = tf.data.Options()
-  options.deterministic = True
-  return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+  stream = source.examples.shuffle(seed=seed).repeat().map_with_index(example)
+  batches = stream.batch(local_batch, drop_remainder=True, batch_fn=_stack)
+  return Batches(batches.map_with_index(batch)[start_step:])
 
 
 def eval_dataset(source: Source, *, batch_size: int, image_size: int,
                  resize_small: Optional[int] = None, process_count: Optional[int] = None,
-                 local_devices: Optional[int] = None) -> tf.data.Dataset:
+                 local_devices: Optional[int] = None) -> Batches:
   """One pass over this process's slice: {'image', 'label', 'mask'} batches.
 
   Padding examples (mask 0) fill the last batch, and every process yields the
@@ -576,29 +522,30 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
     local_devices: this process's devices (JAX's if None).
 
   Returns:
-    The dataset.
+    The batches.
   """
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
   num_batches = math.ceil(source.max_examples / local_batch)
+  examples = source.examples
 
-  dataset = source.dataset
-  if resize_small is not None or not _has_size(dataset, image_size):
-    dataset = dataset.map(
-        lambda ex: {**ex, 'image': eval_resize(ex['image'], image_size, resize_small)},
-        tf.data.AUTOTUNE, deterministic=True)
-  padding = tf.data.Dataset.from_tensors(tf.nest.map_structure(
-      lambda spec: tf.zeros(spec.shape, spec.dtype), dataset.element_spec))
-  dataset = dataset.concatenate(padding.repeat(num_batches * local_batch - source.num_examples))
+  def example(position: int) -> Dict[str, Any]:
+    if position >= source.num_examples:  # padding
+      return {'image': np.zeros((image_size, image_size, 3), np.uint8), 'label': 0}
+    ex = examples[position]
+    image = ex['image']
+    if resize_small is not None or image.shape[:2] != (image_size, image_size):
+      image = augment.eval_resize(image, image_size, resize_small)
+    return {'image': augment.to_rgb(image), 'label': ex['label']}
 
-  def scale(index, batch):
-    position = index * local_batch + tf.range(local_batch, dtype=tf.int64)
+  def batch(index: int, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    position = index * local_batch + np.arange(local_batch)
     return {'image': _to_model_input(batch['image']),
-            'label': tf.one_hot(batch['label'], source.num_classes),
-            'mask': tf.cast(position < source.num_examples, tf.float32)}
+            'label': _one_hot(batch['label'], source.num_classes),
+            'mask': (position < source.num_examples).astype(np.float32)}
 
-  dataset = dataset.batch(local_batch, drop_remainder=True).enumerate()
-  return dataset.map(scale, tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
+  padded = grain.MapDataset.range(num_batches * local_batch).map(example)
+  return Batches(padded.batch(local_batch, batch_fn=_stack).map_with_index(batch))
 
 
 # ---------------------------------------------------------------------------
@@ -680,7 +627,7 @@ def get_dataset_info(dataset: str, split: str) -> Dict[str, Any]:
   return get_tfds_info(dataset, split)
 
 
-def get_datasets(config: Any) -> Tuple[tf.data.Dataset, tf.data.Dataset]:
+def get_datasets(config: Any) -> Tuple[Batches, Batches]:
   """The training and test batches of an original config (`config.dataset` a
   TFDS name, with splits `config.pp.train` and `config.pp.test`, or a directory
   with `train/` and `test/`).
@@ -702,15 +649,15 @@ def get_datasets(config: Any) -> Tuple[tf.data.Dataset, tf.data.Dataset]:
           get_data_from_tfds(config=config, mode='test'))
 
 
-def _from_source(source: Source, config: Any, mode: str) -> tf.data.Dataset:
-  return get_data(data=source.dataset, mode=mode, num_classes=source.num_classes,
+def _from_source(source: Source, config: Any, mode: str) -> Batches:
+  return get_data(data=source.examples, mode=mode, num_classes=source.num_classes,
                   image_decoder=lambda image: image, repeats=None if mode == 'train' else 1,
                   batch_size=config.batch_eval if mode == 'test' else config.batch,
                   image_size=config.pp['crop'],
                   shuffle_buffer=min(source.num_examples, config.shuffle_buffer))
 
 
-def get_data_from_directory(*, config: Any, directory: str, mode: str) -> tf.data.Dataset:
+def get_data_from_directory(*, config: Any, directory: str, mode: str) -> Batches:
   """`get_data` of the images in `directory/CLASS/`.
 
   Args:
@@ -725,7 +672,7 @@ def get_data_from_directory(*, config: Any, directory: str, mode: str) -> tf.dat
   return _from_source(_single(FOLDER_PREFIX + root, split), config, mode)
 
 
-def get_data_from_tfds(*, config: Any, mode: str) -> tf.data.Dataset:
+def get_data_from_tfds(*, config: Any, mode: str) -> Batches:
   """`get_data` of the split `config.pp[mode]` of TFDS dataset `config.dataset`.
 
   Args:
@@ -739,61 +686,61 @@ def get_data_from_tfds(*, config: Any, mode: str) -> tf.data.Dataset:
   return _from_source(source, config, mode)
 
 
-def get_data(*, data: tf.data.Dataset, mode: str, num_classes: int,
-             image_decoder: Callable[[Any], tf.Tensor], repeats: Optional[int],
+def get_data(*, data: Sequence[Dict[str, Any]], mode: str, num_classes: int,
+             image_decoder: Callable[[Any], np.ndarray], repeats: Optional[int],
              batch_size: int, image_size: int, shuffle_buffer: int,
-             preprocess: Optional[Callable[[Any], Any]] = None) -> tf.data.Dataset:
+             preprocess: Optional[Callable[[Any], Any]] = None) -> Batches:
   """Batches of {'image': (devices, b / devices, s, s, 3) in [-1, 1], 'label':
   (devices, b / devices, classes) one-hot} from examples {'image', 'label'}.
 
-  Training shuffles, takes Inception crops (`inception_crop`) and random flips;
-  testing resizes. Both drop the last partial batch, as the original does.
+  Training shuffles (all of `data`, so `shuffle_buffer` has no effect), takes
+  Inception crops (`augment.inception_crop`) and random flips, with draws seeded
+  once per pipeline; testing resizes. Both drop the last partial batch, as the
+  original does.
 
   Args:
-    data: the examples.
+    data: the examples, random access (a `Source`'s examples, a TFDS data source).
     mode: 'train' or 'test'.
     num_classes: the classes.
     image_decoder: `features['image']` -> uint8 image, after shuffling.
     repeats: passes over the data (None: endless).
     batch_size: the batch over every local device.
     image_size: the images' side.
-    shuffle_buffer: the shuffle's buffer.
+    shuffle_buffer: unused (the shuffle is global).
     preprocess: applied to each example before the decoding.
 
   Returns:
     The batches.
   """
+  del shuffle_buffer
   if mode not in ('train', 'test'):
     raise ValueError(f'mode must be "train" or "test", not {mode!r}.')
   devices = jax.local_device_count()
   if batch_size % devices:
     raise DataError(f'The batch size {batch_size} does not split over the {devices} local '
                     f'devices; choose a multiple of {devices}.')
-  data = data.repeat(repeats)
+  seed = int(np.random.default_rng().integers(2**31))  # drawn once per pipeline
+  data = grain.MapDataset.source(data)
   if mode == 'train':
-    data = data.shuffle(shuffle_buffer)
-  if preprocess is not None:
-    data = data.map(preprocess, tf.data.AUTOTUNE)
-  seed = tf.random.uniform((), maxval=2**31 - 1, dtype=tf.int64)  # drawn once per pipeline
+    data = data.shuffle(seed=seed)
+  data = data.repeat(repeats)
 
-  def example(index, features):
+  def example(position: int, features: Dict[str, Any]) -> Dict[str, np.ndarray]:
+    features = preprocess(features) if preprocess is not None else features
     image = image_decoder(features['image'])
     if mode == 'train':
-      seeds = tf.random.experimental.stateless_split(tf.stack([seed, index]), 2)
-      image = inception_crop(image, image_size, seeds[0])
-      image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+      draws = _draws(seed, _EXAMPLE_DRAWS, position)
+      image = augment.flip(augment.inception_crop(image, image_size, draws)[None], draws)[0]
     else:
-      image = eval_resize(image, image_size)
-    return {'image': _to_model_input(image), 'label': tf.one_hot(features['label'], num_classes)}
+      image = augment.eval_resize(image, image_size)
+    return {'image': _to_model_input(image), 'label': _one_hot(features['label'], num_classes)}
 
-  data = data.enumerate().map(example, tf.data.AUTOTUNE)
-  data = data.batch(batch_size, drop_remainder=True)
-  per_device = lambda x: tf.reshape(x, tf.concat([[devices, -1], tf.shape(x)[1:]], 0))
-  return data.map(lambda batch: {k: per_device(v) for k, v in batch.items()},
-                  tf.data.AUTOTUNE).prefetch(1)
+  per_device = lambda x: x.reshape((devices, -1) + x.shape[1:])
+  batches = data.map_with_index(example).batch(batch_size, drop_remainder=True)
+  return Batches(batches.map(lambda batch: {k: per_device(v) for k, v in batch.items()}))
 
 
-def prefetch(dataset: tf.data.Dataset, n_prefetch: int) -> Iterator[Any]:
+def prefetch(dataset: Iterable[Any], n_prefetch: int) -> Iterator[Any]:
   """The batches of `dataset` as numpy arrays, `n_prefetch` of them moved to the
   local devices ahead (`flax.jax_utils.prefetch_to_device`).
 
@@ -805,5 +752,5 @@ def prefetch(dataset: tf.data.Dataset, n_prefetch: int) -> Iterator[Any]:
     The iterator.
   """
   import flax.jax_utils  # pylint: disable=import-outside-toplevel
-  batches = dataset.as_numpy_iterator()
+  batches = iter(dataset)
   return flax.jax_utils.prefetch_to_device(batches, n_prefetch) if n_prefetch else batches

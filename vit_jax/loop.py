@@ -120,7 +120,7 @@ def device_batches(config: ml_collections.ConfigDict, source: 'Source', sharding
   batches = input_pipeline.train_dataset(
       source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
       start_step=start_step, **config.input)
-  return input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(), sharding)
+  return input_pipeline.prefetch_to_devices(iter(batches), sharding)
 
 
 def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
@@ -154,8 +154,7 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
   eval_batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
                                              image_size=config.image_size)
-  eval_batch = next(input_pipeline.prefetch_to_devices(eval_batches.as_numpy_iterator(),
-                                                       data_sharded))
+  eval_batch = next(input_pipeline.prefetch_to_devices(iter(eval_batches), data_sharded))
   timing = budget.time_steps(
       setup.train_step, setup.state, probe,
       lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
@@ -217,8 +216,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
            preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
   from clu import metric_writers  # TensorFlow, as the data below
   from vit_jax import input_pipeline
-  train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir,
-                                           shuffle_files=True, seed=config.seed)
+  train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
   input_pipeline.check_same_classes(train_source, eval_source)
   if train_source.num_classes < 2:
@@ -387,8 +385,7 @@ class Run:
                                             batch_size=self.config.eval_batch_size,
                                             image_size=self.config.image_size)
       sums = None
-      for batch in input_pipeline.prefetch_to_devices(batches.as_numpy_iterator(),
-                                                      self.data_sharded):
+      for batch in input_pipeline.prefetch_to_devices(iter(batches), self.data_sharded):
         # Summed on the host: eager sums of arrays on several CPU devices, queued
         # behind the steps, can leave XLA:CPU's collectives waiting on each other.
         out = jax.device_get(self.setup.eval_step(params, batch))

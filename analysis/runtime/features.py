@@ -390,13 +390,12 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
   Returns:
     The batches.
   """
-  from vit_jax import input_pipeline  # TensorFlow, only where data is read
-  source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir,
-                                     shuffle_files=True, seed=recipe.seed)
+  from vit_jax import input_pipeline  # Grain and TFDS, only where data is read
+  source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir)
   batches = input_pipeline.train_dataset(
       source, batch_size=batch_size, image_size=recipe.image_size, seed=recipe.seed,
       process_count=1, local_devices=1, **recipe.input)
-  for batch in batches.as_numpy_iterator():
+  for batch in batches:
     yield batch['image'], batch['label']
 
 
@@ -418,16 +417,15 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   Returns:
     The batches.
   """
-  from vit_jax import input_pipeline  # TensorFlow, only where data is read
+  from vit_jax import input_pipeline  # Grain and TFDS, only where data is read
   source = input_pipeline.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
     raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '
                      f'{num_images} asked for.')
-  source = dataclasses.replace(source, dataset=source.dataset.take(num_images),
-                               num_examples=num_images, max_examples=num_images)
+  source = source.first(num_images)
   batches = input_pipeline.eval_dataset(source, batch_size=batch_size, image_size=image_size,
                                         process_count=1, local_devices=1)
-  for batch in batches.as_numpy_iterator():
+  for batch in batches:
     if batch['mask'].all():
       yield batch['image'], batch['label'].argmax(-1)
 

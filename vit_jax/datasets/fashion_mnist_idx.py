@@ -3,7 +3,9 @@
 The Debian package `dataset-fashion-mnist` installs them at
 /usr/share/datasets/fashion-mnist/, recompressed, so TFDS's own `fashion_mnist`
 builder rejects their checksums. This builder reads them from its manual
-directory and yields the same features as TFDS's `fashion_mnist`.
+directory and yields the same examples as TFDS's `fashion_mnist`: a (28, 28, 1)
+uint8 image and a class label. The images are stored as raw bytes rather than
+PNG, so preparing needs no TensorFlow and reading decodes nothing.
 """
 import gzip
 import os
@@ -58,7 +60,11 @@ def idx_dir_ready(path: str) -> bool:
 class FashionMnistIdx(tfds.core.GeneratorBasedBuilder):
   """Fashion-MNIST read from the original IDX files in the manual directory."""
 
-  VERSION = tfds.core.Version('1.0.0')
+  VERSION = tfds.core.Version('2.0.0')
+  RELEASE_NOTES = {
+      '1.0.0': 'PNG images, as TFDS\'s fashion_mnist.',
+      '2.0.0': 'Raw uint8 images, prepared and read without TensorFlow.',
+  }
   MANUAL_DOWNLOAD_INSTRUCTIONS = (
       'Install the Debian package `dataset-fashion-mnist` (files land in '
       f'{DEBIAN_DIR}) or put the four original IDX .gz files in the manual directory.')
@@ -73,7 +79,7 @@ class FashionMnistIdx(tfds.core.GeneratorBasedBuilder):
         builder=self,
         description='Fashion-MNIST: 70,000 28x28 grey images of 10 clothing classes.',
         features=tfds.features.FeaturesDict({
-            'image': tfds.features.Image(shape=(28, 28, 1)),
+            'image': tfds.features.Tensor(shape=(28, 28, 1), dtype=np.uint8),
             'label': tfds.features.ClassLabel(names=CLASS_NAMES),
         }),
         supervised_keys=('image', 'label'),
