@@ -85,6 +85,32 @@ def test_crop_padding_shifts_each_image():
   assert len(found) > 10  # many of the 25 shifts occur among 64 draws
 
 
+@pytest.mark.parametrize('augmentation', [dict(crop=False), dict(
+    crop=True, randaugment=(2, 9), mixup_alpha=0.2)])
+def test_a_stream_resumed_at_a_step_reads_the_batches_of_an_uninterrupted_one(
+    mock_cifar10, augmentation):
+  make = lambda start_step: take(input_pipeline.train_dataset(
+      mock_cifar10, batch_size=8, image_size=24, seed=3, start_step=start_step,
+      **augmentation), 8 - start_step)
+  uninterrupted = make(0)
+  for start_step in (1, 5):
+    chex.assert_trees_all_equal(make(start_step), uninterrupted[start_step:])
+
+
+def test_each_epoch_reads_every_example_once_in_a_new_order():
+  # Example i's image holds i: a 16-example epoch is two batches of 8.
+  examples = grain.MapDataset.source(
+      [{'image': np.full((2, 2, 1), i, np.uint8), 'label': 0} for i in range(16)])
+  source = input_pipeline.Source(examples, 16, 16, 2, 'indices')
+  batches = take(input_pipeline.train_dataset(source, batch_size=8, image_size=2, crop=False,
+                                              process_count=1, local_devices=1), 6)
+  order = [np.rint((b['image'][:, 0, 0, 0] + 1) * 127.5).astype(int) for b in batches]
+  epochs = [np.concatenate(order[i:i + 2]) for i in (0, 2, 4)]
+  for epoch in epochs:
+    np.testing.assert_array_equal(np.sort(epoch), np.arange(16))
+  assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
+
+
 def test_crop_padding_needs_the_plain_resize(mock_cifar10):
   with pytest.raises(ValueError, match='Inception crop'):
     input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24, crop_padding=2)

@@ -10,9 +10,9 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import pytest
 import sentencepiece
-import tensorflow as tf
 
 from helpers import VOCAB, make_folder, perturbed
 from vit_jax import checkpoint, models, tokenizers, zeroshot
@@ -230,8 +230,57 @@ def test_bert_tokenizer_is_lowercased_wordpiece_with_cls_first(bert_vocab):
       [ids['[CLS]'], ids['a'], ids['dog'], 0, 0, 0],
       [ids['[CLS]'], ids['a'], ids['photo'], ids['of'], ids['a'], ids['photo']],
       [ids['[CLS]'], ids['[UNK]'], 0, 0, 0, 0]])
-  np.testing.assert_array_equal(tokenizer.preprocess_tf(tf.constant('a dog')), got[1])
   assert tokenizer.vocab_size == len(VOCAB)
+
+
+# TensorFlow Text's BasicTokenizer(lower_case=True) on these texts (tensorflow-text
+# 2.21.1): the words BERT's WordPiece then pieces.
+BERT_WORDS = {
+    'A Photo of CATS.': ['a', 'photo', 'of', 'cats', '.'],
+    'Café, STRASSE! Straße': ['cafe', ',', 'strasse', '!', 'strasse'],
+    "don't stop-running…": ['don', "'", 't', 'stop', '-', 'running', '.', '.', '.'],
+    '中国的cat': ['中', '国', '的', 'cat'],
+    'x\u00a0y\u2003z\u200bw': ['x', 'y', 'zw'],
+    'ﬁne Ⅻ ½': ['fine', 'xii', '1⁄2'],
+    'tab\tx\ny\vz\x00q': ['tab', 'x', 'y', 'z', 'q'],
+    'İstanbul ÉCOLE': ['istanbul', 'ecole'],
+    '$5+3^2=14?': ['$', '5', '+', '3', '^', '2', '=', '14', '?'],
+    '¿qué? «sí» “yes”': ['¿', 'que', '?', '«', 'si', '»', '“', 'yes', '”'],
+    'Ωmega ΣΊΣΥΦΟΣ': ['ωmega', 'σισυφοσ'],
+    'ｆｕｌｌ\u3000ｗｉｄｔｈ': ['full', 'width'],
+}
+
+
+@pytest.mark.parametrize('text', list(BERT_WORDS))
+def test_bert_words_are_tensorflow_texts(text):
+  assert tokenizers.bert_words(text) == BERT_WORDS[text]
+
+
+def test_bert_tokens_equal_tensorflow_texts_on_random_text(tmp_path):
+  tf = pytest.importorskip('tensorflow')
+  text = pytest.importorskip('tensorflow_text')
+  rng = np.random.default_rng(0)
+  pool = [chr(c) for r in (range(0x20, 0x250), range(0x370, 0x400), range(0x2000, 0x2070),
+                           range(0x3000, 0x3040), range(0x4E00, 0x4E10), range(0xFB00, 0xFB10),
+                           range(0xFF00, 0xFF60)) for c in r] + list('\t\n\v\x00')
+  texts = [''.join(rng.choice(pool, rng.integers(0, 16))) for _ in range(500)]
+  vocab = ['[PAD]', '[UNK]', '[CLS]'] + sorted({w for t in texts for w in tokenizers.bert_words(t)
+                                                if len(w) < 3} | {'a', 'e'}) + ['##a', '##e']
+  path = tmp_path / 'vocab.txt'
+  path.write_text('\n'.join(vocab) + '\n')
+  theirs = text.BertTokenizer(str(path), token_out_type=tf.int32, lower_case=True)
+  pieces, _ = text.pad_model_inputs(theirs.tokenize(tf.constant(texts)).merge_dims(-2, -1), 23)
+  ours = tokenizers.get_tokenizer('bert', str(path), 24)(texts)
+  np.testing.assert_array_equal(ours[:, 1:], pieces.numpy())
+  np.testing.assert_array_equal(ours[:, 0], 2)
+
+
+def test_preprocess_tf_tokenizes_inside_a_graph(bert_vocab):
+  tf = pytest.importorskip('tensorflow')
+  tokenizer = tokenizers.get_tokenizer('bert', bert_vocab, 6)
+  dataset = tf.data.Dataset.from_tensor_slices(['a dog', 'A Photo of CATS.'])
+  got = [ids for ids in dataset.map(tokenizer.preprocess_tf).as_numpy_iterator()]
+  np.testing.assert_array_equal(np.stack(got), tokenizer(['a dog', 'A Photo of CATS.']))
 
 
 def test_sentencepiece_tokenizer_keeps_eos_last(tmp_path):
@@ -262,13 +311,15 @@ def test_preprocessing_is_the_authors(tmp_path):
   rng = np.random.RandomState(0)
   image = rng.randint(0, 256, (32, 32, 3), np.uint8)
   # At the model's size the resize is the identity: only the value range changes.
-  np.testing.assert_allclose(zeroshot.preprocess_image(tf.constant(image), 32),
-                             image / 255. * 2 - 1, atol=1e-6)
+  np.testing.assert_allclose(zeroshot.preprocess_image(image, 32), image / 255. * 2 - 1,
+                             atol=1e-6)
   grey = rng.randint(0, 256, (40, 20, 1), np.uint8)
-  cropped = zeroshot.preprocess_image(tf.constant(grey), 10, crop=True).numpy()
-  # The short side resized to 10 (a 20 x 10 image), then the centre 10 x 10.
-  resized = tf.cast(tf.cast(tf.image.resize(grey, (20, 10)), tf.uint8), tf.float32) / 255 * 2 - 1
-  np.testing.assert_allclose(cropped, np.repeat(resized.numpy()[5:15], 3, axis=-1), atol=1e-6)
+  cropped = zeroshot.preprocess_image(grey, 10, crop=True)
+  # The short side resized to 10 (a 20 x 10 image: pixel (i, j) the mean of the 2 x 2
+  # block at (2i, 2j)), truncated to uint8, then the centre 10 x 10.
+  blocks = grey.astype(np.float64).reshape(20, 2, 10, 2, 1).mean(axis=(1, 3))
+  resized = np.floor(blocks) / 255 * 2 - 1
+  np.testing.assert_allclose(cropped, np.repeat(resized[5:15], 3, axis=-1), atol=1e-6)
 
 
 def _setup_zero_shot(tmp_path, bert_vocab):
@@ -305,7 +356,7 @@ def test_zero_shot_command_end_to_end(tmp_path, bert_vocab):
   for label, name in enumerate(('cat', 'dog')):
     folder = tmp_path / 'data' / 'test' / name
     for file in sorted(os.listdir(folder)):
-      image = tf.io.decode_image(open(folder / file, 'rb').read(), channels=3).numpy()
+      image = np.asarray(PIL.Image.open(folder / file).convert('RGB'))
       zimg, _, _ = model.apply(variables, images=(image[None] / 255. * 2 - 1).astype(np.float32))
       correct.append(int((np.asarray(zimg) @ zclass.T).argmax()) == label)
   assert summary['num_examples'] == 9 and summary['num_classes'] == 2
@@ -322,10 +373,12 @@ def test_a_vocabulary_larger_than_the_text_tower_is_refused(tmp_path, bert_vocab
                        vocab=str(vocab))
 
 
-def test_without_tensorflow_text_the_error_says_how_to_install_it(bert_vocab, monkeypatch):
-  monkeypatch.setitem(sys.modules, 'tensorflow_text', None)  # import fails
-  with pytest.raises(UserError, match='pip install --no-deps tensorflow-text=='):
-    tokenizers.get_tokenizer('bert', bert_vocab, 16)
+def test_without_sentencepiece_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+  path = tmp_path / 'LiT-testing.model'
+  path.write_bytes(b'not read')
+  monkeypatch.setitem(sys.modules, 'sentencepiece', None)  # import fails
+  with pytest.raises(UserError, match='pip install sentencepiece'):
+    tokenizers.get_tokenizer('sentencepiece', str(path), 16)
 
 
 def test_zero_shot_refuses_what_it_cannot_classify(tmp_path, bert_vocab):

@@ -151,10 +151,14 @@ class Interrupted(Exception):
   pass
 
 
-@pytest.mark.parametrize('ema_decay', [0., 0.9])
-def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch, ema_decay):
-  """Bit for bit, the weights and (with `ema_decay`) their moving average."""
+@pytest.mark.parametrize('ema_decay,augmentation', [
+    (0., {}), (0.9, {}), (0., dict(randaugment=(2, 9), mixup_alpha=0.2))])
+def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypatch, ema_decay,
+                                                      augmentation):
+  """Bit for bit, the weights and (with `ema_decay`) their moving average, with
+  every random augmentation of the recipes (Inception crop, flips, RandAugment, mixup)."""
   config = tiny_config(folder, ema_decay=ema_decay)
+  config.input.update(augmentation)
   loop.train_and_evaluate(config, str(tmp_path / 'straight'))
 
   prefetch = input_pipeline.prefetch_to_devices
@@ -448,8 +452,8 @@ def test_the_budget_probe_times_real_steps(folder):
   config = tiny_config(folder)
   setup = steps.build(config, 3, 6)
   source = input_pipeline.get_source(folder, 'train')
-  batches = input_pipeline.prefetch_to_devices(input_pipeline.train_dataset(
-      source, batch_size=16, image_size=8).as_numpy_iterator(),
+  batches = input_pipeline.prefetch_to_devices(iter(input_pipeline.train_dataset(
+      source, batch_size=16, image_size=8)),
       jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec('data')))
   before = jax.tree_util.tree_map(np.asarray, setup.state.params)
   calls = []

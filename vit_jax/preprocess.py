@@ -1,13 +1,13 @@
 """The original vit_jax's LiT preprocessing: tokenizers by name, images resized
 to [-1, 1], and one `tf.data` map function for both (`vit_jax.tokenizers`,
-`vit_jax.zeroshot.preprocess_image`)."""
+`vit_jax.zeroshot.preprocess_image`). Its `tf.data` parts need TensorFlow, which
+the project does not install: they run the numpy code inside the graph."""
 import dataclasses
 from typing import Any, Callable, Dict, Sequence, Type
 
 import numpy as np
-import tensorflow as tf
 
-from vit_jax.tokenizers import TOKENIZERS, BertTokenizer, SentencepieceTokenizer
+from vit_jax.tokenizers import TOKENIZERS, BertTokenizer, SentencepieceTokenizer, tensorflow
 from vit_jax.zeroshot import preprocess_image
 
 __all__ = ['BertTokenizer', 'PreprocessImages', 'SentencepieceTokenizer', 'get_pp',
@@ -36,8 +36,8 @@ class PreprocessImages:
   size: int
   crop: bool = False
 
-  def preprocess_tf(self, image: tf.Tensor) -> tf.Tensor:
-    """One uint8 image, inside a TensorFlow graph.
+  def preprocess_tf(self, image: Any) -> Any:
+    """One uint8 image, inside a TensorFlow graph (needs TensorFlow).
 
     Args:
       image: (H, W, C) uint8.
@@ -45,13 +45,16 @@ class PreprocessImages:
     Returns:
       (size, size, 3) float32 in [-1, 1].
     """
+    tf = tensorflow()
     if image.dtype != tf.uint8:
       raise ValueError(f'PreprocessImages takes uint8 images, not {image.dtype.name}.')
-    return preprocess_image(image, self.size, self.crop)
+    out = tf.numpy_function(lambda x: preprocess_image(x, self.size, self.crop), [image],
+                            tf.float32)
+    return tf.ensure_shape(out, [self.size, self.size, 3])
 
   def __call__(self, images: Sequence[np.ndarray]) -> np.ndarray:
     """A sequence of uint8 images of any sizes -> (N, size, size, 3) numpy."""
-    return np.stack([self.preprocess_tf(tf.constant(image)).numpy() for image in images])
+    return np.stack([preprocess_image(image, self.size, self.crop) for image in images])
 
 
 def get_pp(*, tokenizer_name: str, vocab_path: str, max_len: int, size: int,

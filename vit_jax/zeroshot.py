@@ -16,17 +16,16 @@ the checkpoint, as the published files are laid out, unless `--vocab` names it.
 import json
 import os
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
-from vit_jax import checkpoint, entry, input_pipeline, layout, models, tokenizers
+from vit_jax import augment, checkpoint, entry, input_pipeline, layout, models, tokenizers
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import ConfigError, DataError
 from vit_jax.models.family import CheckpointError
@@ -36,7 +35,7 @@ PROMPTS = ('itap of a {}.', 'a bad photo of the {}.', 'a origami {}.', 'a photo 
            'a {} in a video game.', 'art of the {}.', 'a photo of the small {}.', '{}')
 
 
-def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tensor:
+def preprocess_image(image: np.ndarray, size: int, crop: bool = False) -> np.ndarray:
   """A uint8 (H, W, C) image as LiT's preprocessing gives it: bilinear resize to
   size x size (or of the short side to `size`, then the central crop), back to
   uint8 (truncating), then [-1, 1]. Grey images get three channels.
@@ -47,20 +46,10 @@ def preprocess_image(image: tf.Tensor, size: int, crop: bool = False) -> tf.Tens
     crop: resize the short side, then crop the centre.
 
   Returns:
-    The (size, size, 3) float image.
+    The (size, size, 3) float32 image.
   """
-  image = tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
-  if crop:
-    h, w = tf.shape(image)[0], tf.shape(image)[1]
-    ratio = tf.cast(size, tf.float32) / tf.cast(tf.minimum(h, w), tf.float32)
-    new = [tf.cast(tf.round(tf.cast(d, tf.float32) * ratio), tf.int32) for d in (h, w)]
-    image = tf.image.resize(image, new, method='bilinear')
-    image = tf.image.crop_to_bounding_box(image, (new[0] - size) // 2, (new[1] - size) // 2,
-                                          size, size)
-  else:
-    image = tf.image.resize(image, [size, size], method='bilinear')
-  image = tf.cast(tf.cast(image, tf.uint8), tf.float32) / 255
-  return image * 2 - 1
+  image = augment.eval_resize(augment.to_rgb(image), size, size if crop else None)
+  return image.astype(np.uint8).astype(np.float32) / np.float32(127.5) - 1
 
 
 def default_vocab(checkpoint_path: str, config: ml_collections.ConfigDict) -> str:
@@ -130,7 +119,7 @@ def class_embeddings(model: Any, params: Dict[str, Any], tokenizer: Any,
   return ztxt.reshape(len(class_names), len(prompts), -1).mean(axis=1)
 
 
-def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
+def classify(model: Any, params: Dict[str, Any], dataset: Iterable[Dict[str, np.ndarray]],
              zclasses: np.ndarray) -> Dict[str, Any]:
   """Predicted labels of `dataset`'s preprocessed image batches and the accuracy.
 
@@ -145,7 +134,7 @@ def classify(model: Any, params: Dict[str, Any], dataset: tf.data.Dataset,
   """
   embed = jax.jit(lambda v, x: model.apply(v, images=x)[0])
   predictions, labels = [], []
-  for batch in dataset.as_numpy_iterator():
+  for batch in dataset:
     zimg = np.asarray(embed({'params': params}, batch['image']))
     predictions.append((zimg @ zclasses.T).argmax(axis=1))
     labels.append(batch['label'])
@@ -227,13 +216,12 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
   if len(names) != source.num_classes:
     raise ConfigError(f'{len(names)} class names for the {source.num_classes} classes of '
                       f'{dataset}: give one name per line, in label order.')
-  images = source.dataset
   if max_examples is not None:
-    images = images.take(max_examples)
-  images = images.map(lambda ex: {'image': preprocess_image(ex['image'], config.image_size, crop),
-                                  'label': ex['label']}, tf.data.AUTOTUNE, deterministic=True)
+    source = source.first(min(max_examples, source.num_examples))
+  images = source.examples.map(lambda ex: {
+      'image': preprocess_image(ex['image'], config.image_size, crop), 'label': ex['label']})
   zclasses = class_embeddings(model, params, tokenizer, names, prompts)
-  result = classify(model, params, images.batch(batch_size).prefetch(2), zclasses)
+  result = classify(model, params, input_pipeline.Batches(images.batch(batch_size)), zclasses)
   return dict(result, model=model_name, checkpoint=checkpoint_path, dataset=dataset, split=split,
               num_classes=len(names), prompts=list(prompts), crop=crop)
 
