@@ -1,5 +1,6 @@
 """Small models, parameters, recipes and image folders shared by the tests (the
 fixtures built from them are in conftest.py)."""
+import glob
 import os
 import shutil
 
@@ -9,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import tensorflow as tf
+import PIL.Image
 
 from analysis.runtime import features
 from configs import common
@@ -95,14 +96,28 @@ def make_folder(root, counts, size=(20, 30)):
       for i in range(n):
         pixels = rng.randint(0, 256, size + (3,), dtype=np.uint8)
         if i % 3 == 1:  # a grey PNG among the colour JPEGs
-          data = tf.io.encode_png(pixels[..., :1]).numpy()
-          name = f'{i}.png'
+          PIL.Image.fromarray(pixels[..., 0]).save(os.path.join(d, f'{i}.png'))
         else:
-          data = tf.io.encode_jpeg(pixels).numpy()
-          name = f'{i}.JPEG'
-        with open(os.path.join(d, name), 'wb') as f:
-          f.write(data)
+          PIL.Image.fromarray(pixels).save(os.path.join(d, f'{i}.JPEG'), quality=95)
   return f'folder:{root}'
+
+
+def read_events(logdir):
+  """The TensorBoard events in `logdir`'s event files, read by TensorBoard's own
+  loader: {tag: {step: value}}, a scalar's value a numpy array, an image's the
+  encoded strings (width, height, PNGs)."""
+  from tensorboard.backend.event_processing import event_file_loader
+  from tensorboard.util import tensor_util
+  values = {}
+  for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))):
+    for event in event_file_loader.EventFileLoader(path).Load():
+      for value in event.summary.value:
+        plugin = value.metadata.plugin_data.plugin_name
+        if plugin == 'images':
+          values.setdefault(value.tag, {})[event.step] = list(value.tensor.string_val)
+        elif plugin == 'scalars':
+          values.setdefault(value.tag, {})[event.step] = tensor_util.make_ndarray(value.tensor)
+  return values
 
 
 def assert_close_at_scale(actual, expected, rtol: float, ulps: float = 64.):

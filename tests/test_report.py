@@ -12,7 +12,6 @@ import filelock
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 from analysis.reporting import events, plots, report
@@ -20,7 +19,7 @@ from analysis.runtime import features
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS, activation_patching, hessian, landscape, sae
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
-from helpers import batches, subject
+from helpers import batches, read_events, subject
 from vit_jax import models
 
 
@@ -166,13 +165,11 @@ def test_report_rebuilds_from_the_json_alone(analysed, tmp_path):
 
 def _events(logdir):
   scalars, images = {}, set()
-  for path in glob.glob(os.path.join(logdir, 'events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        if value.metadata.plugin_data.plugin_name == 'images':
-          images.add(value.tag)
-        else:
-          scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  for tag, steps in read_events(logdir).items():
+    if isinstance(next(iter(steps.values())), list):
+      images.add(tag)
+    else:
+      scalars[tag] = {step: float(value) for step, value in steps.items()}
   return scalars, images
 
 

@@ -13,7 +13,6 @@ from typing import Optional
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from absl import flags
 from absl.testing import flagsaver
 
@@ -22,7 +21,7 @@ from analysis import tool, tool_options
 from analysis.tool import Tool, register
 from analysis.tool_options import define_flags, option
 from vit_jax.errors import ConfigError
-from helpers import quickstart_vit_checkpoint
+from helpers import quickstart_vit_checkpoint, read_events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -51,15 +50,6 @@ def test_registered_tools_need_unique_names_and_a_known_kind(registry):
   with pytest.raises(ValueError, match='runs_on'):
     register(Tool(name='other', title='', quantity='', paper='', run=record.run,
                   findings=record.findings, runs_on='pairs'))
-
-
-def _scalars(logdir):
-  values = {}
-  for name in os.listdir(logdir):
-    for event in tf.compat.v1.train.summary_iterator(os.path.join(logdir, name)):
-      for value in event.summary.value:
-        values.setdefault(value.tag, {})[event.step] = value
-  return values
 
 
 def test_each_tools_flags_are_its_options_fields(registry):
@@ -153,9 +143,9 @@ def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp
   mean = np.mean(result['margins'])
   assert 'quickstart_vit: mean margin <span class="num" data-file="logit_margin.json"' in page
   assert f'>{mean:.3g}</span>' in page
-  events = _scalars(out / 'tensorboard' / 'quickstart_vit')
+  events = read_events(out / 'tensorboard' / 'quickstart_vit')
   margins = events['analysis/logit_margin/margin']
-  np.testing.assert_allclose([float(tf.make_ndarray(margins[i].tensor)) for i in range(3)],
+  np.testing.assert_allclose([float(margins[i]) for i in range(3)],
                              result['margins'][:3], rtol=1e-6)
   assert 'analysis/logit_margin/logit_margin_quickstart_vit' in events
 

@@ -12,11 +12,11 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import orbax.checkpoint as ocp
 import pytest
-import tensorflow as tf
 
-from helpers import TINY_VIT, images, make_folder, tiny_config
+from helpers import TINY_VIT, images, make_folder, read_events, tiny_config
 from xla_flags import with_devices
 from vit_jax import (budget, checkpoint, cpu_devices, finetune, input_pipeline, loop, models,
                      run_state, steps, workdir as workdirs)
@@ -108,14 +108,9 @@ def folder(tmp_path_factory):
 
 
 def logged_scalars(workdir):
-  """{tag: [values]} from the TensorBoard event files in `workdir`."""
-  scalars = {}
-  for name in os.listdir(workdir):
-    if name.startswith('events.out.tfevents'):
-      for event in tf.compat.v1.train.summary_iterator(os.path.join(workdir, name)):
-        for value in event.summary.value:
-          scalars.setdefault(value.tag, []).append(float(tf.make_ndarray(value.tensor)))
-  return scalars
+  """{tag: [values]} from the TensorBoard event files in `workdir`, in step order."""
+  return {tag: [float(v) for _, v in sorted(steps.items())]
+          for tag, steps in read_events(workdir).items()}
 
 
 def test_train_and_evaluate_writes_everything(folder, tmp_path):
@@ -562,8 +557,7 @@ def symmetric_folder(root, n=16, size=8):
     os.makedirs(d, exist_ok=True)
     half = rng.randint(0, 256, (size, size // 2, 3), dtype=np.uint8)
     pixels = np.concatenate([half, half[:, ::-1]], axis=1)
-    with open(os.path.join(d, f'{i}.png'), 'wb') as f:
-      f.write(tf.io.encode_png(pixels).numpy())
+    PIL.Image.fromarray(pixels).save(os.path.join(d, f'{i}.png'))
   shutil.copytree(os.path.join(root, 'train'), os.path.join(root, 'test'))
   return f'folder:{root}'
 

@@ -10,7 +10,7 @@ import pytest
 
 import reference
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, perturbed, tiny_vit
-from vit_jax import models
+from vit_jax import augment, models
 from vit_jax.models import vit
 from vit_jax.models.vit import sincos2d_posembed
 
@@ -233,10 +233,9 @@ def test_hybrid_forward():
     init(models.get_model('R+ViT-Ti_16', 5, num_layers=1), 36)
 
 
-def _tf_resize(x, size):
+def _pipeline_resize(x, size):
   """Patches (B, h, w, C) resized bilinearly as the input pipeline resizes images."""
-  import tensorflow as tf
-  return tf.image.resize(x, size, method='bilinear').numpy()
+  return np.stack([augment.resize(image, size) for image in np.asarray(x)])
 
 
 @pytest.mark.parametrize('old,new', [(4, 8), (4, 6), (8, 4)])
@@ -253,11 +252,11 @@ def test_a_resized_patch_kernel_gives_the_original_tokens_on_resized_patches(old
   tokens = np.einsum('bhwc,hwcd->bd', patches, kernel)
   if new >= old:
     np.testing.assert_allclose(
-        np.einsum('bhwc,hwcd->bd', _tf_resize(patches, (new, new)), resized), tokens,
+        np.einsum('bhwc,hwcd->bd', _pipeline_resize(patches, (new, new)), resized), tokens,
         rtol=1e-4, atol=1e-4)
   else:
     basis = np.eye(old * old, dtype=np.float32).reshape(-1, old, old, 1)
-    b_t = _tf_resize(basis, (new, new)).reshape(old * old, -1).astype(np.float64)  # B^T
+    b_t = _pipeline_resize(basis, (new, new)).reshape(old * old, -1).astype(np.float64)  # B^T
     flat = lambda k: k.reshape(k.shape[0] * k.shape[1], -1).astype(np.float64)
     np.testing.assert_allclose(b_t.T @ (b_t @ flat(resized) - flat(kernel)), 0, atol=1e-4)
 
@@ -278,7 +277,7 @@ def test_fine_tuning_at_twice_the_patch_size_on_twice_the_image_gives_the_same_l
                                     keep_head=True)
   x = images(2, 16)
   patches = x.reshape(2, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 4, 4, 3)
-  enlarged = _tf_resize(patches, (8, 8)).reshape(2, 4, 4, 8, 8, 3).transpose(
+  enlarged = _pipeline_resize(patches, (8, 8)).reshape(2, 4, 4, 8, 8, 3).transpose(
       0, 1, 3, 2, 4, 5).reshape(2, 32, 32, 3)
   np.testing.assert_allclose(apply(large, {'params': fitted}, enlarged),
                              apply(small, {'params': params}, x), rtol=1e-4, atol=1e-4)

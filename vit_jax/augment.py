@@ -46,11 +46,18 @@ def resize(image: np.ndarray, size: Tuple[int, int]) -> np.ndarray:
   Returns:
     The float32 image.
   """
-  image = image.astype(np.float32)
   top, bottom, dy = _bilinear_axis(image.shape[0], size[0])
   left, right, dx = _bilinear_axis(image.shape[1], size[1])
-  rows = image[top] + (image[bottom] - image[top]) * dy[:, None, None]
-  return rows[:, left] + (rows[:, right] - rows[:, left]) * dx[None, :, None]
+  # The rows first, gathered before the conversion to float: in place from there.
+  rows, below = image[top].astype(np.float32), image[bottom].astype(np.float32)
+  below -= rows
+  below *= dy[:, None, None]
+  rows += below
+  out, beside = rows[:, left], rows[:, right]
+  beside -= out
+  beside *= dx[None, :, None]
+  out += beside
+  return out
 
 
 def central_crop(image: np.ndarray, size: int) -> np.ndarray:

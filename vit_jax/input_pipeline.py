@@ -22,7 +22,7 @@ import functools
 import math
 import os
 import socket
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import grain
 import jax
@@ -40,10 +40,56 @@ FOLDER_PREFIX = 'folder:'
 _EXAMPLE_DRAWS, _BATCH_DRAWS = 0, 1
 
 
+class Examples:
+  """Random access to a contiguous slice of a split's examples, read in batches
+  where the underlying data reads several records at once (TFDS's data sources):
+  `{'image': uint8 HWC, 'label': int}`.
+
+  Args:
+    records: the split's records (`__len__`, `__getitem__`, optionally `__getitems__`).
+    decode: a record -> its example.
+    start: the slice's first record.
+    end: the record after its last.
+  """
+
+  def __init__(self, records: Any, decode: Callable[[Any], Dict[str, Any]], start: int = 0,
+               end: Optional[int] = None):
+    self.records, self.decode = records, decode
+    self.start, self.end = start, len(records) if end is None else end
+
+  def __len__(self) -> int:
+    return self.end - self.start
+
+  def __getitem__(self, index: int) -> Dict[str, Any]:
+    return self.read([index])[0]
+
+  def read(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
+    """The examples at `indices` of the slice.
+
+    Args:
+      indices: positions in the slice.
+
+    Returns:
+      The examples, in that order.
+    """
+    keys = [self.start + int(i) for i in indices]
+    if any(not self.start <= k < self.end for k in keys):
+      raise IndexError(f'Indices {list(indices)} reach outside the {len(self)} examples.')
+    if hasattr(self.records, '__getitems__'):
+      records = self.records.__getitems__(keys)
+    else:
+      records = [self.records[k] for k in keys]
+    return [self.decode(r) for r in records]
+
+  def first(self, n: int) -> 'Examples':
+    """The slice's first n examples."""
+    return Examples(self.records, self.decode, self.start, self.start + min(n, len(self)))
+
+
 @dataclasses.dataclass
 class Source:
   """One process's slice of a split, random access: `{'image': uint8 HWC, 'label': int}`."""
-  examples: grain.MapDataset
+  examples: Examples
   num_examples: int          # in this process's slice
   max_examples: int          # in the largest slice of any process (for equal step counts)
   num_classes: int
@@ -52,7 +98,8 @@ class Source:
 
   def first(self, n: int) -> 'Source':
     """The slice's first n examples, as a source (n at most `num_examples`)."""
-    return dataclasses.replace(self, examples=self.examples[:n], num_examples=n, max_examples=n)
+    return dataclasses.replace(self, examples=self.examples.first(n), num_examples=n,
+                               max_examples=n)
 
 
 class Batches:
@@ -215,8 +262,7 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
     raise DataError(f'Split {split!r} of {name} holds no images' + (
         ' for this process' if process_count > 1 else '') + '; give a split with images, such '
         'as train or train[:10%].')
-  examples = grain.MapDataset.source(data)[start:end].map(_image_and_label)
-  return Source(examples, end - start, max(e - s for s, e in slices),
+  return Source(Examples(data, _image_and_label, start, end), end - start, max(e - s for s, e in slices),
                 builder.info.features['label'].num_classes, name,
                 tuple(builder.info.features['label'].names))
 
@@ -272,9 +318,8 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   start, end = _process_slice(len(files), process_index, process_count)
   largest = -(-len(files) // process_count)  # the biggest slice _process_slice makes
   check_images(tuple(files[start:end]))
-  examples = grain.MapDataset.source(list(zip(files[start:end], labels[start:end]))).map(
-      lambda file_and_label: {'image': read_image(file_and_label[0]),
-                              'label': file_and_label[1]})
+  examples = Examples(list(zip(files, labels)), lambda file_and_label: {
+      'image': read_image(file_and_label[0]), 'label': file_and_label[1]}, start, end)
   return Source(examples, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
                 tuple(classes))
 
@@ -419,12 +464,9 @@ def _one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
   return np.eye(num_classes, dtype=np.float32)[np.asarray(labels)]
 
 
-def _stack(examples: Sequence[Dict[str, Any]]) -> Dict[str, np.ndarray]:
-  """A batch of examples whose images may differ in dtype (some resized, some not)."""
-  images = [e['image'] for e in examples]
-  dtype = np.result_type(*images)
-  return {'image': np.stack(images).astype(dtype, copy=False),
-          'label': np.array([e['label'] for e in examples])}
+def _stack(images: Sequence[np.ndarray]) -> np.ndarray:
+  """A batch of images that may differ in dtype (some resized, some not)."""
+  return np.stack(images).astype(np.result_type(*images), copy=False)
 
 
 def _local_batch_size(batch_size: int, process_count: int,
@@ -478,7 +520,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
     raise ValueError('crop_padding shifts resized images; it does not combine with the '
                      'Inception crop. Turn one off.')
 
-  def example(position: int, ex: Dict[str, Any]) -> Dict[str, Any]:
+  def example(position: int, ex: Dict[str, Any]) -> np.ndarray:
     image = ex['image']
     if crop or crop_padding or randaugment is not None:
       draws = _draws(seed, _EXAMPLE_DRAWS, position)
@@ -490,17 +532,19 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
       image = augment.pad_and_crop(image, crop_padding, draws)
     if randaugment is not None:
       image = augment.randaugment(augment.to_rgb(image), *randaugment, draws)
-    return {'image': image, 'label': ex['label']}
+    return image
 
-  def batch(index: int, examples: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  def batch(index: int, indices: np.ndarray) -> Dict[str, np.ndarray]:
+    examples = source.examples.read(indices)
+    images = _stack([example(index * local_batch + i, ex) for i, ex in enumerate(examples)])
     draws = _draws(seed, _BATCH_DRAWS, index)
-    out = {'image': _to_model_input(augment.flip(examples['image'], draws)),
-           'label': _one_hot(examples['label'], source.num_classes)}
+    out = {'image': _to_model_input(augment.flip(images, draws)),
+           'label': _one_hot([ex['label'] for ex in examples], source.num_classes)}
     return augment.mixup(out, mixup_alpha, draws) if mixup_alpha > 0 else out
 
-  stream = source.examples.shuffle(seed=seed).repeat().map_with_index(example)
-  batches = stream.batch(local_batch, drop_remainder=True, batch_fn=_stack)
-  return Batches(batches.map_with_index(batch)[start_step:])
+  order = grain.MapDataset.range(source.num_examples).shuffle(seed=seed).repeat()
+  batches = order.batch(local_batch, drop_remainder=True).map_with_index(batch)
+  return Batches(batches[start_step:])
 
 
 def eval_dataset(source: Source, *, batch_size: int, image_size: int,
@@ -527,25 +571,23 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
   process_count = jax.process_count() if process_count is None else process_count
   local_batch = _local_batch_size(batch_size, process_count, local_devices)
   num_batches = math.ceil(source.max_examples / local_batch)
-  examples = source.examples
 
-  def example(position: int) -> Dict[str, Any]:
-    if position >= source.num_examples:  # padding
-      return {'image': np.zeros((image_size, image_size, 3), np.uint8), 'label': 0}
-    ex = examples[position]
-    image = ex['image']
-    if resize_small is not None or image.shape[:2] != (image_size, image_size):
-      image = augment.eval_resize(image, image_size, resize_small)
-    return {'image': augment.to_rgb(image), 'label': ex['label']}
+  def image(ex: Dict[str, Any]) -> np.ndarray:
+    if resize_small is not None or ex['image'].shape[:2] != (image_size, image_size):
+      return augment.to_rgb(augment.eval_resize(ex['image'], image_size, resize_small))
+    return augment.to_rgb(ex['image'])
 
-  def batch(index: int, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  def batch(index: int) -> Dict[str, np.ndarray]:
     position = index * local_batch + np.arange(local_batch)
-    return {'image': _to_model_input(batch['image']),
-            'label': _one_hot(batch['label'], source.num_classes),
+    real = position[position < source.num_examples]
+    examples = source.examples.read(real)
+    padding = [np.zeros((image_size, image_size, 3), np.uint8)] * (local_batch - len(real))
+    return {'image': _to_model_input(_stack([image(ex) for ex in examples] + padding)),
+            'label': _one_hot([ex['label'] for ex in examples] + [0] * len(padding),
+                              source.num_classes),
             'mask': (position < source.num_examples).astype(np.float32)}
 
-  padded = grain.MapDataset.range(num_batches * local_batch).map(example)
-  return Batches(padded.batch(local_batch, batch_fn=_stack).map_with_index(batch))
+  return Batches(grain.MapDataset.range(num_batches).map(batch))
 
 
 # ---------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
            preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
-  from clu import metric_writers  # TensorFlow, as the data below
+  from vit_jax import events
   from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
@@ -255,7 +255,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
   batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
-  writer = metric_writers.create_default_writer(workdir, just_logging=jax.process_index() > 0)
+  writer = events.EventWriter(workdir if jax.process_index() == 0 else None, log=True)
   try:  # the writer is closed on every way out, so its files are released
     clock = budget.Clock(total_steps, seconds, spent, started, agree=(
         (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))

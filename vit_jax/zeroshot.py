@@ -14,11 +14,13 @@ vocabulary is `<checkpoint stem>.txt` (BERT) or `.model` (SentencePiece) beside
 the checkpoint, as the published files are laid out, unless `--vocab` names it.
 """
 import json
+import math
 import os
 import sys
 from typing import Any, Dict, Iterable, Optional, Sequence
 
 import flax
+import grain
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -218,10 +220,17 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
                       f'{dataset}: give one name per line, in label order.')
   if max_examples is not None:
     source = source.first(min(max_examples, source.num_examples))
-  images = source.examples.map(lambda ex: {
-      'image': preprocess_image(ex['image'], config.image_size, crop), 'label': ex['label']})
+  examples = source.examples
+
+  def batch(index: int) -> Dict[str, np.ndarray]:
+    chunk = examples.read(range(index * batch_size, min((index + 1) * batch_size, len(examples))))
+    return {'image': np.stack([preprocess_image(ex['image'], config.image_size, crop)
+                               for ex in chunk]),
+            'label': np.array([ex['label'] for ex in chunk])}
+
   zclasses = class_embeddings(model, params, tokenizer, names, prompts)
-  result = classify(model, params, input_pipeline.Batches(images.batch(batch_size)), zclasses)
+  batches = grain.MapDataset.range(math.ceil(len(examples) / batch_size)).map(batch)
+  result = classify(model, params, input_pipeline.Batches(batches), zclasses)
   return dict(result, model=model_name, checkpoint=checkpoint_path, dataset=dataset, split=split,
               num_classes=len(names), prompts=list(prompts), crop=crop)
 

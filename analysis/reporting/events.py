@@ -6,10 +6,10 @@ import os
 from typing import Mapping
 
 import numpy as np
-from clu import metric_writers
 from PIL import Image
 
 from analysis import tool
+from vit_jax.events import EventWriter
 
 
 def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],
@@ -23,7 +23,7 @@ def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],
     out: the analysis directory.
   """
   for label, logdir in logdirs.items():
-    writer = metric_writers.SummaryWriter(logdir)  # TensorBoard only, not the log
+    writer = EventWriter(logdir)  # TensorBoard only, not the log
     for name, result in results.items():
       record = tool.TOOLS[name]
       for tag, values in record.scalars(result, label).items():

@@ -1,0 +1,66 @@
+"""TensorBoard events written without TensorFlow, read back by TensorBoard's own
+loader and event accumulator (and by TensorFlow's reader where it is installed)."""
+import glob
+import io
+
+import numpy as np
+import PIL.Image
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+from helpers import read_events
+from vit_jax import events
+
+
+@pytest.fixture
+def logdir(tmp_path):
+  writer = events.EventWriter(str(tmp_path))
+  writer.write_scalars(3, {'train/loss': 0.25, 'accuracy': 0.875})
+  writer.write_scalars(7, {'train/loss': 0.125})
+  pixels = np.arange(2 * 4 * 6 * 3, dtype=np.uint8).reshape(2, 4, 6, 3)
+  writer.write_images(0, {'figure': pixels})
+  writer.write_hparams({'lr': 0.1, 'model': {'name': 'ViT-Ti_16', 'layers': (1, 2)}})
+  writer.close()
+  return tmp_path
+
+
+def test_scalars_and_images_read_back(logdir):
+  values = read_events(logdir)
+  assert {k: {s: float(v) for s, v in steps.items()} for k, steps in values.items()
+          if k != 'figure'} == {'train/loss': {3: 0.25, 7: 0.125}, 'accuracy': {3: 0.875}}
+  width, height, *pngs = values['figure'][0]
+  assert (int(width), int(height), len(pngs)) == (6, 4, 2)
+  pixels = np.arange(2 * 4 * 6 * 3, dtype=np.uint8).reshape(2, 4, 6, 3)
+  for png, expected in zip(pngs, pixels):
+    np.testing.assert_array_equal(np.asarray(PIL.Image.open(io.BytesIO(png))), expected)
+
+
+def test_tensorboard_shows_them_in_its_plugins(logdir):
+  accumulator = event_accumulator.EventAccumulator(str(logdir), size_guidance={'tensors': 0})
+  accumulator.Reload()
+  tags = accumulator.Tags()
+  assert {'train/loss', 'accuracy', 'figure'} <= set(tags['tensors'])
+  assert accumulator.SummaryMetadata('train/loss').plugin_data.plugin_name == 'scalars'
+  assert accumulator.SummaryMetadata('figure').plugin_data.plugin_name == 'images'
+  hparams = accumulator.PluginTagToContent('hparams')
+  assert len(hparams) == 1  # the session-start record, settings dotted ('model.name')
+  content = next(iter(hparams.values()))
+  assert b'model.name' in content and b'ViT-Ti_16' in content
+
+
+def test_tensorflow_reads_the_same_scalars(logdir):
+  tf = pytest.importorskip('tensorflow')
+  found = {}
+  for path in glob.glob(str(logdir / 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.metadata.plugin_data.plugin_name == 'scalars':
+          found[(value.tag, event.step)] = float(tf.make_ndarray(value.tensor))
+  assert found == {('train/loss', 3): 0.25, ('accuracy', 3): 0.875, ('train/loss', 7): 0.125}
+
+
+def test_without_a_logdir_nothing_is_written(tmp_path):
+  writer = events.EventWriter(None, log=True)
+  writer.write_scalars(1, {'loss': 1.0})
+  writer.close()
+  assert not list(tmp_path.iterdir())

@@ -1,0 +1,105 @@
+"""TensorBoard event files, written without TensorFlow: scalars, images and a
+run's settings, as `tf.summary` writes them (TensorBoard's scalars, images and
+hparams plugins), through TensorBoard's own event writer and protocol buffers.
+"""
+import io
+import time
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+from absl import logging
+from PIL import Image
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+from tensorboard.compat.proto import types_pb2
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+
+def _metadata(plugin: str) -> summary_pb2.SummaryMetadata:
+  return summary_pb2.SummaryMetadata(
+      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin))
+
+
+def _png(pixels: np.ndarray) -> bytes:
+  buffer = io.BytesIO()
+  Image.fromarray(np.asarray(pixels, np.uint8).squeeze(-1) if pixels.shape[-1] == 1
+                  else np.asarray(pixels, np.uint8)).save(buffer, format='PNG')
+  return buffer.getvalue()
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = '') -> Dict[str, Any]:
+  """A nested dict's leaves by dotted key; values TensorBoard cannot hold as text."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      out.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = value if isinstance(value, (bool, int, float, str)) else str(value)
+  return out
+
+
+class EventWriter:
+  """One run's TensorBoard events in `logdir` (None: none, as on all but the
+  first process); with `log`, scalars also go to the log."""
+
+  def __init__(self, logdir: Optional[str], log: bool = False):
+    self._writer = EventFileWriter(logdir) if logdir is not None else None
+    self._log = log
+
+  def _write(self, step: int, summary: summary_pb2.Summary) -> None:
+    if self._writer is not None:
+      self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                             summary=summary))
+
+  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    """Scalars at `step`, each a float32 tensor of the scalars plugin.
+
+    Args:
+      step: the step.
+      scalars: tag -> value.
+    """
+    values = [summary_pb2.Summary.Value(
+        tag=tag, metadata=_metadata('scalars'),
+        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(value)],
+                                      tensor_shape=tensor_shape_pb2.TensorShapeProto()))
+              for tag, value in scalars.items()]
+    self._write(step, summary_pb2.Summary(value=values))
+    if self._log:
+      logging.info('[%d] %s', step, ', '.join(f'{k}={float(v):.6g}' for k, v in scalars.items()))
+
+  def write_images(self, step: int, images: Mapping[str, np.ndarray]) -> None:
+    """Images at `step`, each (N, H, W, C) uint8, as PNGs of the images plugin.
+
+    Args:
+      step: the step.
+      images: tag -> images.
+    """
+    values = []
+    for tag, batch in images.items():
+      encoded = [str(batch.shape[2]).encode(), str(batch.shape[1]).encode()]
+      encoded += [_png(image) for image in batch]
+      values.append(summary_pb2.Summary.Value(
+          tag=tag, metadata=_metadata('images'),
+          tensor=tensor_pb2.TensorProto(
+              dtype=types_pb2.DT_STRING, string_val=encoded,
+              tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                  dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(encoded))]))))
+    self._write(step, summary_pb2.Summary(value=values))
+
+  def write_hparams(self, hparams: Mapping[str, Any]) -> None:
+    """A run's settings, for TensorBoard's hparams plugin (nested keys dotted).
+
+    Args:
+      hparams: the settings.
+    """
+    self._write(0, hparams_summary.hparams_pb(_flat(hparams)))
+
+  def flush(self) -> None:
+    """Writes what is buffered."""
+    if self._writer is not None:
+      self._writer.flush()
+
+  def close(self) -> None:
+    """Writes what is buffered and closes the file."""
+    if self._writer is not None:
+      self._writer.close()
