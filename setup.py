@@ -9,16 +9,15 @@ setuptools.setup(
                                                'analysis.*']),
     python_requires='>=3.10',
     install_requires=[
-        'absl-py', 'chex>=0.1.86', 'clu', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
-        'einops', 'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'scipy', 'tensorflow-cpu',
-        'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'keras', 'matplotlib',
+        'absl-py', 'chex>=0.1.86', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
+        'einops', 'grain', 'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'pillow',
+        'scipy', 'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'matplotlib',
         'safetensors', 'threadpoolctl',
     ],
     extras_require={
         # The corruption tool's ImageNet-C corruptions (the build for current numpy).
         'corruptions': ['imagecorruptions-imaug'],
-        # LiT's SentencePiece vocabularies; its tokenizers also need tensorflow-text,
-        # installed without dependencies (requirements-nodeps.txt).
+        # LiT's SentencePiece vocabularies.
         'lit': ['sentencepiece'],
         'test': ['pytest', 'pytest-xdist', 'filelock', 'nbclient', 'nbformat', 'ipykernel',
                  'mkdocs', 'mkdocs-material', 'mkdocstrings[python]', 'imagecorruptions-imaug',

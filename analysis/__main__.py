@@ -29,9 +29,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from absl import flags
 from ml_collections import config_flags
 
-from vit_jax import console, cpu_devices
+from vit_jax import cpu_devices
 
-console.hide_tensorflow_startup(sys.argv)  # the imports below load TensorFlow
 # Split over several CPU devices (XLA_FLAGS), the models' collectives wait for a device
 # that other work on the machine holds up, as training's do, before JAX's backend starts.
 cpu_devices.patient_collectives()

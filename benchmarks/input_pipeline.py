@@ -1,34 +1,46 @@
-"""Input-pipeline throughput against what a small ViT's training step consumes.
+"""Input-pipeline throughput: the Grain pipeline against tf.data, side by side, and
+against what a small ViT's training step consumes.
 
     python benchmarks/input_pipeline.py [--seconds 20]
 
-Measures, in one run on this machine: training-pipeline images/s for
-Fashion-MNIST at 32 px (offline copy, prepared on first use) and for a
-generated JPEG folder at 224 px with Inception crop; and the images/s that one
-training step of the quick-start recipe (configs/quickstart_vit.py) consumes,
-on random images with the CPU split into devices as the train command splits
-it. The pipeline should deliver at least 3x that.
+Measures, in one run on this machine, training-pipeline images/s on:
+  * the quick-start data: Fashion-MNIST's 60,000 training images with the
+    quick-start recipe's augmentation (28 px, flips; configs/quickstart_vit.py);
+  * a generated folder of 500 x 375 JPEGs at 224 px with the ViT-B/16 recipe's
+    augmentation (Inception crop, flips; configs/vit_b16.py).
+The Grain pipeline is `vit_jax.input_pipeline`. Where TensorFlow is installed
+(`pip install tensorflow-cpu`), the same work in tf.data runs beside it, as the
+project's pipeline did it before Grain: Fashion-MNIST as PNG-encoded TFRecords
+(the former offline builder's format) through a 10,000-example shuffle buffer,
+the JPEGs decoded, cropped (`tf.image.sample_distorted_bounding_box`) and resized
+in parallel map calls. Last, the images/s one training step of the quick-start
+recipe consumes (random images, the CPU split into devices as the train command
+splits it); the pipeline should deliver at least 3x that.
 """
 import argparse
 import importlib.util
 import os
 import tempfile
 import time
+from typing import Callable, Iterable, Optional
 
 import jax
 import numpy as np
-import tensorflow as tf
+import PIL.Image
 
 from timing import train_step_and_batches
-from vit_jax import cpu_devices, input_pipeline
+from vit_jax import augment, cpu_devices, input_pipeline
+from vit_jax.datasets import fashion_mnist_idx
 
 BATCH = 128
+JPEG_BATCH = 32
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def pipeline_rate(dataset, seconds: float) -> float:
-  iterator = dataset.as_numpy_iterator()
-  next(iterator)  # start-up: file opening, shuffle buffer, first map calls
+def pipeline_rate(batches: Iterable, seconds: float) -> float:
+  """Images/s of a pipeline after its first batch (start-up: files, buffers, threads)."""
+  iterator = iter(batches)
+  next(iterator)
   count, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:
     count += len(next(iterator)['image'])
@@ -36,15 +48,72 @@ def pipeline_rate(dataset, seconds: float) -> float:
 
 
 def jpeg_folder(root: str, num_images: int = 256) -> str:
+  """500 x 375 JPEGs of smooth random images (they compress like photographs)."""
   rng = np.random.RandomState(0)
   for i in range(num_images):
     directory = os.path.join(root, 'train', f'class_{i % 4}')
     os.makedirs(directory, exist_ok=True)
-    # Smooth images compress like photographs, unlike white noise.
-    pixels = tf.image.resize(rng.uniform(0, 255, (12, 16, 3)), (375, 500)).numpy()
-    with open(os.path.join(directory, f'{i}.jpg'), 'wb') as f:
-      f.write(tf.io.encode_jpeg(pixels.astype(np.uint8), quality=90).numpy())
-  return f'folder:{root}'
+    pixels = augment.resize(rng.uniform(0, 255, (12, 16, 3)), (375, 500))
+    PIL.Image.fromarray(pixels.astype(np.uint8)).save(os.path.join(directory, f'{i}.jpg'),
+                                                      quality=90)
+  return root
+
+
+def tf_fashion_mnist(tf, directory: str, seed: int = 0):
+  """The quick-start stream in tf.data from PNG-encoded TFRecords written here."""
+  path = os.path.join(directory, 'fashion_mnist-train.tfrecord')
+  images_file, labels_file = fashion_mnist_idx.FILES['train']
+  manual_dir = fashion_mnist_idx.FashionMnistIdx.local_files()
+  images = fashion_mnist_idx.read_idx(os.path.join(manual_dir, images_file))
+  labels = fashion_mnist_idx.read_idx(os.path.join(manual_dir, labels_file))
+  with tf.io.TFRecordWriter(path) as writer:
+    for image, label in zip(images, labels):
+      png = tf.io.encode_png(image[..., None]).numpy()
+      writer.write(tf.train.Example(features=tf.train.Features(feature={
+          'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
+          'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+      })).SerializeToString())
+  spec = {'image': tf.io.FixedLenFeature([], tf.string),
+          'label': tf.io.FixedLenFeature([], tf.int64)}
+
+  def decode(record):
+    example = tf.io.parse_single_example(record, spec)
+    return {'image': tf.io.decode_png(example['image'], channels=1), 'label': example['label']}
+
+  def flip_and_scale(index, batch):
+    seeds = tf.random.experimental.stateless_split(tf.stack([tf.cast(seed, tf.int64), index]))
+    images = tf.image.stateless_random_flip_left_right(batch['image'], seeds[0])
+    return {'image': tf.image.grayscale_to_rgb(tf.cast(images, tf.float32)) / 127.5 - 1,
+            'label': tf.one_hot(batch['label'], 10)}
+
+  dataset = tf.data.TFRecordDataset(path).map(decode, tf.data.AUTOTUNE)
+  dataset = dataset.shuffle(10_000, seed=seed).repeat().batch(BATCH, drop_remainder=True)
+  return dataset.enumerate().map(flip_and_scale, tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def tf_jpeg_folder(tf, root: str, seed: int = 0):
+  """The ViT-B/16 recipe's augmentation in tf.data on the folder's JPEGs."""
+  files = sorted(os.path.join(d, f) for d, _, names in os.walk(os.path.join(root, 'train'))
+                 for f in names)
+
+  def crop(index, path):
+    image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.constant([[[0., 0., 1., 1.]]]),
+        seed=tf.stack([tf.cast(seed, tf.int64), index]), area_range=(0.05, 1.0),
+        aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.,
+        use_image_if_no_bounding_boxes=True)
+    return tf.image.resize(tf.slice(image, begin, size), (224, 224))
+
+  def flip_and_scale(index, images):
+    flipped = tf.image.stateless_random_flip_left_right(
+        images, tf.stack([tf.cast(seed, tf.int64), index]))
+    return {'image': flipped / 127.5 - 1}
+
+  dataset = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=seed).repeat()
+  dataset = dataset.enumerate().map(crop, tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.batch(JPEG_BATCH, drop_remainder=True).enumerate()
+  return dataset.map(flip_and_scale, tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def quickstart_recipe():
@@ -68,6 +137,15 @@ def train_step_rate(config, seconds: float) -> float:
   return count / (time.perf_counter() - start)
 
 
+def tensorflow() -> Optional[object]:
+  try:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  tf.config.set_visible_devices([], 'GPU')
+  return tf
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--seconds', type=float, default=20)
@@ -75,19 +153,35 @@ def main():
   config = quickstart_recipe()
   cpu_devices.split_cpu_into_devices(config, 0)  # as the train command does
   consumed = train_step_rate(config, args.seconds)  # first: no pipeline threads running yet
-
-  fashion = input_pipeline.get_source('fashion_mnist', 'train', shuffle_files=True)
-  fashion_rate = pipeline_rate(
-      input_pipeline.train_dataset(fashion, batch_size=BATCH, image_size=32), args.seconds)
+  tf = tensorflow()
+  rates = {}
+  fashion = input_pipeline.get_source('fashion_mnist', 'train', process_index=0,
+                                      process_count=1)
+  rates['Fashion-MNIST, quick-start recipe', 'Grain'] = pipeline_rate(
+      input_pipeline.train_dataset(fashion, batch_size=BATCH, image_size=28, crop=False,
+                                   process_count=1, local_devices=1), args.seconds)
   with tempfile.TemporaryDirectory() as root:
-    folder = input_pipeline.get_source(jpeg_folder(root), 'train', shuffle_files=True)
-    folder_rate = pipeline_rate(
-        input_pipeline.train_dataset(folder, batch_size=32, image_size=224), args.seconds)
+    folder = input_pipeline.get_source(f'folder:{jpeg_folder(root)}', 'train',
+                                       process_index=0, process_count=1)
+    rates['JPEG folder, ViT-B/16 recipe, 224 px', 'Grain'] = pipeline_rate(
+        input_pipeline.train_dataset(folder, batch_size=JPEG_BATCH, image_size=224,
+                                     process_count=1, local_devices=1), args.seconds)
+    if tf is not None:
+      rates['JPEG folder, ViT-B/16 recipe, 224 px', 'tf.data'] = pipeline_rate(
+          tf_jpeg_folder(tf, root).as_numpy_iterator(), args.seconds)
+      rates['Fashion-MNIST, quick-start recipe', 'tf.data'] = pipeline_rate(
+          tf_fashion_mnist(tf, root).as_numpy_iterator(), args.seconds)
 
-  print(f'pipeline, Fashion-MNIST 32 px:         {fashion_rate:8.0f} img/s')
-  print(f'pipeline, JPEG folder 224 px (crop):   {folder_rate:8.0f} img/s')
-  print(f'train step, quick-start ViT (28 px):  {consumed:8.0f} img/s')
-  print(f'Fashion-MNIST pipeline / train step:   {fashion_rate / consumed:8.1f}x (target >= 3)')
+  for (data, pipeline), rate in rates.items():
+    print(f'{pipeline:8s} {data:38s} {rate:8.0f} img/s')
+  print(f'train step, quick-start ViT (28 px): {consumed:8.0f} img/s')
+  grain_rate = rates['Fashion-MNIST, quick-start recipe', 'Grain']
+  print(f'Grain on Fashion-MNIST / train step: {grain_rate / consumed:8.1f}x (target >= 3)')
+  if tf is None:
+    print('tf.data not measured: TensorFlow is not installed (pip install tensorflow-cpu).')
+  for data in ('Fashion-MNIST, quick-start recipe', 'JPEG folder, ViT-B/16 recipe, 224 px'):
+    if (data, 'tf.data') in rates:
+      print(f'Grain / tf.data, {data}: {rates[data, "Grain"] / rates[data, "tf.data"]:.2f}x')
 
 
 if __name__ == '__main__':

@@ -9,6 +9,3 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt -e ".[test${1:+,$1}]"
-# LiT's tokenizers. tensorflow-text asks for the full tensorflow wheel, whose module
-# tensorflow-cpu of the same version already is: installed without its dependencies.
-.venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt

@@ -1,6 +1,6 @@
 """What the trainer prints: its own lines, one per interval, evaluation and save;
-the libraries' notes only with --verbosity; a refusal after TensorFlow has loaded
-as its warnings and one Error line."""
+the libraries' notes only with --verbosity; a refusal after the libraries have
+loaded as its warnings and one Error line."""
 import logging
 import os
 import re

@@ -1,7 +1,7 @@
 """What the commands print: the project's own lines, one per event and without a
 logging prefix beyond the time; the libraries' notes (orbax's lines per
-checkpoint, TensorFlow's start-up lines, tf.data and TFDS construction notes,
-JAX's backend probing) only when absl's `--verbosity` asks for them:
+checkpoint, TFDS's construction notes, JAX's backend probing) only when absl's
+`--verbosity` asks for them:
 
   not given, or -1  the project's lines and the libraries' warnings and errors;
    0                the libraries' INFO notes as well (absl's format);
@@ -9,18 +9,10 @@ JAX's backend probing) only when absl's `--verbosity` asks for them:
 
 The libraries log through absl's logger or Python's root logger; the project logs
 through the `vit_jax` and `analysis` loggers, which write to stderr themselves.
-TensorFlow's C++ start-up lines (oneDNN, CPU features) ignore TF_CPP_MIN_LOG_LEVEL,
-so its import is made with stderr read and those lines left out.
 """
-import contextlib
-import importlib.abc
-import importlib.util
 import logging
 import os
-import re
 import sys
-import tempfile
-from typing import Sequence
 
 PROJECT_LOGGERS = ('vit_jax', 'analysis')
 _LIBRARY_NOTES = ('tensorflow_datasets',)  # their warnings are construction notes too
@@ -34,14 +26,12 @@ def configure(verbosity: int) -> None:
   """
   libraries = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else
                                                      logging.DEBUG)
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1' if verbosity < 0 else '0')  # warnings show
   logging.getLogger().setLevel(libraries)
   logging.getLogger('absl').setLevel(logging.NOTSET)  # as the root logger
   if verbosity < 0:
     for handler in logging.getLogger().handlers:
       handler.addFilter(_drop_library_notes)
     sys.unraisablehook = _quiet_unraisable
-    hide_tensorflow_startup(())
   handler = logging.StreamHandler(sys.stderr)
   handler.setFormatter(logging.Formatter('%(asctime)s %(message)s', datefmt='%H:%M:%S'))
   for name in PROJECT_LOGGERS:
@@ -71,66 +61,6 @@ def _quiet_unraisable(unraisable) -> None:
       str(unraisable.exc_value) == 'Event loop is closed'):
     return
   sys.__unraisablehook__(unraisable)
-
-
-def hide_tensorflow_startup(argv: Sequence[str]) -> None:
-  """Makes TensorFlow's import, when it comes, leave out its start-up notes, unless
-  `argv` sets absl's --verbosity. For entry points whose imports load TensorFlow
-  before their flags are parsed; `configure` does it for the others.
-
-  Args:
-    argv: the command line (sys.argv).
-  """
-  if any(arg.startswith(('--verbosity', '-v')) for arg in argv[1:]):
-    return
-  if 'tensorflow' not in sys.modules and not any(
-      isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _QuietTensorFlowImport())
-
-
-# TensorFlow's C++ notes as it loads: the absl preamble, INFO lines, the CPU-feature advice.
-_STARTUP_NOTE = re.compile(
-    r'WARNING: All log messages before absl::InitializeLog\(\)|I\d{4} |To enable the following')
-
-
-@contextlib.contextmanager
-def _startup_notes_dropped():
-  """Runs its body with the process's stderr (file descriptor 2, where C++ writes)
-  read into a file; then writes back every line but TensorFlow's start-up notes."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as caught:
-    os.dup2(caught.fileno(), 2)
-    try:
-      yield
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-      caught.seek(0)
-      lines = caught.read().decode(errors='replace').splitlines(keepends=True)
-      sys.stderr.write(''.join(l for l in lines if not _STARTUP_NOTE.match(l)))
-      sys.stderr.flush()
-
-
-class _QuietTensorFlowImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-  """Imports `tensorflow`, once, with its start-up notes dropped."""
-
-  def find_spec(self, name, path, target=None):
-    del path, target
-    if name != 'tensorflow':
-      return None
-    sys.meta_path.remove(self)  # the real finder from here on
-    spec = importlib.util.find_spec(name)
-    if spec is not None and spec.loader is not None:
-      self._loader, spec.loader = spec.loader, self
-    return spec
-
-  def create_module(self, spec):
-    return self._loader.create_module(spec)
-
-  def exec_module(self, module) -> None:
-    with _startup_notes_dropped():
-      self._loader.exec_module(module)
 
 
 def duration(seconds: float) -> str:
