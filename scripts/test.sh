@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# timm and PyTorch, for the comparisons with timm (requirements-timm.txt).
-.venv/bin/python -m pip install -q -r requirements-timm.txt
+# timm and PyTorch, for the comparisons with timm (requirements-timm.txt), and
+# TensorFlow, for the comparisons with its image operations and the original
+# vit_jax's notebooks, which import it (requirements-tensorflow.txt).
+.venv/bin/python -m pip install -q -r requirements-timm.txt -r requirements-tensorflow.txt
 scripts/get_data.sh
 scripts/get_browser.sh
 exec .venv/bin/python -m pytest -m "not e2e" "$@"

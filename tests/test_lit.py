@@ -256,25 +256,6 @@ def test_bert_words_are_tensorflow_texts(text):
   assert tokenizers.bert_words(text) == BERT_WORDS[text]
 
 
-def test_bert_tokens_equal_tensorflow_texts_on_random_text(tmp_path):
-  tf = pytest.importorskip('tensorflow')
-  text = pytest.importorskip('tensorflow_text')
-  rng = np.random.default_rng(0)
-  pool = [chr(c) for r in (range(0x20, 0x250), range(0x370, 0x400), range(0x2000, 0x2070),
-                           range(0x3000, 0x3040), range(0x4E00, 0x4E10), range(0xFB00, 0xFB10),
-                           range(0xFF00, 0xFF60)) for c in r] + list('\t\n\v\x00')
-  texts = [''.join(rng.choice(pool, rng.integers(0, 16))) for _ in range(500)]
-  vocab = ['[PAD]', '[UNK]', '[CLS]'] + sorted({w for t in texts for w in tokenizers.bert_words(t)
-                                                if len(w) < 3} | {'a', 'e'}) + ['##a', '##e']
-  path = tmp_path / 'vocab.txt'
-  path.write_text('\n'.join(vocab) + '\n')
-  theirs = text.BertTokenizer(str(path), token_out_type=tf.int32, lower_case=True)
-  pieces, _ = text.pad_model_inputs(theirs.tokenize(tf.constant(texts)).merge_dims(-2, -1), 23)
-  ours = tokenizers.get_tokenizer('bert', str(path), 24)(texts)
-  np.testing.assert_array_equal(ours[:, 1:], pieces.numpy())
-  np.testing.assert_array_equal(ours[:, 0], 2)
-
-
 def test_preprocess_tf_tokenizes_inside_a_graph(bert_vocab):
   tf = pytest.importorskip('tensorflow')
   tokenizer = tokenizers.get_tokenizer('bert', bert_vocab, 6)
