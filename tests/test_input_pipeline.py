@@ -340,11 +340,19 @@ def test_offline_builder_stands_in_for_tfds_fashion_mnist(idx_dir, tmp_path, mon
   assert ours['label'].names == official['label'].names
   with pytest.raises(input_pipeline.DataError, match=r"no split 'validation'.*'test', 'train'"):
     input_pipeline.get_source('fashion_mnist', 'validation', data_dir=data_dir)
-  # Two processes split the 9 test examples 5 + 4 (TFDS's even split).
-  sizes = [input_pipeline.get_source('fashion_mnist', 'test', data_dir=data_dir,
-                                     process_index=i, process_count=2).num_examples
-           for i in range(2)]
-  assert sorted(sizes) == [4, 5]
+  # Two processes split the 9 test examples 5 + 4 (TFDS's even split), disjoint and
+  # covering the split, and take the same number of evaluation batches.
+  slices = [input_pipeline.get_source('fashion_mnist', 'test', data_dir=data_dir,
+                                      process_index=i, process_count=2) for i in range(2)]
+  assert [s.num_examples for s in slices] == [4, 5] and slices[0].max_examples == 5
+  read = [np.stack([s.examples[i]['image'][..., 0] for i in range(s.num_examples)])
+          for s in slices]
+  order = lambda images: images[np.lexsort(images.reshape(len(images), -1).T)]
+  np.testing.assert_array_equal(order(np.concatenate(read)), order(arrays['test'][0]))
+  batches = [list(input_pipeline.eval_dataset(s, batch_size=4, image_size=28, process_count=2,
+                                              local_devices=1)) for s in slices]
+  assert [len(b) for b in batches] == [3, 3]
+  assert [sum(batch['mask'].sum() for batch in b) for b in batches] == [4, 5]
 
 
 @pytest.mark.slow
