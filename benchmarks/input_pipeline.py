@@ -19,10 +19,11 @@ splits it); the pipeline should deliver at least 3x that.
 """
 import argparse
 import importlib.util
+import io
 import os
 import tempfile
 import time
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import jax
 import numpy as np
@@ -68,7 +69,9 @@ def tf_fashion_mnist(tf, directory: str, seed: int = 0):
   labels = fashion_mnist_idx.read_idx(os.path.join(manual_dir, labels_file))
   with tf.io.TFRecordWriter(path) as writer:
     for image, label in zip(images, labels):
-      png = tf.io.encode_png(image[..., None]).numpy()
+      buffer = io.BytesIO()
+      PIL.Image.fromarray(image).save(buffer, format='PNG')
+      png = buffer.getvalue()
       writer.write(tf.train.Example(features=tf.train.Features(feature={
           'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
           'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
