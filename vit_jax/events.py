@@ -4,7 +4,7 @@ hparams plugins), through TensorBoard's own event writer and protocol buffers.
 """
 import io
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 from absl import logging
@@ -13,6 +13,8 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from vit_jax import workdir
 
 
 def _metadata(plugin: str) -> summary_pb2.SummaryMetadata:
@@ -25,17 +27,6 @@ def _png(pixels: np.ndarray) -> bytes:
   Image.fromarray(np.asarray(pixels, np.uint8).squeeze(-1) if pixels.shape[-1] == 1
                   else np.asarray(pixels, np.uint8)).save(buffer, format='PNG')
   return buffer.getvalue()
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = '') -> Dict[str, Any]:
-  """A nested dict's leaves by dotted key; values TensorBoard cannot hold as text."""
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      out.update(_flat(value, f'{prefix}{key}.'))
-    else:
-      out[f'{prefix}{key}'] = value if isinstance(value, (bool, int, float, str)) else str(value)
-  return out
 
 
 class EventWriter:
@@ -87,12 +78,15 @@ class EventWriter:
     self._write(step, summary_pb2.Summary(value=values))
 
   def write_hparams(self, hparams: Mapping[str, Any]) -> None:
-    """A run's settings, for TensorBoard's hparams plugin (nested keys dotted).
+    """A run's settings, for TensorBoard's hparams plugin (nested keys dotted,
+    values other than numbers and strings as text).
 
     Args:
       hparams: the settings.
     """
-    self._write(0, hparams_summary.hparams_pb(_flat(hparams)))
+    fields = {key: value if isinstance(value, (bool, int, float, str)) else str(value)
+              for key, value in workdir.flat(dict(hparams)).items()}
+    self._write(0, hparams_summary.hparams_pb(fields))
 
   def flush(self) -> None:
     """Writes what is buffered."""

@@ -156,12 +156,20 @@ def settings_of(config: ml_collections.ConfigDict) -> Dict[str, Any]:
   return json.loads(config.to_json_best_effort())
 
 
-def _flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
-  """Nested fields (`model`) as 'model.num_layers'."""
+def flat(settings: Dict[str, Any], prefix: str = '') -> Dict[str, Any]:
+  """Nested fields (`model`) as 'model.num_layers'.
+
+  Args:
+    settings: the fields, groups as dicts.
+    prefix: put before every key.
+
+  Returns:
+    The fields by dotted name.
+  """
   out = {}
   for key, value in settings.items():
     if isinstance(value, dict):
-      out.update(_flat(value, f'{prefix}{key}.'))
+      out.update(flat(value, f'{prefix}{key}.'))
     else:
       out[prefix + key] = value
   return out
@@ -181,9 +189,9 @@ def differences(recorded: Dict[str, Any], new: Dict[str, Any],
   Returns:
     One line per differing field.
   """
-  recorded = {MOVED_FIELDS.get(k, k): v for k, v in _flat(recorded).items()}
+  recorded = {MOVED_FIELDS.get(k, k): v for k, v in flat(recorded).items()}
   recorded = {**{k: v for k, v in (defaults or {}).items() if k not in recorded}, **recorded}
-  new = _flat(new)
+  new = flat(new)
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
           if k not in FREE_FIELDS and recorded.get(k) != new.get(k)]
