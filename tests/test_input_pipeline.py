@@ -126,6 +126,17 @@ def test_each_epoch_reads_every_example_once_in_a_new_order():
   assert not np.array_equal(epochs[0], epochs[1]) and not np.array_equal(epochs[1], epochs[2])
 
 
+def test_the_epoch_order_is_a_function_of_the_position():
+  order = input_pipeline.EpochOrder(16, seed=5)
+  stream = order.positions(0, 48)  # three epochs
+  for epoch in stream.reshape(3, 16):
+    np.testing.assert_array_equal(np.sort(epoch), np.arange(16))
+  # Any window, across an epoch's end too, read on its own by a fresh order.
+  np.testing.assert_array_equal(input_pipeline.EpochOrder(16, seed=5).positions(10, 12),
+                                stream[10:22])
+  assert not np.array_equal(input_pipeline.EpochOrder(16, seed=6).positions(0, 16), stream[:16])
+
+
 def test_crop_padding_needs_the_plain_resize(mock_cifar10):
   with pytest.raises(ValueError, match='Inception crop'):
     input_pipeline.train_dataset(mock_cifar10, batch_size=8, image_size=24, crop_padding=2)

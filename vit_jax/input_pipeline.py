@@ -36,8 +36,11 @@ from vit_jax.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 FOLDER_PREFIX = 'folder:'
-# Streams of draws, so the example and batch draws of one position differ.
-_EXAMPLE_DRAWS, _BATCH_DRAWS = 0, 1
+# Streams of draws, so the example and batch draws of one position and the
+# epochs' orders differ.
+_EXAMPLE_DRAWS, _BATCH_DRAWS, _ORDER_DRAWS = 0, 1, 2
+# The training stream's last batch: endless in practice.
+_ENDLESS = 2**62
 
 
 class Examples:
@@ -481,6 +484,42 @@ def _local_batch_size(batch_size: int, process_count: int,
   return batch_size // process_count
 
 
+class EpochOrder:
+  """The training stream's order: epoch e visits the n examples in a random
+  permutation drawn from (seed, e); position p of the stream is example
+  `permutation(p // n)[p % n]`. The last two epochs' permutations are kept.
+
+  Args:
+    n: the examples.
+    seed: the stream's seed.
+  """
+
+  def __init__(self, n: int, seed: int):
+    self.n, self.seed = n, seed
+    self.permutation = functools.lru_cache(maxsize=2)(self._permutation)
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    return np.random.default_rng((self.seed, _ORDER_DRAWS, epoch)).permutation(self.n)
+
+  def positions(self, start: int, count: int) -> np.ndarray:
+    """The examples at stream positions start, ..., start + count - 1.
+
+    Args:
+      start: the first position.
+      count: how many.
+
+    Returns:
+      Their indices in the slice.
+    """
+    position = np.arange(start, start + count)
+    epochs = position // self.n
+    out = np.empty(count, np.int64)
+    for epoch in np.unique(epochs):
+      where = epochs == epoch
+      out[where] = self.permutation(int(epoch))[position[where] % self.n]
+    return out
+
+
 def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int = 0,
                   mixup_alpha: float = 0., randaugment: Optional[Tuple[int, int]] = None,
                   process_count: Optional[int] = None, crop: bool = True,
@@ -492,8 +531,9 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   already of the size), which `crop_padding` > 0 follows with `pad_and_crop`
   (random shifts). `start_step` resumes the stream after that many batches.
 
-  `batch_size` is global. Batch k is a function of (seed, k): the shuffle is
-  Grain's global index shuffle, redrawn every epoch, and each example's draws
+  `batch_size` is global. Batch k is a function of (seed, k): each epoch is a
+  permutation of the whole slice drawn from (seed, epoch) (`EpochOrder`; batches
+  run across epochs' ends), each example's draws
   (crop, shift, RandAugment) come from (seed, its position in the stream), each
   batch's (flip, mixup) from (seed, k). So a run resumed at step k reads the
   batches an uninterrupted run reads from step k.
@@ -542,9 +582,9 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
            'label': _one_hot([ex['label'] for ex in examples], source.num_classes)}
     return augment.mixup(out, mixup_alpha, draws) if mixup_alpha > 0 else out
 
-  order = grain.MapDataset.range(source.num_examples).shuffle(seed=seed).repeat()
-  batches = order.batch(local_batch, drop_remainder=True).map_with_index(batch)
-  return Batches(batches[start_step:])
+  order = EpochOrder(source.num_examples, seed)
+  steps = grain.MapDataset.range(start_step, _ENDLESS)
+  return Batches(steps.map(lambda k: batch(k, order.positions(k * local_batch, local_batch))))
 
 
 def eval_dataset(source: Source, *, batch_size: int, image_size: int,
