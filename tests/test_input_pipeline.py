@@ -366,6 +366,22 @@ def test_offline_builder_stands_in_for_tfds_fashion_mnist(idx_dir, tmp_path, mon
   assert [sum(batch['mask'].sum() for batch in b) for b in batches] == [4, 5]
 
 
+def test_tfds_data_prepared_for_tensorflow_is_refused_with_the_conversion(idx_dir, tmp_path,
+                                                                         monkeypatch):
+  manual_dir, _ = idx_dir
+  monkeypatch.setattr(fashion_mnist_idx.FashionMnistIdx, 'local_files',
+                      classmethod(lambda cls: manual_dir))
+  data_dir = str(tmp_path / 'tfds')
+  input_pipeline.get_source('fashion_mnist', 'test', data_dir=data_dir)  # prepares it
+  # The same data as TFDS's TFRecord files, as TFDS prepared datasets by default before.
+  monkeypatch.setattr(tfds.core.DatasetInfo, 'file_format',
+                      property(lambda self: tfds.core.FileFormat.TFRECORD))
+  with pytest.raises(input_pipeline.DataError,
+                     match=r'prepared in .* as tfrecord, which only TensorFlow reads; convert it '
+                           r'to ArrayRecord .*tfds convert_format --dataset_dir='):
+    input_pipeline.get_source('fashion_mnist_idx', 'test', data_dir=data_dir)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(datasets.FashionMnistIdx.local_files() is None,
                     reason='Debian package dataset-fashion-mnist not installed '

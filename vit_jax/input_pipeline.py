@@ -85,7 +85,14 @@ class Examples:
     return [self.decode(r) for r in records]
 
   def first(self, n: int) -> 'Examples':
-    """The slice's first n examples."""
+    """The slice's first n examples.
+
+    Args:
+      n: how many (at most all of them).
+
+    Returns:
+      Their slice.
+    """
     return Examples(self.records, self.decode, self.start, self.start + min(n, len(self)))
 
 
@@ -100,7 +107,14 @@ class Source:
   class_names: Tuple[str, ...] = ()  # label i is class_names[i]
 
   def first(self, n: int) -> 'Source':
-    """The slice's first n examples, as a source (n at most `num_examples`)."""
+    """The slice's first n examples, as a source.
+
+    Args:
+      n: how many (at most `num_examples`).
+
+    Returns:
+      The source.
+    """
     return dataclasses.replace(self, examples=self.examples.first(n), num_examples=n,
                                max_examples=n)
 
@@ -109,9 +123,9 @@ class Batches:
   """A pipeline's batches: iterate for numpy dicts. `as_numpy_iterator()` gives
   the same, as tf.data's datasets did for code written against them."""
 
-  def __init__(self, dataset: grain.MapDataset, threads: Optional[int] = None):
+  def __init__(self, dataset: grain.MapDataset):
     self.dataset = dataset
-    threads = threads or min(16, os.cpu_count() or 1)
+    threads = min(16, os.cpu_count() or 1)  # batches made at once, each in a thread
     self._options = grain.ReadOptions(num_threads=threads, prefetch_buffer_size=2 * threads)
 
   def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
