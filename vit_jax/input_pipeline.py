@@ -135,9 +135,6 @@ class Batches:
     """The batches (as `iter(self)`)."""
     return iter(self)
 
-  def __len__(self) -> int:
-    return len(self.dataset)
-
 
 # ---------------------------------------------------------------------------
 # Sources
