@@ -6,7 +6,8 @@ from scipy import ndimage
 
 from vit_jax import augment
 
-SHAPES = [((7, 5), (12, 9)), ((12, 9), (7, 5)), ((28, 28), (28, 28)), ((30, 20), (4, 11))]
+SHAPES = [((7, 5), (12, 9)), ((12, 9), (7, 5)), ((28, 28), (28, 28)), ((30, 20), (4, 11)),
+          ((16, 12), (8, 6))]
 
 
 def scipy_bilinear(image, size):

@@ -366,6 +366,40 @@ def test_offline_builder_stands_in_for_tfds_fashion_mnist(idx_dir, tmp_path, mon
   assert [sum(batch['mask'].sum() for batch in b) for b in batches] == [4, 5]
 
 
+IMAGE_FEATURES = {
+    'encoded PNG': tfds.features.Image(shape=(None, None, 3)),
+    'encoded PNG, gray': tfds.features.Image(shape=(6, 5, 1)),
+    'tensor as bytes': tfds.features.Tensor(shape=(6, 5, 1), dtype=np.uint8,
+                                            encoding=tfds.features.Encoding.BYTES),
+    'tensor as integers': tfds.features.Tensor(shape=(6, 5, 3), dtype=np.uint8),
+    'tensor as zlib': tfds.features.Tensor(shape=(6, 5, 3), dtype=np.uint8,
+                                           encoding=tfds.features.Encoding.ZLIB),
+}
+
+
+@pytest.mark.parametrize('kind', IMAGE_FEATURES)
+def test_records_decode_as_tfds_decodes_them(kind):
+  features = tfds.features.FeaturesDict({'image': IMAGE_FEATURES[kind],
+                                         'label': tfds.features.ClassLabel(num_classes=7),
+                                         'extra': tfds.features.Text()})
+  assert input_pipeline.RecordDecoder.serialized_shape_is_fixed(features)
+  channels = features['image'].shape[-1]
+  image = np.random.default_rng(0).integers(0, 256, (6, 5, channels)).astype(np.uint8)
+  record = features.serialize_example({'image': image, 'label': 4, 'extra': 'words'})
+  ours = input_pipeline.RecordDecoder(features)(record)
+  theirs = features.deserialize_example_np(record)
+  np.testing.assert_array_equal(ours['image'], theirs['image'])
+  np.testing.assert_array_equal(ours['image'], image)
+  assert ours['image'].dtype == np.uint8 and ours['label'] == theirs['label'] == 4
+
+
+def test_images_of_a_varying_serialized_shape_take_tfds_own_decoding():
+  features = tfds.features.FeaturesDict({
+      'image': tfds.features.Tensor(shape=(None, 5, 3), dtype=np.uint8),
+      'label': tfds.features.ClassLabel(num_classes=7)})
+  assert not input_pipeline.RecordDecoder.serialized_shape_is_fixed(features)
+
+
 def test_tfds_data_prepared_for_tensorflow_is_refused_with_the_conversion(idx_dir, tmp_path,
                                                                          monkeypatch):
   manual_dir, _ = idx_dir

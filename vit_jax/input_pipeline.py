@@ -30,6 +30,7 @@ import numpy as np
 import PIL.Image
 import tensorflow_datasets as tfds
 from etils import epath
+from tensorflow_datasets.proto import tf_example_pb2
 
 from vit_jax import augment, datasets
 from vit_jax.errors import DataError
@@ -250,6 +251,45 @@ def _image_and_label(example: Dict[str, Any]) -> Dict[str, Any]:
   return {'image': example['image'], 'label': int(example['label'])}
 
 
+class RecordDecoder:
+  """A TFDS record's image and label, decoded from the serialized `tf.train.Example`
+  by those two features' own `decode_example_np`: TFDS's decoding of the whole
+  example, without its generic walk over the features dict (which costs more than
+  reading the record). For images of a fixed serialized shape (encoded images,
+  fixed-shape tensors); `serialized_shape_is_fixed` tells.
+
+  Args:
+    features: the dataset's features, with 'image' and 'label'.
+  """
+
+  def __init__(self, features: tfds.features.FeaturesDict):
+    self.image, self.info = features['image'], features['image'].get_serialized_info()
+
+  @staticmethod
+  def serialized_shape_is_fixed(features: tfds.features.FeaturesDict) -> bool:
+    """Whether the images' serialized form is one tensor of fixed shape.
+
+    Args:
+      features: the dataset's features.
+
+    Returns:
+      Whether `RecordDecoder` decodes them.
+    """
+    info = features['image'].get_serialized_info()
+    return isinstance(info, tfds.features.TensorInfo) and None not in info.shape
+
+  def __call__(self, record: bytes) -> Dict[str, Any]:
+    feature = tf_example_pb2.Example.FromString(record).features.feature
+    stored = feature['image']
+    values = getattr(stored, stored.WhichOneof('kind')).value
+    if self.info.shape:
+      image = np.array(values, self.info.np_dtype).reshape(self.info.shape)
+    else:
+      image = values[0]  # encoded bytes
+    return {'image': self.image.decode_example_np(image),
+            'label': int(feature['label'].int64_list.value[0])}
+
+
 def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
                 process_index: int, process_count: int) -> Source:
   """This process's slice of `split` of TFDS dataset `name`, prepared in `data_dir`.
@@ -271,16 +311,23 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
     except (KeyError, ValueError) as e:
       raise DataError(f'{name} has no split {split!r}; its splits are '
                       f'{sorted(builder.info.splits)}.') from e
-  data = builder.as_data_source(split=split) if not builder.info.splits or size else []
+  features = builder.info.features
+  if builder.info.splits and not size:
+    data, decode = [], _image_and_label
+  elif RecordDecoder.serialized_shape_is_fixed(features):
+    data = builder.as_data_source(split=split,
+                                   deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    decode = RecordDecoder(features)
+  else:
+    data, decode = builder.as_data_source(split=split), _image_and_label
   slices = [_process_slice(len(data), i, process_count) for i in range(process_count)]
   start, end = slices[process_index]
   if end == start:
     raise DataError(f'Split {split!r} of {name} holds no images' + (
         ' for this process' if process_count > 1 else '') + '; give a split with images, such '
         'as train or train[:10%].')
-  return Source(Examples(data, _image_and_label, start, end), end - start, max(e - s for s, e in slices),
-                builder.info.features['label'].num_classes, name,
-                tuple(builder.info.features['label'].names))
+  return Source(Examples(data, decode, start, end), end - start, max(e - s for s, e in slices),
+                features['label'].num_classes, name, tuple(features['label'].names))
 
 
 def read_image(path: str) -> np.ndarray:
