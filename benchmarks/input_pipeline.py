@@ -3,7 +3,8 @@ against what a small ViT's training step consumes.
 
     python benchmarks/input_pipeline.py [--seconds 20]
 
-Measures, in one run on this machine, training-pipeline images/s on:
+Measures, in one run on this machine, training-pipeline images/s (each pipeline
+twice, in the order A B C D D C B A, the mean of the two) on:
   * the quick-start data: Fashion-MNIST's 60,000 training images with the
     quick-start recipe's augmentation (28 px, flips; configs/quickstart_vit.py);
   * a generated folder of 500 x 375 JPEGs at 224 px with the ViT-B/16 recipe's
@@ -18,6 +19,8 @@ recipe consumes (random images, the CPU split into devices as the train command
 splits it); the pipeline should deliver at least 3x that.
 """
 import argparse
+import collections
+import gc
 import importlib.util
 import io
 import os
@@ -45,7 +48,10 @@ def pipeline_rate(batches: Iterable, seconds: float) -> float:
   count, start = 0, time.perf_counter()
   while time.perf_counter() - start < seconds:
     count += len(next(iterator)['image'])
-  return count / (time.perf_counter() - start)
+  rate = count / (time.perf_counter() - start)
+  del iterator
+  gc.collect()  # its threads stop before the next pipeline is measured
+  return rate
 
 
 def jpeg_folder(root: str, num_images: int = 256) -> str:
@@ -60,8 +66,9 @@ def jpeg_folder(root: str, num_images: int = 256) -> str:
   return root
 
 
-def tf_fashion_mnist(tf, directory: str, seed: int = 0):
-  """The quick-start stream in tf.data from PNG-encoded TFRecords written here."""
+def tf_fashion_records(tf, directory: str) -> str:
+  """Fashion-MNIST's training images as PNG-encoded TFRecords written in `directory`
+  (the former offline builder's format); their path."""
   path = os.path.join(directory, 'fashion_mnist-train.tfrecord')
   images_file, labels_file = fashion_mnist_idx.FILES['train']
   manual_dir = fashion_mnist_idx.FashionMnistIdx.local_files()
@@ -76,6 +83,11 @@ def tf_fashion_mnist(tf, directory: str, seed: int = 0):
           'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[png])),
           'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
       })).SerializeToString())
+  return path
+
+
+def tf_fashion_mnist(tf, path: str, seed: int = 0):
+  """The quick-start stream in tf.data from the TFRecords at `path`."""
   spec = {'image': tf.io.FixedLenFeature([], tf.string),
           'label': tf.io.FixedLenFeature([], tf.int64)}
 
@@ -151,29 +163,38 @@ def tensorflow() -> Optional[object]:
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--seconds', type=float, default=20)
+  parser.add_argument('--seconds', type=float, default=20,
+                      help='seconds of measurement per pipeline (in two halves)')
   args = parser.parse_args()
   config = quickstart_recipe()
   cpu_devices.split_cpu_into_devices(config, 0)  # as the train command does
   consumed = train_step_rate(config, args.seconds)  # first: no pipeline threads running yet
   tf = tensorflow()
-  rates = {}
-  fashion = input_pipeline.get_source('fashion_mnist', 'train', process_index=0,
-                                      process_count=1)
-  rates['Fashion-MNIST, quick-start recipe', 'Grain'] = pipeline_rate(
-      input_pipeline.train_dataset(fashion, batch_size=BATCH, image_size=28, crop=False,
-                                   process_count=1, local_devices=1), args.seconds)
   with tempfile.TemporaryDirectory() as root:
+    fashion = input_pipeline.get_source('fashion_mnist', 'train', process_index=0,
+                                        process_count=1)
     folder = input_pipeline.get_source(f'folder:{jpeg_folder(root)}', 'train',
                                        process_index=0, process_count=1)
-    rates['JPEG folder, ViT-B/16 recipe, 224 px', 'Grain'] = pipeline_rate(
-        input_pipeline.train_dataset(folder, batch_size=JPEG_BATCH, image_size=224,
-                                     process_count=1, local_devices=1), args.seconds)
+    pipelines = {
+        ('Fashion-MNIST, quick-start recipe', 'Grain'): lambda: input_pipeline.train_dataset(
+            fashion, batch_size=BATCH, image_size=28, crop=False, process_count=1,
+            local_devices=1),
+        ('JPEG folder, ViT-B/16 recipe, 224 px', 'Grain'): lambda: input_pipeline.train_dataset(
+            folder, batch_size=JPEG_BATCH, image_size=224, process_count=1, local_devices=1),
+    }
     if tf is not None:
-      rates['JPEG folder, ViT-B/16 recipe, 224 px', 'tf.data'] = pipeline_rate(
-          tf_jpeg_folder(tf, root).as_numpy_iterator(), args.seconds)
-      rates['Fashion-MNIST, quick-start recipe', 'tf.data'] = pipeline_rate(
-          tf_fashion_mnist(tf, root).as_numpy_iterator(), args.seconds)
+      fashion_records = tf_fashion_records(tf, root)
+      pipelines['Fashion-MNIST, quick-start recipe', 'tf.data'] = lambda: tf_fashion_mnist(
+          tf, fashion_records).as_numpy_iterator()
+      pipelines['JPEG folder, ViT-B/16 recipe, 224 px', 'tf.data'] = lambda: tf_jpeg_folder(
+          tf, root).as_numpy_iterator()
+    # Each pipeline twice, in the order A B B A, so a drift in the machine's speed
+    # over the run weighs on both alike; the rate is the mean of the two.
+    order = list(pipelines) + list(pipelines)[::-1]
+    measured = collections.defaultdict(list)
+    for key in order:
+      measured[key].append(pipeline_rate(pipelines[key](), args.seconds / 2))
+    rates = {key: float(np.mean(values)) for key, values in measured.items()}
 
   for (data, pipeline), rate in rates.items():
     print(f'{pipeline:8s} {data:38s} {rate:8.0f} img/s')

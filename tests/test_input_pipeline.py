@@ -5,6 +5,7 @@ import os
 import chex
 import jax
 import numpy as np
+import PIL.Image
 import pytest
 import tensorflow_datasets as tfds
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -257,11 +258,26 @@ def test_a_png_with_damaged_pixel_data_is_named_before_training(tmp_path):
   middle = len(data) // 2
   data[middle:middle + 8] = bytes(255 - b for b in data[middle:middle + 8])
   path.write_bytes(bytes(data))
-  with pytest.raises(OSError):  # what training would meet
+  with pytest.raises(input_pipeline.DataError, match='does not decode'):  # mid-training
     input_pipeline.read_image(str(path))
   with pytest.raises(input_pipeline.DataError, match=f'^Damaged image file {path} \\(.*\\): '
                                                      'replace or remove it.$'):
     input_pipeline.get_source(name, 'train')
+
+
+@pytest.mark.parametrize('mode,ext', [('RGB', 'jpg'), ('L', 'jpg'), ('RGB', 'png'), ('L', 'png'),
+                                      ('P', 'png'), ('RGBA', 'png'), ('LA', 'png')])
+def test_image_files_decode_as_pil_converts_them_to_rgb(tmp_path, mode, ext):
+  pixels = np.random.default_rng(0).integers(0, 256, (9, 13, 4)).astype(np.uint8)
+  picture = PIL.Image.fromarray(pixels if 'A' in mode else pixels[..., :3]).convert(mode)
+  path = str(tmp_path / f'image.{ext}')
+  exif = PIL.Image.Exif()
+  exif[0x0112] = 6  # orientation: rotated, which the pipeline, as TensorFlow's decoders, ignores
+  picture.save(path, exif=exif) if ext == 'jpg' else picture.save(path)
+  image = input_pipeline.read_image(path)
+  with PIL.Image.open(path) as reference:
+    np.testing.assert_array_equal(image, np.asarray(reference.convert('RGB')))
+  assert image.dtype == np.uint8 and image.shape == (9, 13, 3)
 
 
 @pytest.mark.parametrize('where', ['class', 'file'])

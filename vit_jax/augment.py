@@ -124,18 +124,17 @@ def pad_and_crop(image: np.ndarray, padding: int, rng: np.random.Generator) -> n
   return padded[top:top + image.shape[0], left:left + image.shape[1]]
 
 
-def flip(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-  """Each image of a (B, H, W, C) batch mirrored left-right with probability 1/2.
+def mirrored(count: int, rng: np.random.Generator) -> np.ndarray:
+  """Which of `count` images to mirror left-right: each with probability 1/2.
 
   Args:
-    images: the batch.
+    count: the images.
     rng: the draws.
 
   Returns:
-    The batch.
+    A bool per image.
   """
-  flipped = rng.random(len(images)) < 0.5
-  return np.where(flipped[:, None, None, None], images[:, :, ::-1], images)
+  return rng.random(count) < 0.5
 
 
 def mixup(batch: Dict[str, np.ndarray], alpha: float,

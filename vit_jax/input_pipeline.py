@@ -19,11 +19,13 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import math
 import os
 import socket
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import cv2
 import grain
 import jax
 import numpy as np
@@ -331,16 +333,24 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
 
 
 def read_image(path: str) -> np.ndarray:
-  """An image file as a uint8 (H, W, 3) array (gray and palette images in RGB).
+  """An image file as a uint8 (H, W, 3) array (gray and palette images in RGB,
+  an alpha channel dropped, EXIF orientation ignored: PIL's `convert('RGB')`),
+  decoded by OpenCV.
 
   Args:
     path: a JPEG or PNG file.
 
   Returns:
     The image.
+
+  Raises:
+    DataError: the file does not decode.
   """
-  with PIL.Image.open(path) as image:
-    return np.asarray(image.convert('RGB'))
+  image = cv2.imdecode(np.fromfile(path, np.uint8),
+                       cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
+  if image is None:
+    raise DataError(f'Damaged image file {path} (it does not decode): replace or remove it.')
+  return image
 
 
 def folder_source(root: str, split: str, *, process_index: int, process_count: int) -> Source:
@@ -518,18 +528,32 @@ def _draws(seed: int, stream: int, position: int) -> np.random.Generator:
   return np.random.default_rng((seed, stream, position))
 
 
-def _to_model_input(images: np.ndarray) -> np.ndarray:
-  """uint8 or float [0, 255] images (or batches) -> float32 in [-1, 1] with 3 channels."""
-  return augment.to_rgb(images).astype(np.float32) / np.float32(127.5) - 1
+def _model_input(images: Iterable[np.ndarray], count: int, size: int,
+                 mirror: Optional[np.ndarray] = None) -> np.ndarray:
+  """A float32 (count, size, size, 3) batch in [-1, 1] from uint8 or float [0, 255]
+  images (gray ones repeated over 3 channels), `mirror`ed ones flipped left-right.
+  Each image is written and scaled as it comes, while it is in the cache.
+
+  Args:
+    images: `count` images of size x size.
+    count: how many.
+    size: their side.
+    mirror: a bool per image, or None.
+
+  Returns:
+    The batch.
+  """
+  out = np.empty((count, size, size, 3), np.float32)
+  for i, image in enumerate(images):
+    if mirror is not None and mirror[i]:
+      image = cv2.flip(image, 1).reshape(image.shape)
+    np.multiply(image, np.float32(1 / 127.5), out=out[i], casting='unsafe')
+    out[i] -= 1
+  return out
 
 
 def _one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
   return np.eye(num_classes, dtype=np.float32)[np.asarray(labels)]
-
-
-def _stack(images: Sequence[np.ndarray]) -> np.ndarray:
-  """A batch of images that may differ in dtype (some resized, some not)."""
-  return np.stack(images).astype(np.result_type(*images), copy=False)
 
 
 def _local_batch_size(batch_size: int, process_count: int,
@@ -636,9 +660,10 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
 
   def batch(index: int, indices: np.ndarray) -> Dict[str, np.ndarray]:
     examples = source.examples.read(indices)
-    images = _stack([example(index * local_batch + i, ex) for i, ex in enumerate(examples)])
     draws = _draws(seed, _BATCH_DRAWS, index)
-    out = {'image': _to_model_input(augment.flip(images, draws)),
+    images = (example(index * local_batch + i, ex) for i, ex in enumerate(examples))
+    out = {'image': _model_input(images, len(examples), image_size,
+                                 augment.mirrored(len(examples), draws)),
            'label': _one_hot([ex['label'] for ex in examples], source.num_classes)}
     return augment.mixup(out, mixup_alpha, draws) if mixup_alpha > 0 else out
 
@@ -674,15 +699,16 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
 
   def image(ex: Dict[str, Any]) -> np.ndarray:
     if resize_small is not None or ex['image'].shape[:2] != (image_size, image_size):
-      return augment.to_rgb(augment.eval_resize(ex['image'], image_size, resize_small))
-    return augment.to_rgb(ex['image'])
+      return augment.eval_resize(ex['image'], image_size, resize_small)
+    return ex['image']
 
   def batch(index: int) -> Dict[str, np.ndarray]:
     position = index * local_batch + np.arange(local_batch)
     real = position[position < source.num_examples]
     examples = source.examples.read(real)
     padding = [np.zeros((image_size, image_size, 3), np.uint8)] * (local_batch - len(real))
-    return {'image': _to_model_input(_stack([image(ex) for ex in examples] + padding)),
+    images = itertools.chain((image(ex) for ex in examples), padding)
+    return {'image': _model_input(images, local_batch, image_size),
             'label': _one_hot([ex['label'] for ex in examples] + [0] * len(padding),
                               source.num_classes),
             'mask': (position < source.num_examples).astype(np.float32)}
@@ -872,10 +898,12 @@ def get_data(*, data: Sequence[Dict[str, Any]], mode: str, num_classes: int,
     image = image_decoder(features['image'])
     if mode == 'train':
       draws = _draws(seed, _EXAMPLE_DRAWS, position)
-      image = augment.flip(augment.inception_crop(image, image_size, draws)[None], draws)[0]
+      image = augment.inception_crop(image, image_size, draws)
+      mirror = augment.mirrored(1, draws)
     else:
-      image = augment.eval_resize(image, image_size)
-    return {'image': _to_model_input(image), 'label': _one_hot(features['label'], num_classes)}
+      image, mirror = augment.eval_resize(image, image_size), None
+    return {'image': _model_input([image], 1, image_size, mirror)[0],
+            'label': _one_hot(features['label'], num_classes)}
 
   per_device = lambda x: x.reshape((devices, -1) + x.shape[1:])
   batches = data.map_with_index(example).batch(batch_size, drop_remainder=True)
