@@ -10,7 +10,8 @@ setuptools.setup(
     python_requires='>=3.10',
     install_requires=[
         'absl-py', 'chex>=0.1.86', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
-        'einops', 'grain', 'ml_collections', 'numpy', 'optax', 'orbax-checkpoint', 'pillow',
+        'einops', 'grain', 'ml_collections', 'numpy', 'opencv-python', 'optax',
+        'orbax-checkpoint', 'pillow',
         'scipy', 'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'matplotlib',
         'safetensors', 'threadpoolctl',
     ],
