@@ -2,7 +2,8 @@
 shifts, flips, RandAugment and mixup.
 
 Resizing is TensorFlow's bilinear `tf.image.resize` (half-pixel centres, no
-antialiasing), computed by OpenCV, so images are those the tf.data pipeline made. The random operations draw from a `np.random.Generator` the caller seeds
+antialiasing), computed by OpenCV, so images are those the tf.data pipeline
+made. The random operations draw from a `np.random.Generator` the caller seeds
 from the position of the example or batch in the stream, which makes the stream
 a function of (seed, position).
 """

@@ -255,10 +255,11 @@ def _image_and_label(example: Dict[str, Any]) -> Dict[str, Any]:
 
 class RecordDecoder:
   """A TFDS record's image and label, decoded from the serialized `tf.train.Example`
-  by those two features' own `decode_example_np`: TFDS's decoding of the whole
-  example, without its generic walk over the features dict (which costs more than
-  reading the record). For images of a fixed serialized shape (encoded images,
-  fixed-shape tensors); `serialized_shape_is_fixed` tells.
+  by those two features' own `decode_example_np`: what TFDS's decoding of the
+  whole example gives for them, without its generic walk over every feature
+  (which costs more than reading the record). For images stored as one value or
+  a tensor of fixed shape (encoded images, fixed-shape tensors);
+  `serialized_shape_is_fixed` tells.
 
   Args:
     features: the dataset's features, with 'image' and 'label'.
