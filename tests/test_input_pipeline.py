@@ -280,6 +280,14 @@ def test_image_files_decode_as_pil_converts_them_to_rgb(tmp_path, mode, ext):
   assert image.dtype == np.uint8 and image.shape == (9, 13, 3)
 
 
+def test_a_16_bit_png_decodes_to_its_high_bytes(tmp_path):
+  # As TensorFlow's decode_png gives it at uint8 (PIL's convert('RGB') clips instead).
+  pixels = np.random.default_rng(1).integers(0, 2**16, (5, 7)).astype(np.uint16)
+  PIL.Image.fromarray(pixels).save(tmp_path / 'deep.png')
+  image = input_pipeline.read_image(str(tmp_path / 'deep.png'))
+  np.testing.assert_array_equal(image, np.repeat((pixels >> 8)[..., None], 3, -1))
+
+
 @pytest.mark.parametrize('where', ['class', 'file'])
 def test_a_name_that_is_not_utf8_is_named_as_its_bytes(tmp_path, where):
   name = make_folder(str(tmp_path), {'train': [2, 2]}, size=(8, 8))

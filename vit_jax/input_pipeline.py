@@ -334,9 +334,10 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
 
 
 def read_image(path: str) -> np.ndarray:
-  """An image file as a uint8 (H, W, 3) array (gray and palette images in RGB,
-  an alpha channel dropped, EXIF orientation ignored: PIL's `convert('RGB')`),
-  decoded by OpenCV.
+  """An image file as a uint8 (H, W, 3) array, decoded by OpenCV: gray and
+  palette images in RGB, an alpha channel dropped, EXIF orientation ignored (as
+  PIL's `convert('RGB')` and TensorFlow's decoders give them), 16-bit PNGs by
+  their high bytes (as TensorFlow's `decode_png`).
 
   Args:
     path: a JPEG or PNG file.
