@@ -188,8 +188,8 @@ def main():
           tf, fashion_records).as_numpy_iterator()
       pipelines['JPEG folder, ViT-B/16 recipe, 224 px', 'tf.data'] = lambda: tf_jpeg_folder(
           tf, root).as_numpy_iterator()
-    # Each pipeline twice, in the order A B B A, so a drift in the machine's speed
-    # over the run weighs on both alike; the rate is the mean of the two.
+    # Each pipeline twice, in the order A B C D D C B A, so a drift in the machine's
+    # speed over the run weighs on all alike; the rate is the mean of the two.
     order = list(pipelines) + list(pipelines)[::-1]
     measured = collections.defaultdict(list)
     for key in order:
