@@ -67,7 +67,9 @@ flags.DEFINE_list('seeds', None, 'With --rows: each row as one model given as it
                   'trains them).')
 flags.DEFINE_list('steps', None, 'Analyse each model from a --workdir at these steps of its '
                   'run, as one model per step: \'warmup\' (the end of warm-up), step numbers '
-                  '(kept by training with --config.keep_params_at) and \'last\' (params.npz).')
+                  '(kept by training with --config.keep_params_at) and \'last\' (params.npz); '
+                  'a model given as its seeds\' runs, as one model per step whose runs are '
+                  'its seeds at that step.')
 flags.DEFINE_string('out', 'analysis_out', 'Directory for figures and JSON.')
 flags.DEFINE_string('dataset', None, 'Dataset instead of the recipe\'s (TFDS name or folder:).')
 flags.DEFINE_integer('num_images', 1000, 'Images per split the tools use.')
@@ -140,9 +142,9 @@ def _runs(config, workdir, path, which: str, row: Optional[str],
   dirs = [d for d in (workdir or '').split(',') if d]
   if len(dirs) < 2:
     return [_subject(config, workdir, path, which, row)]
-  if path is not None or FLAGS.steps:
+  if path is not None:
     raise ConfigError(f'--workdir{which} names {len(dirs)} runs of one model (its seeds): give '
-                      f'them without --checkpoint{which} or --steps.')
+                      f'them without --checkpoint{which}.')
   recorded = {}
   for d in dirs:
     recorded[d] = workdirs.recorded_settings(d)
@@ -183,20 +185,26 @@ def _row_runs(sweep_dir: str, row: str, seeds: Optional[Sequence[str]]) -> str:
 LAST = 'last'
 
 
-def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], words: Sequence[str]
+def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], words: Sequence[str],
+             groups: Dict[str, Tuple[str, int]]
              ) -> List[Tuple[features.Subject, str, Optional[str]]]:
   """Each model of `loaded` (subject, source, workdir) as one model per step of
   `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept
-  ('warmup' is the run's warm-up as its workdir recorded it).
+  ('warmup' is the run's warm-up as its workdir recorded it). A model given as its
+  seeds' runs becomes one such model per step, '<model>_step<N>', whose runs are
+  its seeds' parameters at that step ('<model>_step<N>_seed<S>'); `groups` is
+  rewritten to say so.
 
   Args:
     loaded: (subject, source, workdir) of each model.
     words: 'warmup', step numbers and 'last'.
+    groups: each run's (model, seed), by label, for models given as several runs.
 
   Returns:
     (subject, source, None) of each model at each step.
   """
   out = []
+  stepped = {}
   for subject, _, workdir in loaded:
     if workdir is None:
       raise ConfigError('--steps reads the parameters a training run kept in its workdir: '
@@ -226,11 +234,18 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
               f'({word}). Kept there: {", ".join(map(os.path.basename, kept)) or "none"}. '
               f'Train with --config.keep_params_at={word} (a finished run keeps them when '
               'trained again into a new workdir).')
+      label = f'{subject.label}_step{step}'
+      if subject.label in groups:
+        group, seed = groups[subject.label]
+        label = f'{group}_step{step}_seed{seed}'
+        stepped[label] = (f'{group}_step{step}', seed)
       at = features.load_subject(recipe.model_name, path, recipe.image_size, dict(recipe.model),
-                                 label=f'{subject.label}_step{step}', recipe=recipe)
+                                 label=label, recipe=recipe)
       if FLAGS.sharding == 'fsdp':
         at = features.split_parameters(at)
       out.append((at, path, None))
+  groups.clear()
+  groups.update(stepped)
   return out
 
 
@@ -587,7 +602,7 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
                                    for s, a in zip((first, second), args))
     loaded += second_runs
   if FLAGS.steps:
-    loaded = at_steps(loaded, FLAGS.steps)
+    loaded = at_steps(loaded, FLAGS.steps, groups)
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
     if groups:

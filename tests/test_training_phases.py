@@ -80,6 +80,36 @@ def test_the_analysis_runs_on_each_step_with_the_joint_max_eigenvalue_spectra(ru
   assert subjects['tiny_step2']['source'] == os.path.join(workdir, 'params_2.npz')
 
 
+def test_a_model_given_as_its_seeds_runs_is_one_model_per_step_over_its_seeds(run):
+  workdir, recipe, root = run
+  second = str(root / 'run_seed1')
+  config = tiny_config(f'folder:{root / "images"}', keep_params_at='warmup,6', seed=1)
+  loop.train_and_evaluate(config, second)
+  out = root / 'analysis_seeds'
+  subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance', '--config', recipe,
+                  '--workdir', f'{workdir},{second}', '--steps', 'warmup,last',
+                  '--num_images', '8', '--batch_size', '8', '--out', str(out)],
+                 check=True, cwd=ROOT)
+  result = json.loads((out / 'attention_distance.json').read_text())
+  assert sorted(result) == ['tiny_step2_seed0', 'tiny_step2_seed1', 'tiny_step6_seed0',
+                            'tiny_step6_seed1']
+  subjects = json.loads((out / 'subjects.json').read_text())
+  assert subjects['tiny_step2_seed1']['source'] == os.path.join(second, 'params_2.npz')
+  assert (subjects['tiny_step6_seed1']['group'], subjects['tiny_step6_seed1']['seed']) == (
+      'tiny_step6', 1)
+  # Each step is one model whose runs are the seeds' parameters at that step.
+  over_runs = json.loads((out / 'runs.json').read_text())['attention_distance']
+  assert sorted(over_runs) == ['tiny_step2', 'tiny_step6']
+  for step in (2, 6):
+    summary = over_runs[f'tiny_step{step}']
+    assert summary['runs'] == [f'tiny_step{step}_seed0', f'tiny_step{step}_seed1']
+    per_run = np.array([result[label]['distance_per_layer_head'] for label in summary['runs']])
+    np.testing.assert_allclose(summary['mean']['distance_per_layer_head'], per_run.mean(0),
+                               rtol=1e-6)
+    np.testing.assert_allclose(summary['sd']['distance_per_layer_head'],
+                               per_run.std(0, ddof=1), rtol=1e-5, atol=1e-7)
+
+
 def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
   workdir, recipe, root = run
   refused = subprocess.run([sys.executable, '-m', 'analysis', 'hessian', '--config', recipe,
