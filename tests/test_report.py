@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from analysis.reporting import events, plots, report
+from analysis.reporting import events, plots, report, verdict
 from analysis.runtime import features
 from analysis.__main__ import run_tools
 from analysis.tools import TOOLS, activation_patching, hessian, landscape, sae
@@ -457,3 +457,23 @@ def test_the_report_names_the_tier_of_a_models_recipe(recipe, line):
     assert 'tier' not in about and 'tier' not in text
   else:
     assert about['tier'] == config.tier and f' px images, {line}' in text
+
+
+def test_the_verdicts_say_how_many_runs_each_rests_on_and_not_comparable_none(tmp_path):
+  """One ViT: each verdict on it rests on one run; one that is not comparable rests
+  on no measurement and says so ('-')."""
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
+  assert run_tools(['attention_distance', 'norm_ratio'], subjects, lambda s: batches,
+                   str(tmp_path))[2] == {}
+  (tmp_path / report.SUBJECTS_FILE).write_text(json.dumps(
+      {'vit': {**features.describe(subjects[0]), 'source': 'generated'}}))
+  text = open(report.write_report(str(tmp_path))['md']).read()
+  table = text.split('## Verdicts')[1].split('\n## ')[0]
+  rows = [line.split(' | ') for line in table.splitlines() if line.startswith('| [')]
+  columns = ['finding', 'the paper', 'measured here', 'verdict', 'runs', 'why']
+  runs = {row[columns.index('verdict')]: set() for row in rows}
+  for row in rows:
+    runs[row[columns.index('verdict')]].add(row[columns.index('runs')])
+  assert runs.get(verdict.NOT_COMPARABLE) == {'-'}, runs
+  assert set(runs) - {verdict.NOT_COMPARABLE} and all(
+      cells == {'1'} for v, cells in runs.items() if v != verdict.NOT_COMPARABLE), runs

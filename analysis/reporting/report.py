@@ -339,7 +339,8 @@ VERDICT_NOTE = ('Each claim is judged by the rule in its tool\'s record, on this
                 'verdicts are about the models above at their scale, not the papers\' '
                 'ImageNet-scale models. "Runs" is the number of training runs (seeds) per '
                 'model a verdict rests on; with two or more its uncertainty holds training '
-                'randomness (verdict.combine).')
+                'randomness (verdict.combine); "-" where the verdict is "not comparable" and '
+                'rests on no measurement.')
 EACH_RUN_NOTE = ('"Each run alone" is the verdict with one run of each model given as '
                  'runs in place of all of them, run by run (the first seed of each, then the '
                  'second, ...): a finding whose verdict changes from run to run rests on '
@@ -403,6 +404,7 @@ def write_report(out: str) -> Dict[str, str]:
   verdicts = all_verdicts(results, subjects)
   seeded = any('group' in about for about in subjects.values())
   per_run = [', '.join(got) or '-' for got in each_run(results, subjects)]
+  rests_on = lambda v: '-' if v.verdict == verdict.NOT_COMPARABLE else v.runs
   notes = [VERDICT_NOTE] + ([EACH_RUN_NOTE] if seeded else [SEEDS_NOTE])
   columns = ['finding', 'the paper', 'measured here', 'verdict', 'runs'] + (
       ['each run alone'] if seeded else []) + ['why']
@@ -410,7 +412,7 @@ def write_report(out: str) -> Dict[str, str]:
   rows = ''.join(
       f'<tr><td><a href="#{name}">{html.escape(v.finding)}</a></td>'
       f'<td>{html.escape(v.claim)}</td><td>{html.escape(v.measured)}</td>'
-      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td><td>{v.runs}</td>'
+      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td><td>{rests_on(v)}</td>'
       + (f'<td>{html.escape(each)}</td>' if seeded else '') +
       f'<td>{html.escape(v.why)}</td></tr>' for (name, v), each in zip(verdicts, per_run))
   page += ['<section id="verdicts"><h2>Verdicts</h2>'] + [
@@ -420,7 +422,7 @@ def write_report(out: str) -> Dict[str, str]:
   markdown += ['## Verdicts', ''] + [line for note in notes for line in (note, '')] + [
       '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
   markdown += [f'| [{v.finding}](#{name}) | {cell(v.claim)} | {cell(v.measured)} | '
-               f'{v.verdict} | {v.runs} | ' + (f'{each} | ' if seeded else '') +
+               f'{v.verdict} | {rests_on(v)} | ' + (f'{each} | ' if seeded else '') +
                f'{cell(v.why)} |' for (name, v), each in zip(verdicts, per_run)] + ['']
   for name, result in results.items():
     record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
