@@ -469,11 +469,11 @@ def test_the_verdicts_say_how_many_runs_each_rests_on_and_not_comparable_none(tm
       {'vit': {**features.describe(subjects[0]), 'source': 'generated'}}))
   text = open(report.write_report(str(tmp_path))['md']).read()
   table = text.split('## Verdicts')[1].split('\n## ')[0]
-  rows = [line.split(' | ') for line in table.splitlines() if line.startswith('| [')]
-  columns = ['finding', 'the paper', 'measured here', 'verdict', 'runs', 'why']
-  runs = {row[columns.index('verdict')]: set() for row in rows}
-  for row in rows:
-    runs[row[columns.index('verdict')]].add(row[columns.index('runs')])
+  runs = {}  # verdict -> the runs cells of its rows
+  for line in table.splitlines():
+    if line.startswith('| ['):  # finding | the paper | measured here | verdict | runs | why
+      cells = line.split(' | ')
+      runs.setdefault(cells[3], set()).add(cells[4])
   assert runs.get(verdict.NOT_COMPARABLE) == {'-'}, runs
   assert set(runs) - {verdict.NOT_COMPARABLE} and all(
       cells == {'1'} for v, cells in runs.items() if v != verdict.NOT_COMPARABLE), runs
