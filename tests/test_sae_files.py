@@ -77,9 +77,43 @@ def test_saev_files_encode_as_saev_does(tmp_path, cls, threshold):
 
 def test_the_first_saev_files_are_relu_saes(tmp_path):
   path = str(tmp_path / 'old.pt')
-  write_saev_file(path, _state(), {'d_vit': D, 'exp_factor': M // D, 'l1_coeff': 4e-4})
+  write_saev_file(path, _state(m=2 * D), {'d_vit': D, 'exp_factor': 2, 'l1_coeff': 4e-4})
   _, spec, about = sae_files.read(path)
-  assert (spec.architecture, spec.encoder, about['schema']) == ('relu_l1', 'saev', '0')
+  assert (spec.architecture, spec.encoder, about['schema']) == ('relu_l1', 'saev_pre_bias', '0')
+
+
+def _saev_forward_before_e7ca004(x, p):
+  """saev's SparseAutoencoder.forward before commit e7ca004 (src/saev/nn/modeling.py,
+  lines 87-93 at 4f87ac7): h_pre = (x - b_dec) W_enc + b_enc, "Remove encoder bias as
+  per Anthropic", then its ReLU; decode f W_dec + b_dec."""
+  f = np.maximum((x - p['b_dec']) @ p['W_enc'] + p['b_enc'], 0.)
+  return f, f @ p['W_dec'] + p['b_dec']
+
+
+@pytest.mark.parametrize('header, pre_bias', [
+    ({'d_vit': D, 'exp_factor': 2}, True),  # no schema: the first files
+    ({'schema': 1, 'cls': 'Relu', 'cfg': {'d_vit': D, 'exp_factor': 2},
+      'commit': '4f87ac7b0e4ed1a7c4b2ad3cd5b1e5e4b4ac0d10'}, True),  # before e7ca004
+    ({'schema': 1, 'cls': 'Relu', 'cfg': {'d_vit': D, 'exp_factor': 2},
+      'commit': 'unknown'}, True),
+    ({'schema': 1, 'cls': 'Relu', 'cfg': {'d_vit': D, 'exp_factor': 2},
+      'commit': 'e7ca004660a3ab414da7002fcecfc157d5b786aa'}, False),
+    ({'schema': 1, 'cls': 'Relu', 'cfg': {'d_vit': D, 'exp_factor': 2},
+      'commit': '65c5a2b'}, False),
+    ({'schema': 5, 'cfg': {'d_model': D, 'd_sae': 2 * D, 'activation': {'cls': 'Relu',
+                                                                    'params': {}}}}, False)])
+def test_saev_files_encode_with_the_bias_handling_of_the_code_that_wrote_them(
+    tmp_path, header, pre_bias):
+  state = _state(m=2 * D)
+  path = str(tmp_path / 'sae.pt')
+  write_saev_file(path, state, header)
+  params, spec, about = sae_files.read(path)
+  x = np.random.RandomState(1).normal(size=(7, D))
+  want, _ = (_saev_forward_before_e7ca004(x, state) if pre_bias
+             else _saev_forward(x, state, 'Relu', None, 0.))
+  got = np.asarray(sae.encode(params, jnp.asarray(x, jnp.float32), spec)[0])
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+  assert about['encoder'] == ('saev_pre_bias' if pre_bias else 'saev')
 
 
 def _prisma_config(**changes):
@@ -196,7 +230,7 @@ def test_a_file_that_pickles_code_is_refused_unrun(tmp_path, zipped):
   else:
     with open(path, 'wb') as f:
       pickle.dump(payload, f)
-  with pytest.raises(Exception, match=r'pickles (posix|os)\.system'):
+  with pytest.raises(ValueError, match=r'names (posix|os)\.system' if zipped else 'plain pickle'):
     sae_files.read(path)
   assert not witness.exists()
 
@@ -251,6 +285,6 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   with pytest.raises(ConfigError, match='no such file'):
     tool.Options(sae_load=str(tmp_path / 'missing.pt'))
   wider = str(tmp_path / 'wider.pt')
-  write_saev_file(wider, _state(d=width + 1, m=4), _saev_header('Relu'))
+  write_saev_file(wider, _state(d=width + 1, m=M), _saev_header('Relu'))
   with pytest.raises(ConfigError, match=f'reads activations {width + 1} wide'):
     tool.TOOL.run(subject, batches, str(tmp_path), tool.Options(sae_load=wider))

@@ -3,7 +3,6 @@ timm builds for the same model (`to_timm`), a state dict read back as our tree
 (`from_timm`, the exact inverse), and the reading of `.safetensors` and
 `torch.save` files (`read_state_dict`). Each family that timm covers gives its
 name mapping (`Family.to_timm`, `Family.timm_fields`)."""
-import io
 import json
 import os
 from typing import Any, Dict, Mapping
@@ -14,9 +13,10 @@ import ml_dtypes
 import numpy as np
 from etils import epath
 
-from vit_jax import models
+from vit_jax import models, torch_save
 from vit_jax.layout import Params, check_matches, flatten, published, unflatten
 from vit_jax.models.family import CheckpointError
+from vit_jax.torch_save import UnsafeFileError
 
 # A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
 TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
@@ -96,9 +96,10 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
   """The arrays of a PyTorch state dict file.
 
   Args:
-    path: a `.safetensors` file (no torch needed), or a `torch.save` file (torch
-      needed; a checkpoint dict holding the weights under 'state_dict', 'model'
-      or 'state_dict_ema' is unwrapped).
+    path: a `.safetensors` file, or a `torch.save` file (read by `torch_save`,
+      which runs nothing the file names; a checkpoint dict holding the weights
+      under 'state_dict', 'model' or 'state_dict_ema' is unwrapped). Neither
+      needs PyTorch.
 
   Returns:
     name -> float32 numpy array, DistributedDataParallel's `module.` prefix taken
@@ -112,19 +113,18 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
       raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
     return _unwrapped({k: np.asarray(v, np.float32) for k, v in arrays.items()})
   try:
-    import torch
-  except ImportError as e:
-    raise CheckpointError(
-        f'{path} is a torch.save file, and reading it needs PyTorch, which is not installed: '
-        'pip install torch (the CPU build is enough), or save the state dict as .safetensors '
-        '(safetensors.torch.save_file) and load that.') from e
-  with path.open('rb') as f:
-    data = torch.load(io.BytesIO(f.read()), map_location='cpu', weights_only=True)
+    data = torch_save.load(os.fspath(path), records=('argparse',))
+  except UnsafeFileError as e:
+    raise CheckpointError(f'{e} A state dict saved by torch.save holds tensors alone.') from None
   for key in ('state_dict', 'model', 'state_dict_ema'):
     if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
       data = data[key]
       break
-  return _unwrapped({k: v.float().numpy() for k, v in data.items() if hasattr(v, 'numpy')})
+  if not isinstance(data, Mapping):
+    raise CheckpointError(f'{path} holds a {type(data).__name__}, not a state dict of named '
+                          'tensors.')
+  return _unwrapped({k: np.asarray(v, np.float32) for k, v in data.items()
+                     if isinstance(v, np.ndarray)})
 
 
 # The .safetensors dtypes (its format's names) as numpy reads them; bfloat16 through

@@ -3,7 +3,8 @@ parameters and `Spec` with the forward pass their code runs.
 
 - **saev** (OSU-NLP-Group/saev, src/saev/nn/modeling.py: `dump` and `load`): one
   JSON header line ('schema' 1-5, or none for the first files: then the config
-  itself, with 'd_vit' and 'exp_factor', and a ReLU), then `torch.save` of the
+  itself, with 'd_vit' and 'exp_factor', and a ReLU; schema 1 and its 'commit'
+  tell whether b_dec is subtracted before encoding), then `torch.save` of the
   module's state dict: W_enc (d, m), b_enc (m,), W_dec (m, d), b_dec (d,), and
   for BatchTopK the buffer 'activation.threshold'. The activation's class (Relu,
   TopK, BatchTopK) and 'top_k' are in the header. The file does not say which
@@ -18,73 +19,70 @@ parameters and `Spec` with the forward pass their code runs.
   ('blocks.L.hook_resid_post', TransformerLens' names) come from the config; the
   gated and JumpReLU architectures are refused.
 """
-import io
 import json
 import os
-import pickle
 import re
-import types
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import jax.numpy as jnp
 import numpy as np
 
 from analysis.measures import sparse_autoencoder
+from vit_jax import torch_save
 
 SOURCES = ('saev', 'vit_prisma')
 _SAEV_ACTIVATIONS = {'Relu': 'relu_l1', 'TopK': 'topk', 'BatchTopK': 'batch_topk'}
+# The saev commits that wrote schema 1 files and encoded x W_enc + b_enc: e7ca004
+# ("don't remove decoder bias", 2025-07-31) up to 8d38c23, which wrote schema 2.
+# Every other schema 1 file, and every file without a schema, was written by code
+# that encoded (x - b_dec) W_enc + b_enc (src/saev/nn/modeling.py, `forward`).
+_SAEV_SCHEMA1_WITHOUT_PRE_BIAS = (
+    'e7ca004660a3ab414da7002fcecfc157d5b786aa', 'ab690dc03fe95926b0f9215476db0fca46a06a2b',
+    'fad99298d1458e372361f3f16693cbd672f9d71a', '795479bf1f82bb1c16f7e3bbb06ff71e35730e24',
+    '5056de48451e471a2978972abcf2196b291da32c', '9f39cf867fc2bcf75bdbb04dfb6f2ffa1531e932',
+    '6845bc22bdfe38d2a3e1b401b067ba8fa1a555be', '5fee417720e4c3cacca1ad2d8177c1455877838a',
+    'ea2c9f59a17924f1a66b60a03fecbad66fbe9848', '8aecac1833f6412b9f6262b28b90248da6d49d26',
+    'f5d892c65a1b2cec1603651f820b884c13656a93', '65c5a2b55e11c380d1b0ae537524977b240b346d')
+
+
+def _saev_encoder(header: Dict[str, Any]) -> str:
+  """'saev_pre_bias' for a file written before saev stopped subtracting b_dec
+  before encoding, else 'saev'. A schema 1 file whose commit is unknown is taken
+  as pre-bias, as all but one day's schema 1 code was."""
+  schema = header.get('schema')
+  if schema is None:
+    return 'saev_pre_bias'
+  if schema != 1:
+    return 'saev'
+  commit = str(header.get('commit', '')).lower()
+  late = len(commit) >= 7 and any(h.startswith(commit) for h in _SAEV_SCHEMA1_WITHOUT_PRE_BIAS)
+  return 'saev' if late else 'saev_pre_bias'
 _PRISMA_ACTIVATIONS = {'relu': 'relu_l1', 'topk': 'topk'}
 
 
-def _torch_load(data: Any, path: str, restricted: bool) -> Any:
-  """`torch.load` on the CPU: tensors only, or with `restricted` through
-  `_Unpickler` (a file that pickles other objects); what cannot be read is a
-  ValueError naming `path`."""
-  import torch  # only to read PyTorch files
-  # torch.load reads a zip file through `Unpickler` and a legacy one through `load`.
-  module = types.SimpleNamespace(Unpickler=_Unpickler, __name__='restricted',
-                                 load=lambda f, **kwargs: _Unpickler(f, **kwargs).load())
+def _torch_load(data: Union[str, bytes], path: str) -> Any:
+  """What a `torch.save` file (or its bytes) holds, read by `vit_jax.torch_save`:
+  tensors as numpy arrays and ViT-Prisma's classes as records of their fields,
+  nothing the file names run. What cannot be read is a ValueError naming `path`."""
   try:
-    if not restricted:
-      return torch.load(data, map_location='cpu', weights_only=True)
-    return torch.load(data, map_location='cpu', weights_only=False, pickle_module=module)
-  except Exception as error:  # torch raises many kinds for a file it cannot read
-    raise ValueError(f'{path}: its weights cannot be read ({type(error).__name__}: '
-                     f'{error or "the file ends early"}).') from None
-
-
-class _Record:
-  """An object of a class the reader does not import: its pickled fields."""
-
-  def __setstate__(self, state: Any) -> None:
-    if isinstance(state, tuple):  # (the __dict__, the __slots__' values)
-      state = {k: v for part in state if part for k, v in part.items()}
-    self.__dict__.update(state)
-
-
-class _Unpickler(pickle.Unpickler):
-  """Tensors, containers and numbers as `torch.load` builds them; any class of
-  ViT-Prisma as a `_Record` of its fields; anything else refused, so that reading
-  a file runs none of its code."""
-  ALLOWED = re.compile(r'(torch(\..*)?|collections|copyreg|numpy(\..*)?|pathlib|_codecs)$')
-
-  def find_class(self, module: str, name: str) -> Any:
-    if module.split('.')[0] == 'vit_prisma':
-      return type(name, (_Record,), {})
-    if self.ALLOWED.match(module) or (module == 'builtins' and name in (
-        'set', 'frozenset', 'slice', 'complex', 'bytearray')):
-      return super().find_class(module, name)
-    raise pickle.UnpicklingError(f'the file pickles {module}.{name}, which an SAE file '
-                                 'does not hold')
+    if isinstance(data, bytes):
+      return torch_save.loads(data, records=('vit_prisma',))
+    return torch_save.load(data, records=('vit_prisma',))
+  except torch_save.UnsafeFileError as error:
+    message = str(error)
+    raise ValueError(message if message.startswith(path) else
+                     f'{path} cannot be read: its weights {message}.') from None
 
 
 def _params(state: Dict[str, Any], path: str) -> Dict[str, jnp.ndarray]:
-  missing = [k for k in sparse_autoencoder.PARAMS if k not in state]
+  if not isinstance(state, dict):
+    raise ValueError(f'{path} holds a {type(state).__name__} where a state dict of arrays '
+                     'belongs: it is not a sparse autoencoder.')
+  missing = [k for k in sparse_autoencoder.PARAMS if not isinstance(state.get(k), np.ndarray)]
   if missing:
     raise ValueError(f'{path} holds no {", ".join(missing)}: it is not a sparse autoencoder '
                      f'(its arrays: {", ".join(sorted(state)) or "none"}).')
-  return {k: jnp.asarray(np.asarray(state[k].float() if hasattr(state[k], 'float') else state[k],
-                                    np.float32)) for k in sparse_autoencoder.PARAMS}
+  return {k: jnp.asarray(np.asarray(state[k], np.float32)) for k in sparse_autoencoder.PARAMS}
 
 
 def read_saev(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spec, Dict[str, str]]:
@@ -106,27 +104,35 @@ def read_saev(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spe
       raise ValueError(f'{path} does not start with saev\'s JSON header line: it is not a '
                        'saev SAE file.') from None
     weights = f.read()
-  cfg = header.get('cfg', header) if 'schema' in header else header
+  cfg = header.get('cfg', header) if isinstance(header, dict) and 'schema' in header else header
+  if not isinstance(cfg, dict):
+    raise ValueError(f'{path}: saev\'s header line holds no config.')
   activation = cfg.get('activation')
   if 'schema' not in header:  # the first files: a ReLU SAE
     name, settings = 'Relu', {}
-  elif isinstance(activation, dict):
+  elif isinstance(activation, dict) and isinstance(activation.get('params', {}), dict):
     name, settings = activation.get('cls'), activation.get('params', {})
   else:  # schema 1's first form: the class in the header
     name, settings = header.get('cls'), {'top_k': cfg.get('top_k', 32)}
   if name not in _SAEV_ACTIVATIONS:
     raise ValueError(f'{path}: saev activation {name!r} is not one of '
                      f'{", ".join(_SAEV_ACTIVATIONS)}.')
-  state = _torch_load(io.BytesIO(weights), path, restricted=False)
+  state = _torch_load(weights, path)
   params = _params(state, path)
   width = int(params['W_enc'].shape[1])
+  if 'd_sae' in cfg:
+    width = int(cfg['d_sae'])
+  elif 'd_vit' in cfg and 'exp_factor' in cfg:
+    width = int(cfg['d_vit']) * int(cfg['exp_factor'])
   threshold = state.get('activation.threshold')
+  encoder = _saev_encoder(header)
   spec = sparse_autoencoder.Spec(
-      architecture=_SAEV_ACTIVATIONS[name], width=width,
-      k=min(int(settings.get('top_k', 32)), width), encoder='saev',
-      threshold=float(threshold) if threshold is not None else 0.)
+      architecture=_SAEV_ACTIVATIONS[name], width=width, k=int(settings.get('top_k', 32)),
+      encoder=encoder, threshold=float(np.asarray(threshold)) if threshold is not None else 0.)
+  sparse_autoencoder.check_file(params, spec, path)
   about = {'source': 'saev', 'schema': str(header.get('schema', 0)),
-           'commit': str(header.get('commit', '')), 'normalisation': 'none'}
+           'commit': str(header.get('commit', '')), 'normalisation': 'none',
+           'encoder': encoder}
   return params, spec, about
 
 
@@ -158,7 +164,7 @@ def read_vit_prisma(path: str
   Raises:
     ValueError: no config, or an architecture or activation not read here.
   """
-  saved = _torch_load(path, path, restricted=True)
+  saved = _torch_load(path, path)
   if isinstance(saved, dict) and 'cfg' in saved and 'state_dict' in saved:
     cfg, state = saved['cfg'], saved['state_dict']
     cfg = cfg if isinstance(cfg, dict) else vars(cfg)
@@ -176,10 +182,13 @@ def read_vit_prisma(path: str
                      'the standard architecture with relu or topk is read here.')
   params = _params(state, path)
   width = int(params['W_enc'].shape[1])
+  if cfg.get('d_sae') is not None:
+    width = int(cfg['d_sae'])
   k = (cfg.get('activation_fn_kwargs') or {}).get('k', 32)
   spec = sparse_autoencoder.Spec(
-      architecture=_PRISMA_ACTIVATIONS[activation], width=width, k=min(int(k), width),
+      architecture=_PRISMA_ACTIVATIONS[activation], width=width, k=int(k),
       normalisation=cfg.get('normalize_activations') or 'none')
+  sparse_autoencoder.check_file(params, spec, path)
   hook_point = str(cfg.get('hook_point', ''))
   site = _prisma_site(hook_point)
   about = {'source': 'vit_prisma', 'hook_point': hook_point,

@@ -41,6 +41,10 @@ forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
   largest as they are (no ReLU); 'batch_topk' at inference is a JumpReLU at the
   file's running `threshold` (a ReLU where it is not above 0), each input alone;
   'relu_l1' is their `Relu`.
+- `encoder='saev_pre_bias'`: saev before its commit e7ca004 (2025-07-31, "don't
+  remove decoder bias"), whose `SparseAutoencoder.forward` (src/saev/nn/modeling.py,
+  lines 87-93 at 4f87ac7) encodes (x - b_dec) W_enc + b_enc, otherwise as 'saev'.
+  `sae_files.read_saev` tells the two apart by the file's schema and commit.
 - `normalisation` (ViT-Prisma, src/vit_prisma/sae/sae.py: `SparseAutoencoder.__init__`'s
   run-time activation normalisation): 'layer_norm' encodes (x - mean) / (std + 1e-5)
   (the features' mean and unbiased standard deviation of each token) and maps the
@@ -60,7 +64,7 @@ import safetensors.numpy
 
 Params = Dict[str, jax.Array]
 ARCHITECTURES = ('topk', 'batch_topk', 'relu_l1')
-ENCODERS = ('authors', 'saev')
+ENCODERS = ('authors', 'saev', 'saev_pre_bias')
 NORMALISATIONS = ('none', 'layer_norm', 'constant_norm_rescale')
 LAYER_NORM_EPS = 1e-5  # ViT-Prisma's `run_time_activation_ln_in`
 # A latent fires above this (OpenAI's `stats_last_nonzero`: vals > 1e-3).
@@ -169,11 +173,13 @@ def encode(params: Params, x: jax.Array, spec: Spec) -> Tuple[jax.Array, jax.Arr
   Returns:
     ((n, m) latents, (n, m) pre-activations: before TopK for 'topk', the ReLU'd
     activations before the batch's selection for 'batch_topk', before the ReLU for
-    'relu_l1'; for encoder 'saev', x W_enc + b_enc).
+    'relu_l1'; for encoder 'saev', x W_enc + b_enc, for 'saev_pre_bias'
+    (x - b_dec) W_enc + b_enc).
   """
   x = normalised(x, spec)[0]
-  if spec.encoder == 'saev':
-    pre = x @ params['W_enc'] + params['b_enc']
+  if spec.encoder in ('saev', 'saev_pre_bias'):
+    centred = x - params['b_dec'] if spec.encoder == 'saev_pre_bias' else x
+    pre = centred @ params['W_enc'] + params['b_enc']
     if spec.architecture == 'topk':
       return _keep_top(pre, spec.k), pre
     return jnp.where(pre > max(spec.threshold, 0.), pre, 0.), pre
@@ -499,4 +505,33 @@ def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
     raise ValueError(f'{path} holds no {", ".join(missing)}: it is not an SAE dictionary '
                      f'this project wrote (its arrays: {", ".join(sorted(arrays)) or "none"}).')
   spec = Spec(**{k: v for k, v in written.items() if k in fields})
-  return {k: jnp.asarray(arrays[k]) for k in PARAMS}, spec, about
+  params = {k: jnp.asarray(arrays[k]) for k in PARAMS}
+  check_file(params, spec, path)
+  return params, spec, about
+
+
+def check_file(params: Params, spec: Spec, path: str) -> None:
+  """Refuses a dictionary whose arrays disagree with each other or with its spec.
+
+  Args:
+    params: its `PARAMS`.
+    spec: what its file says it is.
+    path: the file, for the message.
+
+  Raises:
+    ValueError: naming the file and the array: W_enc not (d, m); b_enc, W_dec or
+      b_dec not (m,), (m, d), (d,); m not the spec's width; a topk or batch_topk
+      k not below m.
+  """
+  shapes = {k: tuple(np.shape(params[k])) for k in PARAMS}
+  if len(shapes['W_enc']) != 2:
+    raise ValueError(f'{path}: W_enc is {shapes["W_enc"]}, not (inputs, latents).')
+  d, m = shapes['W_enc']
+  for name, want in (('b_enc', (m,)), ('W_dec', (m, d)), ('b_dec', (d,))):
+    if shapes[name] != want:
+      raise ValueError(f'{path}: {name} is {shapes[name]} where W_enc {(d, m)} needs {want}.')
+  if spec.width != m:
+    raise ValueError(f'{path} says it has {spec.width} latents; its arrays hold {m}.')
+  if spec.architecture != 'relu_l1' and not 0 < spec.k < m:
+    raise ValueError(f'{path} keeps k={spec.k} of its {m} latents: a {spec.architecture} SAE '
+                     'keeps fewer than it has.')

@@ -55,8 +55,8 @@ class Options:
   sae_load: str = option('', 'A trained dictionary to measure instead of training one: this '
                          'tool\'s .npz or .safetensors, saev\'s file or ViT-Prisma\'s .pt (its '
                          'config.json beside it), read with the forward pass of the code that '
-                         'wrote it; its site is the file\'s where it names one, else '
-                         '--sae_site.')
+                         'wrote it; its site is the file\'s where it names one (a different '
+                         '--sae_site is refused), else --sae_site.')
 
   def __post_init__(self):
     if self.sae_load:  # read once here, so a bad file is named before any tool runs
@@ -78,14 +78,20 @@ def site_of(subject: Subject, options: Options, about: Optional[Dict[str, str]] 
     about: what a loaded dictionary's file says of it (`sae_files.read`).
 
   Returns:
-    The site: --sae_site, else the loaded file's, else the middle entry.
+    The site: the loaded file's where it names one, else --sae_site, else the
+    middle entry.
 
   Raises:
-    ConfigError: a --sae_site the model does not have, naming those it has, or a
-      loaded dictionary trained on no residual-stream entry, without --sae_site.
+    ConfigError: a --sae_site the model does not have, naming those it has; a
+      --sae_site other than the site the loaded file names; or a loaded
+      dictionary trained on no residual-stream entry, without --sae_site.
   """
   labels = list(subject.layers.labels)
   about = about or {}
+  if options.sae_site and about.get('site') and options.sae_site != about['site']:
+    raise ConfigError(f'--sae_site={options.sae_site}, but {options.sae_load} was trained on '
+                      f'{about["site"]} ({about.get("hook_point") or "its file says so"}): '
+                      'leave --sae_site out to apply it where it was trained.')
   if not options.sae_site and about.get('hook_point') and 'site' not in about:
     raise ConfigError(f'{options.sae_load} was trained on {about["hook_point"]}, which is no '
                       'residual-stream entry: give --sae_site to apply it to one anyway.')
@@ -106,10 +112,18 @@ def spec_of(options: Options, width: int) -> sparse_autoencoder.Spec:
 
   Returns:
     The spec.
+
+  Raises:
+    ConfigError: a topk or batch_topk SAE asked to keep as many latents as it has
+      or more, which would keep every latent: no sparsity.
   """
   latents = options.sae_expansion * width
-  return sparse_autoencoder.authors_spec(options.sae_architecture, latents,
-                                         k=min(options.sae_k, latents))
+  if options.sae_architecture != 'relu_l1' and options.sae_k >= latents:
+    raise ConfigError(f'--sae_k={options.sae_k} keeps every one of the {latents} latents '
+                      f'(--sae_expansion={options.sae_expansion} times the site\'s {width} '
+                      'dimensions): no sparsity. Give a smaller --sae_k or a larger '
+                      '--sae_expansion.')
+  return sparse_autoencoder.authors_spec(options.sae_architecture, latents, k=options.sae_k)
 
 
 def _tokens(subject: Subject, name: str, images: np.ndarray) -> Tuple[np.ndarray, jax.Array]:
