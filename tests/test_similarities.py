@@ -286,3 +286,47 @@ def test_verdicts_judge_each_measure_with_the_distance_turned_round():
   uniform, matched = similarities.verdicts(result, models)
   assert uniform.verdict == matched.verdict == verdict.AGREES
   assert 'not comparable: SVCCA' in matched.why
+
+
+def _platonic_prepare_stacked(layers, q=0.95):
+  """platonic-rep's prepare_features on a model's stacked (N, L, D) features
+  (measure_alignment.py line 103; metrics.py remove_outliers, exact: the sorted
+  absolute entries at int(q * numel), one clamp for the whole tensor), then each
+  layer's rows L2-normalised as compute_score does, and their inner products."""
+  stacked = np.stack([x.reshape(len(x), -1) for x in layers], axis=1)
+  q_val = np.sort(np.abs(stacked).reshape(-1))[int(q * stacked.size)]
+  clipped = np.clip(stacked, -q_val, q_val)
+  out = []
+  for i in range(clipped.shape[1]):
+    f = clipped[:, i]
+    f = f / np.maximum(np.linalg.norm(f, axis=1, keepdims=True), 1e-12)
+    out.append(f @ f.T)
+  return out
+
+
+@pytest.mark.parametrize('feature_bytes', [None, 1])  # every layer at once; a pass a layer
+def test_mutual_knn_clips_a_models_stacked_layers_at_one_bound_as_platonic_rep(
+    subjects, monkeypatch, feature_bytes):
+  vit = subjects['vit']
+  if feature_bytes:
+    monkeypatch.setattr(similarities, 'FEATURE_BYTES', feature_bytes)
+  n = sum(len(images) for images, _ in batches('eval'))
+  got = similarities.summarise([vit], batches, ('mutual_knn',), n)
+  kept = [vit.intermediates(images, vit.layers.stream) for images, _ in batches('eval')]
+  layers = [np.concatenate([np.asarray(k[name], np.float32) for k in kept]).astype(np.float64)
+            for name in vit.layers.stream]
+  assert len({x[0].size for x in layers}) == 1  # one width, as the authors' (N, L, D)
+  for ours, theirs in zip(got, _platonic_prepare_stacked(layers)):
+    np.testing.assert_allclose(ours.cosine, theirs, atol=1e-5)
+  each = similarities.summarise([vit], batches, ('mutual_knn',), n, knn_clip='layer')
+  assert any(not np.allclose(a.cosine, b.cosine, atol=1e-5) for a, b in zip(got, each))
+
+
+def test_the_stacked_bound_from_each_layers_largest_entries_is_the_whole_stacks():
+  rng = np.random.default_rng(0)
+  parts = [rng.standard_t(3, size=s) for s in (50, 7, 300, 1)]
+  total = sum(p.size for p in parts)
+  for q in (0.5, 0.95, 0.999):
+    want = np.sort(np.abs(np.concatenate(parts)))[int(q * total)]
+    tops = [neighbours.largest_entries(p, total, q) for p in parts]
+    assert neighbours.stacked_bound(tops, total, q) == want

@@ -72,7 +72,7 @@ def check_measures(measures: Sequence[str]) -> None:
 
 @threadpoolctl.threadpool_limits.wrap(limits=1, user_api='blas')
 def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
-              knn_quantile: float = 0.95) -> Layer:
+              knn_quantile: float = 0.95, knn_bound: Optional[float] = None) -> Layer:
   """One layer's summary for `measures`.
 
   Args:
@@ -81,6 +81,8 @@ def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
       tutorial 002, "Average Pool", which makes layers of any grid comparable).
     measures: the measures to be computed.
     knn_quantile: `neighbours.clip_outliers`' quantile for mutual k-NN.
+    knn_bound: the clipping bound found over the model's stacked layers
+      (`neighbours.stacked_bound`, as platonic-rep clips); None: this layer's own.
 
   Returns:
     The summary.
@@ -97,7 +99,7 @@ def summarise(x: np.ndarray, pooled: np.ndarray, measures: Sequence[str],
     with np.errstate(invalid='ignore', divide='ignore'):  # a blank patch: NaN, left out
       rdm = rsa.dissimilarity_matrix(flat).astype(np.float32)
   if needed('cosine'):
-    clipped = neighbours.clip_outliers(flat, knn_quantile)
+    clipped = neighbours.clip_outliers(flat, knn_quantile, knn_bound)
     clipped = clipped / np.maximum(np.linalg.norm(clipped, axis=1, keepdims=True), 1e-12)
     cosine = (clipped @ clipped.T).astype(np.float32)
   pooled = np.asarray(pooled, np.float64).reshape(len(x), -1) if needed('pooled') else None

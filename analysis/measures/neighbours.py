@@ -1,25 +1,71 @@
 """Mutual k-nearest-neighbour alignment of two representations (Huh et al. 2024,
 "The Platonic Representation Hypothesis")."""
+from typing import Optional, Sequence
+
 import numpy as np
 
 
-def clip_outliers(x: np.ndarray, quantile: float = 0.95) -> np.ndarray:
+def clip_outliers(x: np.ndarray, quantile: float = 0.95,
+                  bound: Optional[float] = None) -> np.ndarray:
   """Every entry clipped to the `quantile` of the absolute entries, as
-  platonic-rep's `remove_outliers` (metrics.py) with `exact=True` (the sorted
-  absolute values at index int(quantile * size)), which `prepare_features` applies
-  before measuring (platonic/alignment.py).
+  platonic-rep's `remove_outliers` (metrics.py line 327) with `exact=True` (the
+  sorted absolute values at index int(quantile * size)), which `prepare_features`
+  applies before measuring (platonic/alignment.py line 84, measure_alignment.py
+  line 103).
 
   Args:
     x: any array.
     quantile: the share of absolute entries left unclipped; 1 leaves `x` as it is.
+    bound: the bound to clip at, where it was found over more than `x`
+      (`stacked_bound`); None: `x`'s own.
 
   Returns:
     The clipped array.
   """
   if quantile == 1:
     return x
-  bound = np.sort(np.abs(x).reshape(-1))[int(quantile * x.size)]
+  if bound is None:
+    bound = stacked_bound([np.abs(x).reshape(-1)], x.size, quantile)
   return np.clip(x, -bound, bound)
+
+
+def largest_entries(x: np.ndarray, total: int, quantile: float) -> np.ndarray:
+  """The absolute entries of `x` that can decide `stacked_bound` of a stack of
+  `total` entries holding `x`: its largest total - int(quantile * total).
+
+  Args:
+    x: one layer's features.
+    total: the entries of the whole stack.
+    quantile: as in `clip_outliers`.
+
+  Returns:
+    Those absolute entries, in no order.
+  """
+  flat = np.abs(np.asarray(x)).reshape(-1)
+  keep = max(total - int(quantile * total), 1)
+  if keep >= flat.size:
+    return flat
+  return np.partition(flat, flat.size - keep)[flat.size - keep:]
+
+
+def stacked_bound(parts: Sequence[np.ndarray], total: int, quantile: float) -> float:
+  """platonic-rep's clipping bound over a model's layers stacked into one (N, L, D)
+  tensor (`prepare_features` on the stacked features, measure_alignment.py line
+  103; `remove_outliers`' exact branch, metrics.py line 333): the sorted absolute
+  entries of the whole stack at index int(quantile * total).
+
+  Args:
+    parts: each layer's absolute entries, or the largest of them
+      (`largest_entries`).
+    total: the entries of the whole stack.
+    quantile: the share left unclipped.
+
+  Returns:
+    The bound.
+  """
+  values = np.concatenate([np.asarray(p).reshape(-1) for p in parts])
+  keep = max(total - int(quantile * total), 1)  # the bound is the keep-th largest entry
+  return float(np.partition(values, values.size - keep)[values.size - keep])
 
 
 def mutual_knn(x: np.ndarray, y: np.ndarray, k: int = 10, quantile: float = 0.95) -> float:

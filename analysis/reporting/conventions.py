@@ -121,6 +121,14 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'minyoungg/platonic-rep metrics.py lines 55 (mutual_knn), 272 and 327',
         'similarity_knn', '10', (('any other k', 'a larger or smaller neighbourhood'),)),
     Convention(
+        'similarities', 'mutual k-NN\'s clipping bound',
+        'one bound for all of a model\'s layers: the features stacked into one (N, L, D) '
+        'tensor, its absolute entries sorted, the entry at index int(0.95 N L D)',
+        'minyoungg/platonic-rep measure_alignment.py lines 16-29 and 103 (prepare_features '
+        'on the stacked features), metrics.py lines 327-341 (remove_outliers, exact)',
+        'similarity_knn_clip', 'model',
+        (('layer', 'each layer clipped at its own 0.95 quantile'),), ('knn_clip',)),
+    Convention(
         'similarities', 'RSA',
         'Spearman correlation of the upper triangles of the images\' correlation-distance '
         'matrices (1 - Pearson correlation of their activity patterns)',
@@ -203,13 +211,15 @@ CONVENTIONS: Tuple[Convention, ...] = (
                      'penalty weighted by decoder norms')), ('trained_architecture',)),
     Convention(
         'sae', 'forward pass of a dictionary read from a file (--sae_load)',
-        "the code that wrote it: saev's x W_enc + b_enc (no pre-encoder bias; TopK without "
-        'a ReLU; BatchTopK a JumpReLU at its running threshold), or ViT-Prisma\'s TopK or '
-        "ReLU of (x' - b_dec) W_enc + b_enc, x' its run-time normalisation, undone on the "
-        'reconstruction',
+        "the code that wrote it: saev's x W_enc + b_enc (TopK without a ReLU; BatchTopK a "
+        'JumpReLU at its running threshold), or, for files without a schema and schema 1 '
+        "files written before saev's commit e7ca004 (the header's commit), (x - b_dec) W_enc "
+        "+ b_enc; or ViT-Prisma's TopK or ReLU of (x' - b_dec) W_enc + b_enc, x' its "
+        'run-time normalisation, undone on the reconstruction',
         'OSU-NLP-Group/saev src/saev/nn/modeling.py: SparseAutoencoder.encode, '
-        'TopKActivation, BatchTopKActivation; soniajoseph/ViT-Prisma src/vit_prisma/sae/sae.py: '
-        'encode_standard, forward, get_activation_fn'),
+        'TopKActivation, BatchTopKActivation, and forward lines 87-93 at 4f87ac7 (before '
+        'e7ca004); soniajoseph/ViT-Prisma src/vit_prisma/sae/sae.py: encode_standard, '
+        'forward, get_activation_fn'),
     Convention(
         'sae', 'loss recovered',
         '(CE with the site zero-ablated - CE with the reconstruction) / (CE zero-ablated - '

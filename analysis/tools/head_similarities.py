@@ -55,10 +55,13 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
       distances.append(per_image)
     distances = np.concatenate(distances)  # (n, blocks, heads)
     num_heads = distances.shape[2]
-    layers = [M.summarise(x, x.mean(axis=1), measures)
-              for x in (np.concatenate(parts) for parts in zip(*heads))]
+    xs = [np.concatenate(parts) for parts in zip(*heads)]
     del heads
-    layers += similarities.summarise(others, batches, measures, n)
+    layers = [M.summarise(x, x.mean(axis=1), measures, similarities.KNN_QUANTILE, bound)
+              for x, bound in zip(xs, similarities.stacked_bounds(
+                  xs, measures, options.similarity_knn_clip))]
+    del xs
+    layers += similarities.summarise(others, batches, measures, n, options.similarity_knn_clip)
     kept = M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else ()
     bounds = len(blocks) * num_heads + np.cumsum([0] + [len(r.layers.stream) for r in others])
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):

@@ -47,8 +47,9 @@ def run_localisation_similarities(
     patches.append(found.patches)
   queries, own, (h, w) = found.queries, found.own, found.grid
   tokens, patches = np.concatenate(tokens), np.concatenate(patches)
-  layers = [M.summarise(x, x, measures) for x in
-            [tokens[:, q] for q in range(len(queries))] + [patches[:, p] for p in range(h * w)]]
+  xs = [tokens[:, q] for q in range(len(queries))] + [patches[:, p] for p in range(h * w)]
+  layers = [M.summarise(x, x, measures, similarities.KNN_QUANTILE, bound) for x, bound in
+            zip(xs, similarities.stacked_bounds(xs, measures, options.similarity_knn_clip))]
   pairs = [(q, len(queries) + p) for q in range(len(queries)) for p in range(h * w)]
 
   def statistic(measure, row, index):

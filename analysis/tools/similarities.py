@@ -12,7 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from analysis.measures import layer_similarity
+from analysis.measures import layer_similarity, neighbours
 from analysis.reporting import plots, verdict
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
@@ -23,6 +23,8 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 
 M = layer_similarity
 FEATURE_BYTES = 2 << 30  # features held at once; more layers take further passes
+KNN_QUANTILE = 0.95  # mutual k-NN's clipping quantile (platonic-rep's prepare_features)
+KNN_CLIPS = ('model', 'layer')  # where that bound is found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,10 @@ class MeasureOptions:
       0, 'SVCCA\'s directions per layer: 0, those holding 99% of the singular values\' sum '
       '(Raghu et al. 2017); a count, that many (google/svcca\'s tutorial 001 keeps 20).',
       least=0)
+  similarity_knn_clip: str = option(
+      'model', 'Where mutual k-NN\'s outlier bound (the 0.95 quantile of absolute entries) '
+      'is found: model, over all of a model\'s layers stacked, as platonic-rep clips; layer, '
+      'over each layer alone.', choices=KNN_CLIPS)
 
   def __post_init__(self):
     try:
@@ -90,6 +96,27 @@ class Options(MeasureOptions):
                         'than half of the images (0.01 leaves out the top 1% of each layer).')
 
 
+def stacked_bounds(xs: Sequence[np.ndarray], measures: Sequence[str], knn_clip: str
+                   ) -> List[Optional[float]]:
+  """Mutual k-NN's clipping bound for each of one model's feature sets held at once:
+  one bound over all of them stacked for 'model', each its own (None) for 'layer'.
+
+  Args:
+    xs: the feature sets (layers, heads or positions of one model).
+    measures: the measures to be computed (no bound without mutual k-NN).
+    knn_clip: one of KNN_CLIPS.
+
+  Returns:
+    A bound (or None) per feature set.
+  """
+  if 'mutual_knn' not in measures or knn_clip != 'model':
+    return [None] * len(xs)
+  total = sum(x.size for x in xs)
+  bound = neighbours.stacked_bound([neighbours.largest_entries(x, total, KNN_QUANTILE)
+                                    for x in xs], total, KNN_QUANTILE)
+  return [bound] * len(xs)
+
+
 def _pooled(subject: Subject, x: np.ndarray) -> np.ndarray:
   """A layer's channels averaged over its positions (spatial tokens or map)."""
   if x.ndim == 3:
@@ -98,7 +125,7 @@ def _pooled(subject: Subject, x: np.ndarray) -> np.ndarray:
 
 
 def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[str],
-              count: int) -> List[M.Layer]:
+              count: int, knn_clip: str = 'model') -> List[M.Layer]:
   """Every stream layer of every model, summarised on the evaluation images; layers
   whose features together pass FEATURE_BYTES are taken in further passes.
 
@@ -107,6 +134,8 @@ def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[
     batches: split -> its (images, labels) batches.
     measures: the measures to be computed.
     count: the number of evaluation images.
+    knn_clip: where mutual k-NN's clipping bound is found: 'model', over all of a
+      model's layers stacked (platonic-rep); 'layer', over each layer alone.
 
   Returns:
     The summaries, the first model's first layer first.
@@ -125,8 +154,8 @@ def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[
     group.append(i)
     held += size * count * 4
   groups.append(group)
-  summaries = []
-  for group in groups:
+
+  def features(group):
     kept = {i: [] for i in group}
     for images, _ in batches('eval'):
       for s in subjects:
@@ -137,9 +166,29 @@ def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[
         for i in group:
           if layers[i][0] is s:
             kept[i].append(np.asarray(inter[layers[i][1]], np.float32))
+    return {i: np.concatenate(kept[i]) for i in group}
+
+  bounds: Dict[int, Optional[float]] = {i: None for i in range(len(layers))}
+  first = None
+  if 'mutual_knn' in measures and knn_clip == 'model':
+    totals = {id(s): count * sum(sizes[i] for i, (o, _) in enumerate(layers) if o is s)
+              for s in subjects}
+    tops = {id(s): [] for s in subjects}
+    for group in groups:  # one pass where every layer fits at once, else a first pass
+      found = features(group)
+      first = found if len(groups) == 1 else None
+      for i, x in found.items():
+        tops[id(layers[i][0])].append(
+            neighbours.largest_entries(x, totals[id(layers[i][0])], KNN_QUANTILE))
+    for i, (s, _) in enumerate(layers):
+      bounds[i] = neighbours.stacked_bound(tops[id(s)], totals[id(s)], KNN_QUANTILE)
+  summaries = []
+  for group in groups:
+    found = first if first is not None else features(group)
     for i in group:
-      x = np.concatenate(kept.pop(i))
-      summaries.append(M.summarise(x, _pooled(layers[i][0], x), measures))
+      x = found.pop(i)
+      summaries.append(M.summarise(x, _pooled(layers[i][0], x), measures, KNN_QUANTILE,
+                                   bounds[i]))
   return summaries
 
 
@@ -244,7 +293,7 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   """
   measures, k, dims = options.measures, options.similarity_knn, options.svcca_dims
   n = options.images(batches)
-  layers = summarise(subjects, batches, measures, n)
+  layers = summarise(subjects, batches, measures, n, options.similarity_knn_clip)
   pairs = {m: _pairs(subjects, m in M.ASYMMETRIC)[0] for m in measures}
   blocks = _pairs(subjects, False)[1]
   size = len(layers)
@@ -266,7 +315,8 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
       'layers': {s.label: list(s.layers.labels) for s in subjects},
       'stages': {s.label: list(s.layers.stages) for s in subjects},
       'measures': list(measures), 'num_examples': n, 'resamples': options.similarity_resamples,
-      'knn': k, 'seconds_per_pair': found.seconds_per_pair,
+      'knn': k, 'knn_clip': options.similarity_knn_clip,
+      'seconds_per_pair': found.seconds_per_pair,
       'similarity': {m: {key: v.tolist() for key, v in matrices[m].items()} for m in measures},
       'stderr': {m: {key: v.tolist() for key, v in stderr[m].items()} for m in measures}}
   for name in ('uniformity', 'correspondence', 'specificity'):
