@@ -423,3 +423,81 @@ def test_preprocess_images_range_and_size():
   with pytest.raises(ValueError, match='Unknown tokenizer'):
     preprocess.get_tokenizer('wordpiece')
 
+
+
+def _original_run_checkpoint(workdir, step, num_classes=2):
+  """`checkpoint_<step>` as the original's train.py leaves it: (params, the state of
+  chain(clip_by_global_norm, sgd(momentum 0.9, bfloat16 accumulator)), step), its
+  momentum set apart from zero so that taking it on can be seen."""
+  from flax.training import checkpoints as flax_checkpoints
+  model = models.VisionTransformer(num_classes=num_classes,
+                                   **models_config.MODEL_CONFIGS['testing'])
+  params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 32, 32, 3)), train=False)['params']
+  params = jax.tree_util.tree_map(lambda p: p + 0.25, params)
+  tx = optax.chain(optax.clip_by_global_norm(1.),
+                   optax.sgd(0.01, momentum=0.9, accumulator_dtype='bfloat16'))
+  opt_state = optax.tree_utils.tree_set(
+      tx.init(params), trace=jax.tree_util.tree_map(lambda p: (p * 0.5).astype(jnp.bfloat16),
+                                                    params))
+  flax_checkpoints.save_checkpoint(workdir, (params, opt_state, step), step)
+  return params, opt_state
+
+
+def _folder_bytes(path):
+  return {os.path.relpath(os.path.join(d, f), path): open(os.path.join(d, f), 'rb').read()
+          for d, _, files in os.walk(path) for f in files}
+
+
+@pytest.mark.slow
+def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps_it(
+    tmp_path, testing_checkpoint):
+  """The original's `checkpoint_N` is taken on (parameters, momentum, step) and kept
+  byte for byte; a run whose total_steps it already reaches trains nothing and
+  writes no checkpoint_N of its own; one of another model is refused, kept."""
+  import orbax.checkpoint as ocp
+  from vit_jax import run_state, steps
+  from vit_jax.errors import WorkdirError
+  root = str(tmp_path / 'images')
+  make_folder(root, {'train': [20, 20], 'test': [8, 8]})
+  config = vit_config.get_config('testing,cifar10')
+  config.update(dict(pretrained_dir=os.path.dirname(testing_checkpoint), dataset=root,
+                     batch=16, batch_eval=16, total_steps=12, warmup_steps=1, eval_every=12,
+                     accum_steps=1))
+  config.pp.crop = 32
+  workdir = str(tmp_path / 'run')
+  params, opt_state = _original_run_checkpoint(workdir, 10)
+  left = _folder_bytes(workdir)
+  recipe = train.recipe(config)
+  assert train.adopt_original_checkpoint(recipe, workdir) == 10
+  source = input_pipeline.get_source(recipe.dataset, recipe.train_split)
+  setup = steps.build(recipe, source.num_classes, recipe.total_steps)
+  state, _ = run_state.resume(ocp.CheckpointManager(os.path.join(workdir, 'checkpoints')),
+                              setup.state)
+  assert int(state.step) == 10
+  chex.assert_trees_all_close(flatten(state.params), flatten(params))
+  chex.assert_trees_all_close(
+      flatten(optax.tree_utils.tree_get(state.opt_state, 'trace')),
+      flatten(optax.tree_utils.tree_get(opt_state, 'trace')))
+  assert train.adopt_original_checkpoint(recipe, workdir) is None  # the project's run now
+  train.train_and_evaluate(config, workdir)
+  files = _folder_bytes(workdir)
+  assert {k: files[k] for k in left} == left
+  assert os.path.isdir(os.path.join(workdir, 'checkpoint_12'))
+
+  finished = str(tmp_path / 'finished')
+  _original_run_checkpoint(finished, 10)
+  left = _folder_bytes(finished)
+  config.total_steps = 4
+  train.train_and_evaluate(config, finished)
+  files = _folder_bytes(finished)
+  assert {k: files[k] for k in left} == left
+  assert not any(name.startswith('checkpoint_') and name != 'checkpoint_10'
+                 for name in os.listdir(finished))
+
+  other = str(tmp_path / 'other')
+  _original_run_checkpoint(other, 10, num_classes=3)
+  left = _folder_bytes(other)
+  with pytest.raises(WorkdirError, match='checkpoint_10, left by an original vit_jax run, does '
+                     'not fit'):
+    train.train_and_evaluate(config, other)
+  assert _folder_bytes(other) == left

@@ -7,18 +7,20 @@ Also the original vit_jax's `train_and_evaluate` and `make_update_fn`, for its
 configs (`vit_jax/configs/`) and data-parallel `pmap` steps (docs/original.md).
 """
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import flax
 import jax
 import ml_collections
+import numpy as np
 import optax
 from absl import flags, logging
 
-from vit_jax import augreg, entry, loop, run_state, settings, steps
+from vit_jax import augreg, entry, layout, loop, models, run_state, settings, steps
+from vit_jax import workdir as workdirs
 from vit_jax.configs import common as original_common
 from vit_jax.cpu_devices import split_cpu_into_devices
-from vit_jax.errors import ConfigError
+from vit_jax.errors import ConfigError, WorkdirError
 from vit_jax.models import original
 
 FLAGS = flags.FLAGS
@@ -164,10 +166,93 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return project
 
 
+def _project_tree(raw: Any, template: Any, model_name: str, fields: Any) -> Any:
+  """A tree of the original's parameter names (its params, or its momentum) as the
+  project's module tree `template` holds them."""
+  config = models.get_config(model_name, **fields)
+  flat = models.family_of(config).to_published(layout.flatten(raw))
+  tree = flax.serialization.from_state_dict(
+      template, layout.unflatten(models.family_of(config).module_layout(flat, config)))
+  for (path, have), want in zip(layout.flatten(tree).items(), layout.flatten(template).values()):
+    if np.shape(have) != np.shape(want):
+      raise ValueError(f'{path} is {np.shape(have)} where the model has {np.shape(want)}')
+  return tree
+
+
+def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -> Optional[int]:
+  """Takes on the newest `checkpoint_N` an original vit_jax run left in `workdir`,
+  as the original resumes from it: its parameters, momentum and step become the
+  project's checkpoint of step N (`workdir/checkpoints`), from which the loop goes
+  on. Nothing in the workdir is removed or changed. A workdir whose run the
+  project already holds (`checkpoints/`), or without such a file, is left alone.
+
+  Args:
+    config: the project's recipe (`recipe`).
+    workdir: the run's directory.
+
+  Returns:
+    N, or None where nothing was taken on.
+
+  Raises:
+    WorkdirError: a `checkpoint_N` whose parameters or momentum are not this
+      recipe's model's, naming the file.
+  """
+  from flax.training import checkpoints as flax_checkpoints  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+  held = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  found = flax_checkpoints.latest_checkpoint(workdir) if os.path.isdir(workdir) else None
+  if found is None or (os.path.isdir(held) and os.listdir(held)):
+    return None
+  try:
+    raw = flax_checkpoints.restore_checkpoint(found, target=None)
+    params, opt_state, step = raw['0'], raw['1'], int(raw['2'])
+    traces = [v['trace'] for v in _subtrees(opt_state) if isinstance(v, dict) and 'trace' in v]
+  except (KeyError, TypeError, ValueError) as e:
+    raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
+                       f'(params, optimizer state, step): {e}. Give another --workdir.') from None
+  source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
+  setup = steps.build(config, source.num_classes, config.total_steps)
+  state = jax.device_get(setup.state)
+  try:
+    ours = _project_tree(params, state.params, config.model_name, config.model.to_dict())
+    momentum = optax.tree_utils.tree_get(state.opt_state, 'trace')
+    if len(traces) != 1 or momentum is None:
+      raise ValueError(f'{len(traces)} momentum traces where SGD with momentum keeps one')
+    trace = _project_tree(traces[0], momentum, config.model_name, config.model.to_dict())
+  except (ValueError, KeyError, TypeError) as e:
+    raise WorkdirError(f'{found}, left by an original vit_jax run, does not fit this config\'s '
+                       f'{config.model_name} ({e}); give the config that run used, or another '
+                       '--workdir (the file is kept).') from None
+  opt = optax.tree_utils.tree_set(state.opt_state, trace=trace)
+  opt = optax.tree_utils.tree_set(opt, count=np.asarray(step, np.int32))
+  adopted = state.replace(step=step, params=ours, opt_state=opt)
+  adopted = jax.device_put(adopted, jax.tree_util.tree_map(lambda x: x.sharding, setup.state))
+  with workdirs.claim(workdir, config) as record:  # held while written; then the run's
+    manager = ocp.CheckpointManager(held, options=ocp.CheckpointManagerOptions(
+        enable_async_checkpointing=False))
+    run_state.save(manager, step, adopted)
+    manager.close()
+    record()
+  logging.info('Resuming from %s, left by an original vit_jax run, at step %d.', found, step)
+  return step
+
+
+def _subtrees(tree: Any) -> Iterator[Any]:
+  """Every dict of a nested state dict, outermost first."""
+  if isinstance(tree, dict):
+    yield tree
+    for value in tree.values():
+      yield from _subtrees(value)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   """The original's fine-tuning run on the project's loop (`loop.train_and_evaluate`
-  with `recipe(config)`), resumable; at the end `workdir/checkpoint_N` holds
-  (params, optimizer state, N) as `flax.training.checkpoints` writes them.
+  with `recipe(config)`), resumable as the original is: from the project's own
+  checkpoints, or from the newest `checkpoint_N` an original run left
+  (`adopt_original_checkpoint`). At the end `workdir/checkpoint_N` holds (params,
+  optimizer state, N) as `flax.training.checkpoints` writes them; no checkpoint
+  already in the workdir is removed or replaced.
 
   Args:
     config: an original config.
@@ -179,6 +264,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   from flax.training import checkpoints as flax_checkpoints  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   config = recipe(config)
+  adopted = adopt_original_checkpoint(config, workdir)
+  if adopted is not None and adopted >= config.total_steps:
+    logging.info('%s holds the original run\'s checkpoint_%d, at or past total_steps=%d: '
+                 'nothing to train.', workdir, adopted, config.total_steps)
   loop.train_and_evaluate(config, workdir, reconfigure=False)
   from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
@@ -186,8 +275,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'))
   state, _ = run_state.resume(manager, setup.state)
   params, opt_state = jax.device_get((state.params, state.opt_state))
-  flax_checkpoints.save_checkpoint(os.path.abspath(workdir), (params, opt_state, int(state.step)),
-                                   int(state.step), overwrite=True)
+  step = int(state.step)
+  newest = flax_checkpoints.latest_checkpoint(workdir)
+  newest_step = int(newest.rsplit('_', 1)[1]) if newest else -1
+  if newest_step < step:  # `keep` as large as can be: flax removes none of the older
+    flax_checkpoints.save_checkpoint(os.path.abspath(workdir), (params, opt_state, step), step,
+                                     keep=2**31 - 1)
+  elif newest_step > step:
+    logging.warning('%s is kept; the parameters of step %d are in %s/params.npz.', newest, step,
+                    workdir)
   return flax.core.unfreeze(params)
 
 
