@@ -200,6 +200,37 @@ def cases(work: str):
     path = os.path.join(work, 'out_file')
     open(path, 'w').close()
     return on_trained('--out', path)
+
+  def hostile(name):
+    """A torch.save-style zip whose pickle deletes `victim.txt` when unpickled
+    (protocol 4: `pathlib.Path.unlink` as one dotted name), and the victim."""
+    import pathlib
+    import pickle
+    import zipfile
+
+    class Deletes:
+      def __reduce__(self):
+        return pathlib.Path.unlink, (pathlib.Path(victim),)
+    victim = os.path.join(work, f'{name}_victim.txt')
+    open(victim, 'w').write('kept')
+    path = os.path.join(work, name)
+    with zipfile.ZipFile(path, 'w') as z:
+      z.writestr('archive/data.pkl', pickle.dumps({'state_dict': Deletes()}, protocol=4))
+    return path, victim
+
+  def kept(result, victim):
+    seconds, status, message = result
+    return seconds, status, message + ('' if os.path.exists(victim) else ' (THE FILE WAS DELETED)')
+
+  def hostile_pretrained():
+    path, victim = hostile('evil.pth')
+    return kept(train(os.path.join(work, 'h'), f'--config.pretrained={path}'), victim)
+
+  def hostile_sae():
+    path, victim = hostile('evil_sae.pt')
+    return kept(timed('analysis', 'sae', '--config', 'configs/quickstart_vit.py', '--workdir',
+                      trained(), *tiny(folder)[:6], '--num_images', '60', '--batch_size', '30',
+                      '--sae_load', path), victim)
   return {
       'lr': lambda: train(os.path.join(work, 'a'), '--config.lr=-0.1'),
       'misspelt': lambda: train(os.path.join(work, 'a'), '--config.learning_rate=0.1'),
@@ -273,6 +304,8 @@ def cases(work: str):
           'analysis', 'head_cka', '--config', 'configs/quickstart_vit.py', '--workdir',
           trained(), *tiny(folder)[:6], '--num_images', '60', '--batch_size', '30'),
       'zeroshot_duplicate_classes': duplicate_classnames,
+      'hostile_pth_pretrained': hostile_pretrained,
+      'hostile_sae_file': hostile_sae,
       'zeroshot_batch_size': lambda: timed(
           'vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint', os.path.join(work, 'x.npz'),
           '--dataset', folder, '--batch_size', '0'),
