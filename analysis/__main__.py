@@ -600,16 +600,17 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
         and args[0] != args[1] and FLAGS.row2 is None):
       first.label, second.label = (f'{s.label}_{a}' if a else s.label
                                    for s, a in zip((first, second), args))
+    if len(loaded) == len(second_runs) == 1 and first.label == second.label:
+      second.label += '_2'  # one recipe file for both: the second model is '<label>_2'
     loaded += second_runs
   if FLAGS.steps:
     loaded = at_steps(loaded, FLAGS.steps, groups)
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
-    if groups:
-      raise ConfigError('The two models\' runs have the same labels (one recipe file): give '
-                        'the seeds of one recipe as one model, or the second model\'s recipe '
-                        'under another file name.')
-    subjects[1].label += '_2'
+    twice = sorted({s.label for s in subjects if [t.label for t in subjects].count(s.label) > 1})
+    raise ConfigError(f'Two of the models analysed would both be labelled {twice[0]}: give '
+                      'the seeds of one recipe as one model (--workdir A,B), the second model\'s '
+                      'recipe under another file name, or --steps naming each step once.')
   # What the report and the events need to know of each model; the events go beside
   # the training events when the model comes from a workdir.
   about = {s.label: {**features.describe(s, workdir), 'source': source,

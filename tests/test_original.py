@@ -12,6 +12,7 @@ import chex
 import flax
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -154,6 +155,44 @@ def test_unsupported_original_fields_are_refused():
   with pytest.raises(ValueError, match='transformer=None'):
     models.VisionTransformer(num_classes=2, **dict(config, transformer=None)).init(
         jax.random.PRNGKey(0), jnp.ones((1, 32, 32, 3)), train=False)
+  typo = dict(config['transformer'], num_layer=2)
+  with pytest.raises(ValueError, match='transformer.num_layer is no field'):
+    models.VisionTransformer(num_classes=2, **dict(config, transformer=typo)).init(
+        jax.random.PRNGKey(0), jnp.ones((1, 32, 32, 3)), train=False)
+
+
+def test_a_vit_without_position_embeddings_as_the_originals_encoder_builds_it():
+  config = dict(models_config.MODEL_CONFIGS['testing'])
+  images = jnp.ones((1, 32, 32, 3))
+  params = {flag: models.VisionTransformer(num_classes=2, **dict(
+      config, transformer=dict(config['transformer'], add_position_embedding=flag))).init(
+          jax.random.PRNGKey(0), images, train=False)['params'] for flag in (True, False)}
+  assert 'posembed_input' in params[True]['Transformer']
+  assert 'posembed_input' not in params[False]['Transformer']
+
+
+def test_the_originals_lit_pp_bert_vocabulary_and_folder_dataset():
+  """The three behaviours the original's own tests rely on: a LiT model's `pp`
+  with attributes (models_test.py), an unknown word mapped to the vocabulary's
+  size where it has no [UNK] (preprocess_test.py), and a folder dataset whose `pp`
+  names no splits (train_test.py's 'directory' case)."""
+  import tempfile
+  from vit_jax import preprocess
+  model = models.get_model('LiT-testing')
+  assert model.pp.max_len == model.pp['max_len'] > 0
+  with tempfile.NamedTemporaryFile('w', suffix='.txt') as f:
+    f.write('[PAD]\n[CLS]\nsome\ntest\nwords')
+    f.flush()
+    tokenizer = preprocess.BertTokenizer(vocab_path=f.name, max_len=3)
+  np.testing.assert_equal(tokenizer(['some', 'test', 'words', 'xxx']),
+                          [[1, 2, 0], [1, 3, 0], [1, 4, 0], [1, 5, 0]])
+  config = vit_config.get_config('testing,cifar10')
+  with tempfile.TemporaryDirectory() as root:
+    config.dataset = root
+    config.pp = ml_collections.ConfigDict({'crop': 32})
+    recipe = train.recipe(config)
+  assert (recipe.train_split, recipe.eval_split) == ('train', 'test')
+  assert recipe.dataset.endswith(root)
 
 
 def _schedule_float64(step, total, base, decay, warmup, end):

@@ -330,3 +330,10 @@ def test_the_stacked_bound_from_each_layers_largest_entries_is_the_whole_stacks(
     want = np.sort(np.abs(np.concatenate(parts)))[int(q * total)]
     tops = [neighbours.largest_entries(p, total, q) for p in parts]
     assert neighbours.stacked_bound(tops, total, q) == want
+
+
+def test_too_few_images_for_the_measures_are_refused_before_any_model_runs():
+  two = lambda split: iter([(np.zeros((2, 8, 8, 3), np.float32), np.zeros(2, np.int32))])
+  with pytest.raises(ConfigError, match='2 images are analysed, and the similarity measures '
+                     'need at least 4: with 2, every pair of layers has CKA 1'):
+    similarities.Options(similarity_measures='cka,procrustes').images(two)

@@ -119,3 +119,24 @@ def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
   assert 'kept no parameters at step 4' in refused.stderr
   assert 'Kept there: params_2.npz, params_6.npz' in refused.stderr
   assert '--config.keep_params_at=4' in refused.stderr
+
+
+def test_two_models_of_one_recipe_at_steps_are_four_models_each_from_its_own_run(run):
+  """--config and --config2 of one recipe file, each at warm-up and last: the second
+  model's labels end in '_2' before the steps are added, so no label is given twice
+  and each model at each step reads its own run's parameters."""
+  workdir, recipe, root = run
+  second = str(root / 'run_other')
+  loop.train_and_evaluate(tiny_config(f'folder:{root / "images"}', keep_params_at='warmup,6',
+                                      seed=2), second)
+  out = root / 'analysis_two'
+  subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance', '--config', recipe,
+                  '--workdir', workdir, '--config2', recipe, '--workdir2', second,
+                  '--steps', 'warmup,last', '--num_images', '8', '--batch_size', '8',
+                  '--out', str(out)], check=True, cwd=ROOT)
+  subjects = json.loads((out / 'subjects.json').read_text())
+  assert {label: subjects[label]['source'] for label in subjects} == {
+      'tiny_step2': os.path.join(workdir, 'params_2.npz'),
+      'tiny_step6': os.path.join(workdir, 'params.npz'),
+      'tiny_2_step2': os.path.join(second, 'params_2.npz'),
+      'tiny_2_step6': os.path.join(second, 'params.npz')}

@@ -159,10 +159,9 @@ class BertTokenizer:
     vocab = _read(self.vocab_path, 'r', self.model_name).split('\n')
     if vocab[-1] == '':
       vocab.pop()
-    for token in ('[CLS]', '[UNK]'):
-      if token not in vocab:
-        raise CheckpointError(f'{self.vocab_path} has no {token} token: it is not a BERT '
-                              'vocabulary.')
+    if '[CLS]' not in vocab:
+      raise CheckpointError(f'{self.vocab_path} has no [CLS] token: it is not a BERT '
+                            'vocabulary.')
     object.__setattr__(self, 'cls_token', vocab.index('[CLS]'))
     object.__setattr__(self, 'vocab_size', len(vocab))
     object.__setattr__(self, '_ids', {token: i for i, token in enumerate(vocab)})
@@ -182,7 +181,9 @@ class BertTokenizer:
     """A batch of texts -> (B, max_len) int32 ids."""
     out = np.zeros((len(texts), self.max_len), np.int32)
     out[:, 0] = self.cls_token
-    unknown = self._ids['[UNK]']
+    # A vocabulary without [UNK]: the id after its last, as tensorflow_text's lookup
+    # gives an unknown word (its out-of-vocabulary bucket).
+    unknown = self._ids.get('[UNK]', self.vocab_size)
     for row, text in enumerate(texts):
       ids = [i for word in bert_words(text) for i in wordpiece(word, self._ids, unknown)]
       ids = ids[:self.max_len - 1]

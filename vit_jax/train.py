@@ -147,10 +147,17 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                     'in train_and_evaluate (docs/original.md).', ', '.join(ignored))
   model = original.project_config(config.model)
   fields = {k: v for k, v in model.to_dict().items() if k not in ('family', 'name', 'num_classes')}
-  dataset, train_split, eval_split = config.dataset, config.pp['train'], config.pp['test']
-  if os.path.isdir(dataset):
+  dataset = config.dataset
+  if os.path.isdir(dataset):  # the original reads DIR/train and DIR/test, whatever pp says
     from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
     dataset, train_split, eval_split = input_pipeline.FOLDER_PREFIX + dataset, 'train', 'test'
+  else:
+    splits = [k for k in ('train', 'test') if k not in config.pp]
+    if splits:
+      raise ConfigError(f'config.pp names no {" or ".join(splits)} split of {dataset}; set it, '
+                        f'e.g. --config.pp.{splits[0]}={splits[0]} (a folder of images needs '
+                        'none: it reads its train/ and test/).')
+    train_split, eval_split = config.pp['train'], config.pp['test']
   every = config.eval_every or config.total_steps
   project = settings.base_config()
   project.update(dict(

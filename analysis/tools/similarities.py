@@ -25,6 +25,9 @@ M = layer_similarity
 FEATURE_BYTES = 2 << 30  # features held at once; more layers take further passes
 KNN_QUANTILE = 0.95  # mutual k-NN's clipping quantile (platonic-rep's prepare_features)
 KNN_CLIPS = ('model', 'layer')  # where that bound is found
+# Fewer images leave the measures without meaning: 2 give every pair of layers CKA 1
+# and Procrustes 0; debiased CKA divides by n - 3.
+MIN_IMAGES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +69,8 @@ class MeasureOptions:
     return self.similarity_svcca_dims or None
 
   def images(self, batches: Batches) -> int:
-    """The evaluation images, counted before any model runs; refuses a
-    `--similarity_knn` that is not below their number.
+    """The evaluation images, counted before any model runs; refuses fewer than
+    MIN_IMAGES, and a `--similarity_knn` that is not below their number.
 
     Args:
       batches: split -> its (images, labels) batches.
@@ -76,6 +79,11 @@ class MeasureOptions:
       Their number.
     """
     n = sum(len(images) for images, _ in batches('eval'))
+    if n < MIN_IMAGES:
+      raise ConfigError(f'{n} images are analysed, and the similarity measures need at least '
+                        f'{MIN_IMAGES}: with 2, every pair of layers has CKA 1 and Procrustes '
+                        'distance 0 whatever the layers, and below 4 debiased CKA is not '
+                        f'defined. Give --num_images {MIN_IMAGES} or more.')
     if 'mutual_knn' in self.measures and self.similarity_knn >= n:
       raise ConfigError(f'--similarity_knn is {self.similarity_knn}, and {n} images are '
                         'analysed: give fewer neighbours than images.')

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
+import ml_collections
 
 from vit_jax.models import vit
 from vit_jax.models.family import ZERO_SHOT, Family, override
@@ -383,7 +384,8 @@ def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_mod
       image[key] = tuple(tuple(v) if isinstance(v, list) else v for v in image[key])
   return LitModel(image=image, text_model=text_model, text=dict(text, num_classes=out_dim[1]),
                   dtype=dtype, model_name=model_name,
-                  pp=dict(tokenizer_name=tokenizer, size=image_size, max_len=max_len))
+                  pp=ml_collections.FrozenConfigDict(dict(
+                      tokenizer_name=tokenizer, size=image_size, max_len=max_len)))
 
 
 def text_vocabulary(params: Mapping[str, Any]) -> int:

@@ -25,6 +25,11 @@ def _square(size: Any, what: str) -> int:
   return int(size[0])
 
 
+# The original's `Encoder` fields, which its configs' `transformer` sets.
+TRANSFORMER_FIELDS = ('num_layers', 'mlp_dim', 'num_heads', 'dropout_rate',
+                      'attention_dropout_rate', 'add_position_embedding')
+
+
 def vit_fields(patches: Any, transformer: Any, hidden_size: int, resnet: Any = None,
                representation_size: Optional[int] = None, classifier: str = 'token',
                **unused: Any) -> Dict[str, Any]:
@@ -33,7 +38,8 @@ def vit_fields(patches: Any, transformer: Any, hidden_size: int, resnet: Any = N
   Args:
     patches: `{'size': (p, p)}`.
     transformer: `{'mlp_dim', 'num_heads', 'num_layers', 'dropout_rate',
-      'attention_dropout_rate'}`.
+      'attention_dropout_rate', 'add_position_embedding'}` (False: no position
+      embedding, the project's posemb 'none').
     hidden_size: the token width.
     resnet: `{'num_layers', 'width_factor'}` for a hybrid, or None.
     representation_size: the pre-logits width, or None.
@@ -52,12 +58,17 @@ def vit_fields(patches: Any, transformer: Any, hidden_size: int, resnet: Any = N
                      "BiT model, vit_jax.models.get_model('BiT-M-R50x1').")
   if classifier not in ('token', 'gap', 'unpooled', 'token_unpooled'):
     raise ValueError(f'Invalid classifier={classifier}')
+  unknown = sorted(set(transformer) - set(TRANSFORMER_FIELDS))
+  if unknown:
+    raise ValueError(f'transformer.{unknown[0]} is no field of the original\'s Encoder; its '
+                     f'fields are {", ".join(TRANSFORMER_FIELDS)}.')
   fields = dict(patch_size=_square(patches['size'], 'The patch size'), hidden_size=hidden_size,
                 mlp_dim=transformer['mlp_dim'], num_heads=transformer['num_heads'],
                 num_layers=transformer['num_layers'],
                 dropout_rate=transformer.get('dropout_rate', 0.1),
                 attention_dropout_rate=transformer.get('attention_dropout_rate', 0.1),
-                classifier=classifier, representation_size=representation_size)
+                classifier=classifier, representation_size=representation_size,
+                posemb='learn' if transformer.get('add_position_embedding', True) else 'none')
   if resnet is not None:
     fields.update(resnet_layers=tuple(resnet['num_layers']), resnet_width=resnet['width_factor'])
   return fields
