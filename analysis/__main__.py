@@ -381,16 +381,18 @@ def check_heads(subjects: Sequence[features.Subject], names: Sequence[str]) -> N
 
 
 def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num_images: int,
-               splits: Sequence[str]) -> None:
-  """Each model's head against the classes of the data it is analysed on, and each
-  split the tools read against `num_images`; records the classes' names in the
-  subject (figures name classes by them).
+               splits: Sequence[str], runs: Optional[Dict[str, str]] = None) -> None:
+  """Each model's head against the classes of the data it is analysed on (and,
+  for a model from a training workdir, against the classes its run recorded, in
+  their order), and each split the tools read against `num_images`; records the
+  classes' names in the subject (figures name classes by them).
 
   Args:
     subjects: the models analysed.
     dataset: the dataset given instead of each recipe's own, or None.
     num_images: the images per split the tools use (--num_images).
     splits: the splits the tools read ('train', 'eval': `Tool.splits`).
+    runs: each model's training workdir, by label, where it came from one.
   """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   for s in subjects:
@@ -408,6 +410,14 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
           f'The head of {s.label} has {s.config.num_classes} classes but {source.name} has '
           f'{source.num_classes}: analyse it on the data it was trained on (its recipe\'s '
           'dataset, or --dataset).')
+    recorded = workdirs.recorded_data(runs[s.label]) if (runs or {}).get(s.label) else None
+    trained = (recorded or {}).get('train', {}).get('classes')
+    if trained and source.class_names and list(source.class_names) != trained:
+      raise DataError(
+          f'{s.label} was trained on the classes {trained} (its workdir\'s '
+          f'{workdirs.DATA}), but {source.name} names {list(source.class_names)}: its labels '
+          'would mean other classes. Analyse it on data with the classes it was trained on, '
+          'in that order.')
     s.class_names = tuple(source.class_names)
 
 
@@ -623,7 +633,8 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
   names = check_tools(subjects, names, name)
   check_heads(subjects, names)
   check_data(subjects, FLAGS.dataset, FLAGS.num_images,
-             sorted({split for n in names for split in tool.TOOLS[n].splits}))
+             sorted({split for n in names for split in tool.TOOLS[n].splits}),
+             {s.label: workdir for s, _, workdir in loaded if workdir})
   claim_out(FLAGS.out, about, FLAGS.overwrite)
   before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there
   try:

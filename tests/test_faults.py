@@ -785,3 +785,75 @@ def test_timm_files_with_ddp_names_or_bfloat16_load_and_other_keys_are_named(tmp
   with pytest.raises(checkpoint.CheckpointError, match=r"The state dict has no 'pos_embed', "
                                                        r'.*its first keys: foo'):
     checkpoint.load(str(tmp_path / 'other.safetensors'), 'ViT-Ti_16', **TINY_VIT)
+
+
+def _swap(a, b):
+  os.rename(a, a + '.tmp')
+  os.rename(b, a)
+  os.rename(a + '.tmp', b)
+
+
+def test_a_resume_on_other_data_is_refused_saying_what_changed(tmp_path):
+  """A run on a folder records its data (data.json); each change a rerun meets (class
+  folders swapped, images added, a class added, files replaced) is refused in one
+  sentence before training, and --reconfigure goes on and records the change."""
+  root = str(tmp_path / 'images')
+  folder = make_folder(root, {'train': [8, 8, 8], 'test': [4, 4, 4]}, size=(8, 8))
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(folder, total_steps=2, eval_every=2, checkpoint_every=2)
+  loop.train_and_evaluate(config, workdir)
+  recorded = json.load(open(os.path.join(workdir, 'data.json')))['splits']
+  assert recorded['train']['classes'] == ['class_0', 'class_1', 'class_2']
+  assert recorded['train']['images_per_class'] == [8, 8, 8]
+  before = {name: open(os.path.join(workdir, name), 'rb').read()
+            for name in os.listdir(workdir) if os.path.isfile(os.path.join(workdir, name))}
+
+  def refused(says):
+    with pytest.raises(errors.DataError, match=says):
+      loop.train_and_evaluate(config, workdir)
+    assert {name: open(os.path.join(workdir, name), 'rb').read() for name in before} == before
+
+  for split in ('train', 'test'):
+    _swap(os.path.join(root, split, 'class_0'), os.path.join(root, split, 'class_1'))
+  refused(r"train: the same number of images, but files renamed, replaced or moved")
+  for split in ('train', 'test'):
+    _swap(os.path.join(root, split, 'class_0'), os.path.join(root, split, 'class_1'))
+  extra = os.path.join(root, 'train', 'class_2', 'deeper')
+  os.makedirs(extra)
+  make_folder(str(tmp_path / 'more'), {'train': [2]}, size=(8, 8))
+  for name in os.listdir(tmp_path / 'more' / 'train' / 'class_0'):
+    os.rename(tmp_path / 'more' / 'train' / 'class_0' / name, os.path.join(extra, name))
+  refused(r'train: 24 images then, 26 now\. Train into a new workdir, or rerun with '
+          r'--reconfigure')
+  for split, n in (('train', 3), ('test', 2)):
+    make_folder(str(tmp_path / f'new_{split}'), {split: [n]}, size=(8, 8))
+    os.rename(tmp_path / f'new_{split}' / split / 'class_0', os.path.join(root, split, 'class_3'))
+  refused(r"train: classes added \['class_3'\] \(3 classes then, 4 now\)")
+  import shutil
+  for split in ('train', 'test'):
+    shutil.rmtree(os.path.join(root, split, 'class_3'))
+  loop.train_and_evaluate(config, workdir, reconfigure=True)  # the sub-folder's images accepted
+  record = json.load(open(os.path.join(workdir, 'data.json')))
+  assert record['splits']['train']['images_per_class'] == [8, 8, 10]
+  assert record['accepted'][0]['changes'] == ['train: 24 images then, 26 now']
+
+
+def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
+  root = str(tmp_path / 'images')
+  folder = make_folder(root, {'train': [8, 8], 'test': [4, 4]}, size=(8, 8))
+  workdir = str(tmp_path / 'run')
+  loop.train_and_evaluate(tiny_config(folder, total_steps=2, eval_every=2, checkpoint_every=2),
+                          workdir)
+  other = make_folder(str(tmp_path / 'other'), {'train': [4, 4], 'test': [4, 4]}, size=(8, 8))
+  for split in ('train', 'test'):
+    for old, new in (('class_0', 'cat'), ('class_1', 'dog')):
+      os.rename(tmp_path / 'other' / split / old, tmp_path / 'other' / split / new)
+  from analysis import __main__ as cli
+  from analysis.runtime import features
+  recipe = tiny_config(folder)
+  subject = features.load_subject(recipe.model_name, workdir, 8, dict(recipe.model), 'tiny',
+                                  recipe)
+  cli.check_data([subject], None, 4, ['eval'], {'tiny': workdir})
+  with pytest.raises(errors.DataError, match=r"tiny was trained on the classes \['class_0', "
+                     r"'class_1'\] .* but folder:\S+ names \['cat', 'dog'\]"):
+    cli.check_data([subject], other, 4, ['eval'], {'tiny': workdir})

@@ -477,3 +477,25 @@ def test_prefetch_to_devices_shards_the_batch(mock_cifar10):
     assert device['image'].sharding == sharding
     chex.assert_shape(device['image'].addressable_shards[0].data, (2, 8, 8, 3))
     np.testing.assert_array_equal(np.asarray(device['image']), host['image'])
+
+
+def test_class_folders_are_read_at_any_depth_and_split_folders_may_be_links(tmp_path):
+  """As torchvision's ImageFolder: images in sub-folders of a class are its images,
+  a directory named like an image is walked into; train/ may link to a folder
+  elsewhere; a link to nothing is refused naming it."""
+  make_folder(str(tmp_path / 'elsewhere'), {'train': [3, 2]}, size=(8, 8))
+  root = tmp_path / 'data'
+  make_folder(str(root), {'test': [2, 2]}, size=(8, 8))
+  os.symlink(tmp_path / 'elsewhere' / 'train', root / 'train')
+  deeper = tmp_path / 'elsewhere' / 'train' / 'class_1' / 'a.jpg' / 'b'
+  deeper.mkdir(parents=True)
+  os.rename(tmp_path / 'elsewhere' / 'train' / 'class_1' / '0.JPEG', deeper / '0.JPEG')
+  source = input_pipeline.get_source(f'folder:{root}', 'train')
+  assert source.num_examples == 5 and source.class_names == ('class_0', 'class_1')
+  assert source.identity['images_per_class'] == [3, 2]
+  files = [path for path, _ in source.examples.records]
+  assert any(f.endswith(os.path.join('class_1', 'a.jpg', 'b', '0.JPEG')) for f in files)
+  os.symlink(tmp_path / 'gone.jpg', tmp_path / 'elsewhere' / 'train' / 'class_0' / 'link.jpg')
+  with pytest.raises(input_pipeline.DataError, match=r'link\.jpg is a link to \S+gone\.jpg, '
+                     'which does not exist: remove the link'):
+    input_pipeline.get_source(f'folder:{root}', 'train')

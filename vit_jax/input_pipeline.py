@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import functools
+import hashlib
 import itertools
 import math
 import os
@@ -108,6 +109,9 @@ class Source:
   num_classes: int
   name: str
   class_names: Tuple[str, ...] = ()  # label i is class_names[i]
+  # What a run records of the whole split (`folder_identity`; TFDS: name, version,
+  # split, size, classes), against which a resume or an analysis is checked.
+  identity: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def first(self, n: int) -> 'Source':
     """The slice's first n examples, as a source.
@@ -329,8 +333,10 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
     raise DataError(f'Split {split!r} of {name} holds no images' + (
         ' for this process' if process_count > 1 else '') + '; give a split with images, such '
         'as train or train[:10%].')
+  identity = {'kind': 'tfds', 'name': name, 'version': str(builder.info.version),
+              'split': split, 'examples': len(data), 'classes': list(features['label'].names)}
   return Source(Examples(data, decode, start, end), end - start, max(e - s for s, e in slices),
-                features['label'].num_classes, name, tuple(features['label'].names))
+                features['label'].num_classes, name, tuple(features['label'].names), identity)
 
 
 def read_image(path: str) -> np.ndarray:
@@ -355,12 +361,59 @@ def read_image(path: str) -> np.ndarray:
   return image
 
 
+def _class_files(class_dir: str) -> List[str]:
+  """The image files under a class directory, at any depth (as torchvision's
+  ImageFolder reads them, links to directories followed), in sorted order;
+  directories named like images are walked into, never read as images.
+
+  Raises:
+    DataError: a link to nothing, naming it.
+  """
+  found = []
+  for base, dirs, names in os.walk(class_dir, followlinks=True):
+    dirs.sort()
+    check_names(base, dirs + names)
+    for name in sorted(names):
+      if name.lower().endswith(IMAGE_EXTENSIONS):
+        path = os.path.join(base, name)
+        if not os.path.exists(path):
+          raise DataError(f'{path} is a link to {os.readlink(path)}, which does not exist: '
+                          'remove the link or restore what it points to.')
+        found.append(path)
+  return found
+
+
+def folder_identity(split_dir: str, classes: Sequence[str], files: Sequence[str],
+                    labels: Sequence[int]) -> Dict[str, Any]:
+  """What a run records of a folder split (`workdir.data_changes` compares it): the
+  classes in label order, the images per class, and a SHA-256 digest of every
+  file's class, path under its class directory and size.
+
+  Args:
+    split_dir: the split's directory.
+    classes: the class names, label i being classes[i].
+    files: the image paths.
+    labels: their labels.
+
+  Returns:
+    The identity, JSON-ready.
+  """
+  digest = hashlib.sha256()
+  for path, label in zip(files, labels):
+    inside = os.path.relpath(path, os.path.join(split_dir, classes[label]))
+    digest.update(f'{classes[label]}\t{inside}\t{os.path.getsize(path)}\n'.encode('utf-8'))
+  return {'kind': 'folder', 'classes': list(classes),
+          'images_per_class': np.bincount(labels, minlength=len(classes)).tolist(),
+          'files': len(files), 'digest': digest.hexdigest()}
+
+
 def folder_source(root: str, split: str, *, process_index: int, process_count: int) -> Source:
-  """Images in `root/<split>/<class>/*`; classes are the sorted sub-directory names.
+  """Images in `root/<split>/<class>/` (sub-folders of a class included); classes
+  are the sorted sub-directory names.
 
   Args:
     root: the folder.
-    split: its sub-folder.
+    split: its sub-folder (itself a link, if need be, to a folder elsewhere).
     process_index: this process.
     process_count: the processes reading the split.
 
@@ -368,7 +421,8 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
     This process's `Source`.
   """
   split_dir = os.path.join(root, split)
-  if not os.path.realpath(split_dir).startswith(os.path.realpath(root) + os.sep):
+  parts = os.path.normpath(split).split(os.sep)
+  if os.path.isabs(split) or '..' in parts:
     raise DataError(f'The split {split!r} leads outside the image folder {root}; name a '
                     'sub-directory of it, such as train or test.')
   if not os.path.isdir(split_dir):
@@ -378,14 +432,12 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   check_names(split_dir, classes)
   files, labels = [], []
   for label, name in enumerate(classes):
-    found = [f for f in sorted(os.listdir(os.path.join(split_dir, name)))
-             if f.lower().endswith(IMAGE_EXTENSIONS)]
-    check_names(os.path.join(split_dir, name), found)
+    found = _class_files(os.path.join(split_dir, name))
     if not found:
       raise DataError(f'The class directory {os.path.join(split_dir, name)} holds no '
                       f'{"/".join(IMAGE_EXTENSIONS)} images: add some, or remove it (from '
                       'every split) if the class is not meant to be there.')
-    files += [os.path.join(split_dir, name, f) for f in found]
+    files += found
     labels += [label] * len(found)
   if not files:
     raise DataError(f'Image folder {split_dir} holds no {"/".join(IMAGE_EXTENSIONS)} files '
@@ -396,7 +448,7 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   examples = Examples(list(zip(files, labels)), lambda file_and_label: {
       'image': read_image(file_and_label[0]), 'label': file_and_label[1]}, start, end)
   return Source(examples, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
-                tuple(classes))
+                tuple(classes), folder_identity(split_dir, classes, files, labels))
 
 
 def image_problem(path: str) -> Optional[str]:

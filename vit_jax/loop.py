@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Sequence
 
 import jax
 import ml_collections
@@ -209,11 +209,46 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   with workdirs.claim(workdir, config, reconfigure, primary) as record, \
       Preemption() as preemption:
     check_inputs(config, workdir)
-    return _train(config, workdir, started, preemption, record)
+    return _train(config, workdir, started, preemption, record, reconfigure)
+
+
+def check_data(workdir: str, data: Dict[str, Any], reconfigure: bool) -> List[str]:
+  """The changes between the data the run in `workdir` recorded and `data`, refused
+  unless `reconfigure`.
+
+  Args:
+    workdir: the run's directory.
+    data: split -> the identity of the data given now (`Source.identity`).
+    reconfigure: accept the changes (they are recorded with the data).
+
+  Returns:
+    The changes accepted (none where the data is the run's or none was recorded).
+
+  Raises:
+    DataError: the data differs from the run's, without `reconfigure`.
+  """
+  recorded = workdirs.recorded_data(workdir)
+  changes = workdirs.data_changes(recorded, data) if recorded else []
+  if changes and not reconfigure:
+    raise DataError(f'The data is not what the run in {workdir} trained on: '
+                    f'{"; ".join(changes)}. Train into a new workdir, or rerun with '
+                    f'--reconfigure to go on with this data (the change is recorded in '
+                    f'{workdirs.DATA}).')
+  return changes
+
+
+def _describe(source: 'Source', split: str) -> str:
+  """One line: a split's images per class, as a run starts on it."""
+  counts = source.identity.get('images_per_class')
+  if not counts:
+    return f'{source.name} {split}: {source.num_examples} images, {source.num_classes} classes.'
+  return (f'{source.name} {split}: {sum(counts)} images in {len(counts)} classes (' +
+          ', '.join(f'{c} {n}' for c, n in zip(source.class_names, counts)) + ').')
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
-           preemption: 'Preemption', record: Callable[[], None]) -> Dict[str, float]:
+           preemption: 'Preemption', record: Callable[[], None],
+           reconfigure: bool = False) -> Dict[str, float]:
   from vit_jax import events
   from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
@@ -222,6 +257,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   if train_source.num_classes < 2:
     raise DataError(f'{config.dataset} has {train_source.num_classes} class: a classifier '
                     'needs at least two (a folder dataset has one folder per class).')
+  data = {'train': train_source.identity, 'eval': eval_source.identity}
+  accepted = check_data(workdir, data, reconfigure) if '://' not in workdir else []
+  for source, split in ((train_source, config.train_split), (eval_source, config.eval_split)):
+    log.info(_describe(source, split))
   steps_per_epoch = max(train_source.num_examples * jax.process_count() // config.batch_size, 1)
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
   beyond = [s for s in workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
@@ -251,6 +290,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
         f'). Train into a new workdir, from these parameters with --config.pretrained='
         f'{os.path.join(workdir, "params.npz")}, or give more total_steps to go on.')
   record()  # the settings are the run's from here on
+  if jax.process_index() == 0 and '://' not in workdir:
+    workdirs.record_data(workdir, data, accepted)
   state_bytes, params_bytes = workdirs.sizes(state)
   if jax.process_index() == 0:
     workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)

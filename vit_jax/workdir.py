@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import jax
 import ml_collections
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 LOCK = 'lock.json'
 RECORD = 'config.json'
+DATA = 'data.json'  # the identity of the data the run trains on (`record_data`)
 # A finished run's final step, evaluation and wall seconds (those of the workdir's
 # runs, resumed ones included, up to its last checkpoint and after); train.py writes it.
 RESULTS = 'results.json'
@@ -229,6 +230,93 @@ def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
   except ValueError as e:
     raise WorkdirError(f'{path} is not readable JSON ({e}); restore it, or delete it and rerun '
                        'with --reconfigure to record the current settings.') from e
+
+
+def recorded_data(workdir: str) -> Optional[Dict[str, Any]]:
+  """The data a run recorded in `workdir` (`DATA`: split -> identity), or None.
+
+  Args:
+    workdir: the directory.
+
+  Returns:
+    The record, or None where there is none.
+  """
+  path = os.path.join(workdir, DATA)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f)['splits']
+  except (ValueError, KeyError, TypeError) as e:
+    raise WorkdirError(f'{path} is not a record of the run\'s data ({e}); restore it, or '
+                       'delete it to record the current data.') from None
+
+
+def data_changes(recorded: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
+  """What differs between the data a run recorded and the data it is given now, in
+  words: classes renamed, added, removed or in another order (which changes what
+  each label means), images added or removed, files changed; TFDS datasets by
+  name, version, split and size.
+
+  Args:
+    recorded: split -> identity (`input_pipeline.Source.identity`), as recorded.
+    current: the same, now.
+
+  Returns:
+    One phrase per change; empty where the data is the run's.
+  """
+  said = []
+  for split in sorted(set(recorded) & set(current)):
+    old, new = recorded[split], current[split]
+    if old == new:
+      continue
+    if old.get('kind') != new.get('kind'):
+      said.append(f'{split}: a {new.get("kind")} dataset where the run read a '
+                  f'{old.get("kind")} one')
+      continue
+    before, after = old.get('classes', []), new.get('classes', [])
+    if before != after:
+      added = [c for c in after if c not in before]
+      removed = [c for c in before if c not in after]
+      if added or removed:
+        said.append(f'{split}: classes ' + '; '.join(
+            ([f'added {added}'] if added else []) + ([f'gone {removed}'] if removed else [])) +
+            f' ({len(before)} classes then, {len(after)} now)')
+      else:
+        moved = [c for c, d in zip(before, after) if c != d]
+        said.append(f'{split}: the classes {moved} changed places ({before} then, {after} '
+                    'now), so their labels would swap meaning')
+    for field in ('name', 'version', 'split', 'examples'):
+      if old.get(field) != new.get(field):
+        said.append(f'{split}: {field} {old.get(field)} -> {new.get(field)}')
+    if old.get('kind') == 'folder' and before == after:
+      count = lambda x: sum(x.get('images_per_class', []))
+      if count(old) != count(new):
+        said.append(f'{split}: {count(old)} images then, {count(new)} now')
+      elif old.get('digest') != new.get('digest'):
+        said.append(f'{split}: the same number of images, but files renamed, replaced or '
+                    'moved between classes')
+  return said
+
+
+def record_data(workdir: str, current: Dict[str, Any], accepted: Sequence[str] = ()) -> None:
+  """Records the data the run trains on (`DATA`), with any change a rerun accepted
+  and when.
+
+  Args:
+    workdir: the held workdir.
+    current: split -> identity.
+    accepted: the changes accepted (`data_changes`), kept with those before.
+  """
+  path = os.path.join(workdir, DATA)
+  history = []
+  if os.path.exists(path):
+    with open(path) as f:
+      history = json.load(f).get('accepted', [])
+  if accepted:
+    history.append({'at': time.strftime('%Y-%m-%dT%H:%M:%S'), 'changes': list(accepted)})
+  with atomic_write(path) as f:
+    json.dump({'splits': current, 'accepted': history}, f, indent=1)
 
 
 def check_record(workdir: str, config: ml_collections.ConfigDict,
