@@ -171,7 +171,7 @@ def test_a_vit_without_position_embeddings_as_the_originals_encoder_builds_it():
   assert 'posembed_input' not in params[False]['Transformer']
 
 
-def test_the_originals_lit_pp_bert_vocabulary_and_folder_dataset():
+def test_the_originals_lit_pp_bert_vocabulary_and_folder_dataset(testing_checkpoint):
   """The three behaviours the original's own tests rely on: a LiT model's `pp`
   with attributes (models_test.py), an unknown word mapped to the vocabulary's
   size where it has no [UNK] (preprocess_test.py), and a folder dataset whose `pp`
@@ -187,6 +187,7 @@ def test_the_originals_lit_pp_bert_vocabulary_and_folder_dataset():
   np.testing.assert_equal(tokenizer(['some', 'test', 'words', 'xxx']),
                           [[1, 2, 0], [1, 3, 0], [1, 4, 0], [1, 5, 0]])
   config = vit_config.get_config('testing,cifar10')
+  config.pretrained_dir = os.path.dirname(testing_checkpoint)
   with tempfile.TemporaryDirectory() as root:
     config.dataset = root
     config.pp = ml_collections.ConfigDict({'crop': 32})
@@ -540,3 +541,31 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
                      'not fit'):
     train.train_and_evaluate(config, other)
   assert _folder_bytes(other) == left
+
+
+def test_the_original_commands_usage_errors_are_one_sentence_in_its_terms(tmp_path):
+  """A mistyped config path, a config argument without its dataset, a dataset or
+  model the configs have no preset for, and a checkpoint missing from
+  pretrained_dir: each one sentence whose advice names the original's fields."""
+  from vit_jax import entry
+  from vit_jax.errors import ConfigError
+  spec = os.path.join(os.path.dirname(models_config.__file__), 'vit.py')
+  for arg, says in (('testing', 'takes MODEL,DATASET after the colon'),
+                    ('testing,fashion_mnist', "no preset for the dataset 'fashion_mnist'; its "
+                                              'presets are cifar10'),
+                    ('b99,cifar10', "knows no model 'b99'; its models are b16")):
+    with pytest.raises(ConfigError, match=says):
+      entry.load_recipe(f'{spec}:{arg}')
+  config = vit_config.get_config('testing,cifar10')
+  config.pretrained_dir = str(tmp_path)
+  with pytest.raises(ConfigError, match=r'testing\.npz does not exist: the original\'s config '
+                     r'fine-tunes from --config.pretrained_dir \(\S+\), where the file is '
+                     r'testing\.npz\. Download it there'):
+    train.train_and_evaluate(config, str(tmp_path / 'w'))
+  done = subprocess.run([sys.executable, '-m', 'vit_jax.main', f'--workdir={tmp_path / "w"}',
+                         f'--config={spec}.typo:testing,cifar10'], capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1].startswith(
+      f'Error: The recipe {spec}.typo does not exist')
+  assert not (tmp_path / 'w').exists()

@@ -37,7 +37,8 @@ def load_recipe(spec: str) -> ml_collections.ConfigDict:
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
     raise ConfigError(f'The recipe {path} does not exist; recipes are in configs/, e.g. '
-                      'configs/quickstart_vit.py.')
+                      'configs/quickstart_vit.py (the original vit_jax\'s configs in '
+                      'vit_jax/configs/, e.g. vit_jax/configs/vit.py:b16,cifar10).')
   module_spec = importlib.util.spec_from_file_location('recipe', path)
   module = importlib.util.module_from_spec(module_spec)
   try:
@@ -111,13 +112,18 @@ def define_recipe_flag(name: str, help_string: str, flag_values: flags.FlagValue
   flag_values[name].parser = RecipeParser(name, sys_argv)
 
 
-def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> None:
+def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str],
+                           fields: bool = True) -> None:
   """For each recipe flag (e.g. 'config', 'config2') given as `--config FILE` or
-  `--config=FILE`, checks that every `--config.a.b=...` names a field of it.
+  `--config=FILE`, loads the recipe (`load_recipe`: a missing file or a failing
+  `get_config` is one sentence) and checks that every `--config.a.b=...` names a
+  field of it.
 
   Args:
     argv: the command line.
     config_flags: the recipe flags' names.
+    fields: check the overrides against the project's recipe fields; False for
+      configs of another layout (the original's), which are only loaded.
   """
   for name in config_flags:
     spec = None
@@ -127,7 +133,9 @@ def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str]) -> 
       elif arg.startswith(f'--{name}='):
         spec = arg.split('=', 1)[1]
     if spec is not None:
-      settings.check_overrides(argv, load_recipe(spec), name)
+      recipe = load_recipe(spec)
+      if fields:
+        settings.check_overrides(argv, recipe, name)
 
 
 def _say(error: UserError, traceback: bool) -> None:
@@ -147,14 +155,16 @@ def _stop_at_once(message: str) -> NoReturn:
   os._exit(1)
 
 
-def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
-  """`app.run(main)`, with the recipe overrides checked first, the console set by
-  `--verbosity` (`console.configure`), and user errors and Ctrl-C printed as one
-  message (exit status 1).
+def run(main: Callable, config_flags: Sequence[str] = ('config',), fields: bool = True) -> None:
+  """`app.run(main)`, with the recipes loaded and their overrides checked first,
+  the console set by `--verbosity` (`console.configure`), and user errors and
+  Ctrl-C printed as one message (exit status 1).
 
   Args:
     main: the command's absl main.
     config_flags: the recipe flags' names.
+    fields: check the overrides against the project's recipe fields
+      (`check_recipe_overrides`).
   """
   def guarded(argv):
     # absl's app.run raises an unset --verbosity to 0 (INFO); unset is quiet here.
@@ -173,7 +183,7 @@ def run(main: Callable, config_flags: Sequence[str] = ('config',)) -> None:
       _stop_at_once('Stopped by Ctrl-C.')
 
   try:
-    check_recipe_overrides(sys.argv, config_flags)
+    check_recipe_overrides(sys.argv, config_flags, fields)
   except UserError as e:  # before the flags are parsed: --traceback read from argv
     _say(e, '--traceback' in sys.argv)
   app.run(guarded)

@@ -48,4 +48,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   define_flags()
-  entry.run(main, config_flags=())
+  entry.run(main, fields=False)  # the original's config: loaded first, fields its own

@@ -123,6 +123,20 @@ def _pretrained_file(config: ml_collections.ConfigDict) -> str:
   return os.path.join(config.pretrained_dir, f'{name}.npz')
 
 
+def _check_pretrained(path: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses a checkpoint an original config names that is not there, with advice
+  in the original's fields (`pretrained_dir`, `model_or_filename`)."""
+  if '://' in path or os.path.exists(path):
+    return
+  field = ('--config.model_or_filename names another file'
+           if config.get('model_or_filename') else
+           f'the file is {config.model.model_name}.npz')
+  raise ConfigError(f'{path} does not exist: the original\'s config fine-tunes from '
+                    f'--config.pretrained_dir ({config.pretrained_dir}), where {field}. Download '
+                    f'it there (from gs://vit_models/imagenet21k/ or gs://vit_models/augreg/), or '
+                    'set --config.pretrained_dir to the folder that holds it.')
+
+
 def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The project's recipe (`settings.FIELDS`) of an original fine-tuning config: the
   same model in float32, data, batch sizes, SGD momentum (its dtype `optim_dtype`),
@@ -215,7 +229,7 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     raw = flax_checkpoints.restore_checkpoint(found, target=None)
     params, opt_state, step = raw['0'], raw['1'], int(raw['2'])
     traces = [v['trace'] for v in _subtrees(opt_state) if isinstance(v, dict) and 'trace' in v]
-  except (KeyError, TypeError, ValueError) as e:
+  except (KeyError, TypeError, ValueError, IndexError, OSError) as e:  # msgpack's: ValueErrors
     raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
                        f'(params, optimizer state, step): {e}. Give another --workdir.') from None
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
@@ -270,7 +284,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   """
   from flax.training import checkpoints as flax_checkpoints  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  config = recipe(config)
+  original_config, config = config, recipe(config)
+  _check_pretrained(config.pretrained, original_config)
   adopted = adopt_original_checkpoint(config, workdir)
   if adopted is not None and adopted >= config.total_steps:
     logging.info('%s holds the original run\'s checkpoint_%d, at or past total_steps=%d: '

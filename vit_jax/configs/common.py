@@ -65,6 +65,11 @@ def with_dataset(config: ml_collections.ConfigDict, dataset: str) -> ml_collecti
   Returns:
     The new config.
   """
+  if dataset not in DATASET_PRESETS:
+    raise ValueError(f'The original\'s configs have no preset for the dataset {dataset!r}; '
+                     f'its presets are {", ".join(DATASET_PRESETS)}. Give one of them, then '
+                     'set --config.dataset (a TFDS name or a folder of images) and '
+                     '--config.pp.train, --config.pp.test, --config.pp.crop for another.')
   config = ml_collections.ConfigDict(config.to_dict())
   config.dataset = dataset
   config.update(copy.deepcopy(DATASET_PRESETS[dataset]))  # the presets stay as they are

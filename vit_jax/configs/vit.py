@@ -20,9 +20,18 @@ def get_config(model_dataset: str) -> ml_collections.ConfigDict:
   Returns:
     The config.
   """
-  model, dataset = model_dataset.split(',')
+  parts = model_dataset.split(',')
+  if len(parts) != 2:
+    raise ValueError(f'vit.py takes MODEL,DATASET after the colon (e.g. vit.py:b16,cifar10), '
+                     f'not {model_dataset!r}.')
+  model, dataset = parts
   config = common.with_dataset(common.get_config(), dataset)
-  config.model = getattr(models, f'get_{model}_config')()
+  get_model = getattr(models, f'get_{model}_config', None)
+  if get_model is None:
+    known = sorted(name[len('get_'):-len('_config')] for name in dir(models)
+                   if name.startswith('get_') and name.endswith('_config'))
+    raise ValueError(f'vit.py knows no model {model!r}; its models are {", ".join(known)}.')
+  config.model = get_model()
   if (model, dataset) == ('b16', 'cifar10'):
     config.base_lr = 0.01
   return config
