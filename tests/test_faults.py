@@ -857,3 +857,37 @@ def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
   with pytest.raises(errors.DataError, match=r"tiny was trained on the classes \['class_0', "
                      r"'class_1'\] .* but folder:\S+ names \['cat', 'dog'\]"):
     cli.check_data([subject], other, 4, ['eval'], {'tiny': workdir})
+
+
+def test_a_file_deleted_during_training_stops_the_run_after_saving_its_steps(tmp_path,
+                                                                            monkeypatch):
+  """The folder's images are deleted after the third step: the run stops with one
+  sentence naming a file and the checkpoint of the last step it trained, which a
+  rerun on the restored folder resumes from."""
+  import shutil
+  root = str(tmp_path / 'images')
+  folder = make_folder(root, {'train': [12, 12], 'test': [4, 4]}, size=(8, 8))
+  shutil.copytree(root, str(tmp_path / 'copy'))
+  real = loop.device_batches
+
+  def deleting(*args, **kwargs):
+    for step, batch in enumerate(real(*args, **kwargs), 1):
+      yield batch
+      if step == 3:
+        shutil.rmtree(os.path.join(root, 'train'))
+  monkeypatch.setattr(loop, 'device_batches', deleting)
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(folder, total_steps=40, eval_every=40, checkpoint_every=40)
+  with pytest.raises(errors.DataError, match=r'class_\d/\S+ can no longer be read \(No such file '
+                     r'or directory\): .* Stopped at step (\d+) of 40; the checkpoint is '
+                     r'\S+/checkpoints/\1\.$') as stopped:
+    loop.train_and_evaluate(config, workdir)
+  saved = int(str(stopped.value).rsplit('/', 1)[1].rstrip('.'))
+  assert saved >= 3
+  monkeypatch.setattr(loop, 'device_batches', real)
+  shutil.rmtree(root)
+  shutil.copytree(str(tmp_path / 'copy'), root)
+  with open(os.path.join(workdir, 'data.json')) as f:
+    assert json.load(f)['splits']['train']['files'] == 24
+  loop.train_and_evaluate(config, workdir)
+  assert json.load(open(os.path.join(workdir, 'results.json')))['step'] == 40

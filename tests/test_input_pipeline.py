@@ -499,3 +499,15 @@ def test_class_folders_are_read_at_any_depth_and_split_folders_may_be_links(tmp_
   with pytest.raises(input_pipeline.DataError, match=r'link\.jpg is a link to \S+gone\.jpg, '
                      'which does not exist: remove the link'):
     input_pipeline.get_source(f'folder:{root}', 'train')
+
+
+def test_an_image_larger_than_pils_bomb_limit_is_read_as_it_is(tmp_path, monkeypatch):
+  """A whole PNG and JPEG past PIL's decompression-bomb limit (lowered here to 100
+  pixels, so that a 40 x 30 image passes it twice over) are images like any other."""
+  import PIL.Image
+  monkeypatch.setattr(PIL.Image, 'MAX_IMAGE_PIXELS', 100)
+  pixels = np.random.RandomState(0).randint(0, 256, (30, 40, 3), np.uint8)
+  for name in ('big.png', 'big.jpg'):
+    PIL.Image.fromarray(pixels).save(tmp_path / name)
+    assert input_pipeline.image_problem(str(tmp_path / name)) is None
+    assert input_pipeline.read_image(str(tmp_path / name)).shape == (30, 40, 3)

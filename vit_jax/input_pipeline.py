@@ -354,8 +354,13 @@ def read_image(path: str) -> np.ndarray:
   Raises:
     DataError: the file does not decode.
   """
-  image = cv2.imdecode(np.fromfile(path, np.uint8),
-                       cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
+  try:
+    data = np.fromfile(path, np.uint8)
+  except OSError as e:
+    raise DataError(f'{path} can no longer be read ({e.strerror}): it was deleted, moved or '
+                    'made unreadable while the run read its folder. Restore it, or train '
+                    'into a new workdir on the folder as it is now.') from None
+  image = cv2.imdecode(data, cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
   if image is None:
     raise DataError(f'Damaged image file {path} (it does not decode): replace or remove it.')
   return image
@@ -484,6 +489,8 @@ def image_problem(path: str) -> Optional[str]:
       else:
         image.draft('RGB', (1, 1))
         image.load()
+  except PIL.Image.DecompressionBombError:
+    return None  # whole (its end marker found) and only larger than PIL checks: read as is
   except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for damaged data
     return f'Damaged image file {path} ({e}): replace or remove it.'
   return None

@@ -317,7 +317,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
           jax.block_until_ready(run.metrics)  # the clock reads time trained, not dispatched
         if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
           run.state = steps.set_learning_rate(run.state, setup.schedule(clock.progress(step - 1)))
-        run.state, run.metrics = setup.train_step(run.state, next(batches))
+        try:
+          batch = next(batches)
+        except DataError as e:  # a file gone or damaged since the run began: keep the steps
+          if run.saved != step - 1 and step > 1:
+            run.save(step - 1)
+          kept = (f'the checkpoint is {run.manager.directory}/{run.saved}' if run.saved
+                  else 'no step had been trained')
+          raise DataError(f'{e} Stopped at step {step - 1} of {total_steps}; {kept}.') from None
+        run.state, run.metrics = setup.train_step(run.state, batch)
         run.throughput.started(step, run.metrics)
         stopping = preemption.requested(step, config.log_every)
         last = clock.done(step)
