@@ -17,8 +17,19 @@ work="${WORKDIRS:-workdirs}"
 scripts/setup.sh
 scripts/get_data.sh
 for model in vit resnet; do
-  .venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py" \
-    --workdir "$work/quickstart_${model}" --config.time_budget=15m "$@"
+  train=(.venv/bin/python -m vit_jax.train --config "configs/quickstart_${model}.py"
+         --workdir "$work/quickstart_${model}" --config.time_budget=15m "$@")
+  trained=0
+  "${train[@]}" || trained=$?
+  # Exit status 75: the stall watchdog ended a run whose CPU devices waited at a
+  # collective for one that never came (docs/reliability.md). Resume once, from its
+  # last checkpoint, on one CPU device, where no collective can wait.
+  if (( trained == 75 )); then
+    echo "Resuming $model from its last checkpoint on one CPU device."
+    trained=0
+    "${train[@]}" --cpu_devices=1 || trained=$?
+  fi
+  (( trained == 0 )) || exit "$trained"
 done
 status=0
 .venv/bin/python -m analysis all \
