@@ -12,6 +12,7 @@ import io
 import logging
 import os
 import zipfile
+import zlib
 from typing import Any, Mapping, Optional, Sequence
 
 import flax
@@ -123,7 +124,9 @@ def _read_npz(path: epath.Path) -> Flat:
     raise CheckpointError(
         f'{path} is not an .npz parameter file (numpy reads no arrays in it: it is text, a '
         'pickle or another format). Point to the .npz itself, or download it again.') from e
-  except (zipfile.BadZipFile, EOFError, OSError) as e:
+  except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, zlib.error,
+          RuntimeError) as e:
+    # A damaged entry header naming a compression zipfile lacks, or encryption
     raise CheckpointError(
         f'{path} is not a readable .npz parameter file ({type(e).__name__}: {e}). It may be '
         'truncated or corrupt: download it again or use an earlier copy.') from e

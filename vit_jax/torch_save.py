@@ -23,6 +23,7 @@ import pathlib
 import pickle
 import struct
 import zipfile
+import zlib
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Tuple, Union
 
 import ml_dtypes
@@ -40,6 +41,13 @@ _STORAGES = {'DoubleStorage': np.float64, 'FloatStorage': np.float32, 'HalfStora
              'BFloat16Storage': ml_dtypes.bfloat16, 'LongStorage': np.int64,
              'IntStorage': np.int32, 'ShortStorage': np.int16, 'CharStorage': np.int8,
              'ByteStorage': np.uint8, 'BoolStorage': np.bool_, 'UntypedStorage': np.uint8}
+
+
+# What zipfile raises on a damaged archive: a bad header or CRC, a name that is not
+# UTF-8, a compression method it lacks, a deflate stream cut short, an entry whose
+# flags say it is encrypted (RuntimeError).
+_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError,
+               zlib.error, RuntimeError)
 
 
 class UnsafeFileError(ValueError):
@@ -254,7 +262,11 @@ def loads(data: bytes, records: Iterable[str] = ()) -> Any:
 
 
 def _load(f: BinaryIO, records: Iterable[str]) -> Any:
-  if not zipfile.is_zipfile(f):
+  try:
+    is_zip = zipfile.is_zipfile(f)
+  except _ZIP_ERRORS as error:
+    raise UnsafeFileError(f'its zip archive is damaged ({_said(error)})') from None
+  if not is_zip:
     f.seek(0)
     if f.read(1) == b'\x80':
       raise UnsafeFileError('it is a plain pickle or the format of PyTorch before 1.6; load '
@@ -266,8 +278,8 @@ def _load(f: BinaryIO, records: Iterable[str]) -> Any:
   try:
     archive = zipfile.ZipFile(f)
     names = archive.namelist()
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
-    raise UnsafeFileError(f'its zip archive is damaged ({error})') from None
+  except _ZIP_ERRORS as error:
+    raise UnsafeFileError(f'its zip archive is damaged ({_said(error)})') from None
   pickles = [n for n in names if n == 'data.pkl' or n.endswith('/data.pkl')]
   if len(pickles) != 1:
     raise UnsafeFileError(f'it holds {len(pickles)} data.pkl entries where torch.save '
@@ -297,9 +309,13 @@ def _load(f: BinaryIO, records: Iterable[str]) -> Any:
     raise
   except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
           AttributeError, struct.error, RecursionError, MemoryError, OverflowError) as error:
-    said = ' '.join(str(error).split())[:200]
     raise UnsafeFileError(f'its pickle is damaged ({type(error).__name__}: '
-                          f'{said or "it ends early"})') from None
+                          f'{_said(error) or "it ends early"})') from None
+
+
+def _said(error: BaseException) -> str:
+  """An error's message on one line, at most 200 characters."""
+  return ' '.join(str(error).split())[:200]
 
 
 def _entry(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
@@ -314,5 +330,5 @@ def _entry(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
                           'expected')
   try:
     return archive.read(name)
-  except (zipfile.BadZipFile, OSError, EOFError) as error:
-    raise UnsafeFileError(f'its entry {name} is damaged ({error})') from None
+  except _ZIP_ERRORS as error:
+    raise UnsafeFileError(f'its entry {name} is damaged ({_said(error)})') from None
