@@ -288,3 +288,13 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   write_saev_file(wider, _state(d=width + 1, m=M), _saev_header('Relu'))
   with pytest.raises(ConfigError, match=f'reads activations {width + 1} wide'):
     tool.TOOL.run(subject, batches, str(tmp_path), tool.Options(sae_load=wider))
+
+
+@pytest.mark.parametrize('name, data, says', [
+    ('zero.npz', b'', 'zero.npz is not a readable SAE dictionary \\(EOFError'),
+    ('text.safetensors', b'hello', 'text.safetensors is not a readable SAE dictionary '
+                                   '\\(SafetensorError')])
+def test_an_empty_or_text_dictionary_file_is_named(tmp_path, name, data, says):
+  (tmp_path / name).write_bytes(data)
+  with pytest.raises(ValueError, match=says):
+    sae_files.read(str(tmp_path / name))

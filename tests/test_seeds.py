@@ -258,3 +258,16 @@ def test_the_rows_of_a_sweep_are_analysed_as_their_seeds_runs(tmp_path, flags, s
        '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
   assert re.search(says, run.stderr.strip().splitlines()[-1]), run.stderr[-500:]
+
+
+@pytest.mark.parametrize('seeds', ['-1', '0,0'])
+def test_a_negative_or_repeated_seed_is_one_sentence_before_any_work(tmp_path, seeds):
+  done = subprocess.run([sys.executable, '-m', 'vit_jax.sweep', '--config',
+                         'configs/ablations.py:skip', '--workdir', str(tmp_path / 'w'),
+                         f'--seeds={seeds}'], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert done.returncode == 1
+  assert done.stderr.strip().splitlines()[-1] == (
+      f'Error: --seeds={seeds}: give each seed once, each 0 or more (the data order and '
+      'initialisation draw from it), e.g. --seeds=0,1,2.')
+  assert not (tmp_path / 'w').exists()

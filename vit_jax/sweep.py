@@ -306,6 +306,9 @@ def main(argv: Sequence[str]) -> None:
     except ValueError:
       raise ConfigError(f'--seeds={",".join(FLAGS.seeds)}: give whole numbers, e.g. '
                         '--seeds=0,1,2.') from None
+    if min(seeds) < 0 or len(set(seeds)) < len(seeds):
+      raise ConfigError(f'--seeds={",".join(FLAGS.seeds)}: give each seed once, each 0 or more '
+                        '(the data order and initialisation draw from it), e.g. --seeds=0,1,2.')
     config = with_seeds(config, seeds)
   split_cpu_into_devices(config, FLAGS.cpu_devices, 1)
   run_sweep(config, FLAGS.workdir, FLAGS.rows)

@@ -53,6 +53,7 @@ forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
 """
 import dataclasses
 import json
+import zipfile
 from typing import Any, Dict, Iterable, Tuple
 
 import jax
@@ -489,17 +490,24 @@ def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
     ValueError: a file without the SAE's parameters, naming those it lacks.
   """
   fields = {f.name for f in dataclasses.fields(Spec)}
-  if path.endswith('.safetensors'):
-    with safetensors.safe_open(path, 'np') as f:
-      arrays = {k: f.get_tensor(k) for k in f.keys()}
-      metadata = f.metadata() or {}
-    written = json.loads(metadata.get('spec', '{}'))
-    about = json.loads(metadata.get('about', '{}'))
-  else:
-    with np.load(path, allow_pickle=False) as data:
-      arrays = {k: data[k] for k in data.files if '/' not in k}
-      written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
-      about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
+  try:
+    if path.endswith('.safetensors'):
+      with safetensors.safe_open(path, 'np') as f:
+        arrays = {k: f.get_tensor(k) for k in f.keys()}
+        metadata = f.metadata() or {}
+      written = json.loads(metadata.get('spec', '{}'))
+      about = json.loads(metadata.get('about', '{}'))
+    else:
+      with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files if '/' not in k}
+        written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
+        about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
+  except (ValueError, OSError, EOFError, RuntimeError, NotImplementedError, KeyError,
+          zipfile.BadZipFile, safetensors.SafetensorError) as e:  # a damaged or other file
+    raise ValueError(f'{path} is not a readable SAE dictionary ({type(e).__name__}: '
+                     f'{" ".join(str(e).split())[:200]}).') from None
+  if not isinstance(written, dict) or not isinstance(about, dict):
+    raise ValueError(f'{path}: its header\'s spec and about are not JSON objects.')
   missing = [k for k in PARAMS if k not in arrays]
   if missing:
     raise ValueError(f'{path} holds no {", ".join(missing)}: it is not an SAE dictionary '
