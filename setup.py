@@ -20,9 +20,9 @@ setuptools.setup(
         'corruptions': ['imagecorruptions-imaug'],
         # LiT's SentencePiece vocabularies.
         'lit': ['sentencepiece'],
-        'test': ['pytest', 'pytest-xdist', 'hypothesis', 'filelock', 'nbclient', 'nbformat', 'ipykernel',
-                 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]', 'imagecorruptions-imaug',
-                 'sentencepiece'],
+        'test': ['pytest', 'pytest-xdist', 'hypothesis', 'filelock', 'nbclient', 'nbformat',
+                 'ipykernel', 'mkdocs', 'mkdocs-material', 'mkdocstrings[python]',
+                 'imagecorruptions-imaug', 'sentencepiece'],
         # Accelerators: JAX's own builds for NVIDIA GPUs (CUDA 13 or 12 drivers) and TPUs.
         'cuda': ['jax[cuda13]'],
         'cuda12': ['jax[cuda12]'],

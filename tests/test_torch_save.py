@@ -32,7 +32,8 @@ def _state():
   base = torch.randn(4, 6, generator=g)
   return collections.OrderedDict([
       ('w', base), ('w_t', base.t()), ('row', base[2]), ('strided', base[:, ::2]),
-      ('half', torch.randn(3, generator=g).half()), ('bf16', torch.randn(5, generator=g).bfloat16()),
+      ('half', torch.randn(3, generator=g).half()),
+      ('bf16', torch.randn(5, generator=g).bfloat16()),
       ('long', torch.arange(7)), ('flag', torch.tensor([True, False])),
       ('empty', torch.zeros(0, 3)), ('scalar', torch.tensor(2.5)),
       ('param', torch.nn.Parameter(torch.ones(2, 2)))])
@@ -153,8 +154,10 @@ def _hostile(tmp: pathlib.Path):
           p, _Reduces(pathlib.Path.unlink, (victim,)), protocol=4),
       'Path.write_text (protocol 4 dotted name)': lambda p: _torch_file(
           p, _Reduces(pathlib.Path.write_text, (written, 'import os')), protocol=4),
-      'builtins.exec': lambda p: _torch_file(p, _Reduces(exec, (f'import os; os.system({cmd!r})',))),
-      'builtins.eval': lambda p: _torch_file(p, _Reduces(eval, (f'__import__("os").remove({str(victim)!r})',))),
+      'builtins.exec': lambda p: _torch_file(
+          p, _Reduces(exec, (f'import os; os.system({cmd!r})',))),
+      'builtins.eval': lambda p: _torch_file(
+          p, _Reduces(eval, (f'__import__("os").remove({str(victim)!r})',))),
       '__import__': lambda p: _torch_file(p, _Reduces(__import__, ('os',))),
       'getattr chain': lambda p: _torch_file(
           p, _Reduces(getattr, (_Reduces(__import__, ('os',)), 'remove'))),
