@@ -509,6 +509,9 @@ def test_the_headline_command_offline_fails_at_once_naming_the_checkpoint(tmp_pa
 def test_cpu_device_count_divides_every_batch(cores, batch, accum, processes, expected):
   config = tiny_config(batch_size=batch, accum_steps=accum, eval_batch_size=512)
   assert cpu_devices.cpu_device_count(config, cores, processes) == expected
+  # At lowered priority (nice 19 beside other work, where two devices deadlocked at
+  # an all-reduce), one device whatever the cores.
+  assert cpu_devices.cpu_device_count(config, cores, processes, niceness=19) == 1
 
 
 def test_non_positive_batch_or_accumulation_is_named(tmp_path):

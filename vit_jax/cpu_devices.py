@@ -10,20 +10,28 @@ import jax
 import ml_collections
 
 
-def cpu_device_count(config: ml_collections.ConfigDict, cores: int, processes: int = 1) -> int:
-  """Devices to split a CPU host into: one per core, cut to a divisor of every batch.
+def cpu_device_count(config: ml_collections.ConfigDict, cores: int, processes: int = 1,
+                     niceness: int = 0) -> int:
+  """Devices to split a CPU host into: one per core, cut to a divisor of every batch;
+  one for a process of lowered priority.
 
   XLA:CPU runs a train step faster as one program per core than as one
-  program threaded over the cores (ViT-S/16 at 224 px: 1.3-1.5x on 2 cores).
+  program threaded over the cores (ViT-S/16 at 224 px: 1.3-1.5x on 2 cores). At
+  nice 19 beside other work, runs split into two devices stopped at an all-reduce
+  for good, one device's thread never arriving (docs/reliability.md); a run of
+  one device has no collective to wait at.
 
   Args:
     config: the recipe (its batch sizes).
     cores: the cores this process may use.
     processes: the run's processes.
+    niceness: the process's nice value (`os.nice(0)`); above 0, one device.
 
   Returns:
     The device count.
   """
+  if niceness > 0:
+    return 1
   batch = math.gcd(config.batch_size // max(config.accum_steps, 1), config.eval_batch_size)
   per_process = batch // processes if batch % processes == 0 else 1
   return max(n for n in range(1, max(cores, 1) + 1) if per_process % n == 0)
@@ -45,7 +53,8 @@ def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
             or 'JAX_NUM_CPU_DEVICES' in os.environ)
   if forced and not requested:
     return
-  count = requested or cpu_device_count(config, len(os.sched_getaffinity(0)), processes)
+  count = requested or cpu_device_count(config, len(os.sched_getaffinity(0)), processes,
+                                        niceness=os.nice(0))
   if count > 1:
     patient_collectives()
   jax.config.update('jax_num_cpu_devices', count)
