@@ -201,6 +201,31 @@ def cases(work: str):
     open(path, 'w').close()
     return on_trained('--out', path)
 
+  def data_changed():
+    """A run's folder gains a class in both splits after it trained; the same
+    command again."""
+    import shutil
+    root = os.path.join(work, 'images_more')
+    shutil.copytree(folder[len('folder:'):], root)
+    run = os.path.join(work, 'data_run')
+    timed('vit_jax.train', '--workdir', run, *tiny(f'folder:{root}'))
+    for split in ('train', 'test'):
+      shutil.copytree(os.path.join(root, split, 'class_0'), os.path.join(root, split, 'class_9'))
+    return timed('vit_jax.train', '--workdir', run, *tiny(f'folder:{root}'))
+
+  def other_classes():
+    """The trained model analysed on a folder of as many classes under other names."""
+    import shutil
+    root = os.path.join(work, 'renamed')
+    shutil.copytree(folder[len('folder:'):], root)
+    for split in ('train', 'test'):
+      for i, name in enumerate(('cat', 'dog', 'eel')):
+        os.rename(os.path.join(root, split, f'class_{i}'), os.path.join(root, split, name))
+    return on_trained('--dataset', f'folder:{root}')
+
+  def broken_link(root):
+    os.symlink(os.path.join(root, 'gone.jpg'), os.path.join(root, 'train', 'class_0', 'link.jpg'))
+
   def hostile(name):
     """A torch.save-style zip whose pickle deletes `victim.txt` when unpickled
     (protocol 4: `pathlib.Path.unlink` as one dotted name), and the victim."""
@@ -305,6 +330,9 @@ def cases(work: str):
           trained(), *tiny(folder)[:6], '--num_images', '60', '--batch_size', '30'),
       'zeroshot_duplicate_classes': duplicate_classnames,
       'hostile_pth_pretrained': hostile_pretrained,
+      'data_changed': data_changed,
+      'analysis_other_classes': other_classes,
+      'broken_link': lambda: folder_case('linked', broken_link),
       'hostile_sae_file': hostile_sae,
       'zeroshot_batch_size': lambda: timed(
           'vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint', os.path.join(work, 'x.npz'),
