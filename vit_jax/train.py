@@ -7,7 +7,7 @@ Also the original vit_jax's `train_and_evaluate` and `make_update_fn`, for its
 configs (`vit_jax/configs/`) and data-parallel `pmap` steps (docs/original.md).
 """
 import os
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import flax
 import jax
@@ -227,8 +227,10 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     return None
   try:
     raw = flax_checkpoints.restore_checkpoint(found, target=None)
-    params, opt_state, step = raw['0'], raw['1'], int(raw['2'])
-    traces = [v['trace'] for v in _subtrees(opt_state) if isinstance(v, dict) and 'trace' in v]
+    params, step = raw['0'], int(raw['2'])
+    trace = optax.tree_utils.tree_get(raw['1'], 'trace')  # SGD's momentum, found once
+    if trace is None:
+      raise KeyError('its optimizer state keeps no momentum trace')
   except (KeyError, TypeError, ValueError, IndexError, OSError) as e:  # msgpack's: ValueErrors
     raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
                        f'(params, optimizer state, step): {e}. Give another --workdir.') from None
@@ -238,9 +240,9 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
   try:
     ours = _project_tree(params, state.params, config.model_name, config.model.to_dict())
     momentum = optax.tree_utils.tree_get(state.opt_state, 'trace')
-    if len(traces) != 1 or momentum is None:
-      raise ValueError(f'{len(traces)} momentum traces where SGD with momentum keeps one')
-    trace = _project_tree(traces[0], momentum, config.model_name, config.model.to_dict())
+    if momentum is None:
+      raise ValueError('this recipe\'s optimizer keeps no momentum to take the file\'s into')
+    trace = _project_tree(trace, momentum, config.model_name, config.model.to_dict())
   except (ValueError, KeyError, TypeError) as e:
     raise WorkdirError(f'{found}, left by an original vit_jax run, does not fit this config\'s '
                        f'{config.model_name} ({e}); give the config that run used, or another '
@@ -257,14 +259,6 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     record()
   logging.info('Resuming from %s, left by an original vit_jax run, at step %d.', found, step)
   return step
-
-
-def _subtrees(tree: Any) -> Iterator[Any]:
-  """Every dict of a nested state dict, outermost first."""
-  if isinstance(tree, dict):
-    yield tree
-    for value in tree.values():
-      yield from _subtrees(value)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
