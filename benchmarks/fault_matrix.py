@@ -221,7 +221,7 @@ def cases(work: str):
     for split in ('train', 'test'):
       for i, name in enumerate(('cat', 'dog', 'eel')):
         os.rename(os.path.join(root, split, f'class_{i}'), os.path.join(root, split, name))
-    return on_trained('--dataset', f'folder:{root}')
+    return on_trained('--dataset', f'folder:{root}', '--num_images', '30')
 
   def broken_link(root):
     os.symlink(os.path.join(root, 'gone.jpg'), os.path.join(root, 'train', 'class_0', 'link.jpg'))
