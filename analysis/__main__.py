@@ -186,7 +186,7 @@ LAST = 'last'
 
 
 def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], words: Sequence[str],
-             groups: Dict[str, Tuple[str, int]]
+             groups: Dict[str, Tuple[str, int]], origins: Optional[Dict[str, str]] = None
              ) -> List[Tuple[features.Subject, str, Optional[str]]]:
   """Each model of `loaded` (subject, source, workdir) as one model per step of
   `words` (`--steps`), labelled '<label>_step<N>', from the parameters its run kept
@@ -199,6 +199,7 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
     loaded: (subject, source, workdir) of each model.
     words: 'warmup', step numbers and 'last'.
     groups: each run's (model, seed), by label, for models given as several runs.
+    origins: where each model at a step gets its run's workdir, by label.
 
   Returns:
     (subject, source, None) of each model at each step.
@@ -243,6 +244,8 @@ def at_steps(loaded: Sequence[Tuple[features.Subject, str, Optional[str]]], word
                                  label=label, recipe=recipe)
       if FLAGS.sharding == 'fsdp':
         at = features.split_parameters(at)
+      if origins is not None:
+        origins[label] = workdir
       out.append((at, path, None))
   groups.clear()
   groups.update(stepped)
@@ -381,7 +384,7 @@ def check_heads(subjects: Sequence[features.Subject], names: Sequence[str]) -> N
 
 
 def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num_images: int,
-               splits: Sequence[str], runs: Optional[Dict[str, str]] = None) -> None:
+               splits: Sequence[str], run_dirs: Optional[Dict[str, str]] = None) -> None:
   """Each model's head against the classes of the data it is analysed on (and,
   for a model from a training workdir, against the classes its run recorded, in
   their order), and each split the tools read against `num_images`; records the
@@ -392,7 +395,7 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
     dataset: the dataset given instead of each recipe's own, or None.
     num_images: the images per split the tools use (--num_images).
     splits: the splits the tools read ('train', 'eval': `Tool.splits`).
-    runs: each model's training workdir, by label, where it came from one.
+    run_dirs: each model's training workdir, by label, where it came from one.
   """
   from vit_jax import input_pipeline  # TensorFlow, only where data is read
   for s in subjects:
@@ -410,7 +413,8 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
           f'The head of {s.label} has {s.config.num_classes} classes but {source.name} has '
           f'{source.num_classes}: analyse it on the data it was trained on (its recipe\'s '
           'dataset, or --dataset).')
-    recorded = workdirs.recorded_data(runs[s.label]) if (runs or {}).get(s.label) else None
+    run_dir = (run_dirs or {}).get(s.label)
+    recorded = workdirs.recorded_data(run_dir) if run_dir else None
     trained = (recorded or {}).get('train', {}).get('classes')
     if trained and source.class_names and list(source.class_names) != trained:
       raise DataError(
@@ -613,8 +617,10 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
     if len(loaded) == len(second_runs) == 1 and first.label == second.label:
       second.label += '_2'  # one recipe file for both: the second model is '<label>_2'
     loaded += second_runs
+  run_dirs = {s.label: workdir for s, _, workdir in loaded if workdir}  # the class check's
   if FLAGS.steps:
-    loaded = at_steps(loaded, FLAGS.steps, groups)
+    run_dirs = {}
+    loaded = at_steps(loaded, FLAGS.steps, groups, run_dirs)
   subjects = [s for s, _, _ in loaded]
   if len({s.label for s in subjects}) < len(subjects):
     twice = sorted({s.label for s in subjects if [t.label for t in subjects].count(s.label) > 1})
@@ -633,8 +639,7 @@ def _run_held(name: str, names: List[str], options: Dict[str, Any], seconds: Opt
   names = check_tools(subjects, names, name)
   check_heads(subjects, names)
   check_data(subjects, FLAGS.dataset, FLAGS.num_images,
-             sorted({split for n in names for split in tool.TOOLS[n].splits}),
-             {s.label: workdir for s, _, workdir in loaded if workdir})
+             sorted({split for n in names for split in tool.TOOLS[n].splits}), run_dirs)
   claim_out(FLAGS.out, about, FLAGS.overwrite)
   before = files_in(FLAGS.out)  # what the manifest leaves out: the files already there
   try:
