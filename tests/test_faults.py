@@ -793,6 +793,7 @@ def _swap(a, b):
   os.rename(a + '.tmp', b)
 
 
+@pytest.mark.slow
 def test_a_resume_on_other_data_is_refused_saying_what_changed(tmp_path):
   """A run on a folder records its data (data.json); each change a rerun meets (class
   folders swapped, images added, a class added, files replaced) is refused in one
@@ -838,6 +839,7 @@ def test_a_resume_on_other_data_is_refused_saying_what_changed(tmp_path):
   assert record['accepted'][0]['changes'] == ['train: 24 images then, 26 now']
 
 
+@pytest.mark.slow
 def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
   root = str(tmp_path / 'images')
   folder = make_folder(root, {'train': [8, 8], 'test': [4, 4]}, size=(8, 8))
@@ -859,6 +861,7 @@ def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
     cli.check_data([subject], other, 4, ['eval'], {'tiny': workdir})
 
 
+@pytest.mark.slow
 def test_a_file_deleted_during_training_stops_the_run_after_saving_its_steps(tmp_path,
                                                                             monkeypatch):
   """The folder's images are deleted after the third step: the run stops with one

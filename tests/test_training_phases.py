@@ -121,6 +121,7 @@ def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
   assert '--config.keep_params_at=4' in refused.stderr
 
 
+@pytest.mark.slow
 def test_two_models_of_one_recipe_at_steps_are_four_models_each_from_its_own_run(run):
   """--config and --config2 of one recipe file, each at warm-up and last: the second
   model's labels end in '_2' before the steps are added, so no label is given twice
