@@ -397,7 +397,7 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
     splits: the splits the tools read ('train', 'eval': `Tool.splits`).
     run_dirs: each model's training workdir, by label, where it came from one.
   """
-  from vit_jax import input_pipeline  # TensorFlow, only where data is read
+  from vit_jax import input_pipeline  # TFDS and Grain, only where data is read
   for s in subjects:
     name = dataset or s.recipe.dataset
     source = input_pipeline.get_source(name, s.recipe.eval_split, s.recipe.data_dir)

@@ -6,9 +6,9 @@ parameters and optimizer state are replicated (the step itself: `steps.py`).
 Checkpoints (orbax, atomic, checksummed: `run_state`) go to DIR/checkpoints and a
 run resumes from the newest one that checks out; the final parameters are also
 written as DIR/params.npz in the published layout, and those of the steps that
-`keep_params_at` names as DIR/params_<step>.npz. TensorFlow (data, logs) is
-imported only once the settings are checked, so a wrong setting is answered in
-seconds.
+`keep_params_at` names as DIR/params_<step>.npz. The data's modules (TFDS,
+Grain, OpenCV) are imported only once the settings are checked, so a wrong
+setting is answered in seconds.
 """
 import dataclasses
 import json
@@ -33,7 +33,7 @@ from vit_jax.errors import ConfigError, DataError, WorkdirError
 from vit_jax.layout import flatten
 from vit_jax.steps import TrainingError
 
-if TYPE_CHECKING:  # the data's module imports TensorFlow
+if TYPE_CHECKING:  # the data's module imports TFDS and Grain, which take seconds
   from vit_jax.input_pipeline import Source
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   Raises:
     TrainingError: naming all that is missing and what to do.
   """
-  from vit_jax import input_pipeline  # TensorFlow: imported once the settings are checked
+  from vit_jax import input_pipeline  # TFDS and Grain: imported once the settings are checked
   augreg_dir = config.augreg_dir or augreg.AUGREG_DIR
   if (str(config.pretrained).startswith(augreg.AUGREG_PREFIX) and '://' in augreg_dir
       and not input_pipeline.can_download()):
