@@ -31,8 +31,9 @@ def define_flags() -> None:
   this module leaves the flag namespace free."""
   entry.define_recipe_flag('config', 'Recipe file, e.g. configs/quickstart_vit.py.')
   flags.DEFINE_string('workdir', None, 'Where checkpoints, params.npz and logs go.')
-  flags.DEFINE_bool('reconfigure', False, 'Go on in a workdir trained with other settings, '
-                    'from its checkpoint, with the settings given now.')
+  flags.DEFINE_bool('reconfigure', False, 'Go on in a workdir trained with other settings '
+                    'or data, from its checkpoint, with the settings and data given now (the '
+                    'change is recorded).')
   flags.DEFINE_string('coordinator_address', None,
                       'host:port of process 0, for multi-process runs.')
   flags.DEFINE_integer('num_processes', None, 'Number of processes in a multi-process run.')
