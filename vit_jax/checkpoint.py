@@ -11,8 +11,6 @@ another layout (current-Flax names, big_vision) are read through the family's
 import io
 import logging
 import os
-import zipfile
-import zlib
 from typing import Any, Mapping, Optional, Sequence
 
 import flax
@@ -20,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 
-from vit_jax import augreg, models
+from vit_jax import augreg, models, torch_save
 from vit_jax.atomic import atomic_write
 from vit_jax.layout import Params, flatten, published, unflatten
 from vit_jax.models.family import CheckpointError, Flat
@@ -124,9 +122,7 @@ def _read_npz(path: epath.Path) -> Flat:
     raise CheckpointError(
         f'{path} is not an .npz parameter file (numpy reads no arrays in it: it is text, a '
         'pickle or another format). Point to the .npz itself, or download it again.') from e
-  except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError, zlib.error,
-          RuntimeError) as e:
-    # A damaged entry header naming a compression zipfile lacks, or encryption
+  except torch_save.ZIP_ERRORS as e:  # a damaged archive (its ValueErrors caught above)
     raise CheckpointError(
         f'{path} is not a readable .npz parameter file ({type(e).__name__}: {e}). It may be '
         'truncated or corrupt: download it again or use an earlier copy.') from e

@@ -109,9 +109,15 @@ class Source:
   num_classes: int
   name: str
   class_names: Tuple[str, ...] = ()  # label i is class_names[i]
-  # What a run records of the whole split (`folder_identity`; TFDS: name, version,
-  # split, size, classes), against which a resume or an analysis is checked.
-  identity: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  # What a run records of the whole split, found when first read (a folder's digest
+  # reads every file's size; the analysis opens a split on every pass).
+  find_identity: Callable[[], Dict[str, Any]] = dict
+
+  @functools.cached_property
+  def identity(self) -> Dict[str, Any]:
+    """The split's identity (`folder_identity`; TFDS: name, version, split, size,
+    classes), against which a resume or an analysis is checked."""
+    return self.find_identity()
 
   def first(self, n: int) -> 'Source':
     """The slice's first n examples, as a source.
@@ -336,7 +342,8 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, *,
   identity = {'kind': 'tfds', 'name': name, 'version': str(builder.info.version),
               'split': split, 'examples': len(data), 'classes': list(features['label'].names)}
   return Source(Examples(data, decode, start, end), end - start, max(e - s for s, e in slices),
-                features['label'].num_classes, name, tuple(features['label'].names), identity)
+                features['label'].num_classes, name, tuple(features['label'].names),
+                lambda: identity)
 
 
 def read_image(path: str) -> np.ndarray:
@@ -453,7 +460,8 @@ def folder_source(root: str, split: str, *, process_index: int, process_count: i
   examples = Examples(list(zip(files, labels)), lambda file_and_label: {
       'image': read_image(file_and_label[0]), 'label': file_and_label[1]}, start, end)
   return Source(examples, end - start, largest, len(classes), f'{FOLDER_PREFIX}{root}',
-                tuple(classes), folder_identity(split_dir, classes, files, labels))
+                tuple(classes), functools.partial(folder_identity, split_dir, classes, files,
+                                                  labels))
 
 
 def image_problem(path: str) -> Optional[str]:

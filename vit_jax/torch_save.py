@@ -45,8 +45,8 @@ _STORAGES = {'DoubleStorage': np.float64, 'FloatStorage': np.float32, 'HalfStora
 
 # What zipfile raises on a damaged archive: a bad header or CRC, a name that is not
 # UTF-8, a compression method it lacks, a deflate stream cut short, an entry whose
-# flags say it is encrypted (RuntimeError).
-_ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError,
+# flags say it is encrypted (RuntimeError). The `.npz` readers catch the same.
+ZIP_ERRORS = (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError,
                zlib.error, RuntimeError)
 
 
@@ -264,7 +264,7 @@ def loads(data: bytes, records: Iterable[str] = ()) -> Any:
 def _load(f: BinaryIO, records: Iterable[str]) -> Any:
   try:
     is_zip = zipfile.is_zipfile(f)
-  except _ZIP_ERRORS as error:
+  except ZIP_ERRORS as error:
     raise UnsafeFileError(f'its zip archive is damaged ({_said(error)})') from None
   if not is_zip:
     f.seek(0)
@@ -278,7 +278,7 @@ def _load(f: BinaryIO, records: Iterable[str]) -> Any:
   try:
     archive = zipfile.ZipFile(f)
     names = archive.namelist()
-  except _ZIP_ERRORS as error:
+  except ZIP_ERRORS as error:
     raise UnsafeFileError(f'its zip archive is damaged ({_said(error)})') from None
   pickles = [n for n in names if n == 'data.pkl' or n.endswith('/data.pkl')]
   if len(pickles) != 1:
@@ -330,5 +330,5 @@ def _entry(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
                           'expected')
   try:
     return archive.read(name)
-  except _ZIP_ERRORS as error:
+  except ZIP_ERRORS as error:
     raise UnsafeFileError(f'its entry {name} is damaged ({_said(error)})') from None

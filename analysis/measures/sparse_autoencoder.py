@@ -53,7 +53,6 @@ forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
 """
 import dataclasses
 import json
-import zipfile
 from typing import Any, Dict, Iterable, Tuple
 
 import jax
@@ -62,6 +61,8 @@ import numpy as np
 import optax
 import safetensors
 import safetensors.numpy
+
+from vit_jax import torch_save
 
 Params = Dict[str, jax.Array]
 ARCHITECTURES = ('topk', 'batch_topk', 'relu_l1')
@@ -502,8 +503,7 @@ def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
         arrays = {k: data[k] for k in data.files if '/' not in k}
         written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
         about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
-  except (ValueError, OSError, EOFError, RuntimeError, NotImplementedError, KeyError,
-          zipfile.BadZipFile, safetensors.SafetensorError) as e:  # a damaged or other file
+  except (*torch_save.ZIP_ERRORS, KeyError, safetensors.SafetensorError) as e:  # damaged
     raise ValueError(f'{path} is not a readable SAE dictionary ({type(e).__name__}: '
                      f'{" ".join(str(e).split())[:200]}).') from None
   if not isinstance(written, dict) or not isinstance(about, dict):
