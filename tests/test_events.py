@@ -2,6 +2,8 @@
 loader and event accumulator (and by TensorFlow's reader where it is installed)."""
 import glob
 import io
+import subprocess
+import sys
 
 import numpy as np
 import PIL.Image
@@ -64,3 +66,16 @@ def test_without_a_logdir_nothing_is_written(tmp_path):
   writer.write_scalars(1, {'loss': 1.0})
   writer.close()
   assert not list(tmp_path.iterdir())
+
+
+def test_writing_events_never_imports_tensorflow(tmp_path):
+  """Where TensorFlow is installed, TensorBoard's own writer imports it (seconds, and its
+  start-up lines on the console); ours does not."""
+  script = ('import sys; from vit_jax import events; '
+            f'writer = events.EventWriter({str(tmp_path)!r}); '
+            "writer.write_scalars(1, {'loss': 1.0}); writer.write_hparams({'lr': 0.1}); "
+            "writer.close(); print('tensorflow' in sys.modules)")
+  run = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                       check=True)
+  assert run.stdout.split() == ['False'] and not run.stderr, run.stderr
+  assert read_events(tmp_path) == {'loss': {1: 1.0}}

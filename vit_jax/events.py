@@ -1,20 +1,44 @@
 """TensorBoard event files, written without TensorFlow: scalars, images and a
 run's settings, as `tf.summary` writes them (TensorBoard's scalars, images and
-hparams plugins), through TensorBoard's own event writer and protocol buffers.
+hparams plugins), through TensorBoard's record format and protocol buffers.
+
+TensorBoard's `EventFileWriter` is not used: it imports TensorFlow where TensorFlow
+is installed, which takes seconds and writes TensorFlow's start-up lines to the
+console.
 """
 import io
+import itertools
+import os
+import socket
 import time
 from typing import Any, Mapping, Optional
 
 import numpy as np
 from absl import logging
+from etils import epath
 from PIL import Image
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
 from vit_jax import workdir
+
+_FILES = itertools.count()  # tells apart the event files one process opens in a second
+
+
+def _event_file(logdir: str) -> RecordWriter:
+  """A new event file in `logdir` (made if missing), named as TensorBoard's writers name
+  theirs, its first record the file version TensorBoard reads."""
+  folder = epath.Path(logdir)
+  folder.mkdir(parents=True, exist_ok=True)
+  name = (f'events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.'
+          f'{os.getpid()}.{next(_FILES)}')
+  records = RecordWriter((folder / name).open('wb'))
+  records.write(event_pb2.Event(wall_time=time.time(),
+                                file_version='brain.Event:2').SerializeToString())
+  records.flush()
+  return records
 
 
 def _metadata(plugin: str) -> summary_pb2.SummaryMetadata:
@@ -34,13 +58,13 @@ class EventWriter:
   first process); with `log`, scalars also go to the log."""
 
   def __init__(self, logdir: Optional[str], log: bool = False):
-    self._writer = EventFileWriter(logdir) if logdir is not None else None
+    self._writer = _event_file(logdir) if logdir is not None else None
     self._log = log
 
   def _write(self, step: int, summary: summary_pb2.Summary) -> None:
     if self._writer is not None:
-      self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(step),
-                                             summary=summary))
+      self._writer.write(event_pb2.Event(wall_time=time.time(), step=int(step),
+                                         summary=summary).SerializeToString())
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
     """Scalars at `step`, each a float32 tensor of the scalars plugin.
