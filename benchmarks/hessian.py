@@ -27,7 +27,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from analysis.measures import curvature, lanczos
-from analysis.runtime import features
+from analysis.runtime import features, objectives
 from configs import quickstart_alternet, quickstart_resnet, quickstart_vit
 from timing import seconds_per_call
 from vit_jax import models
@@ -68,7 +68,7 @@ def main():
   count = args.examples // args.batch
   batches = random_batches(count, args.batch, size)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), np.zeros((1, size, size, 3)))['params']
-  loss = curvature.training_loss(model, unroll=host_loop)
+  loss = objectives.training_loss(model, unroll=host_loop)
   matvec, dim = curvature.flat_hvp(loss, params, unroll=host_loop)
   grad = jax.jit(lambda p, b: ravel_pytree(jax.grad(loss)(p, b))[0])
   v = jnp.asarray(np.random.RandomState(1).randn(dim), jnp.float32)

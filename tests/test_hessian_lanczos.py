@@ -11,7 +11,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, PartitionSpec as P
 
 from analysis.measures import curvature, lanczos
-from analysis.runtime import features
+from analysis.runtime import features, objectives
 from helpers import assert_close_at_scale, tiny_bit
 from vit_jax import steps
 
@@ -33,7 +33,7 @@ def tiny_problem(dtype, num_batches=2, batch=6, **loss_options):
         jnp.asarray(np.eye(3)[rng.randint(0, 3, batch)], dtype)) for _ in range(num_batches)])
   params = model.init(jax.random.PRNGKey(0), batches[0][0])['params']
   params = jax.tree_util.tree_map(lambda p: p.astype(dtype) + 0.3, params)
-  return curvature.training_loss(model, **{'l2': 0.01, **loss_options}), params, batches
+  return objectives.training_loss(model, **{'l2': 0.01, **loss_options}), params, batches
 
 
 def test_scanned_loss_equals_the_loss_written_out():
@@ -50,7 +50,7 @@ def test_scanned_loss_equals_the_loss_written_out():
     penalty = sum(jnp.sum(p ** 2) for p in jax.tree_util.tree_leaves(params))
     expected = np.mean(per_batch) + 0.25 * penalty
     np.testing.assert_allclose(loss(params, (images, labels)), expected, rtol=1e-12)
-    unrolled = curvature.training_loss(model, l2=0.5, label_smoothing=0.1, unroll=True)
+    unrolled = objectives.training_loss(model, l2=0.5, label_smoothing=0.1, unroll=True)
     np.testing.assert_allclose(unrolled(params, (images, labels)), expected, rtol=1e-12)
 
 
@@ -58,7 +58,7 @@ def test_l2_mask_penalises_only_the_marked_parameters():
   with jax.enable_x64(True):
     model = TinyNet()
     loss, params, batches = tiny_problem(jnp.float64, l2=0.)
-    masked = curvature.training_loss(model, l2=2., l2_mask=steps.kernel_mask)
+    masked = objectives.training_loss(model, l2=2., l2_mask=steps.kernel_mask)
     kernels = sum(jnp.sum(p['kernel'] ** 2) for p in params.values())
     np.testing.assert_allclose(masked(params, batches) - loss(params, batches), kernels,
                                rtol=1e-12)
@@ -334,7 +334,7 @@ def test_resnet_hvp_unrolled_equals_the_scan_and_jax_hessian():
     v = jnp.zeros_like(flat).at[where].set(v_sub)
     products = {}
     for unroll in (True, False):
-      loss = curvature.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=unroll)
+      loss = objectives.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=unroll)
       matvec, _ = curvature.flat_hvp(loss, params, unroll=unroll)
       products[unroll] = jax.jit(matvec)(v, params, batches)
     dense = jax.jit(jax.hessian(lambda sub: loss(unravel(flat.at[where].set(sub)), batches)))(
@@ -380,7 +380,7 @@ def tiny_resnet_problem(num_batches=3, dtype=jnp.float32):
         jnp.asarray(np.eye(3)[rng.randint(0, 3, 4)], dtype)) for _ in range(num_batches)])
   params = jax.tree_util.tree_map(lambda a: a.astype(dtype),
                                   model.init(jax.random.PRNGKey(0), batches[0][0])['params'])
-  return curvature.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=True), params, batches
+  return objectives.training_loss(model, l2=0.01, label_smoothing=0.1, unroll=True), params, batches
 
 
 def test_linearised_products_equal_jvp_of_grad_on_any_run_of_the_batches():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.measures import curvature, loss_surface
+from analysis.runtime import objectives
 from analysis.tools import TOOLS
 from analysis.tools import landscape as landscape_tool
 
@@ -197,11 +198,11 @@ def test_the_landscape_tool(directions, l2_term, tmp_path):
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
   coefficient = s.recipe.weight_decay / s.recipe.lr
   if l2_term == 'authors':
-    nll_loss = curvature.training_loss(s.model, 0., s.recipe.loss, s.recipe.label_smoothing)
+    nll_loss = objectives.training_loss(s.model, 0., s.recipe.loss, s.recipe.label_smoothing)
     centre = float(nll_loss(s.params, fixed)) + coefficient * sum(
         np.linalg.norm(np.asarray(x, np.float64)) for x in jax.tree_util.tree_leaves(s.params))
   else:  # the Hessian's objective with this project's decay mask
-    loss, _ = curvature.recipe_objective(s.model, s.recipe, l2_on='kernels')
+    loss, _ = objectives.recipe_objective(s.model, s.recipe, l2_on='kernels')
     centre = float(loss(s.params, fixed))
   assert result['centre_loss'] == pytest.approx(centre, rel=1e-4)
   assert all(os.path.exists(f) for f in result['figures']) and len(result['figures']) == 3
@@ -219,7 +220,7 @@ def test_the_landscape_of_a_model_the_host_loops_over(subjects, tmp_path):
   result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
       landscape_points=3, landscape_batches=2, landscape_directions='hessian', lanczos_steps=3,
       landscape_l2='objective'))
-  loss, _ = curvature.recipe_objective(s.model, s.recipe, l2_on='kernels')
+  loss, _ = objectives.recipe_objective(s.model, s.recipe, l2_on='kernels')
   fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, 2, 3)
   assert result['centre_loss'] == pytest.approx(float(loss(s.params, fixed)), rel=1e-4)
   assert np.isfinite(result['loss']).all()

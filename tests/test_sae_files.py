@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from analysis.measures import sae_files
+from analysis.runtime import sae_files
 from analysis.measures import sparse_autoencoder as sae
 from helpers import write_saev_file
 

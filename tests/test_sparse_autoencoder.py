@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.measures import sparse_autoencoder as sae
+from analysis.runtime import sae_files
 
 
 def _relu(x):
@@ -194,15 +195,15 @@ def test_a_known_sparse_dictionary_is_recovered(architecture, cosine):
   assert quality['fve'] > 0.95 and abs(quality['l0'] - k) < 1.5, quality
 
 
-@pytest.mark.parametrize('suffix', sae.FORMATS)
+@pytest.mark.parametrize('suffix', sae_files.FORMATS)
 def test_a_saved_dictionary_reads_back(tmp_path, suffix):
   spec = sae.authors_spec('batch_topk', width=20, k=3)
   trained = sae.Trained(spec, jax.tree_util.tree_map(jnp.asarray, _params()), np.zeros(1),
                         np.zeros(20))
   path = str(tmp_path / f'sae.{suffix}')
   about = {'site': 'block1/+mlp', 'model': 'ViT-Ti_16', 'normalisation': 'none'}
-  sae.save(path, trained, about)
-  params, read_spec, read_about = sae.load(path)
+  sae_files.save(path, trained, about)
+  params, read_spec, read_about = sae_files.load(path)
   assert read_spec == spec and read_about == about
   for name, value in trained.params.items():
     np.testing.assert_array_equal(params[name], np.asarray(value, np.float32))
@@ -210,7 +211,7 @@ def test_a_saved_dictionary_reads_back(tmp_path, suffix):
     import json
     import safetensors
     with safetensors.safe_open(path, 'np') as f:
-      assert sorted(f.keys()) == sorted(sae.PARAMS)
+      assert sorted(f.keys()) == sorted(sae_files.PARAMS)
       assert json.loads(f.metadata()['spec'])['architecture'] == 'batch_topk'
 
 
@@ -219,7 +220,7 @@ def test_a_file_that_is_no_dictionary_is_named(tmp_path):
   np.savez(path, W_enc=np.zeros((2, 3)))
   with pytest.raises(ValueError, match=r'other.npz holds no b_enc, W_dec, b_dec: it is not an '
                                        r'SAE dictionary this project wrote \(its arrays: W_enc\)'):
-    sae.load(path)
+    sae_files.load(path)
 
 
 def test_a_steered_latent_moves_the_activation_along_its_decoder_row_only():
@@ -293,7 +294,7 @@ def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
   assert result['site'] == subjects['vit'].layers.labels[len(subjects['vit'].layers.labels) // 2]
   assert result['l0'] <= 4 and 0 <= result['dead'] <= 1 and np.isfinite(result['loss_recovered'])
   assert set(result['loss']) == {'clean', 'spliced', 'zero_ablated'}
-  params, spec, about = sae.load(str(tmp_path / result['dictionary']))
+  params, spec, about = sae_files.load(str(tmp_path / result['dictionary']))
   assert spec.width == result['latents'] and about['site'] == result['site']
   assert result['dictionary'].endswith('.npz') and about['normalisation'] == 'none'
   assert all(os.path.exists(path) for path in result['figures'])

@@ -20,7 +20,7 @@ import pytest
 import safetensors.numpy
 import torch
 
-from analysis.measures import sae_files
+from analysis.runtime import sae_files
 from helpers import write_saev_file
 from vit_jax import torch_save
 from vit_jax.models.family import CheckpointError

@@ -31,7 +31,8 @@ has not fired (above `FIRING`) for `dead_steps` steps.
 Arrays are (n, d) activations; the parameters are W_enc (d, m), b_enc (m,),
 W_dec (m, d), b_dec (d,) for a dictionary of m latents.
 
-Dictionaries trained elsewhere (`analysis.measures.sae_files`) are read with the
+Dictionaries are read and written by `analysis.runtime.sae_files`; those trained
+elsewhere are read with the
 forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
 `NORMALISATIONS`):
 
@@ -52,17 +53,12 @@ forward pass their code runs, named by two fields of `Spec` (`ENCODERS`,
   |x| and maps back by its inverse.
 """
 import dataclasses
-import json
 from typing import Any, Dict, Iterable, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import safetensors
-import safetensors.numpy
-
-from vit_jax import torch_save
 
 Params = Dict[str, jax.Array]
 ARCHITECTURES = ('topk', 'batch_topk', 'relu_l1')
@@ -448,98 +444,3 @@ def class_selectivity(class_means: np.ndarray) -> float:
   rest = np.delete(means, top).mean()
   total = means[top] + rest
   return float((means[top] - rest) / total) if total > 0 else 0.
-
-
-PARAMS = ('W_enc', 'b_enc', 'W_dec', 'b_dec')
-FORMATS = ('npz', 'safetensors')
-
-
-def save(path: str, trained: Trained, about: Dict[str, str]) -> None:
-  """Writes the dictionary: its parameters under their names (`PARAMS`), its spec
-  and `about` (the site, the model, the activations' normalisation). A path ending
-  in `.safetensors` gets a safetensors file, the spec and `about` as JSON in its
-  header's metadata ('spec', 'about'), which PyTorch code reads with
-  `safetensors.torch.load_file`; any other an `.npz`, the spec as 'spec/<field>'
-  and `about` as 'about/<key>'.
-
-  Args:
-    path: the file.
-    trained: the SAE.
-    about: what it was trained on, as strings.
-  """
-  arrays = {k: np.ascontiguousarray(np.asarray(v, np.float32)) for k, v in trained.params.items()}
-  if path.endswith('.safetensors'):
-    safetensors.numpy.save_file(arrays, path, metadata={
-        'spec': json.dumps(dataclasses.asdict(trained.spec)), 'about': json.dumps(about)})
-    return
-  arrays.update({f'spec/{k}': np.asarray(v) for k, v in dataclasses.asdict(trained.spec).items()})
-  arrays.update({f'about/{k}': np.asarray(v) for k, v in about.items()})
-  with open(path, 'wb') as f:
-    np.savez(f, **arrays)
-
-
-def load(path: str) -> Tuple[Params, Spec, Dict[str, str]]:
-  """Reads a dictionary `save` wrote, `.safetensors` or `.npz`.
-
-  Args:
-    path: the file.
-
-  Returns:
-    (its parameters, its spec, what it was trained on).
-
-  Raises:
-    ValueError: a file without the SAE's parameters, naming those it lacks.
-  """
-  fields = {f.name for f in dataclasses.fields(Spec)}
-  try:
-    if path.endswith('.safetensors'):
-      with safetensors.safe_open(path, 'np') as f:
-        arrays = {k: f.get_tensor(k) for k in f.keys()}
-        metadata = f.metadata() or {}
-      written = json.loads(metadata.get('spec', '{}'))
-      about = json.loads(metadata.get('about', '{}'))
-    else:
-      with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files if '/' not in k}
-        written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
-        about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
-  except (*torch_save.ZIP_ERRORS, KeyError, safetensors.SafetensorError) as e:  # damaged
-    raise ValueError(f'{path} is not a readable SAE dictionary ({type(e).__name__}: '
-                     f'{" ".join(str(e).split())[:200]}).') from None
-  if not isinstance(written, dict) or not isinstance(about, dict):
-    raise ValueError(f'{path}: its header\'s spec and about are not JSON objects.')
-  missing = [k for k in PARAMS if k not in arrays]
-  if missing:
-    raise ValueError(f'{path} holds no {", ".join(missing)}: it is not an SAE dictionary '
-                     f'this project wrote (its arrays: {", ".join(sorted(arrays)) or "none"}).')
-  spec = Spec(**{k: v for k, v in written.items() if k in fields})
-  params = {k: jnp.asarray(arrays[k]) for k in PARAMS}
-  check_file(params, spec, path)
-  return params, spec, about
-
-
-def check_file(params: Params, spec: Spec, path: str) -> None:
-  """Refuses a dictionary whose arrays disagree with each other or with its spec.
-
-  Args:
-    params: its `PARAMS`.
-    spec: what its file says it is.
-    path: the file, for the message.
-
-  Raises:
-    ValueError: naming the file and the array: W_enc not (d, m); b_enc, W_dec or
-      b_dec not (m,), (m, d), (d,); m not the spec's width; a topk or batch_topk
-      k not below m.
-  """
-  shapes = {k: tuple(np.shape(params[k])) for k in PARAMS}
-  if len(shapes['W_enc']) != 2:
-    raise ValueError(f'{path}: W_enc is {shapes["W_enc"]}, not (inputs, latents).')
-  d, m = shapes['W_enc']
-  for name, want in (('b_enc', (m,)), ('W_dec', (m, d)), ('b_dec', (d,))):
-    if shapes[name] != want:
-      raise ValueError(f'{path}: {name} is {shapes[name]} where W_enc {(d, m)} needs {want}.')
-  if spec.width != m:
-    raise ValueError(f'{path} says it has {spec.width} latents; its arrays hold {m}.')
-  if spec.architecture != 'relu_l1' and not 0 < spec.k < m:
-    raise ValueError(f'{path} keeps k={spec.k} of its {m} latents: a {spec.architecture} SAE '
-                     'keeps fewer than it has.')

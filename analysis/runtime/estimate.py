@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from analysis.measures import curvature
-from analysis.runtime import features
+from analysis.runtime import features, objectives
 
 KINDS = ('forward', 'gradient', 'hvp')
 
@@ -118,7 +118,7 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
   unroll = curvature.loops_on_host(subject.layers.architecture)
   batch = tuple(features.shard_examples(x, axis=1, mesh=subject.mesh)
                 for x in curvature.stack_batches([(images, labels)]))
-  loss = curvature.training_loss(subject.model, unroll=unroll)
+  loss = objectives.training_loss(subject.model, unroll=unroll)
   timed = {}
   if 'forward' in kinds:  # compiled once for the subject, as the tools then use it
     timed['forward'] = _timed(lambda x: subject.intermediates(x, subject.layers.stream), images)

@@ -10,7 +10,7 @@ import numpy as np
 
 from analysis.measures import curvature, lanczos, uncertainty
 from analysis.reporting import joint_figures, plots, verdict
-from analysis.runtime import features, progress
+from analysis.runtime import features, objectives, progress
 from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, model_scalars,
                            per_model, register)
 from analysis.runtime.estimate import Amounts, Work
@@ -37,7 +37,7 @@ class Options:
   hessian_l2_on: str = option(
       'all', 'Parameters the training objective\'s L2 term covers: all (Park & Kim\'s AdamW '
       'decays every parameter) or kernels (the parameters this project\'s optimizer decays).',
-      choices=curvature.L2_ON)
+      choices=objectives.L2_ON)
   hessian_density_width: str = option(
       'pyhessian', 'Width of the Gaussians the SLQ density is drawn with: pyhessian (its '
       'variance 1e-5 * max(1, span)) or wide (span / 100, smoother).',
@@ -77,21 +77,21 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
   """(loss, split of its batches, description) for `objective`:
   'training', the recipe's own loss plus L2 (over the parameters `l2_on` names) on
   training batches with its augmentation (Park & Kim's protocol,
-  `curvature.recipe_objective`), or 'clean', plain cross-entropy without L2 on
+  `objectives.recipe_objective`), or 'clean', plain cross-entropy without L2 on
   evaluation-preprocessed training images. `unroll` as in
-  `curvature.training_loss`.
+  `objectives.training_loss`.
 
   Args:
     subject: the model.
     objective: 'training' or 'clean'.
-    unroll: as in `curvature.training_loss`.
+    unroll: as in `objectives.training_loss`.
     l2_on: 'all' or 'kernels'.
 
   Returns:
     (loss, split of its batches, description).
   """
   if objective == 'clean':
-    return (curvature.training_loss(subject.model, unroll=unroll), 'train',
+    return (objectives.training_loss(subject.model, unroll=unroll), 'train',
             {'loss': 'softmax', 'label_smoothing': 0., 'l2': 0.,
              'data': 'training split, evaluation preprocessing'})
   if objective != 'training':
@@ -99,7 +99,7 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
   if subject.recipe is None:
     raise ValueError(f'The training objective of {subject.label} needs the recipe that '
                      'trained it (load_subject(..., recipe=)); or measure objective="clean".')
-  loss, description = curvature.recipe_objective(subject.model, subject.recipe, unroll, l2_on)
+  loss, description = objectives.recipe_objective(subject.model, subject.recipe, unroll, l2_on)
   return loss, features.TRAIN_AUGMENTED, {**description,
                                           'data': 'training split through the training '
                                                   'pipeline, augmentation drawn once'}

@@ -12,7 +12,7 @@ import optax.tree_utils as otu
 
 from analysis.measures import curvature, loss_surface
 from analysis.reporting import plots
-from analysis.runtime import features, progress
+from analysis.runtime import features, objectives, progress
 from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
@@ -112,15 +112,15 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
                          subject.config.num_classes, subject.mesh)
   description = {'loss': subject.recipe.loss,
                  'label_smoothing': subject.recipe.label_smoothing,
-                 'l2': curvature.l2_coefficient(subject.recipe), 'l2_term': l2_term}
+                 'l2': objectives.l2_coefficient(subject.recipe), 'l2_term': l2_term}
   penalty = l2_penalty(l2_term, description['l2'])
-  nll_loss = curvature.training_loss(subject.model, 0., subject.recipe.loss,
+  nll_loss = objectives.training_loss(subject.model, 0., subject.recipe.loss,
                                    subject.recipe.label_smoothing, unroll=unroll)
   if directions == 'random':
     bases = loss_surface.random_directions(subject.params, jax.random.PRNGKey(0),
                                         normalisation=normalisation)
   elif directions == 'hessian':
-    total_loss, _ = curvature.recipe_objective(subject.model, subject.recipe, unroll)
+    total_loss, _ = objectives.recipe_objective(subject.model, subject.recipe, unroll)
     basis = check_lanczos(options.lanczos_steps, curvature.dimension(subject.params),
                           subject.label)
     first = tuple(x[:1] for x in fixed)

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.measures import sae_files, sparse_autoencoder, uncertainty
+from analysis.measures import sparse_autoencoder, uncertainty
 from analysis.reporting import plots
-from analysis.runtime import features, progress
+from analysis.runtime import features, progress, sae_files
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
@@ -51,7 +51,7 @@ class Options:
                                     'is multiplied by: 0 ablates it, 2 doubles it (steering).')
   sae_format: str = option('npz', 'The dictionary\'s file: npz, or safetensors (its spec and '
                            'site in the header, for PyTorch code).',
-                           choices=sparse_autoencoder.FORMATS)
+                           choices=sae_files.FORMATS)
   sae_load: str = option('', 'A trained dictionary to measure instead of training one: this '
                          'tool\'s .npz or .safetensors, saev\'s file or ViT-Prisma\'s .pt (its '
                          'config.json beside it), read with the forward pass of the code that '
@@ -257,7 +257,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
     dictionary = options.sae_load
   else:
     dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
-    sparse_autoencoder.save(dictionary, trained, {'site': label, 'sown': name,
+    sae_files.save(dictionary, trained, {'site': label, 'sown': name,
                                                   'model': subject.config.name,
                                                   'normalisation': 'none'})
   return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,

@@ -1,5 +1,6 @@
-"""Sparse autoencoders trained elsewhere, read into `sparse_autoencoder`'s
-parameters and `Spec` with the forward pass their code runs.
+"""Sparse autoencoders' files: this project's dictionaries written and read
+(`save`, `load`: `.npz` or `.safetensors`), and those trained elsewhere read into
+`sparse_autoencoder`'s parameters and `Spec` with the forward pass their code runs.
 
 - **saev** (OSU-NLP-Group/saev, src/saev/nn/modeling.py: `dump` and `load`): one
   JSON header line ('schema' 1-5, or none for the first files: then the config
@@ -19,6 +20,7 @@ parameters and `Spec` with the forward pass their code runs.
   ('blocks.L.hook_resid_post', TransformerLens' names) come from the config; the
   gated and JumpReLU architectures are refused.
 """
+import dataclasses
 import json
 import os
 import re
@@ -26,11 +28,15 @@ from typing import Any, Dict, Optional, Tuple, Union
 
 import jax.numpy as jnp
 import numpy as np
+import safetensors
+import safetensors.numpy
 
 from analysis.measures import sparse_autoencoder
 from vit_jax import torch_save
 
-SOURCES = ('saev', 'vit_prisma')
+PARAMS = ('W_enc', 'b_enc', 'W_dec', 'b_dec')  # a dictionary's arrays, in every format
+FORMATS = ('npz', 'safetensors')  # this project's files
+SOURCES = ('saev', 'vit_prisma')  # the files of others read
 _SAEV_ACTIVATIONS = {'Relu': 'relu_l1', 'TopK': 'topk', 'BatchTopK': 'batch_topk'}
 # The saev commits that wrote schema 1 files and encoded x W_enc + b_enc: e7ca004
 # ("don't remove decoder bias", 2025-07-31) up to 8d38c23, which wrote schema 2.
@@ -78,11 +84,11 @@ def _params(state: Dict[str, Any], path: str) -> Dict[str, jnp.ndarray]:
   if not isinstance(state, dict):
     raise ValueError(f'{path} holds a {type(state).__name__} where a state dict of arrays '
                      'belongs: it is not a sparse autoencoder.')
-  missing = [k for k in sparse_autoencoder.PARAMS if not isinstance(state.get(k), np.ndarray)]
+  missing = [k for k in PARAMS if not isinstance(state.get(k), np.ndarray)]
   if missing:
     raise ValueError(f'{path} holds no {", ".join(missing)}: it is not a sparse autoencoder '
                      f'(its arrays: {", ".join(sorted(state)) or "none"}).')
-  return {k: jnp.asarray(np.asarray(state[k], np.float32)) for k in sparse_autoencoder.PARAMS}
+  return {k: jnp.asarray(np.asarray(state[k], np.float32)) for k in PARAMS}
 
 
 def read_saev(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spec, Dict[str, str]]:
@@ -129,7 +135,7 @@ def read_saev(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spe
   spec = sparse_autoencoder.Spec(
       architecture=_SAEV_ACTIVATIONS[name], width=width, k=int(settings.get('top_k', 32)),
       encoder=encoder, threshold=float(np.asarray(threshold)) if threshold is not None else 0.)
-  sparse_autoencoder.check_file(params, spec, path)
+  check_file(params, spec, path)
   about = {'source': 'saev', 'schema': str(header.get('schema', 0)),
            'commit': str(header.get('commit', '')), 'normalisation': 'none',
            'encoder': encoder}
@@ -188,7 +194,7 @@ def read_vit_prisma(path: str
   spec = sparse_autoencoder.Spec(
       architecture=_PRISMA_ACTIVATIONS[activation], width=width, k=int(k),
       normalisation=cfg.get('normalize_activations') or 'none')
-  sparse_autoencoder.check_file(params, spec, path)
+  check_file(params, spec, path)
   hook_point = str(cfg.get('hook_point', ''))
   site = _prisma_site(hook_point)
   about = {'source': 'vit_prisma', 'hook_point': hook_point,
@@ -198,7 +204,7 @@ def read_vit_prisma(path: str
 
 
 def read(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spec, Dict[str, str]]:
-  """Any dictionary file: this project's (`sparse_autoencoder.load`: `.npz`,
+  """Any dictionary file: this project's (`load`: `.npz`,
   `.safetensors`), saev's (a JSON line first) or ViT-Prisma's (`.pt`, `.pth`).
 
   Args:
@@ -211,7 +217,7 @@ def read(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spec, Di
     ValueError: a file none of them wrote.
   """
   if path.endswith(('.npz', '.safetensors')):
-    return sparse_autoencoder.load(path)
+    return load(path)
   with open(path, 'rb') as f:
     first = f.read(1)
   if first == b'{':
@@ -220,3 +226,94 @@ def read(path: str) -> Tuple[Dict[str, jnp.ndarray], sparse_autoencoder.Spec, Di
     return read_vit_prisma(path)
   raise ValueError(f'{path} is neither this project\'s dictionary (.npz, .safetensors), saev\'s '
                    '(a JSON header line, then the weights) nor ViT-Prisma\'s (.pt).')
+
+
+def save(path: str, trained: sparse_autoencoder.Trained, about: Dict[str, str]) -> None:
+  """Writes the dictionary: its parameters under their names (`PARAMS`), its spec
+  and `about` (the site, the model, the activations' normalisation). A path ending
+  in `.safetensors` gets a safetensors file, the spec and `about` as JSON in its
+  header's metadata ('spec', 'about'), which PyTorch code reads with
+  `safetensors.torch.load_file`; any other an `.npz`, the spec as 'spec/<field>'
+  and `about` as 'about/<key>'.
+
+  Args:
+    path: the file.
+    trained: the SAE.
+    about: what it was trained on, as strings.
+  """
+  arrays = {k: np.ascontiguousarray(np.asarray(v, np.float32)) for k, v in trained.params.items()}
+  if path.endswith('.safetensors'):
+    safetensors.numpy.save_file(arrays, path, metadata={
+        'spec': json.dumps(dataclasses.asdict(trained.spec)), 'about': json.dumps(about)})
+    return
+  arrays.update({f'spec/{k}': np.asarray(v) for k, v in dataclasses.asdict(trained.spec).items()})
+  arrays.update({f'about/{k}': np.asarray(v) for k, v in about.items()})
+  with open(path, 'wb') as f:
+    np.savez(f, **arrays)
+
+
+def load(path: str) -> Tuple[sparse_autoencoder.Params, sparse_autoencoder.Spec, Dict[str, str]]:
+  """Reads a dictionary `save` wrote, `.safetensors` or `.npz`.
+
+  Args:
+    path: the file.
+
+  Returns:
+    (its parameters, its spec, what it was trained on).
+
+  Raises:
+    ValueError: a file without the SAE's parameters, naming those it lacks.
+  """
+  fields = {f.name for f in dataclasses.fields(sparse_autoencoder.Spec)}
+  try:
+    if path.endswith('.safetensors'):
+      with safetensors.safe_open(path, 'np') as f:
+        arrays = {k: f.get_tensor(k) for k in f.keys()}
+        metadata = f.metadata() or {}
+      written = json.loads(metadata.get('spec', '{}'))
+      about = json.loads(metadata.get('about', '{}'))
+    else:
+      with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files if '/' not in k}
+        written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
+        about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
+  except (*torch_save.ZIP_ERRORS, KeyError, safetensors.SafetensorError) as e:  # damaged
+    raise ValueError(f'{path} is not a readable SAE dictionary ({type(e).__name__}: '
+                     f'{" ".join(str(e).split())[:200]}).') from None
+  if not isinstance(written, dict) or not isinstance(about, dict):
+    raise ValueError(f'{path}: its header\'s spec and about are not JSON objects.')
+  missing = [k for k in PARAMS if k not in arrays]
+  if missing:
+    raise ValueError(f'{path} holds no {", ".join(missing)}: it is not an SAE dictionary '
+                     f'this project wrote (its arrays: {", ".join(sorted(arrays)) or "none"}).')
+  spec = sparse_autoencoder.Spec(**{k: v for k, v in written.items() if k in fields})
+  params = {k: jnp.asarray(arrays[k]) for k in PARAMS}
+  check_file(params, spec, path)
+  return params, spec, about
+
+
+def check_file(params: sparse_autoencoder.Params, spec: sparse_autoencoder.Spec, path: str) -> None:
+  """Refuses a dictionary whose arrays disagree with each other or with its spec.
+
+  Args:
+    params: its `PARAMS`.
+    spec: what its file says it is.
+    path: the file, for the message.
+
+  Raises:
+    ValueError: naming the file and the array: W_enc not (d, m); b_enc, W_dec or
+      b_dec not (m,), (m, d), (d,); m not the spec's width; a topk or batch_topk
+      k not below m.
+  """
+  shapes = {k: tuple(np.shape(params[k])) for k in PARAMS}
+  if len(shapes['W_enc']) != 2:
+    raise ValueError(f'{path}: W_enc is {shapes["W_enc"]}, not (inputs, latents).')
+  d, m = shapes['W_enc']
+  for name, want in (('b_enc', (m,)), ('W_dec', (m, d)), ('b_dec', (d,))):
+    if shapes[name] != want:
+      raise ValueError(f'{path}: {name} is {shapes[name]} where W_enc {(d, m)} needs {want}.')
+  if spec.width != m:
+    raise ValueError(f'{path} says it has {spec.width} latents; its arrays hold {m}.')
+  if spec.architecture != 'relu_l1' and not 0 < spec.k < m:
+    raise ValueError(f'{path} keeps k={spec.k} of its {m} latents: a {spec.architecture} SAE '
+                     'keeps fewer than it has.')
