@@ -24,7 +24,7 @@ from vit_jax.configs import common as common_config
 from vit_jax.configs import models as models_config
 from vit_jax.configs import vit as vit_config
 from vit_jax.layout import flatten
-from vit_jax.models import original
+from vit_jax.original import fields as original_fields
 
 # Every public name of the original package, module by module (its vit_jax/*.py
 # and vit_jax/configs/*.py at commit c6de1e5); none may go missing.
@@ -450,7 +450,7 @@ def test_lit_model_files_and_names(tmp_path, monkeypatch):
   assert lit.vocab_path == 'LiT-B16B.txt'
   adapter = models.LitModel(**models_config.MODEL_CONFIGS['LiT-L16S'])
   assert adapter.vocab_path.endswith('LiT-L16S.model')
-  assert original.project_config(models_config.MODEL_CONFIGS['ViT-B_16']).name == 'ViT-B_16'
+  assert original_fields.project_config(models_config.MODEL_CONFIGS['ViT-B_16']).name == 'ViT-B_16'
 
 
 def test_preprocess_images_range_and_size():

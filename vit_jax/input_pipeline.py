@@ -35,14 +35,14 @@ import tensorflow_datasets as tfds
 from etils import epath
 from tensorflow_datasets.proto import tf_example_pb2
 
-from vit_jax import augment, datasets
+from vit_jax import augment, datasets, original
 from vit_jax.errors import DataError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png')
 FOLDER_PREFIX = 'folder:'
 # Streams of draws, so the example and batch draws of one position and the
 # epochs' orders differ.
-_EXAMPLE_DRAWS, _BATCH_DRAWS, _ORDER_DRAWS = 0, 1, 2
+EXAMPLE_DRAWS, BATCH_DRAWS, ORDER_DRAWS = 0, 1, 2
 # The training stream's last batch: endless in practice.
 _ENDLESS = 2**62
 
@@ -592,12 +592,12 @@ def get_source(dataset: str, split: str, data_dir: Optional[str] = None, *,
 # Preprocessing
 
 
-def _draws(seed: int, stream: int, position: int) -> np.random.Generator:
+def random_draws(seed: int, stream: int, position: int) -> np.random.Generator:
   """The generator of one example's or batch's random draws."""
   return np.random.default_rng((seed, stream, position))
 
 
-def _model_input(images: Iterable[np.ndarray], count: int, size: int,
+def model_input(images: Iterable[np.ndarray], count: int, size: int,
                  mirror: Optional[np.ndarray] = None) -> np.ndarray:
   """A float32 (count, size, size, 3) batch in [-1, 1] from uint8 or float [0, 255]
   images (gray ones repeated over 3 channels), `mirror`ed ones flipped left-right.
@@ -621,7 +621,7 @@ def _model_input(images: Iterable[np.ndarray], count: int, size: int,
   return out
 
 
-def _one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
+def one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
   return np.eye(num_classes, dtype=np.float32)[np.asarray(labels)]
 
 
@@ -652,7 +652,7 @@ class EpochOrder:
     self.permutation = functools.lru_cache(maxsize=2)(self._permutation)
 
   def _permutation(self, epoch: int) -> np.ndarray:
-    return np.random.default_rng((self.seed, _ORDER_DRAWS, epoch)).permutation(self.n)
+    return np.random.default_rng((self.seed, ORDER_DRAWS, epoch)).permutation(self.n)
 
   def positions(self, start: int, count: int) -> np.ndarray:
     """The examples at stream positions start, ..., start + count - 1.
@@ -716,7 +716,7 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
   def example(position: int, ex: Dict[str, Any]) -> np.ndarray:
     image = ex['image']
     if crop or crop_padding or randaugment is not None:
-      draws = _draws(seed, _EXAMPLE_DRAWS, position)
+      draws = random_draws(seed, EXAMPLE_DRAWS, position)
     if crop:
       image = augment.inception_crop(image, image_size, draws)
     elif image.shape[:2] != (image_size, image_size):
@@ -729,11 +729,11 @@ def train_dataset(source: Source, *, batch_size: int, image_size: int, seed: int
 
   def batch(index: int, indices: np.ndarray) -> Dict[str, np.ndarray]:
     examples = source.examples.read(indices)
-    draws = _draws(seed, _BATCH_DRAWS, index)
+    draws = random_draws(seed, BATCH_DRAWS, index)
     images = (example(index * local_batch + i, ex) for i, ex in enumerate(examples))
-    out = {'image': _model_input(images, len(examples), image_size,
+    out = {'image': model_input(images, len(examples), image_size,
                                  augment.mirrored(len(examples), draws)),
-           'label': _one_hot([ex['label'] for ex in examples], source.num_classes)}
+           'label': one_hot([ex['label'] for ex in examples], source.num_classes)}
     return augment.mixup(out, mixup_alpha, draws) if mixup_alpha > 0 else out
 
   order = EpochOrder(source.num_examples, seed)
@@ -777,8 +777,8 @@ def eval_dataset(source: Source, *, batch_size: int, image_size: int,
     examples = source.examples.read(real)
     padding = [np.zeros((image_size, image_size, 3), np.uint8)] * (local_batch - len(real))
     images = itertools.chain((image(ex) for ex in examples), padding)
-    return {'image': _model_input(images, local_batch, image_size),
-            'label': _one_hot([ex['label'] for ex in examples] + [0] * len(padding),
+    return {'image': model_input(images, local_batch, image_size),
+            'label': one_hot([ex['label'] for ex in examples] + [0] * len(padding),
                               source.num_classes),
             'mask': (position < source.num_examples).astype(np.float32)}
 
@@ -817,179 +817,4 @@ def prefetch_to_devices(batches: Iterator, sharding: jax.sharding.Sharding,
     yield queue.popleft()
 
 
-# ---------------------------------------------------------------------------
-# The original vit_jax's functions (docs/original.md): batches with a leading
-# device axis and one-hot labels, on the sources and operations above.
-
-MAX_IN_MEMORY = 200_000
-
-
-def _source_info(source: Source, examples_glob: Optional[str]) -> Dict[str, Any]:
-  names = source.class_names or tuple(str(i) for i in range(source.num_classes))
-  return dict(num_examples=source.num_examples, num_classes=source.num_classes,
-              int2str=lambda id_: names[id_], examples_glob=examples_glob)
-
-
-def _single(dataset: str, split: str, data_dir: Optional[str] = None) -> Source:
-  """The whole of a split, read by this process (the original's data is not split
-  over processes)."""
-  return get_source(dataset, split, data_dir, process_index=0, process_count=1)
-
-
-def get_tfds_info(dataset: str, split: str) -> Dict[str, Any]:
-  """`get_dataset_info` of a TFDS dataset."""
-  return _source_info(_single(dataset, split), None)
-
-
-def get_directory_info(directory: str) -> Dict[str, Any]:
-  """`get_dataset_info` of a directory of class sub-directories."""
-  root, split = os.path.split(os.path.normpath(directory))
-  return _source_info(_single(FOLDER_PREFIX + root, split), f'{directory}/*/*.jpg')
-
-
-def get_dataset_info(dataset: str, split: str) -> Dict[str, Any]:
-  """What a split holds: `num_examples`, `num_classes`, `int2str` (class id ->
-  name) and `examples_glob` (None for TFDS).
-
-  Args:
-    dataset: a TFDS name, or a directory with `{split}/CLASS/*.jpg`.
-    split: the split.
-
-  Returns:
-    The dict.
-  """
-  directory = os.path.join(dataset, split)
-  if os.path.isdir(directory):
-    return get_directory_info(directory)
-  return get_tfds_info(dataset, split)
-
-
-def get_datasets(config: Any) -> Tuple[Batches, Batches]:
-  """The training and test batches of an original config (`config.dataset` a
-  TFDS name, with splits `config.pp.train` and `config.pp.test`, or a directory
-  with `train/` and `test/`).
-
-  Args:
-    config: the config.
-
-  Returns:
-    (ds_train, ds_test).
-  """
-  if os.path.isdir(config.dataset):
-    train_dir, test_dir = (os.path.join(config.dataset, s) for s in ('train', 'test'))
-    if not os.path.isdir(train_dir) or not os.path.isdir(test_dir):
-      raise DataError(f'{config.dataset} is a directory without {train_dir} and {test_dir}; '
-                      'put the images in train/CLASS/ and test/CLASS/.')
-    return (get_data_from_directory(config=config, directory=train_dir, mode='train'),
-            get_data_from_directory(config=config, directory=test_dir, mode='test'))
-  return (get_data_from_tfds(config=config, mode='train'),
-          get_data_from_tfds(config=config, mode='test'))
-
-
-def _from_source(source: Source, config: Any, mode: str) -> Batches:
-  return get_data(data=source.examples, mode=mode, num_classes=source.num_classes,
-                  image_decoder=lambda image: image, repeats=None if mode == 'train' else 1,
-                  batch_size=config.batch_eval if mode == 'test' else config.batch,
-                  image_size=config.pp['crop'],
-                  shuffle_buffer=min(source.num_examples, config.shuffle_buffer))
-
-
-def get_data_from_directory(*, config: Any, directory: str, mode: str) -> Batches:
-  """`get_data` of the images in `directory/CLASS/`.
-
-  Args:
-    config: the original config (batch sizes, `pp.crop`, `shuffle_buffer`).
-    directory: the split's directory.
-    mode: 'train' or 'test'.
-
-  Returns:
-    The batches.
-  """
-  root, split = os.path.split(os.path.normpath(directory))
-  return _from_source(_single(FOLDER_PREFIX + root, split), config, mode)
-
-
-def get_data_from_tfds(*, config: Any, mode: str) -> Batches:
-  """`get_data` of the split `config.pp[mode]` of TFDS dataset `config.dataset`.
-
-  Args:
-    config: the original config.
-    mode: 'train' or 'test'.
-
-  Returns:
-    The batches.
-  """
-  source = _single(config.dataset, config.pp[mode], config.get('tfds_data_dir'))
-  return _from_source(source, config, mode)
-
-
-def get_data(*, data: Sequence[Dict[str, Any]], mode: str, num_classes: int,
-             image_decoder: Callable[[Any], np.ndarray], repeats: Optional[int],
-             batch_size: int, image_size: int, shuffle_buffer: int,
-             preprocess: Optional[Callable[[Any], Any]] = None) -> Batches:
-  """Batches of {'image': (devices, b / devices, s, s, 3) in [-1, 1], 'label':
-  (devices, b / devices, classes) one-hot} from examples {'image', 'label'}.
-
-  Training shuffles (all of `data`, so `shuffle_buffer` has no effect), takes
-  Inception crops (`augment.inception_crop`) and random flips, with draws seeded
-  once per pipeline; testing resizes. Both drop the last partial batch, as the
-  original does.
-
-  Args:
-    data: the examples, random access (a `Source`'s examples, a TFDS data source).
-    mode: 'train' or 'test'.
-    num_classes: the classes.
-    image_decoder: `features['image']` -> uint8 image, after shuffling.
-    repeats: passes over the data (None: endless).
-    batch_size: the batch over every local device.
-    image_size: the images' side.
-    shuffle_buffer: unused (the shuffle is global).
-    preprocess: applied to each example before the decoding.
-
-  Returns:
-    The batches.
-  """
-  del shuffle_buffer
-  if mode not in ('train', 'test'):
-    raise ValueError(f'mode must be "train" or "test", not {mode!r}.')
-  devices = jax.local_device_count()
-  if batch_size % devices:
-    raise DataError(f'The batch size {batch_size} does not split over the {devices} local '
-                    f'devices; choose a multiple of {devices}.')
-  seed = int(np.random.default_rng().integers(2**31))  # drawn once per pipeline
-  data = grain.MapDataset.source(data)
-  if mode == 'train':
-    data = data.shuffle(seed=seed)
-  data = data.repeat(repeats)
-
-  def example(position: int, features: Dict[str, Any]) -> Dict[str, np.ndarray]:
-    features = preprocess(features) if preprocess is not None else features
-    image = image_decoder(features['image'])
-    if mode == 'train':
-      draws = _draws(seed, _EXAMPLE_DRAWS, position)
-      image = augment.inception_crop(image, image_size, draws)
-      mirror = augment.mirrored(1, draws)
-    else:
-      image, mirror = augment.eval_resize(image, image_size), None
-    return {'image': _model_input([image], 1, image_size, mirror)[0],
-            'label': _one_hot(features['label'], num_classes)}
-
-  per_device = lambda x: x.reshape((devices, -1) + x.shape[1:])
-  batches = data.map_with_index(example).batch(batch_size, drop_remainder=True)
-  return Batches(batches.map(lambda batch: {k: per_device(v) for k, v in batch.items()}))
-
-
-def prefetch(dataset: Iterable[Any], n_prefetch: int) -> Iterator[Any]:
-  """The batches of `dataset` as numpy arrays, `n_prefetch` of them moved to the
-  local devices ahead (`flax.jax_utils.prefetch_to_device`).
-
-  Args:
-    dataset: device-axis batches (`get_data`).
-    n_prefetch: batches moved ahead (0: stay numpy).
-
-  Returns:
-    The iterator.
-  """
-  import flax.jax_utils  # pylint: disable=import-outside-toplevel
-  batches = iter(dataset)
-  return flax.jax_utils.prefetch_to_device(batches, n_prefetch) if n_prefetch else batches
+__getattr__ = original.forward(__name__)  # the original vit_jax's names (vit_jax/original/)

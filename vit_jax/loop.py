@@ -206,7 +206,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   started = time.perf_counter()
   _check_config(config)
   primary = jax.process_index() == 0
-  with workdirs.claim(workdir, config, reconfigure, primary) as record, \
+  with workdirs.claim(workdir, config, reconfigure, primary, settings.defaults()) as record, \
       Preemption() as preemption:
     check_inputs(config, workdir)
     return _train(config, workdir, started, preemption, record, reconfigure)

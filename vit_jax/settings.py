@@ -189,6 +189,16 @@ def _parent_and_key(config: ml_collections.ConfigDict, name: str):
   return config, key
 
 
+def defaults() -> Dict[str, Any]:
+  """Each field's default by its dotted name ('input.crop'), the groups left out.
+
+  Returns:
+    field -> default.
+  """
+  return {name: field.default for name, field in FIELDS.items()
+          if not isinstance(field.default, ml_collections.ConfigDict)}
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every field at its default; None defaults as typed placeholders."""
   config = ml_collections.ConfigDict({group: ml_collections.ConfigDict() for group in GROUPS})

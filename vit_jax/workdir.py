@@ -319,8 +319,9 @@ def record_data(workdir: str, current: Dict[str, Any], accepted: Sequence[str] =
     json.dump({'splits': current, 'accepted': history}, f, indent=1)
 
 
-def check_record(workdir: str, config: ml_collections.ConfigDict,
-                 reconfigure: bool) -> Tuple[Optional[Dict[str, Any]], List[str]]:
+def check_record(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool,
+                 defaults: Optional[Dict[str, Any]] = None
+                 ) -> Tuple[Optional[Dict[str, Any]], List[str]]:
   """The settings to record in `workdir` (None where they are recorded already),
   and the recorded fields they change ('field: old -> new'); in a workdir whose
   run left results, settings that differ from the recorded ones are refused
@@ -330,6 +331,8 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
     workdir: the run's workdir.
     config: the recipe given now.
     reconfigure: accept settings that differ from the recorded ones.
+    defaults: each field's default, the value of a field newer than the record
+      (`settings.defaults()`; without them such a field counts as changed).
 
   Returns:
     (the settings to record or None, the changed fields).
@@ -343,9 +346,7 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
           f'trained with ({RECORD} is missing): restore it, train into a new workdir, or rerun '
           'with --reconfigure to go on from its checkpoint recording the current settings.')
     return new, []
-  from vit_jax import settings  # the fields' defaults (settings reads this module's names)
-  changed = differences(recorded, new, {k: f.default for k, f in settings.FIELDS.items()
-                                        if not isinstance(f.default, ml_collections.ConfigDict)})
+  changed = differences(recorded, new, defaults)
   if not changed:
     return None, []
   if not reconfigure and has_results(workdir):
@@ -359,7 +360,8 @@ def check_record(workdir: str, config: ml_collections.ConfigDict,
 
 @contextlib.contextmanager
 def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = False,
-          primary: bool = True) -> Iterator[Callable[[], None]]:
+          primary: bool = True, defaults: Optional[Dict[str, Any]] = None
+          ) -> Iterator[Callable[[], None]]:
   """Holds `workdir` for one run: locked, its settings checked against the record.
   Yields `record()`, which writes the settings once the run has taken on the
   workdir's state (so a run that fails before never changes the record); its
@@ -372,6 +374,7 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
     config: the recipe.
     reconfigure: accept settings that differ from the recorded ones.
     primary: this process locks and records.
+    defaults: each field's default, for a record older than a field (`check_record`).
 
   Yields:
     `record()`.
@@ -394,7 +397,7 @@ def claim(workdir: str, config: ml_collections.ConfigDict, reconfigure: bool = F
   lock = os.path.join(workdir, LOCK)
   take_lock(lock)
   try:
-    settings, changes = check_record(workdir, config, reconfigure)
+    settings, changes = check_record(workdir, config, reconfigure, defaults)
     remove_partial_files(workdir)
 
     def record() -> None:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import original
 from vit_jax.models import alternet, lit, mixer, resnet, vit
 from vit_jax.models.attention import ATTENTION_WEIGHTS
 from vit_jax.models.family import (  # noqa: F401  (the capabilities, as models.SCAN, ...)
@@ -245,8 +246,4 @@ def apply_with_intermediates(model: nn.Module, variables: Any, images: Any, *,
   return out, flat
 
 
-# The original vit_jax's names (docs/original.md): its model classes, with its
-# fields and `inputs` keyword, on the modules above, and its model configs.
-from vit_jax.configs import models as model_configs  # noqa: E402
-from vit_jax.models.original import (  # noqa: E402,F401
-    AddPositionEmbs, Encoder, Encoder1DBlock, LitModel, MlpBlock, MlpMixer, VisionTransformer)
+__getattr__ = original.forward(__name__)  # the original vit_jax's names (vit_jax/original/)

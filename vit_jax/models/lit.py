@@ -8,13 +8,13 @@ pre-LN transformer (the ViT encoder) reading the last token, which the
 SentencePiece tokenizer makes its end-of-sequence token. Both towers run for
 inference only (no dropout): LiT's published models are used frozen.
 """
-import os
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
+from vit_jax import original
 from vit_jax.models import vit
 from vit_jax.models.family import ZERO_SHOT, Family, override
 
@@ -198,96 +198,27 @@ class TextTransformer(nn.Module):
     return x, out
 
 
-class LitFiles:
-  """A LiT model's files and preprocessing, from its `model_name` and `pp`
-  (`tokenizer_name`, `size`, `max_len`): the original code's `LitModel` methods."""
-
-  def _local(self, suffix: str) -> Optional[str]:
-    local = f'{self.model_name}.{suffix}'
-    return local if os.path.exists(local) else None
-
-  def _named(self, what: str) -> str:
-    if not self.model_name:
-      raise ValueError(f'This LiT module has no model_name, so {what} is not known; build it '
-                       "with vit_jax.models.get_model('LiT-B16B') or give the path.")
-    return self.model_name
-
-  def load_variables(self, path: Optional[str] = None, cache: bool = True) -> Dict[str, Any]:
-    """The model's variables from `path`; by default from `{model_name}.npz` in the
-    working directory, copied there from the public bucket first if absent.
-
-    Args:
-      path: the checkpoint, or None.
-      cache: copy the public file into the working directory (without `path`).
-
-    Returns:
-      `{'params': ...}` for `apply`.
-    """
-    from vit_jax import checkpoint  # pylint: disable=import-outside-toplevel
-    name = self._named('its checkpoint')
-    if path is None:
-      path = self._local('npz')
-      if path is None:
-        path = f'{LIT_DIR}/{name}.npz'
-        if cache:
-          checkpoint.copy(path, f'{name}.npz')
-          path = f'{name}.npz'
-    return {'params': checkpoint.load(path, name)}
-
-  @property
-  def vocab_path(self) -> str:
-    """The vocabulary: `{model_name}.txt` (BERT) or `.model` (SentencePiece) in the
-    working directory where it is there, else the public file."""
-    suffix = TOKENIZERS[self.pp['tokenizer_name']]
-    return self._local(suffix[1:]) or f'{LIT_DIR}/{self._named("its vocabulary")}{suffix}'
-
-  def get_tokenizer(self) -> Any:
-    """The model's tokenizer: texts -> (N, max_len) token ids."""
-    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
-    return preprocess.get_tokenizer(self.pp['tokenizer_name'])(
-        vocab_path=self.vocab_path, max_len=self.pp['max_len'])
-
-  def get_image_preprocessing(self, crop: bool = False) -> Any:
-    """Images (a list of uint8 arrays) -> (N, size, size, 3) in [-1, 1].
-
-    Args:
-      crop: resize the short side, then crop the centre.
-
-    Returns:
-      A `preprocess.PreprocessImages`.
-    """
-    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
-    return preprocess.PreprocessImages(size=self.pp['size'], crop=crop)
-
-  def get_pp(self, crop: bool = False) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
-    """A `tf.data` map function: 'image' resized to [-1, 1], 'text' tokenized into 'tokens'.
-
-    Args:
-      crop: resize the short side, then crop the centre.
-
-    Returns:
-      The function.
-    """
-    from vit_jax import preprocess  # pylint: disable=import-outside-toplevel
-    return preprocess.get_pp(tokenizer_name=self.pp['tokenizer_name'],
-                             vocab_path=self.vocab_path, max_len=self.pp['max_len'],
-                             size=self.pp['size'], crop=crop)
-
-
-class LitModel(LitFiles, nn.Module):
+class LitModel(nn.Module):
   """Images (B, H, W, 3) in [-1, 1] and/or token ids (B, L) -> (zimg, ztxt, out):
   L2-normalised embeddings (None for an input not given) and `out` with `t`, the
   learned temperature exp(t) that scales the similarities, each tower's
   embedding norm, and the text tower's `out` under 'txt/'. `image` holds the ViT tower's fields (`num_classes` its head's
   width, None for no head); `text` the text tower's. `model_name` and `pp`
-  (`tokenizer_name`, `size`, `max_len`) give its files and preprocessing
-  (`LitFiles`)."""
+  (`tokenizer_name`, `size`, `max_len`) give its files and preprocessing, through
+  the original vit_jax's methods (`load_variables`, `vocab_path`, `get_tokenizer`,
+  `get_image_preprocessing`, `get_pp`: `vit_jax.original.lit`)."""
   image: Mapping[str, Any]
   text_model: str
   text: Mapping[str, Any]
   dtype: Dtype = jnp.float32
   model_name: Optional[str] = None
   pp: Optional[Mapping[str, Any]] = None
+
+  load_variables = original.lit_method('load_variables')
+  vocab_path = property(original.lit_method('vocab_path'))
+  get_tokenizer = original.lit_method('get_tokenizer')
+  get_image_preprocessing = original.lit_method('get_image_preprocessing')
+  get_pp = original.lit_method('get_pp')
 
   @nn.compact
   def __call__(self, *, images=None, tokens=None):
@@ -349,7 +280,7 @@ def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[st
   """
   config['image'] = dict(vit.FAMILY.variants[config['image_model']],
                          **vit.FAMILY.defaults)
-  config['model_name'] = config['name']  # its files' names (`LitFiles`)
+  config['model_name'] = config['name']  # its files' names (`vit_jax.original.lit`)
   config = override(config, overrides, nested=('image', 'text'))
   if config['text_model'] not in TEXT_MODELS or config['tokenizer'] not in TOKENIZERS:
     raise ValueError(f'{config["name"]}: text_model must be one of {TEXT_MODELS} and tokenizer '
@@ -371,7 +302,7 @@ def build(image: Mapping[str, Any], out_dim: Tuple[Optional[int], int], text_mod
     tokenizer: 'bert' or 'sentencepiece'.
     image_size: the images' side.
     max_len: the token sequence's length.
-    model_name: the published name, for the files (`LitFiles`).
+    model_name: the published name, for the files (`vit_jax.original.lit`).
     **unused: the fields that shape no module.
 
   Returns:

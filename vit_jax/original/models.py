@@ -7,71 +7,22 @@ numbers are the project's: `VisionTransformer(num_classes=10,
 `model.apply(variables, inputs=x, train=False)` gives the logits
 `vit_jax.models.get_model('ViT-B_16', 10)` gives. The fields the original nests
 (`patches.size`, `transformer.*`, `resnet.*`) are mapped onto the project's
-flat ones by `vit_fields`; the original's float32 compute is kept.
+flat ones by `fields.vit_fields`; the original's float32 compute is kept.
 """
-from typing import Any, Callable, Dict, Optional, Tuple, Type
+from typing import Any, Callable, Optional, Tuple, Type
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from vit_jax.configs import models as model_configs  # noqa: F401  (an original name)
 from vit_jax.models import lit, mixer, resnet, vit
+from vit_jax.original import lit_method
+from vit_jax.original.fields import square, vit_fields
 
-
-def _square(size: Any, what: str) -> int:
-  size = tuple(size)
-  if len(size) != 2 or size[0] != size[1]:
-    raise ValueError(f'{what} {size} is not square; the models here take square patches, '
-                     'e.g. (16, 16).')
-  return int(size[0])
-
-
-# The original's `Encoder` fields, which its configs' `transformer` sets.
-TRANSFORMER_FIELDS = ('num_layers', 'mlp_dim', 'num_heads', 'dropout_rate',
-                      'attention_dropout_rate', 'add_position_embedding')
-
-
-def vit_fields(patches: Any, transformer: Any, hidden_size: int, resnet: Any = None,
-               representation_size: Optional[int] = None, classifier: str = 'token',
-               **unused: Any) -> Dict[str, Any]:
-  """The project's ViT fields of an original ViT config.
-
-  Args:
-    patches: `{'size': (p, p)}`.
-    transformer: `{'mlp_dim', 'num_heads', 'num_layers', 'dropout_rate',
-      'attention_dropout_rate', 'add_position_embedding'}` (False: no position
-      embedding, the project's posemb 'none').
-    hidden_size: the token width.
-    resnet: `{'num_layers', 'width_factor'}` for a hybrid, or None.
-    representation_size: the pre-logits width, or None.
-    classifier: 'token', 'gap', 'unpooled' or 'token_unpooled'.
-    **unused: the config's other fields (`model_name`).
-
-  Returns:
-    Keyword arguments of `vit.VisionTransformer` (but `num_classes`).
-
-  Raises:
-    ValueError: a config these models do not build.
-  """
-  del unused
-  if transformer is None:
-    raise ValueError('transformer=None (the ResNet features alone) is not built here; use a '
-                     "BiT model, vit_jax.models.get_model('BiT-M-R50x1').")
-  if classifier not in ('token', 'gap', 'unpooled', 'token_unpooled'):
-    raise ValueError(f'Invalid classifier={classifier}')
-  unknown = sorted(set(transformer) - set(TRANSFORMER_FIELDS))
-  if unknown:
-    raise ValueError(f'transformer.{unknown[0]} is no field of the original\'s Encoder; its '
-                     f'fields are {", ".join(TRANSFORMER_FIELDS)}.')
-  fields = dict(patch_size=_square(patches['size'], 'The patch size'), hidden_size=hidden_size,
-                mlp_dim=transformer['mlp_dim'], num_heads=transformer['num_heads'],
-                num_layers=transformer['num_layers'],
-                dropout_rate=transformer.get('dropout_rate', 0.1),
-                attention_dropout_rate=transformer.get('attention_dropout_rate', 0.1),
-                classifier=classifier, representation_size=representation_size,
-                posemb='learn' if transformer.get('add_position_embedding', True) else 'none')
-  if resnet is not None:
-    fields.update(resnet_layers=tuple(resnet['num_layers']), resnet_width=resnet['width_factor'])
-  return fields
+# The original's names at `vit_jax.models` (the rest are the project's own:
+# `get_model`, ...).
+ORIGINAL_NAMES = ('AddPositionEmbs', 'Encoder', 'Encoder1DBlock', 'LitModel', 'MlpBlock',
+                  'MlpMixer', 'VisionTransformer', 'model_configs')
 
 
 class IdentityLayer(nn.Module):
@@ -162,7 +113,7 @@ class ResidualUnit(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    module = resnet.BottleneckV1(self.features, _square(self.strides, 'The stride'))
+    module = resnet.BottleneckV1(self.features, square(self.strides, 'The stride'))
     nn.share_scope(self, module)
     return module(x)
 
@@ -176,7 +127,7 @@ class ResNetStage(nn.Module):
   @nn.compact
   def __call__(self, x):
     module = resnet.Stage(resnet.BottleneckV1, 'unit{}', self.block_size, self.nout,
-                          _square(self.first_stride, 'The stride'))
+                          square(self.first_stride, 'The stride'))
     nn.share_scope(self, module)
     return module(x)
 
@@ -220,16 +171,16 @@ class MlpMixer(nn.Module):
 
   @nn.compact
   def __call__(self, inputs, *, train: bool):
-    module = mixer.MlpMixer(self.num_classes, _square(self.patches['size'], 'The patch size'),
+    module = mixer.MlpMixer(self.num_classes, square(self.patches['size'], 'The patch size'),
                             self.hidden_dim, self.num_blocks, self.tokens_mlp_dim,
                             self.channels_mlp_dim)
     nn.share_scope(self, module)
     return module(inputs, train=train)
 
 
-class LitModel(lit.LitFiles, nn.Module):
+class LitModel(nn.Module):
   """The original's LiT image-text model: `get_model('LiT-B16B')`, with its
-  `load_variables`, tokenizer and preprocessing (`lit.LitFiles`), called as
+  `load_variables`, tokenizer and preprocessing (`vit_jax.original.lit`), called as
   `apply(variables, images=..., tokens=...)` -> (zimg, ztxt, out)."""
   image: Any
   text_model: str
@@ -237,6 +188,12 @@ class LitModel(lit.LitFiles, nn.Module):
   pp: Any
   out_dim: Tuple[Optional[int], Optional[int]]
   model_name: str
+
+  load_variables = lit_method('load_variables')
+  vocab_path = property(lit_method('vocab_path'))
+  get_tokenizer = lit_method('get_tokenizer')
+  get_image_preprocessing = lit_method('get_image_preprocessing')
+  get_pp = lit_method('get_pp')
 
   @nn.compact
   def __call__(self, *, images=None, tokens=None):
@@ -247,26 +204,3 @@ class LitModel(lit.LitFiles, nn.Module):
                           model_name=self.model_name, pp=self.pp)
     nn.share_scope(self, module)
     return module(images=images, tokens=tokens)
-
-
-def project_config(model_config: Any) -> Any:
-  """The project's zoo config (`vit_jax.models.get_config`) of an original model config.
-
-  Args:
-    model_config: a `MODEL_CONFIGS` entry, or a config with its fields.
-
-  Returns:
-    The project's config of the same architecture.
-  """
-  from vit_jax import models  # pylint: disable=import-outside-toplevel
-  name = model_config.get('model_name')
-  if 'hidden_dim' in model_config:
-    return models.get_config(
-        name if name in models.MODELS else 'Mixer-B_16',
-        patch_size=_square(model_config['patches']['size'], 'The patch size'),
-        **{k: model_config[k] for k in ('hidden_dim', 'num_blocks', 'tokens_mlp_dim',
-                                        'channels_mlp_dim')})
-  fields = vit_fields(**model_config)
-  if 'resnet_layers' not in fields:
-    fields['resnet_layers'] = None
-  return models.get_config(name if name in models.MODELS else 'ViT-B_16', **fields)
