@@ -277,7 +277,7 @@ def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path):
 
 
 def test_the_command_of_a_tool_left_out_is_the_same_analysis_without_the_budget():
-  import analysis.__main__ as cli
+  from analysis.runtime import command as cli
   argv = ['analysis', 'all', '--config', 'configs/quickstart_vit.py', '--workdir', 'w v',
           '--time_budget=15m', '--out', 'o', '--time_budget', '2m']
   assert cli.tool_command('hessian', argv, 'all') == (

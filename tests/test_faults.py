@@ -373,7 +373,7 @@ def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
 
 
 def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
-  from analysis import __main__ as cli
+  from analysis.runtime import command as cli
   from absl.testing import flagsaver
   from analysis import tool
   from analysis.tools import common
@@ -400,7 +400,8 @@ def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
 
 def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(tmp_path):
   import numpy as np
-  from analysis import __main__ as cli
+  from analysis.runtime import command as cli
+  from analysis.runtime import out_folder
   from analysis.reporting import report
   from analysis.runtime import features
   from configs import quickstart_vit
@@ -430,12 +431,12 @@ def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(
   earlier = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'a.npz', 'family': 'vit'}}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(earlier))
   (out / 'cka.json').write_text('{}')
-  cli.claim_out(str(out), earlier, overwrite=False)  # the same models: allowed
+  out_folder.claim_out(str(out), earlier, overwrite=False)  # the same models: allowed
   other = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'b.npz', 'family': 'vit'}}
   with pytest.raises(errors.WorkdirError, match='holds the analysis of other models .*a.npz'):
-    cli.claim_out(str(out), other, overwrite=False)
+    out_folder.claim_out(str(out), other, overwrite=False)
   assert (out / 'cka.json').exists()
-  cli.claim_out(str(out), other, overwrite=True)
+  out_folder.claim_out(str(out), other, overwrite=True)
   assert not (out / 'cka.json').exists() and not (out / report.SUBJECTS_FILE).exists()
 
 
@@ -443,12 +444,12 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   """--overwrite removes the files of the manifest alone; an --out holding a run or
   a file is refused; the same names and sources with other parameters (a model
   retrained in place) are other models."""
-  import analysis.__main__ as cli
+  from analysis.runtime import out_folder
   from analysis.reporting import plots, report
   out = tmp_path / 'out'
   out.mkdir()
   (out / 'notes.json').write_text('{"mine": 1}')  # the user's, before any analysis
-  before = cli.files_in(str(out))
+  before = out_folder.files_in(str(out))
   about = {'vit': {'model_name': 'ViT-Ti_16', 'source': 'w', 'params_checksum': 'aa'}}
   (out / report.SUBJECTS_FILE).write_text(json.dumps(about))
   (out / 'cka.json').write_text('{}')
@@ -459,15 +460,15 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   # Saved by the user while the analysis ran: never the analysis's to remove.
   (out / 'my_figure.png').write_bytes(b'mine')
   (out / 'notes2.json').write_text('{"mine": 2}')
-  cli.record_manifest(str(out), before)
-  assert set(json.loads((out / cli.MANIFEST).read_text())) == {
-      report.SUBJECTS_FILE, 'cka.json', 'cka_vit.png', os.path.join('tensorboard', 'vit',
-                                                                    'events.out'), cli.MANIFEST}
+  out_folder.record_manifest(str(out), before)
+  assert set(json.loads((out / out_folder.MANIFEST).read_text())) == {
+      report.SUBJECTS_FILE, 'cka.json', 'cka_vit.png',
+      os.path.join('tensorboard', 'vit', 'events.out'), out_folder.MANIFEST}
   retrained = {'vit': {**about['vit'], 'params_checksum': 'bb'}}
   with pytest.raises(errors.WorkdirError, match='before they changed'):
-    cli.claim_out(str(out), retrained, overwrite=False)
-  cli.claim_out(str(out), about, overwrite=False)  # the same parameters: allowed
-  cli.claim_out(str(out), retrained, overwrite=True)
+    out_folder.claim_out(str(out), retrained, overwrite=False)
+  out_folder.claim_out(str(out), about, overwrite=False)  # the same parameters: allowed
+  out_folder.claim_out(str(out), retrained, overwrite=True)
   assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
       'my_figure.png', 'notes.json', 'notes2.json']
   run = tmp_path / 'run'
@@ -475,11 +476,11 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   (run / workdir.RECORD).write_text('{}')
   (run / 'results.json').write_text('{}')
   with pytest.raises(errors.WorkdirError, match='holds a training run'):
-    cli.claim_out(str(run), about, overwrite=True)
+    out_folder.claim_out(str(run), about, overwrite=True)
   assert (run / workdir.RECORD).exists() and (run / 'results.json').exists()
   (tmp_path / 'file').write_text('')
   with pytest.raises(errors.WorkdirError, match='is a file'):
-    cli.claim_out(str(tmp_path / 'file'), about, overwrite=False)
+    out_folder.claim_out(str(tmp_path / 'file'), about, overwrite=False)
   import numpy as np
   from analysis.runtime import features
   zeros = {'a': np.zeros((2, 3), np.float32)}
@@ -688,7 +689,7 @@ def test_a_tool_with_nothing_to_compute_on_the_models_is_refused_not_empty(name,
   """A tool that reads attention heads or tokens, named alone on a ResNet (head_cka:
   on one model), is refused before any work, never `{}` with exit 0; `all` leaves
   it out and says why."""
-  import analysis.__main__ as cli
+  from analysis.runtime import command as cli
   from helpers import subject
   resnet = subject('BiT-M-R50x1', 'resnet', num_layers=(1, 1))
   with pytest.raises(errors.ConfigError, match=name):
@@ -850,7 +851,7 @@ def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
   for split in ('train', 'test'):
     for old, new in (('class_0', 'cat'), ('class_1', 'dog')):
       os.rename(tmp_path / 'other' / split / old, tmp_path / 'other' / split / new)
-  from analysis import __main__ as cli
+  from analysis.runtime import command as cli
   from analysis.runtime import features
   recipe = tiny_config(folder)
   subject = features.load_subject(recipe.model_name, workdir, 8, dict(recipe.model), 'tiny',

@@ -9,8 +9,12 @@ from typing import Dict, List, Tuple
 import pytest
 
 from analysis import tool
-from analysis.__main__ import FLAGS  # the analysis command's flags
+from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
+from analysis.runtime import request
 from doc_snippets import ROOT
+
+request.define_flags()
+FLAGS = request.FLAGS  # the analysis command's flags
 
 PAGE = os.path.join(ROOT, 'docs', 'figures.md')
 STATUSES = ('reproduced', 'different finding', 'inconclusive', 'needs data', 'not yet')

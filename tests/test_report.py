@@ -16,7 +16,7 @@ from PIL import Image
 
 from analysis.reporting import events, plots, report, verdict
 from analysis.runtime import features
-from analysis.__main__ import run_tools
+from analysis.runtime.command import run_tools
 from analysis.tools import TOOLS, activation_patching, hessian, landscape, sae
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, read_events, subject

@@ -118,7 +118,7 @@ def test_each_run_alone_is_judged_and_a_verdict_that_flips_shows(monkeypatch):
 def test_two_runs_of_a_deterministic_model_spread_by_nothing(subjects, tmp_path):
   """A tool run on one model twice, as two seeds that changed nothing: every number's
   spread over the runs is zero, and the mean is the number."""
-  from analysis import __main__ as cli
+  from analysis.runtime import command as cli
   from helpers import batches
   first = dataclasses.replace(subjects['vit'], label='vit_seed0')
   second = dataclasses.replace(subjects['vit'], label='vit_seed1')
