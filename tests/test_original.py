@@ -510,7 +510,8 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
   recipe = train.recipe(config)
   assert train.adopt_original_checkpoint(recipe, workdir) == 10
   source = input_pipeline.get_source(recipe.dataset, recipe.train_split)
-  setup = steps.build(recipe, source.num_classes, recipe.total_steps)
+  setup = steps.build(recipe, source.num_classes, recipe.total_steps,
+                      params=finetune.initial_params(recipe, source.num_classes))
   state, _ = run_state.resume(ocp.CheckpointManager(os.path.join(workdir, 'checkpoints')),
                               setup.state)
   assert int(state.step) == 10

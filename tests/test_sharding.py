@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, errors, run_state, sharding, steps
+from vit_jax import checkpoint, errors, finetune, run_state, sharding, steps
 from vit_jax.models import vit_layouts
 
 
@@ -104,7 +104,8 @@ def _steps(setup, state, first, count):
 
 
 def _train(config, devices, steps_to_run=2):
-  setup = steps.build(config, 8, config.total_steps, devices)
+  setup = steps.build(config, 8, config.total_steps, devices,
+                      params=finetune.initial_params(config, 8))
   return (setup, *_steps(setup, setup.state, 0, steps_to_run))
 
 

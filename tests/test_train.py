@@ -263,7 +263,8 @@ def test_corrupt_newest_checkpoint_falls_back(folder, tmp_path, caplog):
   manager = ocp.CheckpointManager(str(tmp_path / 'checkpoints'))
   model_cfg = steps.model_config(config, 3)
   model = models.build_model(model_cfg)
-  state = steps.create_train_state(config, model, model_cfg, steps.make_optimizer(config, 6), 8)
+  state = steps.create_train_state(config, model, steps.make_optimizer(config, 6),
+                                   steps.init_params(config, model, 8))
   restored, seconds = run_state.restore_latest(
       manager, jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state))
   assert int(restored.step) == 3 and seconds > 0
@@ -621,3 +622,19 @@ assert np.isfinite(float(metrics['loss']))
   result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
                           cwd=REPO, timeout=300)
   assert result.returncode == 0, result.stderr
+
+
+def test_a_run_reads_its_pretrained_file_once_before_the_state_is_built(tmp_path):
+  """`finetune.initial_params` reads and fits `pretrained`; `steps.build` reads no
+  file, and refuses a recipe that names one without the parameters it gives."""
+  fresh = tiny_config()
+  start = str(tmp_path / 'start.npz')
+  checkpoint.save(start, jax.device_get(steps.build(fresh, 10, 6).state.params))
+  chex.assert_trees_all_close(finetune.initial_params(fresh, 10),
+                              steps.build(fresh, 10, 6).state.params)
+  tuned = tiny_config(pretrained=start, keep_head=True)
+  with pytest.raises(ValueError, match='steps.build does not read'):
+    steps.build(tuned, 10, 6)
+  params = finetune.initial_params(tuned, 10)
+  chex.assert_trees_all_close(jax.device_get(params), checkpoint.load(start))
+  chex.assert_trees_all_close(steps.build(tuned, 10, 6, params=params).state.params, params)

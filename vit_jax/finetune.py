@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
-from vit_jax import augreg, checkpoint, models
+from vit_jax import augreg, checkpoint, models, steps
 from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
 from vit_jax.models.family import CheckpointError
 
@@ -80,3 +80,29 @@ def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
   return (f'the pretrained checkpoint {path} does not exist. {checkpoint.WHERE_PUBLIC}; download '
           'one and set --config.pretrained=<path>, or --config.pretrained=None to train from '
           'scratch.')
+
+
+def initial_params(config: ml_collections.ConfigDict, num_classes: int) -> Params:
+  """The parameters a run of `config` starts from (`steps.build`'s `params`): fresh
+  ones from its seed, with `config.pretrained`, when it names a checkpoint, read and
+  fitted to the model once (`load_pretrained`: the new head, the resized grid).
+
+  Args:
+    config: the recipe (seed, image_size, pretrained, augreg_dir, keep_head).
+    num_classes: the data's classes.
+
+  Returns:
+    The parameters.
+
+  Raises:
+    steps.TrainingError: `config.pretrained` cannot be read (`missing_pretrained`).
+  """
+  model_cfg = steps.model_config(config, num_classes)
+  params = steps.init_params(config, models.build_model(model_cfg), config.image_size)
+  if not config.pretrained:
+    return params
+  problem = missing_pretrained(config)
+  if problem:
+    raise steps.TrainingError(problem)
+  return load_pretrained(augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
+                         keep_head=config.keep_head)

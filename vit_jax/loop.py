@@ -269,7 +269,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     raise ConfigError(f'config.keep_params_at names step {", ".join(map(str, beyond))}, beyond '
                       f'the run\'s {total_steps} steps: name steps up to {total_steps}.')
 
-  setup = steps.build(config, train_source.num_classes, total_steps)
+  setup = steps.build(config, train_source.num_classes, total_steps,
+                      params=finetune.initial_params(config, train_source.num_classes))
   seconds = None  # with a budget: the training seconds, whose end ends the run
   if config.time_budget:
     seconds = budgeted_seconds(config, workdir, setup, train_source, eval_source, total_steps,

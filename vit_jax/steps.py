@@ -20,7 +20,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import augreg, calibration, finetune, models, sharding
+from vit_jax import calibration, models, sharding
 from vit_jax.errors import ConfigError, UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -394,30 +394,36 @@ def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_coll
   return models.get_config(config.model_name, num_classes=num_classes, **config.model)
 
 
-def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
-                       model_cfg: ml_collections.ConfigDict,
-                       optimizer: optax.GradientTransformation, image_size: int) -> TrainState:
-  """Fresh parameters, or those of `config.pretrained` fitted to the model.
+def init_params(config: ml_collections.ConfigDict, model: nn.Module, image_size: int) -> Any:
+  """Fresh parameters of `model`, from the recipe's seed.
 
   Args:
-    config: the recipe (seed, pretrained, keep_head).
+    config: the recipe (its seed).
     model: the Flax module.
-    model_cfg: its zoo config.
-    optimizer: the optax optimizer.
     image_size: the training images' side.
+
+  Returns:
+    The parameters.
+  """
+  init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
+  return jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
+
+
+def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
+                       optimizer: optax.GradientTransformation, params: Any) -> TrainState:
+  """The training state of `params`: the optimizer's state, the step's random key
+  (from the recipe's seed) and, with `config.ema_decay`, the parameters' average.
+
+  Args:
+    config: the recipe (seed, ema_decay).
+    model: the Flax module.
+    optimizer: the optax optimizer.
+    params: the parameters it starts from.
 
   Returns:
     The training state.
   """
-  init_rng, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
-  params = jax.jit(model.init)(init_rng, jnp.zeros((1, image_size, image_size, 3)))['params']
-  if config.pretrained:
-    problem = finetune.missing_pretrained(config)
-    if problem:
-      raise TrainingError(problem)
-    params = finetune.load_pretrained(
-        augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
-        keep_head=config.keep_head)
+  _, state_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   # The average starts at the parameters, in buffers of its own (the step donates both).
   ema = jax.tree_util.tree_map(jnp.copy, params) if config.ema_decay else None
   return TrainState.create(apply_fn=model.apply, params=params, tx=optimizer, rng=state_rng,
@@ -486,24 +492,35 @@ def gather(tree: Any, mesh: Mesh) -> Any:
 
 
 def build(config: ml_collections.ConfigDict, num_classes: int, total_steps: int,
-          devices: Sequence[jax.Device] = None) -> Setup:
+          devices: Sequence[jax.Device] = None, params: Any = None) -> Setup:
   """Model, schedule, optimizer, state (sharded as `config.sharding` says), mesh and
-  compiled steps of a recipe.
+  compiled steps of a recipe. No file is read here: the parameters a run starts
+  from, a `config.pretrained` checkpoint fitted to the model, are
+  `finetune.initial_params`'.
 
   Args:
     config: the recipe.
     num_classes: the data's classes.
     total_steps: the steps the schedule is laid out over.
     devices: the devices to train on (all of them if None).
+    params: the initial parameters; None: fresh ones (`init_params`), for a recipe
+      without `pretrained`.
 
   Returns:
     The run's `Setup`.
+
+  Raises:
+    ValueError: no `params` for a recipe with `pretrained`.
   """
   model_cfg = model_config(config, num_classes)
   model = models.build_model(model_cfg)
   schedule = learning_rate_schedule(config, total_steps)
-  state = create_train_state(config, model, model_cfg, make_optimizer(config, total_steps),
-                             config.image_size)
+  if params is None:
+    if config.pretrained:
+      raise ValueError(f'config.pretrained names {config.pretrained}, which steps.build does not '
+                       'read: pass params=finetune.initial_params(config, num_classes).')
+    params = init_params(config, model, config.image_size)
+  state = create_train_state(config, model, make_optimizer(config, total_steps), params)
   mesh = sharding.make_mesh(devices, config.model_parallel)
   state_sharding = sharding.state_shardings(state, mesh, config.sharding)
   step_fn, eval_fn = compile_steps(model, config, mesh, state_sharding)

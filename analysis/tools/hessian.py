@@ -2,7 +2,8 @@
 density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and of
 each parameter block's diagonal block."""
 import dataclasses
-from typing import Dict, List, Mapping, Optional
+import functools
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -125,15 +126,36 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   Returns:
     The model's JSON.
   """
-  num_classes = subject.config.num_classes
+  result = measure(subject, batches, options)
+  return {**result, 'figures': draw(result, subject, out, options)}
+
+
+def _operator(subject: Subject, batches: Batches, options: Options):
+  """The objective's minibatch Hessian-vector product (`curvature.minibatch_hvp`),
+  whether its batches loop on the host, and the objective's description."""
   host_loop = curvature.loops_on_host(subject.layers.architecture)
   loss, split, description = hessian_objective(subject, options.hessian_objective, host_loop,
                                                options.hessian_l2_on)
-  fixed = fixed_batches(batches, split, options.hessian_batches, num_classes, subject.mesh)
+  fixed = fixed_batches(batches, split, options.hessian_batches, subject.config.num_classes,
+                        subject.mesh)
   basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use),
                         curvature.dimension(subject.params), subject.label)
-  matvec, dim, operands, method = curvature.minibatch_hvp(loss, subject.params, fixed, host_loop,
-                                                        keep_free=basis)
+  return (*curvature.minibatch_hvp(loss, subject.params, fixed, host_loop, keep_free=basis),
+          host_loop, description)
+
+
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
+  """The numbers of `run_hessian`, without its figures.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    options: the tool's options.
+
+  Returns:
+    The model's JSON but its figures.
+  """
+  matvec, dim, operands, method, host_loop, description = _operator(subject, batches, options)
   ids, blocks = curvature.parameter_blocks(subject.params)
   sizes = curvature.block_sizes(subject.params)
   # Progress in Hessian-vector products on one minibatch: the density's are on all.
@@ -144,12 +166,13 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
                                  + options.trace_probes_in_use)
       + sum(min(options.block_steps_in_use, n) for n in sizes.values()),
       'minibatch Hessian-vector products')
+  lanczos_run = functools.partial(lanczos.extreme_eigenvalues, host_loop=host_loop,
+                                  on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)
   tops = []
   for i in range(options.hessian_batches):
-    tops.append(lanczos.extreme_eigenvalues(
-        matvec, dim, options.lanczos_steps, options.hessian_top_k, jax.random.PRNGKey(i),
-        operands=operands(slice(i, i + 1)), host_loop=host_loop,
-        on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'].tolist())
+    tops.append(lanczos_run(matvec, dim, options.lanczos_steps, options.hessian_top_k,
+                            jax.random.PRNGKey(i), operands=operands(slice(i, i + 1))
+                            )['top'].tolist())
     if not host_loop:
       done.advance(options.lanczos_steps)
   nodes, weights = lanczos.slq(matvec, dim, options.density_steps_in_use, options.density_probes,
@@ -159,64 +182,91 @@ def run_hessian(subject: Subject, batches: Batches, out: str,
   block_top, masked = {}, curvature.block_matvec(matvec)  # one program for every block
   for b, name in enumerate(blocks):
     steps = min(options.block_steps_in_use, sizes[name])
-    block_top[name] = float(lanczos.extreme_eigenvalues(
+    block_top[name] = float(lanczos_run(
         masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
-        operands=((ids == b).astype(jnp.float32), *operands(slice(0, 1))),
-        host_loop=host_loop,
-        on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)['top'][0])
+        operands=((ids == b).astype(jnp.float32), *operands(slice(0, 1))))['top'][0])
     if not host_loop:
       done.advance(steps)
   signs = jax.random.rademacher(jax.random.PRNGKey(options.hessian_batches),
                                 (options.trace_probes_in_use, dim), jnp.float32)
   sums = lanczos.hutchinson(matvec, signs, operands(slice(None)), ids, len(blocks))
   done.advance(options.hessian_batches * options.trace_probes_in_use)
-  block_traces = sums.mean(0)
-  block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(options.trace_probes_in_use))
-  l2_share = curvature.l2_traces(subject.params, description['l2'], kernel_mask
-                               if description.get('l2_on') == 'kernels' else None)
-  # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
-  span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
-  sigma = lanczos.density_sigma(nodes, options.hessian_density_width)
-  grid = lanczos.density_grid(-span * 1.05, span * 1.05, sigma)
-  spectrum = lanczos.density(nodes, weights, grid, sigma)
-  beyond = 0.01 * np.abs(nodes).max()
-  per_probe = [lanczos.negative_fraction(n, w, beyond) for n, w in zip(nodes, weights)]
-  figures = [
-      plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
-                      f'Top-{options.hessian_top_k} Hessian eigenvalues on '
-                      f'{options.hessian_batches} minibatches: {subject.label}', 'eigenvalue'),
-      plots.curves({'density': spectrum}, figure_path(out, 'hessian_density', subject),
-                   f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
-                   'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
-                   rug={'density': np.ravel(tops)},
-                   rug_label=f'top-{options.hessian_top_k} per minibatch'),
-      plots.curves({'trace of the block': block_traces,
-                    'largest eigenvalue of the block': [block_top[b] for b in blocks]},
-                   figure_path(out, 'hessian_trace', subject),
-                   f'Hessian per parameter block (trace: Hutchinson, '
-                   f'{options.trace_probes_in_use} probes): {subject.label}', 'parameter block',
-                   'value', xlabels=blocks,
-                   errors={'trace of the block': block_stderr})]
   return {'objective': {'name': options.hessian_objective, **description}, 'hvp': method,
           'top_per_minibatch': tops, 'num_parameters': dim,
           'num_minibatches': options.hessian_batches, 'lanczos_steps': options.lanczos_steps,
           'density_steps': options.density_steps_in_use, 'density_probes': options.density_probes,
-          'negative_fraction': lanczos.negative_fraction(nodes, weights),
-          # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
-          'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
-          'negative_fraction_beyond_1pct_stderr': float(
-              uncertainty.weighted_mean_stderr(per_probe, np.ones(len(per_probe)))),
-          'trace': float(sums.sum(1).mean()),
-          'trace_stderr': float(uncertainty.weighted_mean_stderr(
-              sums.sum(1), np.ones(options.trace_probes_in_use))),
-          'trace_probes': options.trace_probes_in_use,
-          'block_traces': dict(zip(blocks, block_traces.tolist())),
-          'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
-          'trace_l2': float(sum(l2_share.values())), 'block_traces_l2': l2_share,
-          'block_top_eigenvalue': block_top, 'block_steps': options.block_steps_in_use,
-          'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(), 'sigma': sigma,
-          'density_width': options.hessian_density_width,
-          'figures': figures}
+          **_summaries(subject, nodes, weights, sums, blocks, description, options),
+          'block_top_eigenvalue': block_top, 'block_steps': options.block_steps_in_use}
+
+
+def _summaries(subject: Subject, nodes: np.ndarray, weights: np.ndarray, sums: np.ndarray,
+               blocks: Sequence[str], description: Dict, options: Options) -> Dict:
+  """The density's negative fractions, the traces with their standard errors and the
+  L2 term's share, and the SLQ nodes and weights the density is drawn from."""
+  block_traces = sums.mean(0)
+  block_stderr = uncertainty.weighted_mean_stderr(sums, np.ones(options.trace_probes_in_use))
+  l2_share = curvature.l2_traces(subject.params, description['l2'], kernel_mask
+                                 if description.get('l2_on') == 'kernels' else None)
+  beyond = 0.01 * np.abs(nodes).max()
+  per_probe = [lanczos.negative_fraction(n, w, beyond) for n, w in zip(nodes, weights)]
+  return {
+      'negative_fraction': lanczos.negative_fraction(nodes, weights),
+      # Mass below -1% of the largest |eigenvalue|: negative beyond the bulk's scatter.
+      'negative_fraction_beyond_1pct': lanczos.negative_fraction(nodes, weights, beyond),
+      'negative_fraction_beyond_1pct_stderr': float(
+          uncertainty.weighted_mean_stderr(per_probe, np.ones(len(per_probe)))),
+      'trace': float(sums.sum(1).mean()),
+      'trace_stderr': float(uncertainty.weighted_mean_stderr(
+          sums.sum(1), np.ones(options.trace_probes_in_use))),
+      'trace_probes': options.trace_probes_in_use,
+      'block_traces': dict(zip(blocks, block_traces.tolist())),
+      'block_traces_stderr': dict(zip(blocks, block_stderr.tolist())),
+      'trace_l2': float(sum(l2_share.values())), 'block_traces_l2': l2_share,
+      'slq_nodes': nodes.tolist(), 'slq_weights': weights.tolist(),
+      'sigma': lanczos.density_sigma(nodes, options.hessian_density_width),
+      'density_width': options.hessian_density_width}
+
+
+def draw(result: Dict, subject: Subject, out: str, options: Options = Options()) -> List[str]:
+  """The figures of `run_hessian`, from its numbers (`measure`): the minibatches' top
+  eigenvalues, the spectral density with them as a rug, and the blocks' traces and
+  largest eigenvalues.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  tops = result['top_per_minibatch']
+  nodes, weights = np.asarray(result['slq_nodes']), np.asarray(result['slq_weights'])
+  sigma = result['sigma']
+  # The density's axis reaches the largest minibatch eigenvalues, drawn as a rug.
+  span = max(np.abs(nodes).max(), np.abs(tops).max(), 1e-12)
+  grid = lanczos.density_grid(-span * 1.05, span * 1.05, sigma)
+  blocks = list(result['block_traces'])
+  return [
+      plots.histogram(np.ravel(tops), figure_path(out, 'hessian_top', subject),
+                      f'Top-{options.hessian_top_k} Hessian eigenvalues on '
+                      f'{options.hessian_batches} minibatches: {subject.label}', 'eigenvalue'),
+      plots.curves({'density': lanczos.density(nodes, weights, grid, sigma)},
+                   figure_path(out, 'hessian_density', subject),
+                   f'Hessian spectral density (SLQ, sigma {sigma:.3g}): {subject.label}',
+                   'eigenvalue', 'density (log)', x=grid, logy=True, decades=DENSITY_DECADES,
+                   rug={'density': np.ravel(tops)},
+                   rug_label=f'top-{options.hessian_top_k} per minibatch'),
+      plots.curves({'trace of the block': [result['block_traces'][b] for b in blocks],
+                    'largest eigenvalue of the block': [result['block_top_eigenvalue'][b]
+                                                        for b in blocks]},
+                   figure_path(out, 'hessian_trace', subject),
+                   f'Hessian per parameter block (trace: Hutchinson, '
+                   f'{options.trace_probes_in_use} probes): {subject.label}', 'parameter block',
+                   'value', xlabels=blocks,
+                   errors={'trace of the block': np.asarray(
+                       [result['block_traces_stderr'][b] for b in blocks])})]
 
 
 def _findings(label, r, q):

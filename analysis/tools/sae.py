@@ -6,7 +6,7 @@ used latents fire on."""
 import dataclasses
 import os
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -170,29 +170,78 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   loaded = sae_files.read(options.sae_load) if options.sae_load else None
   label, name = site_of(subject, options, loaded[2] if loaded else None)
   pool = np.concatenate([_tokens(subject, name, images)[0] for images, _ in batches('train')])
+  trained, params, spec = _dictionary(subject, options, loaded, label, pool)
+  encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
+  fired = sum(np.asarray(encode(jnp.asarray(pool[i:i + ENCODE_CHUNK])) > sparse_autoencoder.FIRING
+                         ).sum(axis=0) for i in range(0, len(pool), ENCODE_CHUNK))
+  studied = _studied_latents(fired / len(pool), options.sae_features)
+  seen = _evaluation(subject, batches, name, params, spec, studied, options)
+  quality = sparse_autoencoder.quality(params, jnp.asarray(seen['tokens']), spec)
+  labels, logits = seen['labels'], seen['logits']
+  loss = {kind: float(np.mean(optax.softmax_cross_entropy_with_integer_labels(v, labels)))
+          for kind, v in logits.items()}
+  accuracy = {kind: float(np.mean(np.argmax(v, -1) == labels)) for kind, v in logits.items()}
+  # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
+  # reconstruction takes back.
+  # Undefined where the ablation leaves the loss as it is (nothing to take back).
+  added = loss['zero_ablated'] - loss['clean'] if logits else 0.
+  recovered = (loss['zero_ablated'] - loss['spliced']) / added if added else None
+  latents = seen['latents']
+  per_image = latents.reshape(len(labels), -1, latents.shape[1]).mean(axis=1)
+  effects = [_effects(latent, logits['clean'], seen['steered'][latent], labels,
+                      per_image[:, latent]) for latent in studied if logits]
+  figures = _figures(subject, seen, studied, effects, label, out, options)
+  if loaded:
+    dictionary = options.sae_load
+  else:
+    dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
+    sae_files.save(dictionary, trained, {'site': label, 'sown': name,
+                                         'model': subject.config.name, 'normalisation': 'none'})
+  return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
+          **({} if loaded else {'trained_architecture': spec.architecture}),
+          'encoder': spec.encoder, 'normalisation': spec.normalisation,
+          'source': loaded[2].get('source', 'this project') if loaded else 'trained here',
+          'steps': 0 if loaded else options.sae_steps, 'training_tokens': int(len(pool)),
+          'evaluation_tokens': int(len(seen['tokens'])), **quality,
+          'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered,
+          'feature_scale': options.sae_feature_scale,
+          'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
+
+
+def _dictionary(subject: Subject, options: Options,
+                loaded: Optional[Tuple[Dict, sparse_autoencoder.Spec, Dict]], label: str,
+                pool: np.ndarray) -> Tuple[Optional[sparse_autoencoder.Trained], Dict,
+                                           sparse_autoencoder.Spec]:
+  """The dictionary: the file's (its width checked against the site's tokens), or
+  one trained here on `pool`, the training split's tokens. Returns (the trained
+  SAE or None, its parameters, its spec)."""
   if loaded:
     params, spec, _ = loaded
     if params['W_enc'].shape[0] != pool.shape[1]:
       raise ConfigError(f'{options.sae_load} reads activations {params["W_enc"].shape[0]} wide; '
                         f'{label} of {subject.label} is {pool.shape[1]} wide: give the model it '
                         'was trained on, or its site with --sae_site.')
-  else:
-    spec = spec_of(options, pool.shape[1])
-    rng = np.random.default_rng(0)
-    done = progress.Progress(f'sae {subject.label}', options.sae_steps, 'training steps')
+    return None, params, spec
+  spec = spec_of(options, pool.shape[1])
+  rng = np.random.default_rng(0)
+  done = progress.Progress(f'sae {subject.label}', options.sae_steps, 'training steps')
 
-    def draws():
-      for _ in range(options.sae_steps):
-        yield pool[rng.integers(0, len(pool), options.sae_batch)]
-        done.advance()  # as the next step asks for its tokens
-    trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws(), spec)
-    params = trained.params
-  encode = jax.jit(lambda x: sparse_autoencoder.encode(params, x, spec)[0])
+  def draws():
+    for _ in range(options.sae_steps):
+      yield pool[rng.integers(0, len(pool), options.sae_batch)]
+      done.advance()  # as the next step asks for its tokens
+  trained = sparse_autoencoder.train(jax.random.PRNGKey(0), draws(), spec)
+  return trained, trained.params, spec
+
+
+def _evaluation(subject: Subject, batches: Batches, name: str, params: Dict,
+                spec: sparse_autoencoder.Spec, studied: Sequence[int], options: Options
+                ) -> Dict[str, Any]:
+  """The evaluation split through the dictionary: its tokens and latents, images and
+  labels, and, for a model with a head, the logits clean, with the reconstruction
+  spliced in and with the site zero-ablated (`SPLICES`), and with each studied
+  latent scaled by `sae_feature_scale`."""
   reconstruct = jax.jit(lambda x: sparse_autoencoder.reconstruct(params, x, spec))
-  fired = sum(np.asarray(encode(jnp.asarray(pool[i:i + ENCODE_CHUNK])) > sparse_autoencoder.FIRING
-                         ).sum(axis=0) for i in range(0, len(pool), ENCODE_CHUNK))
-  studied = _studied_latents(fired / len(pool), options.sae_features)
-
   head = bool(subject.config.num_classes)  # a headless model: no loss, no logit effects
   held, images_seen, labels_seen = [], [], []
   outputs = {kind: [] for kind in SPLICES} if head else {}
@@ -215,30 +264,25 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
                                           options.sae_feature_scale, spec)
       steered[latent].append(np.asarray(subject.edited_logits(images, _edits(
           name, **_spliced(value, np.asarray(edited), subject.has_cls, subject.registers)))))
-  tokens = np.concatenate([t for t, _ in held])
-  latents = np.concatenate([lat for _, lat in held])
-  quality = sparse_autoencoder.quality(params, jnp.asarray(tokens), spec)
-  labels = np.concatenate(labels_seen)
-  logits = {kind: np.concatenate(v) for kind, v in outputs.items()}
-  loss = {kind: float(np.mean(optax.softmax_cross_entropy_with_integer_labels(v, labels)))
-          for kind, v in logits.items()}
-  accuracy = {kind: float(np.mean(np.argmax(v, -1) == labels)) for kind, v in logits.items()}
-  # SAELens' "CE loss score": the share of the loss the zero ablation adds that the
-  # reconstruction takes back.
-  # Undefined where the ablation leaves the loss as it is (nothing to take back).
-  added = loss['zero_ablated'] - loss['clean'] if head else 0.
-  recovered = (loss['zero_ablated'] - loss['spliced']) / added if added else None
+  return {'tokens': np.concatenate([t for t, _ in held]),
+          'latents': np.concatenate([lat for _, lat in held]),
+          'images': np.concatenate(images_seen), 'labels': np.concatenate(labels_seen),
+          'logits': {kind: np.concatenate(v) for kind, v in outputs.items()},
+          'steered': {latent: np.concatenate(v) for latent, v in steered.items()}}
+
+
+def _figures(subject: Subject, seen: Dict[str, Any], studied: Sequence[int],
+             effects: Sequence[Dict], label: str, out: str, options: Options) -> List[str]:
+  """The latents' firing rates, the studied latents' top images and activations, and
+  their effects on the class logits."""
+  latents = seen['latents']
   rate = (latents > sparse_autoencoder.FIRING).mean(axis=0)
   figures = [plots.histogram(
       np.log10(rate[rate > 0]), figure_path(out, 'sae_frequency', subject),
       f'SAE latents\' firing rate at {label}: {subject.label}', 'log10 share of tokens fired on',
       logy=True, marks=[(np.log10(0.1), 'dense (10%)')])]
-  per_image = latents.reshape(len(labels), -1, latents.shape[1]).mean(axis=1)
-  effects = [_effects(latent, logits['clean'], np.concatenate(steered[latent]), labels,
-                      per_image[:, latent]) for latent in studied if head]
   if studied:
-    figures.append(_top_images(subject, np.concatenate(images_seen), latents, studied, label,
-                               out))
+    figures.append(_top_images(subject, seen['images'], latents, studied, label, out))
     firing = {f'latent {j}': latents[latents[:, j] > sparse_autoencoder.FIRING, j]
               for j in studied}
     if any(len(v) for v in firing.values()):
@@ -253,22 +297,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
         f'{subject.label}', 'class', 'latent', vmin=None, vmax=None,
         ylabels=[f'latent {latent}' for latent in studied],
         colorbar_label='mean change of the logit'))
-  if loaded:
-    dictionary = options.sae_load
-  else:
-    dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
-    sae_files.save(dictionary, trained, {'site': label, 'sown': name,
-                                                  'model': subject.config.name,
-                                                  'normalisation': 'none'})
-  return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
-          **({} if loaded else {'trained_architecture': spec.architecture}),
-          'encoder': spec.encoder, 'normalisation': spec.normalisation,
-          'source': loaded[2].get('source', 'this project') if loaded else 'trained here',
-          'steps': 0 if loaded else options.sae_steps, 'training_tokens': int(len(pool)),
-          'evaluation_tokens': int(len(tokens)), **quality,
-          'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered,
-          'feature_scale': options.sae_feature_scale,
-          'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
+  return figures
 
 
 def _studied_latents(rate: np.ndarray, count: int) -> List[int]:

@@ -13,7 +13,8 @@ import numpy as np
 import optax
 from absl import logging
 
-from vit_jax import augreg, input_pipeline, layout, loop, models, run_state, settings, steps
+from vit_jax import (augreg, finetune, input_pipeline, layout, loop, models, run_state, settings,
+                     steps)
 from vit_jax import workdir as workdirs
 from vit_jax.configs import common as original_common
 from vit_jax.errors import ConfigError, WorkdirError
@@ -191,7 +192,8 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
                        f'(params, optimizer state, step): {e}. Give another --workdir.') from None
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
-  setup = steps.build(config, source.num_classes, config.total_steps)
+  setup = steps.build(config, source.num_classes, config.total_steps,
+                      params=finetune.initial_params(config, source.num_classes))
   state = jax.device_get(setup.state)
   try:
     ours = _project_tree(params, state.params, config.model_name, config.model.to_dict())
@@ -242,7 +244,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
                  'nothing to train.', workdir, adopted, config.total_steps)
   loop.train_and_evaluate(config, workdir, reconfigure=False)
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
-  setup = steps.build(config, source.num_classes, config.total_steps)
+  setup = steps.build(config, source.num_classes, config.total_steps,
+                      params=finetune.initial_params(config, source.num_classes))
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'))
   state, _ = run_state.resume(manager, setup.state)
   params, opt_state = jax.device_get((state.params, state.opt_state))
