@@ -15,7 +15,7 @@ over the pairs whose prediction the corruption changes; 0 where the site
 carries nothing of it, 1 where it alone restores the clean run.
 """
 import dataclasses
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import flax
 import numpy as np
@@ -140,13 +140,35 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     predictions, no share, and under 'refused' why and what to change.
   """
   every = sites(subject)
+  restored, full, seen = _patched(subject, batches, every, options)
+  pairs = sum(len(f) for f in full)
+  about = {'corruption': options.patching_corruption, 'severity': options.patching_severity,
+           'pairs': pairs, 'num_images': seen}
+  if pairs < MIN_PAIRS:
+    return {**about, 'figures': [], 'refused': (
+        f'{options.patching_corruption} at severity {options.patching_severity} changes the '
+        f'prediction on {pairs} of {seen} '
+        f'evaluation images; patching needs at least {MIN_PAIRS}: raise '
+        '--patching_severity, pick another --patching_corruption, or analyse more images')}
+  share, stderr = uncertainty.ratio_of_means(np.concatenate(restored, axis=1),
+                                             np.concatenate(full))
+  figures = _figures(subject, every, share, stderr, out, options)
+  return {**about, 'sites': [s.label for s in every], 'kinds': [s.kind for s in every],
+          'restored': share.tolist(), 'restored_stderr': stderr.tolist(),
+          'figures': figures}
+
+
+def _patched(subject: Subject, batches: Batches, every: Sequence[Site], options: Options
+             ) -> Tuple[List[np.ndarray], List[np.ndarray], int]:
+  """On the evaluation images the corruption changes the prediction of (the pairs),
+  per batch: the logit difference each site's patch restores, the whole clean
+  difference, and the images seen."""
   parameters = corruptions.parameters_for(subject.image_size)
-  restored, full, seen, seed = [], [], 0, 0
-  for images, _ in batches('eval'):
+  restored, full, seen = [], [], 0
+  for seed, (images, _) in enumerate(batches('eval')):
     images = np.asarray(images)
     corrupted = corruptions.corrupt(images, options.patching_corruption,
                                     options.patching_severity, seed, parameters)
-    seed += 1
     seen += len(images)
     clean_logits, corrupted_logits = (np.asarray(subject.logits(x)) for x in (images, corrupted))
     answer, other = clean_logits.argmax(-1), corrupted_logits.argmax(-1)
@@ -159,17 +181,13 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
     base = m(corrupted_logits)
     full.append(m(clean_logits) - base)
     restored.append(np.stack([m(z) - base for z in logits]))
-  pairs = sum(len(f) for f in full)
-  about = {'corruption': options.patching_corruption, 'severity': options.patching_severity,
-           'pairs': pairs, 'num_images': seen}
-  if pairs < MIN_PAIRS:
-    return {**about, 'figures': [], 'refused': (
-        f'{options.patching_corruption} at severity {options.patching_severity} changes the '
-        f'prediction on {pairs} of {seen} '
-        f'evaluation images; patching needs at least {MIN_PAIRS}: raise '
-        '--patching_severity, pick another --patching_corruption, or analyse more images')}
-  share, stderr = uncertainty.ratio_of_means(np.concatenate(restored, axis=1),
-                                             np.concatenate(full))
+  return restored, full, seen
+
+
+def _figures(subject: Subject, every: Sequence[Site], share: np.ndarray, stderr: np.ndarray,
+             out: str, options: Options) -> List[str]:
+  """The share restored per branch, and per head where every attention layer has as
+  many heads."""
   branches = [k for k, s in enumerate(every) if s.kind != 'head']
   heads = [k for k, s in enumerate(every) if s.kind == 'head']
   figures = [plots.bars(share[branches], stderr[branches], [every[k].label for k in branches],
@@ -187,9 +205,7 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
         vmax=None, xlabels=[str(h) for h in range(counts[0])],
         ylabels=[b.label for b in subject.layers.branches if b.kind == 'attention'],
         colorbar_label='clean logit difference restored'))
-  return {**about, 'sites': [s.label for s in every], 'kinds': [s.kind for s in every],
-          'restored': share.tolist(), 'restored_stderr': stderr.tolist(),
-          'figures': figures}
+  return figures
 
 
 def _findings(label, r, q):

@@ -17,7 +17,7 @@ more than `--artifact_factor` times the median norm of the patch tokens at its
 layer.
 """
 import dataclasses
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -124,27 +124,8 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
   if not layers.attention_weights:
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no global attention over '
                      'a token sequence: artifact tokens need a ViT.')
-  (side, _), _ = subject.token_grid()
   prefix = int(subject.has_cls) + subject.registers
-  last_attention = layers.attention_weights[-1]
-  # Without a patch embedding there is nothing else to compare; recorded, so the report
-  # names it.
-  similarity = (PIXELS if layers.patch_tokens is None else options.artifact_similarity)
-  names = list(layers.stream) + [last_attention] + (
-      [layers.patch_tokens] if similarity == EMBEDDING else [])
-  norms, prefix_norms, similar, cls_attention = [[] for _ in layers.stream], [], [], []
-  for images, _ in batches('eval'):
-    inter = subject.intermediates(images, names)
-    for k, name in enumerate(layers.stream):
-      tokens = np.linalg.norm(np.asarray(inter[name], np.float64), axis=-1)  # (B, T)
-      norms[k].append(tokens[:, prefix:])
-      if k == len(layers.stream) - 1:
-        prefix_norms.append(tokens[:, :prefix])
-    vectors = (np.asarray(inter[layers.patch_tokens]).reshape(len(images), side, side, -1)
-               if similarity == EMBEDDING else pixel_patches(np.asarray(images), side))
-    similar.append(neighbour_similarity(vectors))
-    if subject.has_cls:  # the class token's row, averaged over heads, to the patches
-      cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
+  similarity, norms, prefix_norms, similar, cls_attention = _read(subject, batches, options)
   norms = [np.concatenate(n) for n in norms]  # per entry, (N, patches)
   n = len(norms[0])
   cuts = [_threshold(v, options.artifact_rule, options.artifact_threshold,
@@ -172,18 +153,56 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
     result['cls_attention_others'] = _mean_or_none(attention[~outlier])
     result['cls_attention_share_outliers'] = float(np.sum(attention * outlier) /
                                                    np.sum(attention))
-  result['figures'] = [
-      plots.histogram(norms[-1], figure_path(out, 'artifact_tokens', subject),
+  result['figures'] = _figures(subject, norms[-1], cuts[-1], share, share_stderr, out, options)
+  return result
+
+
+def _figures(subject: Subject, last: np.ndarray, cut: float, share: List[float],
+             share_stderr: List[float], out: str, options: Options) -> List[str]:
+  """The last entry's patch-token norms with the outlier rule's cut, and the
+  outliers' share at each entry."""
+  layers = subject.layers
+  return [
+      plots.histogram(last, figure_path(out, 'artifact_tokens', subject),
                       f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
                       'L2 norm', logy=True,
-                      marks=[(cuts[-1],
-                              f'outlier rule ({options.artifact_rule}: {cuts[-1]:.3g})')]),
+                      marks=[(cut, f'outlier rule ({options.artifact_rule}: {cut:.3g})')]),
       plots.curves({'outliers': 100 * np.array(share)},
                    figure_path(out, 'artifact_tokens_layers', subject),
                    f'Outlier patch tokens per layer: {subject.label}', 'layer',
                    'share of patch tokens (%)', xlabels=layers.labels, stages=layers.stages,
                    errors={'outliers': 100 * np.array(share_stderr)})]
-  return result
+
+
+def _read(subject: Subject, batches: Batches, options: Options
+          ) -> Tuple[str, List, List, List, List]:
+  """The evaluation split read once: the similarity compared (`artifact_similarity`,
+  PIXELS without a patch embedding), per stream entry the patch tokens' norms, the
+  last entry's class-token and register norms, each patch's neighbour similarity
+  and, with a class token, its attention to the patches in the last layer."""
+  layers = subject.layers
+  (side, _), _ = subject.token_grid()
+  prefix = int(subject.has_cls) + subject.registers
+  last_attention = layers.attention_weights[-1]
+  # Without a patch embedding there is nothing else to compare; recorded, so the report
+  # names it.
+  similarity = (PIXELS if layers.patch_tokens is None else options.artifact_similarity)
+  names = list(layers.stream) + [last_attention] + (
+      [layers.patch_tokens] if similarity == EMBEDDING else [])
+  norms, prefix_norms, similar, cls_attention = [[] for _ in layers.stream], [], [], []
+  for images, _ in batches('eval'):
+    inter = subject.intermediates(images, names)
+    for k, name in enumerate(layers.stream):
+      tokens = np.linalg.norm(np.asarray(inter[name], np.float64), axis=-1)  # (B, T)
+      norms[k].append(tokens[:, prefix:])
+      if k == len(layers.stream) - 1:
+        prefix_norms.append(tokens[:, :prefix])
+    vectors = (np.asarray(inter[layers.patch_tokens]).reshape(len(images), side, side, -1)
+               if similarity == EMBEDDING else pixel_patches(np.asarray(images), side))
+    similar.append(neighbour_similarity(vectors))
+    if subject.has_cls:  # the class token's row, averaged over heads, to the patches
+      cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
+  return similarity, norms, prefix_norms, similar, cls_attention
 
 
 def _mean_or_none(values: np.ndarray) -> Optional[float]:

@@ -5,7 +5,7 @@ or on request), and the mean corruption error against a baseline model."""
 import dataclasses
 import os
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -104,6 +104,31 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
     batches = lambda split, every=batches: take(every(split), keep)
   parameters = ('cifar' if options.corruptions_from == 'tfds' else corruptions.parameters_for(
       subjects[0].image_size, options.corruption_parameters))
+  clean, errors, num_images = _errors(subjects, batches, options, parameters)
+  clean_error = {label: float(v.mean()) for label, v in clean.items()}
+  relative = {label: corruptions.corruption_errors(errors[label], clean_error[label],
+                                                   errors[baseline], clean_error[baseline])
+              for label in errors}
+  result = {
+      'baseline': baseline, 'source': options.corruptions_from, 'parameters': parameters,
+      'fraction': options.corruption_fraction,
+      'num_images': num_images,
+      'corruptions': list(corruptions.CORRUPTIONS), 'severities': list(corruptions.SEVERITIES),
+      'image_size': subjects[0].image_size, 'errors': errors, 'clean_error': clean_error,
+      'clean_error_stderr': {label: float(uncertainty.binomial_stderr(e, num_images))
+                             for label, e in clean_error.items()},
+      'mean_error': {label: float(np.mean(list(e.values()))) for label, e in errors.items()},
+      **{key: {label: r[key] for label, r in relative.items()}
+         for key in ('ce', 'mce', 'relative_ce', 'relative_mce')}}
+  result['figures'] = [_figure(s.label, errors[s.label], clean_error[s.label], parameters, out)
+                       for s in subjects]
+  return result
+
+
+def _errors(subjects: Sequence[Subject], batches: Batches, options: Options, parameters: str
+            ) -> Tuple[Dict[str, np.ndarray], Dict[str, Dict[str, List[float]]], int]:
+  """Each model's mistakes on the clean evaluation images (a boolean per image), its
+  error under each corruption at each severity, and the number of images."""
   clean = {s.label: [] for s in subjects}
   num_images = batch_size = 0
   for images, labels in batches('eval'):
@@ -124,30 +149,20 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
           wrong[s.label][j] += np.sum(np.asarray(s.logits(images)).argmax(-1) != labels)
     for s in subjects:
       errors[s.label][name] = (wrong[s.label] / seen).tolist()
-  clean_error = {label: float(np.concatenate(v).mean()) for label, v in clean.items()}
-  relative = {label: corruptions.corruption_errors(errors[label], clean_error[label],
-                                                   errors[baseline], clean_error[baseline])
-              for label in errors}
-  result = {
-      'baseline': baseline, 'source': options.corruptions_from, 'parameters': parameters,
-      'fraction': options.corruption_fraction,
-      'num_images': num_images,
-      'corruptions': list(corruptions.CORRUPTIONS), 'severities': list(corruptions.SEVERITIES),
-      'image_size': subjects[0].image_size, 'errors': errors, 'clean_error': clean_error,
-      'clean_error_stderr': {label: float(uncertainty.binomial_stderr(e, num_images))
-                             for label, e in clean_error.items()},
-      'mean_error': {label: float(np.mean(list(e.values()))) for label, e in errors.items()},
-      **{key: {label: r[key] for label, r in relative.items()}
-         for key in ('ce', 'mce', 'relative_ce', 'relative_mce')}}
-  result['figures'] = [plots.heatmap(
-      100 * np.array([errors[s.label][c] for c in corruptions.CORRUPTIONS]),
-      os.path.join(out, f'corruption_{s.label}.png'),
-      f'Error under {SET_NAMES[parameters]} corruptions: {s.label} '
-      f'(clean {100 * clean_error[s.label]:.1f}%)',
-      'severity', 'corruption', vmin=0., vmax=100., xlabels=[str(v) for v in
-                                                             corruptions.SEVERITIES],
-      ylabels=list(corruptions.CORRUPTIONS), colorbar_label='error (%)') for s in subjects]
-  return result
+  return {label: np.concatenate(v) for label, v in clean.items()}, errors, num_images
+
+
+def _figure(label: str, errors: Mapping[str, List[float]], clean_error: float, parameters: str,
+            out: str) -> str:
+  """A model's error under each corruption (rows) and severity (columns)."""
+  return plots.heatmap(
+      100 * np.array([errors[c] for c in corruptions.CORRUPTIONS]),
+      os.path.join(out, f'corruption_{label}.png'),
+      f'Error under {SET_NAMES[parameters]} corruptions: {label} '
+      f'(clean {100 * clean_error:.1f}%)',
+      'severity', 'corruption', vmin=0., vmax=100.,
+      xlabels=[str(v) for v in corruptions.SEVERITIES],
+      ylabels=list(corruptions.CORRUPTIONS), colorbar_label='error (%)')
 
 
 def findings(result: Mapping, quote) -> Dict[str, List]:

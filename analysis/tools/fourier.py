@@ -46,24 +46,11 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   variance_stderr = uncertainty.weighted_mean_stderr([v for _, v in results], sizes)
   labels, shade = list(layers.labels), list(layers.attention)
   positions = {label: frequency.curve_positions(len(c)) for label, c in zip(labels, curves)}
-  figures = [
-      plots.curves(dict(zip(labels, curves)), figure_path(out, 'fourier_curves', subject),
-                   f'Relative log amplitude: {subject.label}', 'frequency (x pi)',
-                   'delta log amplitude', x=positions, legend=False),
-      plots.curves({'high frequency': high}, figure_path(out, 'fourier_depth', subject),
-                   f'High-frequency amplitude vs depth: {subject.label}', 'layer',
-                   'delta log amplitude', shade=shade, xlabels=labels, stages=layers.stages,
-                   errors={'high frequency': high_stderr}, shade_label='after attention'),
-      plots.curves({'variance': variance}, figure_path(out, 'variance', subject),
-                   f'Feature-map variance: {subject.label}', 'layer', 'variance',
-                   shade=shade, logy=True, decades=3, xlabels=labels, stages=layers.stages,
-                   errors={'variance': variance_stderr}, shade_label='after attention')]
   result = {'layers': labels, 'attention_layers': shade,
             'curves': [c.tolist() for c in curves],
             'frequency_positions': [positions[label].tolist() for label in labels],
             'high_frequency': high.tolist(), 'high_frequency_stderr': high_stderr.tolist(),
-            'variance': variance.tolist(), 'variance_stderr': variance_stderr.tolist(),
-            'figures': figures}
+            'variance': variance.tolist(), 'variance_stderr': variance_stderr.tolist()}
   if shade:  # what the attention branches do, per batch: the change they make, averaged
     steps = lambda values: float(np.mean([values[i] - values[i - 1] for i in shade]))
     for key, per_batch_values in (
@@ -73,7 +60,40 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
       result[f'attention_{key}_change'] = {
           'mean': float(np.average(changes, weights=sizes)),
           'stderr': float(uncertainty.weighted_mean_stderr(changes, sizes))}
-  return result
+  return {**result, 'figures': draw(result, subject, out)}
+
+
+def draw(result: Dict, subject: Subject, out: str) -> List[str]:
+  """The figures of `run_fourier`, from its numbers: each layer's curve, the high
+  frequency and the variance against depth, attention outputs shaded.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  labels, shade, stages = result['layers'], result['attention_layers'], subject.layers.stages
+  positions = dict(zip(labels, map(np.asarray, result['frequency_positions'])))
+  return [
+      plots.curves(dict(zip(labels, map(np.asarray, result['curves']))),
+                   figure_path(out, 'fourier_curves', subject),
+                   f'Relative log amplitude: {subject.label}', 'frequency (x pi)',
+                   'delta log amplitude', x=positions, legend=False),
+      plots.curves({'high frequency': np.asarray(result['high_frequency'])},
+                   figure_path(out, 'fourier_depth', subject),
+                   f'High-frequency amplitude vs depth: {subject.label}', 'layer',
+                   'delta log amplitude', shade=shade, xlabels=labels, stages=stages,
+                   errors={'high frequency': np.asarray(result['high_frequency_stderr'])},
+                   shade_label='after attention'),
+      plots.curves({'variance': np.asarray(result['variance'])},
+                   figure_path(out, 'variance', subject),
+                   f'Feature-map variance: {subject.label}', 'layer', 'variance',
+                   shade=shade, logy=True, decades=3, xlabels=labels, stages=stages,
+                   errors={'variance': np.asarray(result['variance_stderr'])},
+                   shade_label='after attention')]
 
 
 def _findings(label, r, q):

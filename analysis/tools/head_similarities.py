@@ -6,7 +6,7 @@ standard errors over the images; the claim that locally attending heads are the
 ones most alike the other model's lower layers, judged under each measure and
 across them."""
 import os
-from typing import Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -40,64 +40,79 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
   Returns:
     The tool's JSON.
   """
-  measures, k = options.measures, options.similarity_knn
-  n = options.images(batches)
+  measures, n = options.measures, options.images(batches)
   result = {}
   for s in subjects:
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
       continue
-    blocks, grid = head_cka.attention_blocks(s), s.token_grid()
-    heads, distances = [], []
-    for images, _ in batches('eval'):
-      outputs, per_image = head_cka.head_features(s, images, blocks, grid)
-      heads.append(outputs)
-      distances.append(per_image)
-    distances = np.concatenate(distances)  # (n, blocks, heads)
-    num_heads = distances.shape[2]
-    xs = [np.concatenate(parts) for parts in zip(*heads)]
-    del heads
-    layers = [M.summarise(x, x.mean(axis=1), measures, similarities.KNN_QUANTILE, bound)
-              for x, bound in zip(xs, similarities.stacked_bounds(
-                  xs, measures, options.similarity_knn_clip))]
-    del xs
+    blocks, distances, layers = _heads(s, batches, options)
     layers += similarities.summarise(others, batches, measures, n, options.similarity_knn_clip)
     kept = M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else ()
-    bounds = len(blocks) * num_heads + np.cumsum([0] + [len(r.layers.stream) for r in others])
+    bounds = (len(blocks) * distances.shape[2]
+              + np.cumsum([0] + [len(r.layers.stream) for r in others]))
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):
       key = f'{s.label} vs {r.label}'
-      lower = head_cka.lower_half(len(r.layers.stream))
-      pairs = [(h, j) for h in range(len(blocks) * num_heads) for j in range(first, last)]
-
-      def statistic(measure, row, index, lower=lower):
-        del measure  # the same statistics of every measure
-        to_lower = row.reshape(len(blocks), num_heads, -1)[:, :, :lower].mean(-1)
-        drawn = distances[index].mean(axis=0)
-        return np.concatenate([[head_cka.correlation(drawn[b], to_lower[b])
-                                for b in range(len(blocks))], to_lower.ravel()])
-
-      found = M.measured(layers, {m: pairs for m in measures}, measures, statistic,
-                         options.similarity_resamples, k, options.svcca_dims)
-      shape = (len(blocks), num_heads, last - first)
-      split = len(blocks)
-      result[key] = {
-          'blocks': head_cka.block_labels(s, blocks), 'reference_layers': list(r.layers.labels),
-          'lower_layers': lower, 'measures': list(measures), 'num_examples': n,
-          'resamples': options.similarity_resamples,
-          'distance': distances.mean(axis=0).tolist(),
-          'similarity': {m: found.values[m].reshape(shape).tolist() for m in measures},
-          'stderr': {m: found.stderr[m].reshape(shape).tolist() for m in measures},
-          'to_lower': {m: found.statistics[m][split:].reshape(shape[:2]).tolist()
-                       for m in measures},
-          'to_lower_stderr': {m: found.statistics_stderr[m][split:].reshape(shape[:2]).tolist()
-                              for m in measures},
-          'correlation': {m: [[found.statistics[m][b], found.statistics_stderr[m][b]]
-                              for b in range(split)] for m in measures},
-          'seconds_per_pair': found.seconds_per_pair,
-          'not_applicable': M.not_applicable(layers, found.values, kept)}
+      result[key] = _entry(s, r, blocks, distances, layers, kept, (first, last), n, options)
       result[key]['figures'] = [_figure(result[key], key, r.label, os.path.join(
           out, f'head_similarities_{s.label}_{r.label}.png'))]
   return result
+
+
+def _heads(s: Subject, batches: Batches, options: similarities.MeasureOptions
+           ) -> Tuple[List[int], np.ndarray, List]:
+  """The attention blocks compared, each image's mean attention distance per block
+  and head (n, blocks, heads), and each head's outputs summarised for the measures."""
+  blocks, grid = head_cka.attention_blocks(s), s.token_grid()
+  heads, distances = [], []
+  for images, _ in batches('eval'):
+    outputs, per_image = head_cka.head_features(s, images, blocks, grid)
+    heads.append(outputs)
+    distances.append(per_image)
+  xs = [np.concatenate(parts) for parts in zip(*heads)]
+  del heads
+  return blocks, np.concatenate(distances), [
+      M.summarise(x, x.mean(axis=1), options.measures, similarities.KNN_QUANTILE, bound)
+      for x, bound in zip(xs, similarities.stacked_bounds(xs, options.measures,
+                                                          options.similarity_knn_clip))]
+
+
+def _entry(s: Subject, r: Subject, blocks: Sequence[int], distances: np.ndarray,
+           layers: Sequence, kept: Any, span: Tuple[int, int], n: int,
+           options: similarities.MeasureOptions) -> Dict:
+  """`s`'s heads against `r`'s stream layers (`layers[span[0]:span[1]]`): the
+  similarities, each head's mean to `r`'s lower half, and per block the correlation
+  across heads of that mean with the heads' attention distance, with their
+  bootstrap standard errors."""
+  measures, (first, last) = options.measures, span
+  num_heads = distances.shape[2]
+  lower = head_cka.lower_half(len(r.layers.stream))
+  pairs = [(h, j) for h in range(len(blocks) * num_heads) for j in range(first, last)]
+
+  def statistic(measure, row, index):
+    del measure  # the same statistics of every measure
+    to_lower = row.reshape(len(blocks), num_heads, -1)[:, :, :lower].mean(-1)
+    drawn = distances[index].mean(axis=0)
+    return np.concatenate([[head_cka.correlation(drawn[b], to_lower[b])
+                            for b in range(len(blocks))], to_lower.ravel()])
+
+  found = M.measured(layers, {m: pairs for m in measures}, measures, statistic,
+                     options.similarity_resamples, options.similarity_knn, options.svcca_dims)
+  shape, split = (len(blocks), num_heads, last - first), len(blocks)
+  return {
+      'blocks': head_cka.block_labels(s, blocks), 'reference_layers': list(r.layers.labels),
+      'lower_layers': lower, 'measures': list(measures), 'num_examples': n,
+      'resamples': options.similarity_resamples,
+      'distance': distances.mean(axis=0).tolist(),
+      'similarity': {m: found.values[m].reshape(shape).tolist() for m in measures},
+      'stderr': {m: found.stderr[m].reshape(shape).tolist() for m in measures},
+      'to_lower': {m: found.statistics[m][split:].reshape(shape[:2]).tolist() for m in measures},
+      'to_lower_stderr': {m: found.statistics_stderr[m][split:].reshape(shape[:2]).tolist()
+                          for m in measures},
+      'correlation': {m: [[found.statistics[m][b], found.statistics_stderr[m][b]]
+                          for b in range(split)] for m in measures},
+      'seconds_per_pair': found.seconds_per_pair,
+      'not_applicable': M.not_applicable(layers, found.values, kept)}
 
 
 def _figure(entry: Mapping, key: str, reference: str, path: str) -> str:

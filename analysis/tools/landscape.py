@@ -3,7 +3,7 @@ tool on a grid around the trained parameters, along two filter-normalised random
 directions or the Hessian's top eigenvectors; the NLL and the L2 term apart."""
 import dataclasses
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -102,70 +102,109 @@ def run_landscape(subject: Subject, batches: Batches, out: str, options: Options
   Returns:
     The model's JSON.
   """
-  points, directions = options.landscape_points, options.landscape_directions
-  l2_term, normalisation = options.landscape_l2, options.landscape_normalisation
-  if subject.recipe is None:
-    raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
-                     'needs the recipe that trained it (load_subject(..., recipe=)).')
-  unroll = curvature.loops_on_host(subject.layers.architecture)
-  fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, options.landscape_batches,
-                         subject.config.num_classes, subject.mesh)
-  description = {'loss': subject.recipe.loss,
-                 'label_smoothing': subject.recipe.label_smoothing,
-                 'l2': objectives.l2_coefficient(subject.recipe), 'l2_term': l2_term}
-  penalty = l2_penalty(l2_term, description['l2'])
-  nll_loss = objectives.training_loss(subject.model, 0., subject.recipe.loss,
-                                   subject.recipe.label_smoothing, unroll=unroll)
-  if directions == 'random':
-    bases = loss_surface.random_directions(subject.params, jax.random.PRNGKey(0),
-                                        normalisation=normalisation)
-  elif directions == 'hessian':
+  result = measure(subject, batches, options, chunk)
+  return {**result, 'figures': draw(result, subject, out, options)}
+
+
+def _directions(subject: Subject, options: Options, fixed: Tuple[jax.Array, jax.Array],
+                unroll: bool) -> Any:
+  """The two directions of `landscape_directions`: filter-normalised random ones, or
+  the Hessian's top Ritz vectors on the first of the `fixed` batches."""
+  if options.landscape_directions == 'random':
+    return loss_surface.random_directions(subject.params, jax.random.PRNGKey(0),
+                                          normalisation=options.landscape_normalisation)
+  if options.landscape_directions == 'hessian':
     total_loss, _ = objectives.recipe_objective(subject.model, subject.recipe, unroll)
     basis = check_lanczos(options.lanczos_steps, curvature.dimension(subject.params),
                           subject.label)
     first = tuple(x[:1] for x in fixed)
     matvec, _, operands, _ = curvature.minibatch_hvp(total_loss, subject.params, first, unroll,
-                                                   keep_free=basis)
-    bases = loss_surface.hessian_directions(matvec, subject.params, options.lanczos_steps,
-                                         operands(slice(None)), host_loop=unroll)
-  else:
-    raise ValueError(f'Unknown landscape directions {directions!r}; use random or hessian.')
+                                                     keep_free=basis)
+    return loss_surface.hessian_directions(matvec, subject.params, options.lanczos_steps,
+                                           operands(slice(None)), host_loop=unroll)
+  raise ValueError(f'Unknown landscape directions {options.landscape_directions!r}; use random '
+                   'or hessian.')
+
+
+def measure(subject: Subject, batches: Batches, options: Options = Options(),
+            chunk: int = 8) -> Dict:
+  """The numbers of `run_landscape`, without its figures.
+
+  Args:
+    subject: the model.
+    batches: split -> its (images, labels) batches.
+    options: the tool's options.
+    chunk: points evaluated together.
+
+  Returns:
+    The model's JSON but its figures.
+  """
+  points, directions = options.landscape_points, options.landscape_directions
+  if subject.recipe is None:
+    raise ValueError(f'The landscape of {subject.label} is of its training objective, which '
+                     'needs the recipe that trained it (load_subject(..., recipe=)).')
+  unroll = curvature.loops_on_host(subject.layers.architecture)
+  fixed = fixed_batches(batches, features.TRAIN_AUGMENTED, options.landscape_batches,
+                        subject.config.num_classes, subject.mesh)
+  description = {'loss': subject.recipe.loss,
+                 'label_smoothing': subject.recipe.label_smoothing,
+                 'l2': objectives.l2_coefficient(subject.recipe),
+                 'l2_term': options.landscape_l2}
+  nll_loss = objectives.training_loss(subject.model, 0., subject.recipe.loss,
+                                      subject.recipe.label_smoothing, unroll=unroll)
+  bases = _directions(subject, options, fixed, unroll)
   axis = np.linspace(-SPAN, SPAN, points)
   a, b = np.meshgrid(axis, axis)  # [row b, column a]
   coordinates = np.stack([a.ravel(), b.ravel()], axis=1)
   started = time.perf_counter()
   done = progress.Progress(f'landscape {subject.label}', len(coordinates), 'grid points')
   nll = loss_surface.grid(lambda p: nll_loss(p, fixed), subject.params, bases, coordinates,
-                       chunk, host_loop=unroll, on_points=done.advance).reshape(points, points)
+                          chunk, host_loop=unroll, on_points=done.advance).reshape(points, points)
   seconds = time.perf_counter() - started
-  l2 = loss_surface.grid(penalty, subject.params, bases, coordinates,
-                      chunk).reshape(points, points)
+  l2 = loss_surface.grid(l2_penalty(options.landscape_l2, description['l2']), subject.params,
+                         bases, coordinates, chunk).reshape(points, points)
   total = nll + l2
-  departures = ([f'{l2_term} L2'] if l2_term != 'authors' else []) + (
-      ['per-array directions'] if directions == 'random' and normalisation != 'authors' else [])
-  title = f'{subject.label}' + (f' ({", ".join(departures)})' if departures else '') + '\n' + (
-      'filter-normalised random directions' if directions == 'random'
-      else 'top Hessian eigenvectors')
-
-  names = ('direction 1', 'direction 2') if directions == 'random' else ('eigenvector 1',
-                                                                           'eigenvector 2')
-  figures = [plots.landscape(axis, axis, total, figure_path(out, 'landscape', subject),
-                             f'Loss (NLL + L2): {title}', *names),
-             plots.landscape(axis, axis, total, figure_path(out, 'landscape_surface', subject),
-                             f'Loss (NLL + L2): {title}', *names, surface=True),
-             plots.curves({'NLL + L2, along 1': total[points // 2],
-                           'NLL + L2, along 2': total[:, points // 2],
-                           'NLL along 1': nll[points // 2], 'NLL along 2': nll[:, points // 2]},
-                          figure_path(out, 'landscape_1d', subject),
-                          f'Loss along each direction: {title}', 'step along the direction',
-                          'loss', x=axis)]
   return {'objective': description, 'directions': directions,
-          'normalisation': normalisation if directions == 'random' else None,
+          'normalisation': options.landscape_normalisation if directions == 'random' else None,
           'coordinates': axis.tolist(),
           'loss': total.tolist(), 'nll': nll.tolist(), 'l2': l2.tolist(),
           'centre_loss': float(total[points // 2, points // 2]),
           'num_images': int(fixed[0].shape[0] * fixed[0].shape[1]),
-          'grid_seconds': round(seconds, 1), 'figures': figures}
+          'grid_seconds': round(seconds, 1)}
+
+
+def draw(result: Dict, subject: Subject, out: str, options: Options = Options()) -> List[str]:
+  """The figures of `run_landscape`, from its numbers (`measure`): the loss as a
+  contour map and a surface, and along each direction through the centre.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  directions, normalisation = options.landscape_directions, options.landscape_normalisation
+  axis, total, nll = (np.asarray(result[k]) for k in ('coordinates', 'loss', 'nll'))
+  middle = len(axis) // 2
+  departures = ([f'{options.landscape_l2} L2'] if options.landscape_l2 != 'authors' else []) + (
+      ['per-array directions'] if directions == 'random' and normalisation != 'authors' else [])
+  title = f'{subject.label}' + (f' ({", ".join(departures)})' if departures else '') + '\n' + (
+      'filter-normalised random directions' if directions == 'random'
+      else 'top Hessian eigenvectors')
+  names = ('direction 1', 'direction 2') if directions == 'random' else ('eigenvector 1',
+                                                                           'eigenvector 2')
+  return [plots.landscape(axis, axis, total, figure_path(out, 'landscape', subject),
+                          f'Loss (NLL + L2): {title}', *names),
+          plots.landscape(axis, axis, total, figure_path(out, 'landscape_surface', subject),
+                          f'Loss (NLL + L2): {title}', *names, surface=True),
+          plots.curves({'NLL + L2, along 1': total[middle], 'NLL + L2, along 2': total[:, middle],
+                        'NLL along 1': nll[middle], 'NLL along 2': nll[:, middle]},
+                       figure_path(out, 'landscape_1d', subject),
+                       f'Loss along each direction: {title}', 'step along the direction',
+                       'loss', x=axis)]
 
 
 TOOL = register(Tool(

@@ -4,7 +4,7 @@ representation at five query positions against every patch of the input image
 distance, mutual k-NN alignment, RSA, SVCCA and PWCCA, with bootstrap standard
 errors over the images; whether each map peaks at the query's own patch, judged
 under each measure and across them."""
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -39,14 +39,7 @@ def run_localisation_similarities(
   """
   measures = options.measures
   n = options.images(batches)
-  tokens, patches, found, grey = [], [], None, True
-  for images, _ in batches('eval'):
-    grey = grey and bool(np.all(images == images[..., :1]))
-    found = localisation.final_positions(subject, images)
-    tokens.append(found.tokens)
-    patches.append(found.patches)
-  queries, own, (h, w) = found.queries, found.own, found.grid
-  tokens, patches = np.concatenate(tokens), np.concatenate(patches)
+  tokens, patches, queries, own, (h, w), grey = _positions(subject, batches)
   xs = [tokens[:, q] for q in range(len(queries))] + [patches[:, p] for p in range(h * w)]
   layers = [M.summarise(x, x, measures, similarities.KNN_QUANTILE, bound) for x, bound in
             zip(xs, similarities.stacked_bounds(xs, measures, options.similarity_knn_clip))]
@@ -76,15 +69,35 @@ def run_localisation_similarities(
       M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else (),
       'a query\'s channels or a patch\'s pixels' +
       (' (grey images: each pixel three times)' if grey else '') + ' are')
-  result['figures'] = [plots.image_grid(
+  result['figures'] = [_figure(subject, maps, measures, queries, out)]
+  return result
+
+
+def _positions(subject: Subject, batches: Batches) -> Tuple:
+  """The evaluation images' final representations at the query positions and their
+  input patches (`localisation.final_positions`), the queries, each query's own
+  patch, the patch grid, and whether every image is grey."""
+  tokens, patches, found, grey = [], [], None, True
+  for images, _ in batches('eval'):
+    grey = grey and bool(np.all(images == images[..., :1]))
+    found = localisation.final_positions(subject, images)
+    tokens.append(found.tokens)
+    patches.append(found.patches)
+  return (np.concatenate(tokens), np.concatenate(patches), found.queries, found.own,
+          found.grid, grey)
+
+
+def _figure(subject: Subject, maps: Dict[str, np.ndarray], measures: Sequence[str],
+            queries: Sequence, out: str) -> str:
+  """A map per query (columns) and measure (rows)."""
+  return plots.image_grid(
       np.concatenate([maps[m] for m in measures]),
       figure_path(out, 'localisation_similarities', subject),
       f'Final positions vs input patches: {subject.label}\n(a row per measure, each map on '
       'its own scale;\nfor the Procrustes distance the darkest is the most alike)',
       cols=len(queries),
       labels=[f'{M.TITLES[m]}\nquery ({i}, {j})' for m in measures for i, j in queries],
-      cmap='viridis', marks=[q for _ in measures for q in queries])]
-  return result
+      cmap='viridis', marks=[q for _ in measures for q in queries])
 
 
 def _peaks(margins: np.ndarray) -> float:

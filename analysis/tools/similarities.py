@@ -8,7 +8,7 @@ move it (Davari et al. 2023)."""
 import dataclasses
 import os
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -132,6 +132,41 @@ def _pooled(subject: Subject, x: np.ndarray) -> np.ndarray:
   return x.mean(axis=tuple(range(1, x.ndim - 1))) if x.ndim > 2 else x
 
 
+def _passes(sizes: Sequence[int], count: int) -> List[List[int]]:
+  """The layers (by index) taken together in each pass over the images: as many as
+  fit in FEATURE_BYTES, `count` images of `sizes` float32 features each."""
+  groups, group, held = [], [], 0
+  for i, size in enumerate(sizes):
+    if group and held + size * count * 4 > FEATURE_BYTES:
+      groups.append(group)
+      group, held = [], 0
+    group.append(i)
+    held += size * count * 4
+  groups.append(group)
+  return groups
+
+
+def _model_bounds(subjects: Sequence[Subject], layers: Sequence[Tuple[Subject, str]],
+                  sizes: Sequence[int], groups: Sequence[List[int]],
+                  features: Callable[[List[int]], Dict[int, np.ndarray]], count: int
+                  ) -> Tuple[Dict[int, Optional[float]], Optional[Dict[int, np.ndarray]]]:
+  """Mutual k-NN's clipping bound of each layer, over all of its model's layers
+  stacked (platonic-rep), and the features of the one pass where every layer fits
+  at once (None where they take several passes, read again afterwards)."""
+  totals = {id(s): count * sum(sizes[i] for i, (o, _) in enumerate(layers) if o is s)
+            for s in subjects}
+  tops = {id(s): [] for s in subjects}
+  first = None
+  for group in groups:  # one pass where every layer fits at once, else a first pass
+    found = features(group)
+    first = found if len(groups) == 1 else None
+    for i, x in found.items():
+      tops[id(layers[i][0])].append(
+          neighbours.largest_entries(x, totals[id(layers[i][0])], KNN_QUANTILE))
+  return ({i: neighbours.stacked_bound(tops[id(s)], totals[id(s)], KNN_QUANTILE)
+           for i, (s, _) in enumerate(layers)}, first)
+
+
 def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[str],
               count: int, knn_clip: str = 'model') -> List[M.Layer]:
   """Every stream layer of every model, summarised on the evaluation images; layers
@@ -154,14 +189,7 @@ def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[
   for s in subjects:
     inter = s.intermediates(images[:1], s.layers.stream)
     sizes += [int(np.prod(np.shape(inter[name])[1:])) for name in s.layers.stream]
-  groups, group, held = [], [], 0
-  for i, size in enumerate(sizes):
-    if group and held + size * count * 4 > FEATURE_BYTES:
-      groups.append(group)
-      group, held = [], 0
-    group.append(i)
-    held += size * count * 4
-  groups.append(group)
+  groups = _passes(sizes, count)
 
   def features(group):
     kept = {i: [] for i in group}
@@ -179,17 +207,7 @@ def summarise(subjects: Sequence[Subject], batches: Batches, measures: Sequence[
   bounds: Dict[int, Optional[float]] = {i: None for i in range(len(layers))}
   first = None
   if 'mutual_knn' in measures and knn_clip == 'model':
-    totals = {id(s): count * sum(sizes[i] for i, (o, _) in enumerate(layers) if o is s)
-              for s in subjects}
-    tops = {id(s): [] for s in subjects}
-    for group in groups:  # one pass where every layer fits at once, else a first pass
-      found = features(group)
-      first = found if len(groups) == 1 else None
-      for i, x in found.items():
-        tops[id(layers[i][0])].append(
-            neighbours.largest_entries(x, totals[id(layers[i][0])], KNN_QUANTILE))
-    for i, (s, _) in enumerate(layers):
-      bounds[i] = neighbours.stacked_bound(tops[id(s)], totals[id(s)], KNN_QUANTILE)
+    bounds, first = _model_bounds(subjects, layers, sizes, groups, features, count)
   summaries = []
   for group in groups:
     found = first if first is not None else features(group)
