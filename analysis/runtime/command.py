@@ -48,7 +48,7 @@ def run(request: Request) -> Dict:
   if seconds is not None and seconds <= 0:
     raise ConfigError(f'--time_budget={request.time_budget} leaves no time; give a duration such '
                       'as 6m, 90s or 1h30m, or leave it out for no budget.')
-  names = list(request.names())
+  names = list(request.options)  # the tools named: every registered one for 'all'
   if seconds is not None:
     names = planning.by_importance(names)
   second = [f'--{f}' for f in ('workdir2', 'checkpoint2', 'row2')

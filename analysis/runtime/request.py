@@ -68,7 +68,8 @@ class Request:
 
   `config_files` holds each recipe flag's file name and argument
   ('configs/papers.py:vit' -> ('papers.py', 'vit')) by '' and '2'; `options` each
-  named tool's options, checked; `argv` the command line, for the commands of the
+  named tool's options, checked, by tool (every registered one for 'all', in the
+  registry's order); `argv` the command line, for the commands of the
   tools a time budget leaves out.
   """
   tool: str
@@ -94,10 +95,6 @@ class Request:
   tensorboard: bool
   options: Mapping[str, Any]
   argv: Tuple[str, ...]
-
-  def names(self) -> Tuple[str, ...]:
-    """The tools the request names: every registered one for 'all'."""
-    return tuple(tool.TOOLS) if self.tool == 'all' else (self.tool,)
 
 
 def _config_file(which: str) -> Tuple[str, str]:
