@@ -1,8 +1,14 @@
 """Test-process set-up that has to happen before JAX initialises its backends,
 and the fixtures the test modules share.
 
-Every test process sees 8 CPU devices, so multi-device code runs on CPU. The
-tests are dominated by XLA compile time, which the flags of tests/xla_flags.py
+Every test process sees 8 CPU devices, so multi-device code runs on CPU; the
+commands, notebooks and doc snippets the tests start see one, as a command on a
+busy machine should (docs/reliability.md, "A busy CPU": the two test workers
+already hold both cores, and 8 simulated devices waiting for each other at a
+collective only slow a command down, or stop it), unless a test asks for more
+(`xla_flags.with_devices`). So the 8 are set in JAX's own configuration, which a
+child process does not inherit, not in XLA_FLAGS (as `chex.set_n_cpu_devices`
+does), which it does. The tests are dominated by XLA compile time, which the flags of tests/xla_flags.py
 halve. The test session's processes (pytest-xdist's workers and the commands,
 notebooks and doc snippets the tests start) share one persistent compilation
 cache, a temporary directory made for the session and removed after it: a
@@ -22,7 +28,10 @@ import tempfile
 
 from xla_flags import FAST_COMPILE  # a constant: JAX is not imported yet
 
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + FAST_COMPILE).strip()
+os.environ['XLA_FLAGS'] = ' '.join(
+    [f for f in os.environ.get('XLA_FLAGS', '').split()
+     if not f.startswith('--xla_force_host_platform_device_count')]
+    + [FAST_COMPILE, '--xla_force_host_platform_device_count=1'])
 # Set before JAX is imported, and inherited by every process the session starts. A
 # cache the environment names is used and kept.
 _OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
@@ -33,16 +42,25 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
 # an entry another is still writing.
 os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
 
-import chex  # noqa: E402  (imports JAX, which reads the cache settings above)
+import jax  # noqa: E402  (reads the cache settings above)
 import pytest  # noqa: E402
 
-chex.set_n_cpu_devices(8)
+jax.config.update('jax_num_cpu_devices', 8)
 
 
 def pytest_unconfigure(config):
   """Removes the session's compilation cache, in the process that made it."""
   if _OWN_CACHE and not hasattr(config, 'workerinput'):
     shutil.rmtree(os.environ.pop('JAX_COMPILATION_CACHE_DIR'), ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items):
+  """The end-to-end items first, each in its file's order. They are the session's
+  longest (a documented page's commands, a notebook run whole): pytest-xdist hands
+  the first items out to its workers in turn, so they start at once on different
+  workers and the short items fill both workers' ends, where a long item started
+  last would keep one worker busy while the other waits."""
+  items.sort(key=lambda item: item.get_closest_marker('e2e') is None)
 
 
 def pytest_generate_tests(metafunc):

@@ -102,23 +102,9 @@ def _make(name: str, folder: str) -> None:
                      '<name>.pt, workdirs/<recipe> or augreg.')
 
 
-def _command_env():
-  """The documented commands' environment: the session's, but one CPU device each
-  instead of the test processes' 8 simulated ones (a command that simulates devices
-  itself, `benchmarks/sharding.py`, still does). The two test workers already hold
-  both cores, and devices of one process that wait for each other at a collective
-  while the other worker holds the cores can stop a command for good
-  (docs/reliability.md, "A busy CPU"); multi-device runs are tested on their own
-  (tests/test_train.py, tests/test_sharding.py)."""
-  flags = [f for f in os.environ.get('XLA_FLAGS', '').split()
-           if not f.startswith('--xla_force_host_platform_device_count')]
-  return {**os.environ, 'PYTHONPATH': ROOT,
-          'XLA_FLAGS': ' '.join(flags + ['--xla_force_host_platform_device_count=1'])}
-
-
 def _run(command, cwd, what):
   done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900,
-                        env=_command_env())
+                        env={**os.environ, 'PYTHONPATH': ROOT})
   assert done.returncode == 0, (f'{what} failed (exit {done.returncode}):\n'
                                 f'{done.stdout[-3000:]}\n{done.stderr[-6000:]}')
   return done.stdout

@@ -7,7 +7,7 @@ the train command on machines that have JAX alone.
 import dataclasses
 import functools
 import re
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import flax
 import flax.linen as nn
@@ -291,6 +291,44 @@ def accumulate_gradient(value_and_grad: Callable[[Any, Any, jax.Array], Tuple[ja
   return jax.tree_util.tree_map(lambda x: x / accum_steps, (loss, grads))
 
 
+def update(params: Any, opt_state: Any, batch: Dict[str, jax.Array], *,
+           apply_fn: Callable[..., jax.Array], tx: optax.GradientTransformation, loss: str,
+           label_smoothing: float, accum_steps: int,
+           dropout_key: Callable[[jax.Array], jax.Array],
+           axis_name: Optional[str] = None) -> Tuple[Any, Any, jax.Array, Any]:
+  """The parameters and optimizer state after one update: the gradient of the mean
+  loss over `batch`, in `accum_steps` pieces, averaged over the devices of
+  `axis_name` (the mapped axis of a `pmap`) where one is named, applied by `tx`.
+
+  Args:
+    params: the parameters.
+    opt_state: `tx`'s state.
+    batch: {'image': (B, H, W, 3), 'label': (B, classes)}.
+    apply_fn: the model's `apply`.
+    tx: the optimizer.
+    loss: 'softmax' or 'sigmoid' (`loss_fn`).
+    label_smoothing: the labels' smoothing.
+    accum_steps: the pieces of the batch.
+    dropout_key: piece index -> the dropout key of that piece.
+    axis_name: the mapped axis to average the loss and gradient over, or None.
+
+  Returns:
+    (params, opt_state, the mean loss, the gradient).
+  """
+  def piece_grad(p, piece, index):
+    def loss_of(q):
+      logits = apply_fn({'params': q}, piece['image'], train=True,
+                        rngs={'dropout': dropout_key(index)})
+      return loss_fn(logits, piece['label'], loss, label_smoothing).mean()
+    return jax.value_and_grad(loss_of)(p)
+
+  value, grads = accumulate_gradient(piece_grad, params, batch, accum_steps)
+  if axis_name is not None:
+    value, grads = jax.lax.pmean((value, grads), axis_name)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state, value, grads
+
+
 def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Module,
                config: ml_collections.ConfigDict) -> Tuple[TrainState, Dict[str, jax.Array]]:
   """One update from the mean gradient over the batch, in `accum_steps` pieces, at
@@ -310,17 +348,11 @@ def train_step(state: TrainState, batch: Dict[str, jax.Array], *, model: nn.Modu
     (the new state, {'loss', 'grad_norm', 'learning_rate'}).
   """
   rng, step_rng = jax.random.split(state.rng)
-
-  def piece_grad(params, piece, index):
-    def loss_of(p):
-      logits = model.apply({'params': p}, piece['image'], train=True,
-                           rngs={'dropout': jax.random.fold_in(step_rng, index)})
-      return loss_fn(logits, piece['label'], config.loss, config.label_smoothing).mean()
-    return jax.value_and_grad(loss_of)(params)
-
-  loss, grads = accumulate_gradient(piece_grad, state.params, batch, config.accum_steps)
-  updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
+  params, opt_state, loss, grads = update(
+      state.params, state.opt_state, batch, apply_fn=model.apply, tx=state.tx,
+      loss=config.loss, label_smoothing=config.label_smoothing,
+      accum_steps=config.accum_steps,
+      dropout_key=lambda index: jax.random.fold_in(step_rng, index))
   ema = state.ema_params
   if config.ema_decay:  # ema * decay + params * (1 - decay)
     decay = ema_decay_at(config, state.step + 1)

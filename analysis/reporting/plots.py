@@ -13,7 +13,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, 
 import matplotlib
 
 matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.image  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vit_jax.models.family import CONVNET, HYBRID, MLP, TRANSFORMER  # noqa: E402
@@ -25,6 +26,7 @@ KIND_COLOURS = {TRANSFORMER: '#D55E00', CONVNET: '#0072B2', HYBRID: '#009E73', M
 OTHER_COLOURS = ('#E69F00', '#56B4E9', '#000000', '#F0E442')
 HEATMAP_CMAP = 'magma'  # perceptually uniform, readable in grey and by colour-blind readers
 MAX_TICKS = 24
+DPI = 110  # the figures' resolution
 MIN_FONT = 7.  # points: the smallest text a figure may hold (110 dpi: about 11 px)
 TICK_FONT = 7.5
 ALT_KEY, LAYOUT_KEY = 'Description', 'Layout problems'  # PNG text chunks
@@ -129,8 +131,12 @@ def _save(fig, path: Optional[str]):
   if path is None:
     return fig
   SAVED.add(os.path.abspath(path))
+  # Drawn once, at the file's resolution: the layout check's drawing is the PNG's
+  # pixels (what `savefig` writes after drawing it again).
+  fig.set_dpi(DPI)
   metadata = {ALT_KEY: describe(fig), LAYOUT_KEY: json.dumps(layout_problems(fig))}
-  fig.savefig(path, dpi=110, metadata=metadata)
+  matplotlib.image.imsave(path, fig.canvas.buffer_rgba(), format='png', dpi=DPI,
+                          metadata=metadata)
   plt.close(fig)
   return path
 

@@ -1,6 +1,6 @@
 """The original vit_jax's training functions (docs/original.md): `train_and_evaluate`
-for its configs (`vit_jax/configs/`), on the project's loop, and `make_update_fn`, its
-data-parallel `pmap` step on the project's loss and gradient accumulation. Imported as
+for its configs (`vit_jax/configs/`), on the project's loop, and `make_update_fn`, the
+project's step (`steps.update`) in its data-parallel `pmap`. Imported as
 `vit_jax.train.<name>`.
 """
 import os
@@ -24,13 +24,13 @@ ORIGINAL_NAMES = ('make_update_fn', 'recipe', 'train_and_evaluate',
                   'adopt_original_checkpoint')
 
 
-
 def make_update_fn(*, apply_fn: Callable[..., Any], accum_steps: int,
                    tx: optax.GradientTransformation) -> Callable[..., Any]:
-  """The original's data-parallel update: a `pmap` over the local devices of
-  (params, opt_state, batch, rng) -> (params, opt_state, loss, rng), the softmax
-  cross-entropy's gradient over the batch (`steps.accumulate_gradient`, in
-  `accum_steps` pieces) averaged over the devices. Params are donated.
+  """The original's data-parallel update, the project's `steps.update` under the
+  original's signature: a `pmap` over the local devices of (params, opt_state,
+  batch, rng) -> (params, opt_state, loss, rng), the softmax cross-entropy's
+  gradient over the batch (in `accum_steps` pieces, one dropout key for the step
+  as the original) averaged over the devices. Params are donated.
 
   Args:
     apply_fn: the model's `apply`.
@@ -44,22 +44,12 @@ def make_update_fn(*, apply_fn: Callable[..., Any], accum_steps: int,
   def update_fn(params, opt_state, batch, rng):
     _, new_rng = jax.random.split(rng)
     dropout_rng = jax.random.fold_in(rng, jax.lax.axis_index('batch'))
-
-    def loss_and_grad(p, piece, index):
-      del index  # one dropout key for the step, as the original
-      def loss_of(q):
-        logits = apply_fn(dict(params=q), piece['image'], rngs=dict(dropout=dropout_rng),
-                          train=True)
-        return steps.loss_fn(logits, piece['label'], 'softmax', 0.).mean()
-      return jax.value_and_grad(loss_of)(p)
-
-    loss, grads = steps.accumulate_gradient(
-        loss_and_grad, params, {'image': batch['image'], 'label': batch['label']},
-        accum_steps or 1)
-    grads = jax.lax.pmean(grads, axis_name='batch')
-    updates, opt_state = tx.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-    return params, opt_state, jax.lax.pmean(loss, axis_name='batch'), new_rng
+    params, opt_state, loss, _ = steps.update(
+        params, opt_state, {'image': batch['image'], 'label': batch['label']},
+        apply_fn=apply_fn, tx=tx, loss='softmax', label_smoothing=0.,
+        accum_steps=accum_steps or 1, dropout_key=lambda index: dropout_rng,
+        axis_name='batch')
+    return params, opt_state, loss, new_rng
 
   return jax.pmap(update_fn, axis_name='batch', donate_argnums=(0,))
 
