@@ -27,7 +27,7 @@ cpu_devices.patient_collectives()
 
 from analysis import tool  # noqa: E402
 from analysis import tools  # noqa: F401,E402  (registers the built-in tools and their flags)
-from analysis.runtime import command, request  # noqa: E402
+from analysis.cli import command, request  # noqa: E402
 from vit_jax import entry  # noqa: E402
 from vit_jax.errors import ConfigError  # noqa: E402
 

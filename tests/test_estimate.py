@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from analysis import tool_options
-from analysis.reporting import report
-from analysis.runtime import estimate, planning
+from analysis.cli import planning, report
+from analysis.runtime import estimate
 from analysis.tools import TOOLS, corruption, erf, hessian, landscape, robustness
 from helpers import TINY_VIT, batches, quickstart_vit_checkpoint, subject
 from vit_jax import console
@@ -277,7 +277,7 @@ def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path):
 
 
 def test_the_command_of_a_tool_left_out_is_the_same_analysis_without_the_budget():
-  from analysis.runtime import command as cli
+  from analysis.cli import command as cli
   argv = ['analysis', 'all', '--config', 'configs/quickstart_vit.py', '--workdir', 'w v',
           '--time_budget=15m', '--out', 'o', '--time_budget', '2m']
   assert cli.tool_command('hessian', argv, 'all') == (

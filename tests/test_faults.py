@@ -373,7 +373,7 @@ def test_ctrl_c_asks_for_a_save_and_a_second_stops_at_once():
 
 
 def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
-  from analysis.runtime import command as cli
+  from analysis.cli import command as cli
   from absl.testing import flagsaver
   from analysis import tool
   from analysis.tools import common
@@ -400,9 +400,7 @@ def test_analysis_inputs_are_checked_before_any_model_loads(tmp_path):
 
 def test_analysis_refuses_a_head_of_other_classes_nan_parameters_and_a_used_out(tmp_path):
   import numpy as np
-  from analysis.runtime import command as cli
-  from analysis.runtime import out_folder
-  from analysis.reporting import report
+  from analysis.cli import command as cli, out_folder, report
   from analysis.runtime import features
   from configs import quickstart_vit
   from helpers import init
@@ -444,8 +442,8 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
   """--overwrite removes the files of the manifest alone; an --out holding a run or
   a file is refused; the same names and sources with other parameters (a model
   retrained in place) are other models."""
-  from analysis.runtime import out_folder
-  from analysis.reporting import plots, report
+  from analysis.cli import out_folder, report
+  from analysis.reporting import plots
   out = tmp_path / 'out'
   out.mkdir()
   (out / 'notes.json').write_text('{"mine": 1}')  # the user's, before any analysis
@@ -560,7 +558,7 @@ def test_an_analysis_out_is_locked_stopped_in_one_line_and_never_mixes_models(tm
   the new model), and with --overwrite it removes them and keeps the user's file."""
   import numpy as np
   from helpers import quickstart_vit_checkpoint
-  from analysis.reporting import report
+  from analysis.cli import report
   first = quickstart_vit_checkpoint(tmp_path)
   other = tmp_path / 'other.npz'
   params = checkpoint.load(first)
@@ -689,7 +687,7 @@ def test_a_tool_with_nothing_to_compute_on_the_models_is_refused_not_empty(name,
   """A tool that reads attention heads or tokens, named alone on a ResNet (head_cka:
   on one model), is refused before any work, never `{}` with exit 0; `all` leaves
   it out and says why."""
-  from analysis.runtime import command as cli
+  from analysis.cli import command as cli
   from helpers import subject
   resnet = subject('BiT-M-R50x1', 'resnet', num_layers=(1, 1))
   with pytest.raises(errors.ConfigError, match=name):
@@ -851,7 +849,7 @@ def test_an_analysis_on_classes_other_than_the_runs_is_refused(tmp_path):
   for split in ('train', 'test'):
     for old, new in (('class_0', 'cat'), ('class_1', 'dog')):
       os.rename(tmp_path / 'other' / split / old, tmp_path / 'other' / split / new)
-  from analysis.runtime import command as cli
+  from analysis.cli import command as cli
   from analysis.runtime import features
   recipe = tiny_config(folder)
   subject = features.load_subject(recipe.model_name, workdir, 8, dict(recipe.model), 'tiny',

@@ -10,7 +10,7 @@ import pytest
 
 from analysis import tool
 from analysis import tools  # noqa: F401  (registers the built-in tools and their flags)
-from analysis.runtime import request
+from analysis.cli import request
 from doc_snippets import ROOT
 
 request.define_flags()

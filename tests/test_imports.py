@@ -16,6 +16,11 @@ ORIGINAL_FACES = {'vit_jax.main', 'vit_jax.utils', 'vit_jax.test_utils', 'vit_ja
                   'vit_jax.models_mixer', 'vit_jax.models_resnet'}
 # What the analysis's measures may import of the project: pure functions and names.
 PURE = {'vit_jax.errors', 'vit_jax.calibration', 'vit_jax.models.family'}
+# The analysis's floors, lowest first: a module imports only from its own floor and
+# those below it (the prefixes name a floor's modules).
+FLOORS = (('analysis.measures',), ('analysis.runtime',), ('analysis.reporting',),
+          ('analysis.tool', 'analysis.tool_options'), ('analysis.tools',),
+          ('analysis.cli', 'analysis.__main__'))
 # Modules that read or write files: the measures leave file formats to `runtime/`.
 FILE_FORMATS = {'json', 'pickle', 'safetensors', 'safetensors.numpy', 'zipfile', 'etils',
                 'orbax', 'vit_jax.torch_save', 'vit_jax.checkpoint'}
@@ -132,3 +137,25 @@ def test_the_measures_are_pure(module):
   project = {_own(n) for n in names} - {''}
   assert all(m.startswith('analysis.measures') or m in PURE for m in project), project
   assert not names & FILE_FORMATS, names & FILE_FORMATS
+
+
+def floor(module: str) -> int:
+  """The floor of an analysis module (`FLOORS`); the package itself is the top."""
+  for level, prefixes in enumerate(FLOORS):
+    if any(module == p or module.startswith(p + '.') for p in prefixes):
+      return level
+  assert module == 'analysis', f'{module} is on no floor: add it to FLOORS'
+  return len(FLOORS)
+
+
+@pytest.mark.parametrize('module', sorted(m for m in MODULES if m.startswith('analysis')))
+def test_no_analysis_import_climbs_a_floor(module):
+  """The measures, the runtime, the reporting, the tool contract, the tools and the
+  command, each above the last: an import reaches down or along, never up."""
+  up = {m for m in GRAPH[module] if m.startswith('analysis') and floor(m) > floor(module)}
+  assert not up, f'{module} (floor {floor(module)}) imports {sorted(up)} above it'
+
+
+def test_a_climbing_import_is_found():
+  assert floor('analysis.reporting.plots') < floor('analysis.tools.cka') < floor('analysis.cli')
+  assert floor('analysis.reporting.verdict') < floor('analysis.tool') == floor('analysis.tool_options')

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from analysis.reporting import events, plots, report, verdict
+from analysis.cli import events, report
+from analysis.reporting import plots, verdict
 from analysis.runtime import features
-from analysis.runtime.command import run_tools
+from analysis.cli.command import run_tools
 from analysis.tools import TOOLS, activation_patching, hessian, landscape, sae
 from helpers import NO_CHROMIUM, TINY_ALTERNET, TINY_MIXER, TINY_VIT, chromium
 from helpers import batches, read_events, subject
@@ -410,7 +411,8 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   is written, lists the tool left out with the command that runs it, and forgets
   it once it has run."""
   import time
-  from analysis.runtime import estimate, planning
+  from analysis.runtime import estimate
+  from analysis.cli import planning
   subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
   names = ['attention_distance', 'norm_ratio']
   amounts = estimate.Amounts(36, 12)

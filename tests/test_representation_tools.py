@@ -564,7 +564,7 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   by name, its registers and missing head known; the tools that read logits are
   refused before any runs, naming the others; attention distances run."""
   from safetensors.numpy import save_file
-  from analysis.runtime import command
+  from analysis.cli import command
   from vit_jax import timm_files
   small = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2)
   config = models.get_config('DINOv2-S_14-reg4', num_classes=0, **small)

@@ -86,7 +86,7 @@ def test_each_run_alone_is_judged_and_a_verdict_that_flips_shows(monkeypatch):
   report's verdicts again with one run of each model, run by run."""
   from types import SimpleNamespace
   from analysis import tool
-  from analysis.reporting import report
+  from analysis.cli import report
   models = _models([('vit', TRANSFORMER, 3), ('resnet', CONVNET, 3)])
   values = {'vit_seed0': (1.0, 0.1), 'vit_seed1': (1.1, 0.1), 'vit_seed2': (0.0, 0.1),
             'resnet_seed0': (0.5, 0.1), 'resnet_seed1': (0.4, 0.1), 'resnet_seed2': (0.5, 0.1)}
@@ -118,7 +118,7 @@ def test_each_run_alone_is_judged_and_a_verdict_that_flips_shows(monkeypatch):
 def test_two_runs_of_a_deterministic_model_spread_by_nothing(subjects, tmp_path):
   """A tool run on one model twice, as two seeds that changed nothing: every number's
   spread over the runs is zero, and the mean is the number."""
-  from analysis.runtime import command as cli
+  from analysis.cli import command as cli
   from helpers import batches
   first = dataclasses.replace(subjects['vit'], label='vit_seed0')
   second = dataclasses.replace(subjects['vit'], label='vit_seed1')

@@ -5,7 +5,8 @@ import pytest
 
 from analysis import tool
 from analysis.measures import uncertainty
-from analysis.reporting import report, verdict
+from analysis.cli import report
+from analysis.reporting import verdict
 from analysis.tools import TOOLS
 from vit_jax.models.family import CONVNET, TRANSFORMER
 

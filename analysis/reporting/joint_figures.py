@@ -1,14 +1,14 @@
-"""Figures that put every analysed model in one frame, as the papers draw them:
-each registered tool's `joint` (CKA heatmaps side by side on one colour scale,
+"""What a tool's `joint` draws with: figures that put every analysed model in one
+frame, as the papers draw them (CKA heatmaps side by side on one colour scale,
 curves over relative depth overlaid, spectra in the same axes), built from the
-tools' JSON results alone, with each model in its family's colour.
+tools' JSON results alone, with each model in its family's colour. The command's
+report draws every registered tool's (`analysis.cli.report.draw_joint_figures`).
 """
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import numpy as np
 
-from analysis import tool
 from analysis.reporting import plots, verdict
 
 Results = Mapping[str, Mapping]  # tool -> its JSON result
@@ -112,44 +112,3 @@ def _runs_as_means(series, stderr, colour_of, by_model, groups):
     for label in labels:
       entries.pop(label)
   return series, stderr, runs, colours, entries
-
-
-def model_colours(results: Results, kinds: Mapping[str, str]) -> Dict[str, str]:
-  """A colour per model label of the results: its kind's (`plots.KIND_COLOURS`), or a
-  spare one where two models are of one kind.
-
-  Args:
-    results: each tool's JSON.
-    kinds: each model label's kind (`Layers.architecture`).
-
-  Returns:
-    {model label: colour}.
-  """
-  labels = sorted({label for name, result in results.items()
-                   if tool.TOOLS[name].runs_on != tool.ALL_MODELS
-                   for label in tool.per_model(result)})
-  return dict(zip(labels, plots.colours([plots.KIND_COLOURS.get(kinds.get(label, ''))
-                                         for label in labels])))
-
-
-def joint_figures(results: Results, kinds: Mapping[str, str], out: str,
-                  groups: Optional[Mapping[str, List[str]]] = None) -> Dict[str, List[str]]:
-  """The joint figures of every registered tool in `results`, by tool.
-
-  Args:
-    results: each tool's JSON.
-    kinds: each model label's kind (`Layers.architecture`), for its colour.
-    out: the directory the figures go to.
-    groups: the models given as several runs, {model: [run labels]} (`runs.groups`).
-
-  Returns:
-    {tool name: its joint figures' paths}.
-  """
-  colour_of = Palette(model_colours(results, kinds), groups)
-  figures = {}
-  for name, result in results.items():
-    joint = tool.TOOLS[name].joint
-    drawn = joint(result, colour_of, out) if joint is not None else []
-    if drawn:
-      figures[name] = drawn
-  return figures

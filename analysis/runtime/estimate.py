@@ -8,7 +8,7 @@ images) counts that work in units of its own (`Work.host`) and times a sample of
 one unit (`Tool.host_prices`). What neither counts (the CKA products, figures)
 is a small part on the quick-start models; the docs compare estimates with the
 measured times, and the analysis re-plans between tools against the clock
-(`analysis.runtime.planning`).
+(`analysis.cli.planning`).
 """
 import dataclasses
 import time

@@ -10,7 +10,8 @@ import os
 from typing import Iterator, List, Mapping
 
 from analysis import tool
-from analysis.reporting import plots, report
+from analysis.cli import report
+from analysis.reporting import plots
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write
 from vit_jax.errors import WorkdirError

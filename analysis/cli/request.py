@@ -1,5 +1,5 @@
 """An analysis as the command line asks for it: its flags (`define_flags`), read once
-into a frozen `Request` that the command (`analysis.runtime.command`) runs.
+into a frozen `Request` that the command (`analysis.cli.command`) runs.
 """
 import dataclasses
 import os

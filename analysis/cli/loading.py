@@ -9,8 +9,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import ml_collections
 
+from analysis.cli.request import Request
 from analysis.runtime import features
-from analysis.runtime.request import Request
 from vit_jax import settings, sweep_rows
 from vit_jax import workdir as workdirs
 from vit_jax.errors import ConfigError, WorkdirError

@@ -11,9 +11,10 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from analysis import tool
-from analysis.reporting import events, report, runs
-from analysis.runtime import estimate, features, loading, out_folder, planning, stopping
-from analysis.runtime.request import Request
+from analysis.cli import events, loading, out_folder, planning, report
+from analysis.cli.request import Request
+from analysis.reporting import runs
+from analysis.runtime import estimate, features, stopping
 from vit_jax import budget
 from vit_jax import workdir as workdirs
 from vit_jax.atomic import atomic_write

@@ -17,10 +17,10 @@ import numpy as np
 from PIL import Image
 
 from analysis import tool, tools  # noqa: F401  (tools: the built-in ones)
+from analysis.cli import planning
 from analysis.measures import similarity
 from analysis.reporting import conventions, joint_figures, plots, runs, verdict
 from analysis.reporting.verdict import Z, Verdict
-from analysis.runtime import planning
 from vit_jax.atomic import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
@@ -44,6 +44,47 @@ class Quote:
     self.file, self.path, self.reduce = f'{tool}.json', list(path), reduce
     self.value = reduce_value(node, reduce)
     self.text = format(self.value, fmt) if np.isfinite(self.value) else NO_VALUE
+
+
+def model_colours(results: joint_figures.Results, kinds: Mapping[str, str]) -> Dict[str, str]:
+  """A colour per model label of the results: its kind's (`plots.KIND_COLOURS`), or a
+  spare one where two models are of one kind.
+
+  Args:
+    results: each tool's JSON.
+    kinds: each model label's kind (`Layers.architecture`).
+
+  Returns:
+    {model label: colour}.
+  """
+  labels = sorted({label for name, result in results.items()
+                   if tool.TOOLS[name].runs_on != tool.ALL_MODELS
+                   for label in tool.per_model(result)})
+  return dict(zip(labels, plots.colours([plots.KIND_COLOURS.get(kinds.get(label, ''))
+                                         for label in labels])))
+
+
+def draw_joint_figures(results: joint_figures.Results, kinds: Mapping[str, str], out: str,
+                  groups: Optional[Mapping[str, List[str]]] = None) -> Dict[str, List[str]]:
+  """The joint figures of every registered tool in `results`, by tool.
+
+  Args:
+    results: each tool's JSON.
+    kinds: each model label's kind (`Layers.architecture`), for its colour.
+    out: the directory the figures go to.
+    groups: the models given as several runs, {model: [run labels]} (`runs.groups`).
+
+  Returns:
+    {tool name: its joint figures' paths}.
+  """
+  colour_of = joint_figures.Palette(model_colours(results, kinds), groups)
+  figures = {}
+  for name, result in results.items():
+    joint = tool.TOOLS[name].joint
+    drawn = joint(result, colour_of, out) if joint is not None else []
+    if drawn:
+      figures[name] = drawn
+  return figures
 
 
 def leaves(node: Any) -> List[float]:
@@ -366,7 +407,7 @@ def write_report(out: str) -> Dict[str, str]:
     raise FileNotFoundError(f'No analysis results (tool JSON files) in {out}; run '
                             '`python -m analysis all --out DIR ...` first.')
   kinds = {label: s.get('architecture', '') for label, s in subjects.items()}
-  joint = joint_figures.joint_figures(results, kinds, out, runs.groups(subjects))
+  joint = draw_joint_figures(results, kinds, out, runs.groups(subjects))
   title = 'Analysis of ' + ', '.join(subjects or sorted(
       {label for r in results.values() for label in tool.per_model(r)}))
   page = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
