@@ -81,7 +81,9 @@ class Tool:
   `findings(result, quote)` is what the models show, per caption key, as text
   fragments and quotes of the JSON; `scalars(result, label)` a model's TensorBoard
   series; `joint(result, colour_of, out)` the figures that put every model in one
-  frame (none below two models); `options` the tool's options, a frozen dataclass
+  frame, which `draw_joint` draws only for two models or more, counted by
+  `models(result)` (the labels the JSON holds: its per-model entries unless the
+  tool says otherwise); `options` the tool's options, a frozen dataclass
   of `tool_options.option` fields, each a command-line flag of its name (unless
   marked otherwise), an instance of which reaches `run` whole (`read_options`
   reads and checks the command line's);
@@ -114,6 +116,7 @@ class Tool:
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
+  models: Callable[[Result], List[str]] = lambda result: list(per_model(result))
   options: Optional[type] = None
   verdicts: Callable[[Result, Models], List[Verdict]] = lambda result, models: []
   work: Callable[[Subject, Any, estimate.Amounts], estimate.Work] = \
@@ -128,6 +131,22 @@ class Tool:
   # What the models must have beyond `runs_on`: (models) -> why the tool cannot run on
   # them, a clause after the tool's name ('compares ...'), or '' where it can.
   needs: Optional[Callable[[Sequence[Subject]], str]] = None
+
+  def draw_joint(self, result: Result, colour_of: Mapping[str, str], out: str) -> List[str]:
+    """The joint figures of `result`: none for a tool without `joint`, or below two
+    models (one model has nothing to be set beside).
+
+    Args:
+      result: the tool's JSON.
+      colour_of: each model label's colour.
+      out: the directory the figures go to.
+
+    Returns:
+      The figures' paths.
+    """
+    if self.joint is None or len(self.models(result)) < 2:
+      return []
+    return self.joint(result, colour_of, out)
 
   def read_options(self) -> Any:
     """The options the command line's flags give, checked.

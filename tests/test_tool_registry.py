@@ -156,3 +156,21 @@ def test_no_module_outside_the_tools_is_named_like_a_tool():
   outside = {m.name.rsplit('.', 1)[-1] for m in pkgutil.walk_packages([analysis_dir], 'analysis.')
              if not m.name.startswith('analysis.tools')}
   assert not outside & set(tool.TOOLS), outside & set(tool.TOOLS)
+
+
+def test_joint_figures_are_drawn_for_two_models_or_more():
+  """`Tool.draw_joint`, the one place that leaves a lone model's joint figures out,
+  counting the models as the tool's `models` does (its per-model entries by default)."""
+  calls = []
+  record = Tool(name='joint_test', title='t', quantity='q', paper='p', run=lambda *a: {},
+                findings=lambda result, quote: {},
+                joint=lambda result, colour_of, out: calls.append(result) or ['a.png'])
+  one, two = {'a': {'x': 1}, 'n': 3}, {'a': {'x': 1}, 'b': {'x': 2}, 'n': 3}
+  assert record.draw_joint(one, {}, 'out') == [] and calls == []
+  assert record.draw_joint(two, {}, 'out') == ['a.png'] and calls == [two]
+  assert Tool(name='no_joint', title='t', quantity='q', paper='p', run=lambda *a: {},
+              findings=lambda result, quote: {}).draw_joint(two, {}, 'out') == []
+  # The tools whose JSON is not per model name their models themselves.
+  assert tool.TOOLS['cka'].models({'layers': {'vit': [], 'resnet': []}, 'cka': {}}) == [
+      'vit', 'resnet']
+  assert tool.TOOLS['corruption'].models({'errors': {'vit': {}}, 'ranks': {}}) == ['vit']

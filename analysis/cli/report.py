@@ -80,8 +80,7 @@ def draw_joint_figures(results: joint_figures.Results, kinds: Mapping[str, str],
   colour_of = joint_figures.Palette(model_colours(results, kinds), groups)
   figures = {}
   for name, result in results.items():
-    joint = tool.TOOLS[name].joint
-    drawn = joint(result, colour_of, out) if joint is not None else []
+    drawn = tool.TOOLS[name].draw_joint(result, colour_of, out)
     if drawn:
       figures[name] = drawn
   return figures

@@ -68,11 +68,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
   by_model = per_model(result)
-  if len(by_model) < 2:
-    return []
   centres = {label: (np.array(r['bin_edges'][:-1]) + np.array(r['bin_edges'][1:])) / 2
              for label, r in by_model.items()}
   # Empty bins have no accuracy: left out, not drawn at 0.

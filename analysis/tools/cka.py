@@ -167,11 +167,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
   layers = result['layers']
-  if len(layers) < 2:
-    return []
   stages = result.get('stages', {})
   panels = layer_panels(result['cka'], layers, stages)
   figures = [plots.heatmaps(panels, os.path.join(out, 'joint_cka.png'),
@@ -213,4 +211,4 @@ TOOL = register(Tool(
           'ResNet\'s lower and higher layers differ (block structure); ViT\'s lower half '
           'matches a larger share of ResNet\'s depth.',
     run=run_cka, runs_on=ALL_MODELS, findings=findings, figures=figures, scalars=scalars,
-    joint=joint, verdicts=verdicts))
+    joint=joint, models=lambda result: list(result['layers']), verdicts=verdicts))

@@ -209,10 +209,8 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
-  if len(result['errors']) < 2:
-    return []
   series = {label: [result['clean_error'][label]] + list(np.mean(list(e.values()), axis=0))
             for label, e in result['errors'].items()}
   return [plots.curves(series, os.path.join(out, 'joint_corruption.png'),
@@ -312,6 +310,7 @@ TOOL = register(Tool(
           'robust to corrupted data; AlterNet is more robust than the ResNet it builds on.',
     reads_logits=True,
     run=run_corruption, runs_on=ALL_MODELS, findings=findings, figures=figures, joint=joint,
+    models=lambda result: list(result['errors']),
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}
                                    if label in result['errors'] else {}),

@@ -330,11 +330,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
   by_model = per_model(result)
-  if len(by_model) < 2:
-    return []
   span = max(max(np.abs(np.asarray(r['slq_nodes'])).max(),
                  np.abs(np.asarray(r['top_per_minibatch'])).max()) for r in by_model.values())
   grid = lanczos.density_grid(-1.05 * span, 1.05 * span,

@@ -153,11 +153,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
   by_model = per_model(result)
-  if len(by_model) < 2:
-    return []
   return [plots.scatter({label: ([r['train_nll']], [r['test_error']])
                          for label, r in by_model.items()},
                         os.path.join(out, 'joint_nll.png'),

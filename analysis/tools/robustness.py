@@ -118,11 +118,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
     out: the directory the figures go to.
 
   Returns:
-    The figures' paths (none below two models).
+    The figures' paths.
   """
   by_model = per_model(result)
-  if len(by_model) < 2:
-    return []
   names = {label: f'{label} (eps {r["epsilons"][-1]:g})' for label, r in by_model.items()}
   as_array = lambda values: np.array([np.nan if v is None else v for v in values])
   series = {names[label]: as_array(r['accuracy'][-1]) for label, r in by_model.items()}
