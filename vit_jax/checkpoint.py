@@ -20,7 +20,7 @@ from vit_jax import models, original, torch_save
 from vit_jax.atomic import atomic_write
 from vit_jax.layout import Params, flatten, published, unflatten
 from vit_jax.models.family import CheckpointError, Flat
-from vit_jax.timm_files import TORCH_SUFFIXES, from_timm, read_state_dict
+from vit_jax.timm_files import TORCH_SUFFIXES, published_from_timm, read_state_dict
 
 # Where the published checkpoints live: ViT (and AugReg ViT), BiT, MLP-Mixer.
 PUBLIC_DIRS = ('gs://vit_models/imagenet21k/', 'gs://vit_models/augreg/', 'gs://bit_models/',
@@ -64,12 +64,26 @@ def weights_file(directory: str) -> str:
 
 
 def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Params:
-  """Reads a published (or our) `.npz` as a nested parameter dict of numpy arrays.
+  """`read` as a nested parameter dict of numpy arrays.
+
+  Args:
+    path: as in `read`.
+    model_name: as in `read`.
+    **overrides: as in `read`.
+
+  Returns:
+    The nested parameter tree, numpy arrays.
+  """
+  return unflatten(read(path, model_name, **overrides))
+
+
+def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
+  """Reads a published (or our) `.npz` as flat parameters ('a/b/kernel' -> numpy array).
 
   Files in a family's other layouts (current-Flax block names, big_vision ViT
   files) load under the published names. Pickled objects are refused. A timm
   state dict (`.safetensors`, or `.pth`/`.pth.tar`/`.pt`/`.bin` with torch
-  installed) loads through `from_timm`, which needs the `model_name` it holds
+  installed) loads through `published_from_timm`, which needs the `model_name` it holds
   and `overrides` of its architecture fields. A LiT file loads whole with a LiT
   `model_name`; without one (or with a ViT's), its image tower loads alone.
   With `model_name`, the tree is
@@ -84,7 +98,7 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
       `patch_size`).
 
   Returns:
-    The nested parameter tree, numpy arrays.
+    The flat parameters, numpy arrays.
 
   Raises:
     CheckpointError: a missing file, or one that is not a readable `.npz`.
@@ -100,12 +114,12 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
     if torch:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
-    return unflatten(published(_read_npz(path)))
+    return published(_read_npz(path))
   config = models.get_config(model_name, **overrides)
   family = models.family_of(config)
-  flat = (flatten(from_timm(read_state_dict(path), model_name, **overrides)) if torch
+  flat = (published_from_timm(read_state_dict(path), model_name, **overrides) if torch
           else family.to_published(_read_npz(path)))
-  return unflatten(family.module_layout(flat, config))
+  return family.module_layout(flat, config)
 
 
 def _read_npz(path: epath.Path) -> Flat:

@@ -39,7 +39,7 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
     The new model's parameters, in its dtypes.
   """
   fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
-  restored = flatten(checkpoint.load(path, model_config.name, **fields))  # fields: for a timm file
+  restored = checkpoint.read(path, model_config.name, **fields)  # fields: for a timm file
   init = flatten(init_params)
   restored = models.family_of(model_config).fit(restored, init, model_config, grid_shape,
                                                 str(path), keep_head)

@@ -15,6 +15,7 @@ from etils import epath
 
 from vit_jax import models, torch_save
 from vit_jax.layout import Params, check_matches, flatten, published, unflatten
+from vit_jax.models.family import Flat
 from vit_jax.models.family import CheckpointError
 from vit_jax.torch_save import UnsafeFileError
 
@@ -41,7 +42,22 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
 
 
 def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) -> Params:
-  """The published parameter tree of `model_name` from a timm `state_dict` (name ->
+  """`published_from_timm` as a nested tree.
+
+  Args:
+    state_dict: name -> array or CPU tensor.
+    model_name: the model it holds.
+    **overrides: architecture fields the state dict does not fix.
+
+  Returns:
+    The nested parameter tree in the published layout.
+  """
+  return unflatten(published_from_timm(state_dict, model_name, **overrides))
+
+
+def published_from_timm(state_dict: Mapping[str, Any], model_name: str,
+                        **overrides: Any) -> Flat:
+  """The flat published parameter tree of `model_name` from a timm `state_dict` (name ->
   array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
 
   The head (class token, attention pooling or mean), the classes and the image
@@ -56,7 +72,7 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) 
     **overrides: architecture fields the state dict does not fix.
 
   Returns:
-    The nested parameter tree in the published layout.
+    The flat parameters in the published layout.
   """
   state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
            if not k.endswith('num_batches_tracked')}
@@ -88,8 +104,8 @@ def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) 
   for key, where in template.items():
     if key in state:
       values[where.ravel()] = state[key].ravel()
-  return unflatten({k: values[start:start + np.prod(s.shape)].reshape(s.shape)
-                     for (k, s), start in zip(shapes.items(), starts)})
+  return {k: values[start:start + np.prod(s.shape)].reshape(s.shape)
+          for (k, s), start in zip(shapes.items(), starts)}
 
 
 def read_state_dict(path: str) -> Dict[str, np.ndarray]:

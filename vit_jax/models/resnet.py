@@ -5,20 +5,16 @@ loads into these trees unchanged. Both families sow the stem output (`root`) and
 each unit's `shortcut`, `residual` branch and `output` into the `intermediates`
 collection; without `mutable=['intermediates']` the sows are no-ops.
 """
-import re
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jax import lax
 
-from vit_jax.models import conv
-from vit_jax.models.conv import oihw
-from vit_jax.models.family import (CONVNET, Branch, Family, Flat, Layers, sow_edited,
-                                   stage_starts)
+from vit_jax.models import conv, resnet_layouts
+from vit_jax.models.family import CONVNET, Branch, Family, Layers, sow_edited, stage_starts
 
 Dtype = Any
 
@@ -413,54 +409,6 @@ def describe(config: ml_collections.ConfigDict) -> str:
           f'width x{config.width_factor:g}')
 
 
-def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
-  """A BiT tree in the published layout as timm's ResNetV2 `state_dict`.
-
-  Args:
-    flat: the flat parameters, published layout.
-
-  Returns:
-    The state dict's arrays.
-  """
-  out = {'stem.conv.weight': oihw(flat['resnet/root_block/standardized_conv2d/kernel']),
-         'norm.weight': flat['resnet/group_norm/gamma'],
-         'norm.bias': flat['resnet/group_norm/beta']}
-  if 'resnet/head/conv2d/kernel' in flat:
-    out['head.fc.weight'] = oihw(flat['resnet/head/conv2d/kernel'])
-    out['head.fc.bias'] = flat['resnet/head/conv2d/bias']
-  names = {'a': '1', 'b': '2', 'c': '3'}
-  for key, value in flat.items():
-    m = re.match(r'resnet/block(\d+)/unit(\d+)/(a|b|c)/(proj/)?(standardized_conv2d/kernel|'
-                 r'group_norm/gamma|group_norm/beta)$', key)
-    if not m:
-      continue
-    stage, unit, part, proj, leaf = m.groups()
-    t = f'stages.{int(stage) - 1}.blocks.{int(unit) - 1}.'
-    if proj:
-      out[t + 'downsample.conv.weight'] = oihw(value)
-    elif leaf.endswith('kernel'):
-      out[f'{t}conv{names[part]}.weight'] = oihw(value)
-    else:
-      out[f'{t}norm{names[part]}.{"weight" if leaf.endswith("gamma") else "bias"}'] = value
-  return out
-
-
-def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
-  """What a timm ResNetV2 state dict fixes: its classes (none without `head.fc`); its
-  parameters are the same at any image size.
-
-  Args:
-    state: the state dict.
-    config: the named model's zoo config.
-
-  Returns:
-    {'image_size', 'num_classes'}.
-  """
-  del config
-  return dict(image_size=224, num_classes=(np.shape(state['head.fc.weight'])[0]
-                                           if 'head.fc.weight' in state else 0))
-
-
 FAMILY = Family(
     name='bit', title='BiT',
     variants={f'BiT-{upstream}-R{depth}x{width}': dict(num_layers=DEPTHS[depth],
@@ -468,5 +416,5 @@ FAMILY = Family(
               for depth, width in PUBLISHED for upstream in ('S', 'M')},
     module=ResNetV2, layers=layers, describe=describe, head='resnet/head/',
     tiny=('BiT-M-R50x1', dict(num_layers=(1, 1))),
-    to_timm=to_timm, timm_fields=timm_fields,
+    to_timm=resnet_layouts.to_timm, timm_fields=resnet_layouts.timm_fields,
     sequence_fields=('num_layers',))
