@@ -77,7 +77,10 @@ class Tool:
 
   `run(subject, batches, out, options)` returns one model's JSON (for `runs_on`
   ALL_MODELS, `run(subjects, batches, out, options)` returns the whole JSON) and
-  writes its figures into `out`; a tool without `options` is run without them.
+  writes its figures into `out`; a tool without `options` is run without them. A
+  tool whose figures are drawn from its numbers alone declares `draw(entry,
+  subject, out, options)`, and then `run(subject, batches, options)` measures only
+  (`run_one` calls both: the JSON's 'figures' are `draw`'s).
   `findings(result, quote)` is what the models show, per caption key, as text
   fragments and quotes of the JSON; `scalars(result, label)` a model's TensorBoard
   series; `joint(result, colour_of, out)` the figures that put every model in one
@@ -115,6 +118,7 @@ class Tool:
   scalars: Callable[[Result, str], Series] = lambda result, label: {}
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
+  draw: Optional[Callable[..., List[str]]] = None
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
   models: Callable[[Result], List[str]] = lambda result: list(per_model(result))
   options: Optional[type] = None
@@ -131,6 +135,25 @@ class Tool:
   # What the models must have beyond `runs_on`: (models) -> why the tool cannot run on
   # them, a clause after the tool's name ('compares ...'), or '' where it can.
   needs: Optional[Callable[[Sequence[Subject]], str]] = None
+
+  def run_one(self, subject: Subject, batches: Batches, out: str, options: Any = None) -> Dict:
+    """One model's JSON with its figures in `out`: `run`, then `draw` from the numbers
+    where the tool declares it.
+
+    Args:
+      subject: the model.
+      batches: split -> its (images, labels) batches.
+      out: the directory the figures go to.
+      options: the tool's options (None: their defaults).
+
+    Returns:
+      The model's JSON.
+    """
+    given = () if self.options is None else (self.options() if options is None else options,)
+    if self.draw is None:
+      return self.run(subject, batches, out, *given)
+    entry = self.run(subject, batches, *given)
+    return {**entry, 'figures': self.draw(entry, subject, out, *given)}
 
   def draw_joint(self, result: Result, colour_of: Mapping[str, str], out: str) -> List[str]:
     """The joint figures of `result`: none for a tool without `joint`, or below two
@@ -340,6 +363,6 @@ def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subje
   given = () if tool.options is None else (tool.options() if options is None else options,)
   if tool.runs_on == ALL_MODELS:
     return tool.run(list(subjects), batches_for(subjects[0]), out, *given)
-  return {s.label: tool.run(s, batches_for(s), out, *given) for s in subjects
+  return {s.label: tool.run_one(s, batches_for(s), out, options) for s in subjects
           if tool.applies_to(s)}
 

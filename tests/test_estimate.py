@@ -30,7 +30,7 @@ def vit():
 def test_the_hessian_counts_its_lanczos_products(vit):
   """Per minibatch the top-k Lanczos steps, then every SLQ probe's steps and every
   trace probe on each, and Lanczos steps on each of the 7 parameter blocks on one:
-  the products `run_hessian` reports progress in."""
+  the products `hessian.measure` reports progress in."""
   options = hessian.Options(hessian_batches=2, lanczos_steps=10)
   work = TOOLS['hessian'].work(vit, options, AMOUNTS)
   assert work.passes == {'hvp': 2 * (10 + 2 * 20 + 5) + 7 * 5}

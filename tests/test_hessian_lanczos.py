@@ -432,9 +432,9 @@ def test_the_hessian_tools_results_do_not_depend_on_how_products_are_taken(
   small = hessian_tool.Options(hessian_batches=1, lanczos_steps=4, density_steps=4,
                                density_probes=1, trace_probes=2, block_steps=2)
   with monkeypatch.context() as patch:
-    linearised = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
+    linearised = hessian_tool.measure(subject, batches, small)
     patch.setattr(curvature, 'linearisation_bytes', lambda *_: curvature.available_memory())
-    jvp = hessian_tool.run_hessian(subject, batches, str(tmp_path), small)
+    jvp = hessian_tool.measure(subject, batches, small)
   assert (linearised['hvp'], jvp['hvp']) == ('linearised', 'jvp of grad')
   for key in ('top_per_minibatch', 'slq_nodes', 'slq_weights', 'trace'):
     np.testing.assert_allclose(linearised[key], jvp[key], rtol=1e-3, atol=1e-5, err_msg=key)

@@ -184,7 +184,7 @@ def test_the_batched_grid_is_the_loop_over_points():
 def test_the_landscape_tool(directions, l2_term, tmp_path):
   from helpers import TINY_VIT, batches, subject
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
-  result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
+  result = TOOLS['landscape'].run_one(s, batches, str(tmp_path), landscape_tool.Options(
       landscape_points=5, landscape_batches=2, landscape_directions=directions,
       lanczos_steps=4, landscape_l2=l2_term))
   json.dumps(result)
@@ -217,7 +217,7 @@ def test_the_landscape_of_a_model_the_host_loops_over(subjects, tmp_path):
   from analysis.runtime import features
   s = min((s for s in subjects.values() if curvature.loops_on_host(s.layers.architecture)),
           key=lambda s: curvature.dimension(s.params))
-  result = TOOLS['landscape'].run(s, batches, str(tmp_path), landscape_tool.Options(
+  result = TOOLS['landscape'].run_one(s, batches, str(tmp_path), landscape_tool.Options(
       landscape_points=3, landscape_batches=2, landscape_directions='hessian', lanczos_steps=3,
       landscape_l2='objective'))
   loss, _ = objectives.recipe_objective(s.model, s.recipe, l2_on='kernels')

@@ -241,7 +241,7 @@ def test_registers_never_reach_a_spatial_analysis(classifier, tmp_path):
                      ('localisation', ['maps']), ('fourier', ['curves', 'high_frequency']),
                      ('norm_ratio', ['ratios'])]:
     ours, theirs = ({k: r[k] for k in keys} for r in (
-        TOOLS[tool].run(s, one_batch, str(tmp_path)) for s in (with_registers, hidden)))
+        TOOLS[tool].run_one(s, one_batch, str(tmp_path)) for s in (with_registers, hidden)))
     chex.assert_trees_all_close(ours, theirs, rtol=1e-5, atol=1e-6)
   probes = [TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5))[
       'few_shot_per_token']['accuracy'] for s in (with_registers, hidden)]
@@ -354,7 +354,7 @@ def test_landscape_tools(subjects, family_name, tmp_path):
   # Few Lanczos steps (their accuracy is tested in test_hessian_lanczos.py) and one
   # minibatch, so that the top-k and the density share one compiled product (several
   # minibatches: test_paper_scale_command_on_a_generated_checkpoint).
-  result = TOOLS['hessian'].run(s, batches, str(tmp_path), hessian.Options(
+  result = TOOLS['hessian'].run_one(s, batches, str(tmp_path), hessian.Options(
       hessian_batches=1, hessian_top_k=3, lanczos_steps=4, density_steps=5, density_probes=1,
       trace_probes=3, block_steps=2))
   json.dumps(result)
@@ -371,7 +371,7 @@ def test_landscape_tools(subjects, family_name, tmp_path):
   assert 0 <= result['negative_fraction'] <= 1
   assert result['objective']['l2'] == pytest.approx(1e-3)  # weight_decay / lr
   assert result['objective']['label_smoothing'] == 0.1
-  result = TOOLS['fourier'].run(s, batches, str(tmp_path))
+  result = TOOLS['fourier'].run_one(s, batches, str(tmp_path))
   json.dumps(result)
   curves = result['curves']
   assert len(curves) == len(result['layers'])
@@ -406,14 +406,14 @@ def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   s = subjects['vit']
   small = hessian.Options(hessian_batches=1, hessian_top_k=2, lanczos_steps=6, density_steps=6,
                           density_probes=1, trace_probes=2, block_steps=2)
-  training = TOOLS['hessian'].run(s, batches, str(tmp_path), small)
-  clean = TOOLS['hessian'].run(s, batches, str(tmp_path),
+  training = TOOLS['hessian'].run_one(s, batches, str(tmp_path), small)
+  clean = TOOLS['hessian'].run_one(s, batches, str(tmp_path),
                                dataclasses.replace(small, hessian_objective='clean'))
   assert clean['objective']['l2'] == 0 and 'evaluation' in clean['objective']['data']
   assert 'augmentation' in training['objective']['data']
   assert not np.allclose(training['top_per_minibatch'], clean['top_per_minibatch'])
   # This project's decay mask: the L2 term on the kernels alone.
-  kernels = TOOLS['hessian'].run(s, batches, str(tmp_path),
+  kernels = TOOLS['hessian'].run_one(s, batches, str(tmp_path),
                                  dataclasses.replace(small, hessian_l2_on='kernels'))
   count = sum(np.size(v) for k, v in flax.traverse_util.flatten_dict(s.params).items()
               if k[-1] == 'kernel')
@@ -421,7 +421,7 @@ def test_hessian_objectives_differ_and_are_named(subjects, tmp_path):
   assert kernels['trace_l2'] == pytest.approx(1e-3 * count)
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
-    TOOLS['hessian'].run(no_recipe, batches, str(tmp_path), small)
+    TOOLS['hessian'].run_one(no_recipe, batches, str(tmp_path), small)
 
 
 def test_cka_features_sharded_over_devices_equal_one_device(subjects):
@@ -466,7 +466,7 @@ def test_hessian_and_cka_on_split_parameters_equal_whole_ones(subjects, tmp_path
                           density_probes=1, trace_probes=2, block_steps=2)
   for name in ('whole', 'split'):
     (tmp_path / name).mkdir()
-  results = [TOOLS['hessian'].run(s, batches_of_16, str(tmp_path / name), small)
+  results = [TOOLS['hessian'].run_one(s, batches_of_16, str(tmp_path / name), small)
              for s, name in ((whole, 'whole'), (split, 'split'))]
   for key in ('top_per_minibatch', 'trace', 'slq_nodes'):
     np.testing.assert_allclose(results[1][key], results[0][key], rtol=2e-3, atol=1e-4)

@@ -10,7 +10,7 @@ from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, mode
                            per_model, register)
 
 
-def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Relative log amplitude curves per layer (each drawn at the authors' positions,
   `frequency.curve_positions`), the last entry of each, their "high frequency", vs
   depth (attention outputs shaded), and the unbiased feature-map variance vs depth.
@@ -18,10 +18,9 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   layers = subject.layers
   names = list(layers.stream)
@@ -60,11 +59,11 @@ def run_fourier(subject: Subject, batches: Batches, out: str) -> Dict:
       result[f'attention_{key}_change'] = {
           'mean': float(np.average(changes, weights=sizes)),
           'stderr': float(uncertainty.weighted_mean_stderr(changes, sizes))}
-  return {**result, 'figures': draw(result, subject, out)}
+  return result
 
 
 def draw(result: Dict, subject: Subject, out: str) -> List[str]:
-  """The figures of `run_fourier`, from its numbers: each layer's curve, the high
+  """The figures of the Fourier tool, from its numbers (`measure`): each layer's curve, the high
   frequency and the variance against depth, attention outputs shaded.
 
   Args:
@@ -165,7 +164,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 2b, 9): multi-head attention lowers high-frequency amplitude '
           '(low-pass) and convolutions raise it; MSAs lower feature-map variance, convolutions '
           'raise it.',
-    run=run_fourier, findings=each_model(_findings),
+    run=measure, draw=draw, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'fourier/high_frequency': list(r['high_frequency']),
                                      'fourier/variance': list(r['variance'])}),
     joint=joint, verdicts=verdicts))

@@ -106,30 +106,6 @@ def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
                                                   'pipeline, augmentation drawn once'}
 
 
-def run_hessian(subject: Subject, batches: Batches, out: str,
-                options: Options = Options()) -> Dict:
-  """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
-  an SLQ density with its negative fraction on all of them together, Hutchinson
-  traces of the whole Hessian and of each parameter block's diagonal block
-  (`curvature.parameter_blocks`), and the largest-magnitude eigenvalue of each
-  block's diagonal block on the first minibatch, of the objective
-  `hessian_objective` names with L2 over `hessian_l2_on` (recorded in the JSON).
-  The density is drawn with Gaussians of `hessian_density_width`
-  (`lanczos.density_sigma`: PyHessian's by default).
-
-  Args:
-    subject: the model.
-    batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The model's JSON.
-  """
-  result = measure(subject, batches, options)
-  return {**result, 'figures': draw(result, subject, out, options)}
-
-
 def _operator(subject: Subject, batches: Batches, options: Options):
   """The objective's minibatch Hessian-vector product (`curvature.minibatch_hvp`),
   whether its batches loop on the host, and the objective's description."""
@@ -145,7 +121,14 @@ def _operator(subject: Subject, batches: Batches, options: Options):
 
 
 def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
-  """The numbers of `run_hessian`, without its figures.
+  """Top-k Hessian eigenvalues on each of several minibatches (the paper's protocol),
+  an SLQ density with its negative fraction on all of them together, Hutchinson
+  traces of the whole Hessian and of each parameter block's diagonal block
+  (`curvature.parameter_blocks`), and the largest-magnitude eigenvalue of each
+  block's diagonal block on the first minibatch, of the objective
+  `hessian_objective` names with L2 over `hessian_l2_on` (recorded in the JSON).
+  The density is drawn with Gaussians of `hessian_density_width`
+  (`lanczos.density_sigma`: PyHessian's by default).
 
   Args:
     subject: the model.
@@ -153,7 +136,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
     options: the tool's options.
 
   Returns:
-    The model's JSON but its figures.
+    The model's JSON but its figures (`draw`'s).
   """
   matvec, dim, operands, method, host_loop, description = _operator(subject, batches, options)
   ids, blocks = curvature.parameter_blocks(subject.params)
@@ -228,7 +211,7 @@ def _summaries(subject: Subject, nodes: np.ndarray, weights: np.ndarray, sums: n
 
 
 def draw(result: Dict, subject: Subject, out: str, options: Options = Options()) -> List[str]:
-  """The figures of `run_hessian`, from its numbers (`measure`): the minibatches' top
+  """The figures of the Hessian tool, from its numbers (`measure`): the minibatches' top
   eigenvalues, the spectral density with them as a rug, and the blocks' traces and
   largest eigenvalues.
 
@@ -394,7 +377,7 @@ TOOL = register(Tool(
           'than ResNet\'s, but its spectrum has negative eigenvalues that large data and '
           'training suppress.',
     reads_logits=True,
-    run=run_hessian, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    run=measure, draw=draw, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts,
     options=Options,
     work=work, shortened_by=('hessian_batches', 'lanczos_steps'),

@@ -79,33 +79,6 @@ def l2_penalty(term: str, coefficient: float) -> Callable[[Any], jax.Array]:
   raise ValueError(f'Unknown landscape L2 term {term!r}; use one of {", ".join(L2_TERMS)}.')
 
 
-def run_landscape(subject: Subject, batches: Batches, out: str, options: Options = Options(),
-                  chunk: int = 8) -> Dict:
-  """The recipe's NLL (its loss and label smoothing) on `landscape_batches` training
-  batches drawn once through its pipeline, plus an L2 term (`l2_penalty` of
-  `landscape_l2`: Park & Kim's by default), at params + a d1 + b d2 on a grid of
-  `landscape_points` x `landscape_points` values of a, b in [-1, 1]; the NLL part
-  and the L2 part are kept apart. `landscape_directions` 'random' draws two
-  filter-normalised Gaussian directions (Park & Kim's `create_bases`,
-  `loss_surface.filter_normalised` with `landscape_normalisation`), 'hessian' takes
-  the Ritz vectors of the two largest eigenvalues of the Hessian tool's objective
-  (`lanczos_steps` steps on the first batch). Points are evaluated `chunk` at a
-  time, one program call per chunk, with the progress reported between calls.
-
-  Args:
-    subject: the model.
-    batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
-    options: the tool's options.
-    chunk: points evaluated together.
-
-  Returns:
-    The model's JSON.
-  """
-  result = measure(subject, batches, options, chunk)
-  return {**result, 'figures': draw(result, subject, out, options)}
-
-
 def _directions(subject: Subject, options: Options, fixed: Tuple[jax.Array, jax.Array],
                 unroll: bool) -> Any:
   """The two directions of `landscape_directions`: filter-normalised random ones, or
@@ -128,7 +101,16 @@ def _directions(subject: Subject, options: Options, fixed: Tuple[jax.Array, jax.
 
 def measure(subject: Subject, batches: Batches, options: Options = Options(),
             chunk: int = 8) -> Dict:
-  """The numbers of `run_landscape`, without its figures.
+  """The recipe's NLL (its loss and label smoothing) on `landscape_batches` training
+  batches drawn once through its pipeline, plus an L2 term (`l2_penalty` of
+  `landscape_l2`: Park & Kim's by default), at params + a d1 + b d2 on a grid of
+  `landscape_points` x `landscape_points` values of a, b in [-1, 1]; the NLL part
+  and the L2 part are kept apart. `landscape_directions` 'random' draws two
+  filter-normalised Gaussian directions (Park & Kim's `create_bases`,
+  `loss_surface.filter_normalised` with `landscape_normalisation`), 'hessian' takes
+  the Ritz vectors of the two largest eigenvalues of the Hessian tool's objective
+  (`lanczos_steps` steps on the first batch). Points are evaluated `chunk` at a
+  time, one program call per chunk, with the progress reported between calls.
 
   Args:
     subject: the model.
@@ -137,7 +119,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options(),
     chunk: points evaluated together.
 
   Returns:
-    The model's JSON but its figures.
+    The model's JSON but its figures (`draw`'s).
   """
   points, directions = options.landscape_points, options.landscape_directions
   if subject.recipe is None:
@@ -174,7 +156,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options(),
 
 
 def draw(result: Dict, subject: Subject, out: str, options: Options = Options()) -> List[str]:
-  """The figures of `run_landscape`, from its numbers (`measure`): the loss as a
+  """The figures of the landscape tool, from its numbers (`measure`): the loss as a
   contour map and a surface, and along each direction through the centre.
 
   Args:
@@ -219,7 +201,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 1): ViT\'s loss landscape is flatter than ResNet\'s near the '
           'optimum, and its training loss higher.',
     reads_logits=True,
-    run=run_landscape,
+    run=measure, draw=draw,
     findings=each_model(lambda label, r, q: [
         f'{label}: loss at the trained parameters ', q('centre_loss'), ', grid from ',
         q('loss', reduce='min'), ' to ', q('loss', reduce='max'),
