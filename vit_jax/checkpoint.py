@@ -10,13 +10,15 @@ another layout (current-Flax names, big_vision) are read through the family's
 """
 import io
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
+import flax.linen as nn
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from etils import epath
 
-from vit_jax import models, original, torch_save
+from vit_jax import hf_files, models, original, torch_save
 from vit_jax.atomic import atomic_write
 from vit_jax.layout import Params, flatten, published, unflatten
 from vit_jax.models.family import CheckpointError, Flat
@@ -107,6 +109,9 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
   if not path.exists():
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
+  if path.is_dir() and hf_files.is_folder(os.fspath(path)):
+    config, flat = _transformers_folder(os.fspath(path))
+    return models.family_of(config).module_layout(flat, config)
   if path.is_dir():
     path = epath.Path(weights_file(os.fspath(path)))
   torch = os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',))
@@ -120,6 +125,30 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
   flat = (published_from_timm(read_state_dict(path), model_name, **overrides) if torch
           else family.to_published(_read_npz(path)))
   return family.module_layout(flat, config)
+
+
+def _transformers_folder(folder: str) -> Tuple[ml_collections.ConfigDict, Flat]:
+  """A `transformers` folder's model config (its own fields) and flat parameters."""
+  name, fields, flat = hf_files.read(folder, weights_file(folder))
+  return models.get_config(name, **fields), flat
+
+
+def from_pretrained(folder: str) -> Tuple[nn.Module, Params]:
+  """The model a `transformers` folder holds and its parameters, with no model name:
+  the folder's `config.json` gives the fields (`hf_files`).
+
+  Args:
+    folder: the folder (`config.json`, `model.safetensors`).
+
+  Returns:
+    (the Flax module, its nested parameters).
+  """
+  if not hf_files.is_folder(folder):
+    raise CheckpointError(f'{folder} is not a transformers model folder (no {hf_files.CONFIG} '
+                          'naming a model_type); give the folder save_pretrained wrote.')
+  config, flat = _transformers_folder(folder)
+  return (models.build_model(config),
+          unflatten(models.family_of(config).module_layout(flat, config)))
 
 
 def _read_npz(path: epath.Path) -> Flat:

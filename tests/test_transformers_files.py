@@ -1,0 +1,98 @@
+"""Hugging Face `transformers` folders read here (`vit_jax.hf_files`): a model
+`transformers` builds from a small config with random weights and saves with
+`save_pretrained` gives here the outputs `transformers`' PyTorch forward gives, and
+a folder with a field the project cannot express is refused naming it.
+
+`transformers` and torch stay test-only dependencies and run in a subprocess, as
+timm does in tests/test_timm.py (torchvision crashes a process that imported
+TensorFlow first, as the test helpers do).
+"""
+import importlib.util
+import json
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import images
+from vit_jax import checkpoint, hf_files
+from vit_jax.models.family import CheckpointError
+
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec('torch') is None or importlib.util.find_spec('transformers') is None,
+    reason='torch and transformers are not installed (optional: pip install torch transformers)')
+
+# Builds a small transformers model with random weights, saves it with
+# save_pretrained and writes its output on the given images (NCHW).
+TRANSFORMERS_SIDE = r'''
+import json, sys
+import numpy as np
+import torch
+import transformers
+
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+config = getattr(transformers, spec['config'])(**spec['fields'])
+model = getattr(transformers, spec['model'])(config).eval()
+with torch.no_grad():  # random weights beyond the initialiser's zeros and ones
+  for p in model.parameters():
+    p.add_(0.02 * torch.randn_like(p))
+model.save_pretrained(spec['folder'])
+x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+with torch.no_grad():
+  out = model(pixel_values=x)
+np.save(spec['output'], getattr(out, spec['read']).numpy())
+'''
+
+SMALL_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                 image_size=32, patch_size=8)
+
+
+def run_transformers(tmp_path, **spec):
+  files = {'folder': str(tmp_path / 'model'), 'images': str(tmp_path / 'images.npy'),
+           'output': str(tmp_path / 'output.npy')}
+  np.save(files['images'], images(2, 32))
+  subprocess.run([sys.executable, '-c', TRANSFORMERS_SIDE, json.dumps({**spec, **files})],
+                 check=True, capture_output=True)
+  return files['folder'], np.load(files['images']), np.load(files['output'])
+
+
+@needs_transformers
+@pytest.mark.parametrize('model,fields,read', [
+    ('ViTForImageClassification', dict(num_labels=5), 'logits'),
+    ('ViTForImageClassification', dict(num_labels=3, hidden_act='gelu_pytorch_tanh',
+                                       layer_norm_eps=1e-6, qkv_bias=False), 'logits'),
+    ('ViTModel', {}, 'pooler_output'),
+])
+def test_a_transformers_vit_gives_transformers_outputs(model, fields, read, tmp_path):
+  folder, x, theirs = run_transformers(tmp_path, config='ViTConfig', model=model,
+                                       fields={**SMALL_VIT, **fields}, read=read)
+  module, params = checkpoint.from_pretrained(folder)
+  ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
+  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
+  # The same parameters through the checkpoint reader.
+  jax.tree_util.tree_map(np.testing.assert_array_equal, checkpoint.load(folder), params)
+
+
+@pytest.mark.parametrize('change,says', [
+    (dict(hidden_act='relu'), "hidden_act 'relu'"),
+    (dict(num_channels=1), 'num_channels 1'),
+    (dict(model_type='swin'), "'swin' model"),
+])
+def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  config = {'model_type': 'vit', **SMALL_VIT, **change}
+  (folder / hf_files.CONFIG).write_text(json.dumps(config))
+  (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
+  with pytest.raises(CheckpointError, match=says):
+    checkpoint.from_pretrained(str(folder))
+
+
+def test_a_folder_without_a_model_type_is_not_a_transformers_folder(tmp_path):
+  (tmp_path / hf_files.CONFIG).write_text('{}')
+  assert not hf_files.is_folder(str(tmp_path))
+  with pytest.raises(CheckpointError, match='not a transformers model folder'):
+    checkpoint.from_pretrained(str(tmp_path))

@@ -1,0 +1,168 @@
+"""Hugging Face `transformers` folders (`config.json` beside `model.safetensors`, as
+`save_pretrained` writes them and the Hub serves them) read as this project's
+parameters, with no PyTorch and no `transformers`: the folder's config names the
+model, its weights are renamed to timm's names and read as timm files are
+(`timm_files.published_from_timm`), and `preprocessor_config.json`'s pixel
+statistics become the model's.
+
+Model types read: `vit` (`ViTModel`, its pooler as the pre-logits layer, and
+`ViTForImageClassification`). Anything the project's ViT cannot express (another
+activation, other than 3 channels) is refused in one sentence naming it.
+"""
+import json
+import os
+import re
+from typing import Any, Callable, Dict, Mapping, Tuple
+
+import numpy as np
+
+from vit_jax import models
+from vit_jax.models.family import CheckpointError, Flat
+from vit_jax.timm_files import published_from_timm, read_state_dict
+
+CONFIG = 'config.json'
+PREPROCESSOR = 'preprocessor_config.json'
+# transformers' `hidden_act` -> the ViT's `activation` (`models.vit.ACTIVATIONS`).
+ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
+               'quick_gelu': 'quick_gelu'}
+# A ViT layer's legacy names (those of the files) -> timm's, after 'encoder.layer.N.'.
+_VIT_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before': 'norm1',
+              'layernorm_after': 'norm2', 'intermediate.dense': 'mlp.fc1',
+              'output.dense': 'mlp.fc2'}
+_VIT_TOP = {'embeddings.cls_token': 'cls_token', 'embeddings.position_embeddings': 'pos_embed',
+            'embeddings.patch_embeddings.projection.weight': 'patch_embed.proj.weight',
+            'embeddings.patch_embeddings.projection.bias': 'patch_embed.proj.bias',
+            'layernorm.weight': 'norm.weight', 'layernorm.bias': 'norm.bias',
+            'classifier.weight': 'head.weight', 'classifier.bias': 'head.bias'}
+
+
+def is_folder(path: str) -> bool:
+  """Whether `path` is a `transformers` model folder: a `config.json` naming a
+  `model_type`.
+
+  Args:
+    path: a file or folder.
+
+  Returns:
+    Whether it is one.
+  """
+  config = os.path.join(path, CONFIG)
+  if not os.path.isdir(path) or not os.path.isfile(config):
+    return False
+  with open(config) as f:
+    return 'model_type' in json.load(f)
+
+
+def _vit_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """The ViT's fields a `vit` config.json sets, or a CheckpointError naming one it
+  cannot express."""
+  act = config.get('hidden_act', 'gelu')
+  if act not in ACTIVATIONS:
+    raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
+                          f'have; they have {", ".join(sorted(ACTIVATIONS))}.')
+  if config.get('num_channels', 3) != 3:
+    raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
+                          'ViTs read RGB images (3 channels).')
+  return dict(hidden_size=config['hidden_size'], num_layers=config['num_hidden_layers'],
+              num_heads=config['num_attention_heads'], mlp_dim=config['intermediate_size'],
+              patch_size=config['patch_size'], activation=ACTIVATIONS[act],
+              layer_norm_eps=config.get('layer_norm_eps', 1e-12))
+
+
+def _vit_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """A `vit` state dict (legacy names, with or without the 'vit.' prefix) under
+  timm's names, its pooler left out (`_vit_pooler`)."""
+  out, qkv = {}, {}
+  for key, value in state.items():
+    name = key[len('vit.'):] if key.startswith('vit.') else key
+    layer = re.match(r'encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$', name)
+    if name in _VIT_TOP:
+      out[_VIT_TOP[name]] = value
+    elif layer and layer[2].startswith('attention.attention.'):
+      qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
+    elif layer and layer[2] in _VIT_LAYER:
+      out[f'blocks.{layer[1]}.{_VIT_LAYER[layer[2]]}.{layer[3]}'] = value
+    elif not (name.startswith('pooler.') or name == 'embeddings.mask_token'):
+      raise CheckpointError(f'The state dict holds {key!r}, which a transformers ViT of this '
+                            'project has no place for.')
+  for block in sorted({b for b, _, _ in qkv}):
+    for kind in ('weight', 'bias'):
+      parts = [qkv.get((block, part, kind)) for part in ('query', 'key', 'value')]
+      if all(p is not None for p in parts):
+        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
+  return out
+
+
+def _vit_pooler(state: Mapping[str, np.ndarray]) -> Flat:
+  """ViTModel's pooler (dense and tanh on the class token) as the pre-logits layer."""
+  prefix = 'vit.pooler.dense.' if 'vit.pooler.dense.weight' in state else 'pooler.dense.'
+  if prefix + 'weight' not in state:
+    return {}
+  return {'pre_logits/kernel': np.asarray(state[prefix + 'weight']).T,
+          'pre_logits/bias': np.asarray(state[prefix + 'bias'])}
+
+
+READERS: Dict[str, Tuple[Callable, Callable, Callable]] = {
+    'vit': (_vit_fields, _vit_to_timm, _vit_pooler)}
+
+
+def _pixel_fields(folder: str) -> Dict[str, Any]:
+  """`preprocessor_config.json`'s mean and std as the model's pixel statistics."""
+  path = os.path.join(folder, PREPROCESSOR)
+  if not os.path.isfile(path):
+    return {}
+  with open(path) as f:
+    pre = json.load(f)
+  if 'image_mean' not in pre or 'image_std' not in pre:
+    return {}
+  return dict(pixel_mean=tuple(float(x) for x in pre['image_mean']),
+              pixel_std=tuple(float(x) for x in pre['image_std']))
+
+
+def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
+  """A `transformers` folder as (model name, its fields, flat parameters in the
+  published layout).
+
+  Args:
+    folder: the folder (`is_folder`).
+    weights: its weights file (`checkpoint.weights_file`).
+
+  Returns:
+    (a model name of the zoo, the fields that make it the folder's model, the
+    parameters).
+
+  Raises:
+    CheckpointError: a model type, or a field of it, that the project cannot express.
+  """
+  with open(os.path.join(folder, CONFIG)) as f:
+    config = json.load(f)
+  kind = config['model_type']
+  if kind not in READERS:
+    raise CheckpointError(f'{folder} holds a transformers {kind!r} model; these are read: '
+                          f'{", ".join(sorted(READERS))}.')
+  fields_of, to_timm, extra = READERS[kind]
+  fields = fields_of(config)
+  name = _zoo_name(kind, fields)
+  state = read_state_dict(weights)
+  timm_state = to_timm(state)
+  flat = published_from_timm(timm_state, name, **fields)
+  # What the weights fix (the head, the classes), as a timm file's do.
+  fixed = models.FAMILIES[kind].timm_fields(timm_state, models.get_config(name, **fields))
+  fixed.pop('image_size')
+  added = extra(state)
+  if added:
+    fixed['representation_size'] = int(added['pre_logits/bias'].shape[0])
+  return name, {**fields, **fixed, **_pixel_fields(folder)}, {**flat, **added}
+
+
+def _zoo_name(kind: str, fields: Mapping[str, Any]) -> str:
+  """The zoo's name of the model of these sizes (any of the family where none has
+  them: the fields make the model)."""
+  sizes = ('hidden_size', 'num_layers', 'num_heads', 'mlp_dim', 'patch_size')
+  plain = [name for name in models.FAMILIES[kind].variants
+           if not models.get_config(name).get('resnet_layers')]
+  for name in plain:
+    config = models.get_config(name)
+    if all(config.get(k) == fields[k] for k in sizes):
+      return name
+  return plain[0]
