@@ -96,3 +96,25 @@ def test_a_folder_without_a_model_type_is_not_a_transformers_folder(tmp_path):
   assert not hf_files.is_folder(str(tmp_path))
   with pytest.raises(CheckpointError, match='not a transformers model folder'):
     checkpoint.from_pretrained(str(tmp_path))
+
+
+@needs_transformers
+def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(tmp_path):
+  """The folder's exact GELU and LayerNorm epsilon against a recipe model's own: the
+  weights would compute another function there, so the fit is refused naming the
+  fields; with the folder's fields the head is replaced and the rest kept."""
+  from helpers import init
+  from vit_jax import finetune, models
+  folder, _, _ = run_transformers(tmp_path, config='ViTConfig', model='ViTForImageClassification',
+                                  fields={**SMALL_VIT, 'num_labels': 5}, read='logits')
+  sizes = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, patch_size=8)
+  other = models.get_config('ViT-B_16', num_classes=3, **sizes)
+  with pytest.raises(CheckpointError, match="activation 'gelu'.*layer_norm_eps 1e-12"):
+    finetune.load_pretrained(folder, init(models.build_model(other), 32)['params'], other)
+  same = models.get_config('ViT-B_16', num_classes=3, activation='gelu', layer_norm_eps=1e-12,
+                           **sizes)
+  fitted = finetune.load_pretrained(folder, init(models.build_model(same), 32)['params'], same)
+  _, theirs = checkpoint.from_pretrained(folder)
+  assert fitted['head']['kernel'].shape == (32, 3)
+  np.testing.assert_array_equal(fitted['Transformer']['encoder_norm']['scale'],
+                                theirs['Transformer']['encoder_norm']['scale'])

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence
 import ml_collections
 import numpy as np
 
-from vit_jax import augreg, checkpoint, models, steps
+from vit_jax import augreg, checkpoint, hf_files, models, steps
 from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
 from vit_jax.models.family import CheckpointError
 
@@ -38,6 +38,8 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   Returns:
     The new model's parameters, in its dtypes.
   """
+  if hf_files.is_folder(str(path)):
+    hf_files.check_fits(str(path), model_config)
   fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
   restored = checkpoint.read(path, model_config.name, **fields)  # fields: for a timm file
   init = flatten(init_params)

@@ -119,6 +119,43 @@ def _pixel_fields(folder: str) -> Dict[str, Any]:
               pixel_std=tuple(float(x) for x in pre['image_std']))
 
 
+def check_fits(folder: str, config: Mapping[str, Any]) -> None:
+  """Refuses a folder whose model computes another function than `config`'s would
+  with its weights (another activation, LayerNorm epsilon, size or pixel
+  statistics), naming each field and the folder's value, before any weight is read:
+  fine-tuning from it would otherwise train a model that is not the folder's.
+
+  Args:
+    folder: a `transformers` folder (`is_folder`).
+    config: the model config its weights are fitted to.
+
+  Raises:
+    CheckpointError: the fields that differ.
+  """
+  with open(os.path.join(folder, CONFIG)) as f:
+    hf_config = json.load(f)
+  kind = hf_config['model_type']
+  if kind not in READERS:
+    raise CheckpointError(f'{folder} holds a transformers {kind!r} model; these are read: '
+                          f'{", ".join(sorted(READERS))}.')
+  theirs = {**READERS[kind][0](hf_config), **_pixel_fields(folder)}
+  # No pixel statistics: images in [-1, 1] as they come, i.e. mean 0.5 and std 0.5.
+  ours = {**dict(pixel_mean=(0.5,) * 3, pixel_std=(0.5,) * 3),
+          **{k: v for k, v in config.items() if v is not None}}
+  differ = []
+  for field, value in theirs.items():
+    mine = ours.get(field)
+    same = value == mine if isinstance(value, str) else (
+        mine is not None and np.shape(mine) == np.shape(value)
+        and np.allclose(value, mine, rtol=1e-6, atol=0))
+    if not same:
+      differ.append(f"{field} {value!r} (the recipe's model has {mine!r})")
+  if differ:
+    raise CheckpointError(f'{folder} holds a model with ' + ', '.join(differ) + ': set the '
+                          'recipe\'s model fields to the folder\'s (--config.model.<field>) to '
+                          'fine-tune from it.')
+
+
 def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   """A `transformers` folder as (model name, its fields, flat parameters in the
   published layout).
