@@ -118,3 +118,52 @@ def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(
   assert fitted['head']['kernel'].shape == (32, 3)
   np.testing.assert_array_equal(fitted['Transformer']['encoder_norm']['scale'],
                                 theirs['Transformer']['encoder_norm']['scale'])
+
+
+# Loads a folder written here with transformers' Auto class and writes its logits.
+TRANSFORMERS_READS = r'''
+import json, sys
+import numpy as np
+import torch
+from transformers import AutoModelForImageClassification
+
+spec = json.loads(sys.argv[1])
+model = AutoModelForImageClassification.from_pretrained(spec['folder']).eval()
+x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+with torch.no_grad():
+  np.save(spec['output'], model(pixel_values=x).logits.numpy())
+'''
+
+
+@needs_transformers
+@pytest.mark.parametrize('activation', ['gelu_tanh', 'gelu'])
+def test_a_vit_written_here_gives_its_logits_in_transformers(activation, tmp_path):
+  from helpers import TINY_VIT, init, perturbed
+  from vit_jax import models
+  config = models.get_config('ViT-Ti_16', num_classes=3, activation=activation, **TINY_VIT)
+  model = models.build_model(config)
+  params = perturbed(init(model, 32), scale=0.02)['params']
+  folder = str(tmp_path / 'model')
+  hf_files.write(folder, params, config, image_size=32)
+  x = images(2, 32)
+  ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
+  np.save(tmp_path / 'images.npy', x)
+  spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'output.npy')}
+  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  theirs = np.load(spec['output'])
+  np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
+  # And read back here: the same parameters.
+  _, back = checkpoint.from_pretrained(folder)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
+
+
+def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
+  from helpers import TINY_VIT, init
+  from vit_jax import models
+  config = models.get_config('ViT-Ti_16', num_classes=3, classifier='gap', **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match="classifier 'gap'"):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()

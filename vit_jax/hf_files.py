@@ -7,7 +7,8 @@ statistics become the model's.
 
 Model types read: `vit` (`ViTModel`, its pooler as the pre-logits layer, and
 `ViTForImageClassification`). Anything the project's ViT cannot express (another
-activation, other than 3 channels) is refused in one sentence naming it.
+activation, other than 3 channels) is refused in one sentence naming it. `write`
+is the other way: a class-token ViT as a folder `transformers` loads.
 """
 import json
 import os
@@ -15,10 +16,11 @@ import re
 from typing import Any, Callable, Dict, Mapping, Tuple
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from vit_jax import models
 from vit_jax.models.family import CheckpointError, Flat
-from vit_jax.timm_files import published_from_timm, read_state_dict
+from vit_jax.timm_files import published_from_timm, read_state_dict, to_timm
 
 CONFIG = 'config.json'
 PREPROCESSOR = 'preprocessor_config.json'
@@ -203,3 +205,78 @@ def _zoo_name(kind: str, fields: Mapping[str, Any]) -> str:
     if all(config.get(k) == fields[k] for k in sizes):
       return name
   return plain[0]
+
+
+def _vit_from_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """timm's ViT state dict under the names of transformers' ViT files (the inverse
+  of `_vit_to_timm`), for `ViTForImageClassification`."""
+  top = {timm: 'vit.' + name if not name.startswith('classifier') else name
+         for name, timm in _VIT_TOP.items()}
+  layer = {timm: hf for hf, timm in _VIT_LAYER.items()}
+  out = {}
+  for key, value in state.items():
+    block = re.match(r'blocks\.(\d+)\.(.+)\.(weight|bias)$', key)
+    if key in top:
+      out[top[key]] = value
+    elif block and block[2] == 'attn.qkv':
+      prefix = f'vit.encoder.layer.{block[1]}.attention.attention.'
+      for part, piece in zip(('query', 'key', 'value'), np.split(value, 3)):
+        out[f'{prefix}{part}.{block[3]}'] = piece
+    elif block and block[2] in layer:
+      out[f'vit.encoder.layer.{block[1]}.{layer[block[2]]}.{block[3]}'] = value
+    else:
+      raise CheckpointError(f'{key} of timm\'s ViT has no place in a transformers ViT.')
+  return out
+
+
+def write(folder: str, params: Mapping[str, Any], config: Mapping[str, Any],
+          image_size: int) -> None:
+  """Writes a ViT as a `transformers` folder that `ViTForImageClassification.
+  from_pretrained` (and `AutoModelForImageClassification`) loads with the same
+  logits: `config.json`, `model.safetensors` and `preprocessor_config.json`.
+
+  Args:
+    folder: the folder to write (made if missing).
+    params: the model's parameters.
+    config: its model config (`models.get_config`).
+    image_size: the images' side in pixels.
+
+  Raises:
+    CheckpointError: a model transformers' ViT cannot express, named (another
+      family, a head other than the class token's, registers, LayerScale, a
+      pre-logits layer, a LayerNorm before the blocks).
+  """
+  unsupported = {'family': ('vit',), 'classifier': ('token',), 'num_registers': (0,),
+                 'layer_scale_init': (0., 0), 'representation_size': (None,),
+                 'pre_norm': (False,), 'resnet_layers': (None,), 'posemb': ('learn',),
+                 'patch_bias': (True,)}
+  for field, allowed in unsupported.items():
+    if config.get(field) not in allowed:
+      raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
+                            'ViT does not have; only a class-token ViT without registers, '
+                            'LayerScale or a pre-logits layer is written.')
+  activation = {ours: theirs for theirs, ours in ACTIVATIONS.items()
+                if theirs in ('gelu', 'gelu_pytorch_tanh', 'quick_gelu')}[config['activation']]
+  state = to_timm(params, config['name'])
+  os.makedirs(folder, exist_ok=True)
+  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in _vit_from_timm(state).items()},
+            os.path.join(folder, 'model.safetensors'), metadata={'format': 'pt'})
+  classes = config['num_classes']
+  hf_config = {
+      'model_type': 'vit', 'architectures': ['ViTForImageClassification'],
+      'hidden_size': config['hidden_size'], 'num_hidden_layers': config['num_layers'],
+      'num_attention_heads': config['num_heads'], 'intermediate_size': config['mlp_dim'],
+      'hidden_act': activation, 'layer_norm_eps': config['layer_norm_eps'],
+      'image_size': image_size, 'patch_size': config['patch_size'], 'num_channels': 3,
+      'qkv_bias': True, 'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.,
+      'id2label': {str(i): f'LABEL_{i}' for i in range(classes)},
+      'label2id': {f'LABEL_{i}': i for i in range(classes)}}
+  with open(os.path.join(folder, CONFIG), 'w') as f:
+    json.dump(hf_config, f, indent=2)
+  mean = config.get('pixel_mean') or (0.5,) * 3  # none: [-1, 1] images, mean and std 0.5
+  std = config.get('pixel_std') or (0.5,) * 3
+  with open(os.path.join(folder, PREPROCESSOR), 'w') as f:
+    json.dump({'image_processor_type': 'ViTImageProcessor', 'do_resize': True,
+               'size': {'height': image_size, 'width': image_size}, 'do_rescale': True,
+               'rescale_factor': 1 / 255, 'do_normalize': True, 'image_mean': list(mean),
+               'image_std': list(std)}, f, indent=2)
