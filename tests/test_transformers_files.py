@@ -80,6 +80,9 @@ def test_a_transformers_vit_gives_transformers_outputs(model, fields, read, tmp_
     (dict(hidden_act='relu'), "hidden_act 'relu'"),
     (dict(num_channels=1), 'num_channels 1'),
     (dict(model_type='swin'), "'swin' model"),
+    (dict(hidden_size='32'), "hidden_size '32'"),
+    (dict(num_hidden_layers=None), 'num_hidden_layers None'),
+    (dict(patch_size=8.5), 'patch_size 8.5'),
 ])
 def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'
@@ -89,6 +92,27 @@ def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_p
   (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
   with pytest.raises(CheckpointError, match=says):
     checkpoint.from_pretrained(str(folder))
+
+
+@pytest.mark.parametrize('name,text,says', [
+    (hf_files.CONFIG, '{"model_type": "vit", ', 'is not readable JSON'),
+    (hf_files.CONFIG, '["vit"]', 'holds no JSON object'),
+    (hf_files.CONFIG, b'\xff\xfe{}', 'is not readable JSON'),
+    (hf_files.PREPROCESSOR, '{"image_mean": [0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}',
+     'image_mean \\[0.5, 0.5\\], where three numbers'),
+])
+def test_a_damaged_folder_is_refused_in_one_sentence(name, text, says, tmp_path):
+  """A truncated or foreign config, or pixel statistics that are not one number per
+  channel: one sentence, and nothing of the folder changed."""
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / hf_files.CONFIG).write_text(json.dumps({'model_type': 'vit', **SMALL_VIT}))
+  (folder / 'model.safetensors').write_bytes(b'')
+  (folder / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+  before = {p.name: p.read_bytes() for p in folder.iterdir()}
+  with pytest.raises(CheckpointError, match=says):
+    checkpoint.from_pretrained(str(folder))
+  assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 def test_a_folder_without_a_model_type_is_not_a_transformers_folder(tmp_path):

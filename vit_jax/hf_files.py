@@ -38,6 +38,31 @@ _VIT_TOP = {'embeddings.cls_token': 'cls_token', 'embeddings.position_embeddings
             'classifier.weight': 'head.weight', 'classifier.bias': 'head.bias'}
 
 
+def _json(path: str) -> Dict[str, Any]:
+  """A JSON object from `path`, or a CheckpointError saying what the file is instead."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise CheckpointError(f'{path} is not readable JSON ({e}): the folder is damaged; download '
+                          'it again.') from None
+  if not isinstance(data, dict):
+    raise CheckpointError(f'{path} holds no JSON object: the folder is damaged; download it '
+                          'again.')
+  return data
+
+
+def _number(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
+  """config[key] as a number of `kind`, or a CheckpointError naming the key."""
+  value = config.get(key)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+      kind is int and value != int(value)) or value <= 0:
+    raise CheckpointError(f'The config.json has {key} {value!r}, where a transformers ViT has '
+                          f'a positive {kind.__name__}: the folder is damaged or of another '
+                          'model.')
+  return kind(value)
+
+
 def is_folder(path: str) -> bool:
   """Whether `path` is a `transformers` model folder: a `config.json` naming a
   `model_type`.
@@ -51,8 +76,7 @@ def is_folder(path: str) -> bool:
   config = os.path.join(path, CONFIG)
   if not os.path.isdir(path) or not os.path.isfile(config):
     return False
-  with open(config) as f:
-    return 'model_type' in json.load(f)
+  return 'model_type' in _json(config)
 
 
 def _vit_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -65,10 +89,13 @@ def _vit_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   if config.get('num_channels', 3) != 3:
     raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
                           'ViTs read RGB images (3 channels).')
-  return dict(hidden_size=config['hidden_size'], num_layers=config['num_hidden_layers'],
-              num_heads=config['num_attention_heads'], mlp_dim=config['intermediate_size'],
-              patch_size=config['patch_size'], activation=ACTIVATIONS[act],
-              layer_norm_eps=config.get('layer_norm_eps', 1e-12))
+  return dict(hidden_size=_number(config, 'hidden_size'),
+              num_layers=_number(config, 'num_hidden_layers'),
+              num_heads=_number(config, 'num_attention_heads'),
+              mlp_dim=_number(config, 'intermediate_size'),
+              patch_size=_number(config, 'patch_size'), activation=ACTIVATIONS[act],
+              layer_norm_eps=_number({'layer_norm_eps': 1e-12, **config}, 'layer_norm_eps',
+                                     float))
 
 
 def _vit_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -113,10 +140,15 @@ def _pixel_fields(folder: str) -> Dict[str, Any]:
   path = os.path.join(folder, PREPROCESSOR)
   if not os.path.isfile(path):
     return {}
-  with open(path) as f:
-    pre = json.load(f)
+  pre = _json(path)
   if 'image_mean' not in pre or 'image_std' not in pre:
     return {}
+  for key in ('image_mean', 'image_std'):
+    value = pre[key]
+    if not (isinstance(value, list) and len(value) == 3 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+      raise CheckpointError(f'{path} has {key} {value!r}, where three numbers (one per RGB '
+                            'channel) belong: the folder is damaged; download it again.')
   return dict(pixel_mean=tuple(float(x) for x in pre['image_mean']),
               pixel_std=tuple(float(x) for x in pre['image_std']))
 
@@ -134,8 +166,7 @@ def check_fits(folder: str, config: Mapping[str, Any]) -> None:
   Raises:
     CheckpointError: the fields that differ.
   """
-  with open(os.path.join(folder, CONFIG)) as f:
-    hf_config = json.load(f)
+  hf_config = _json(os.path.join(folder, CONFIG))
   kind = hf_config['model_type']
   if kind not in READERS:
     raise CheckpointError(f'{folder} holds a transformers {kind!r} model; these are read: '
@@ -173,14 +204,14 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   Raises:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
-  with open(os.path.join(folder, CONFIG)) as f:
-    config = json.load(f)
+  config = _json(os.path.join(folder, CONFIG))
   kind = config['model_type']
   if kind not in READERS:
     raise CheckpointError(f'{folder} holds a transformers {kind!r} model; these are read: '
                           f'{", ".join(sorted(READERS))}.')
   fields_of, to_timm, extra = READERS[kind]
   fields = fields_of(config)
+  pixels = _pixel_fields(folder)  # checked, as the config is, before the weights are read
   name = _zoo_name(kind, fields)
   state = read_state_dict(weights)
   timm_state = to_timm(state)
@@ -191,7 +222,7 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   added = extra(state)
   if added:
     fixed['representation_size'] = int(added['pre_logits/bias'].shape[0])
-  return name, {**fields, **fixed, **_pixel_fields(folder)}, {**flat, **added}
+  return name, {**fields, **fixed, **pixels}, {**flat, **added}
 
 
 def _zoo_name(kind: str, fields: Mapping[str, Any]) -> str:
