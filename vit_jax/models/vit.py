@@ -874,5 +874,8 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 owns=vit_layouts.owns, to_published=vit_layouts.to_published,
                 module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
-                timm_fields=vit_layouts.timm_fields, tensor_parallel=TENSOR_PARALLEL_RULES,
+                timm_fields=vit_layouts.timm_fields, transformers_types=('vit',),
+                transformers_fields=vit_layouts.transformers_fields,
+                from_transformers=vit_layouts.from_transformers,
+                to_transformers=vit_layouts.to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))

@@ -1,9 +1,11 @@
 """ViT and hybrid parameter files in other layouts: current-Flax block names and
 big_vision checkpoints read into the published layout, and the export to timm's
-`state_dict` names. The `vit` family's `owns`, `to_published` and `to_timm`."""
+`state_dict` names and from and to Hugging Face `transformers`' ViT files. The `vit`
+family's `owns`, `to_published`, `to_timm` and `transformers_fields`, `from_transformers`,
+`to_transformers`."""
 import math
 import re
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 import ml_collections
 import numpy as np
@@ -299,3 +301,150 @@ def _hybrid_backbone_to_timm(flat):
     out[f'{t}{module}.{"weight" if name != "bias" else "bias"}'] = (
         oihw(value) if name == 'kernel' else value)
   return out
+
+
+# Hugging Face `transformers` ViT folders (`vit_jax.hf_files`): `hidden_act` -> the
+# ViT's `activation`, and the one each activation is written as.
+TRANSFORMERS_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
+                            'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
+_WRITTEN_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
+                        'quick_gelu': 'quick_gelu'}
+# A layer's names in the files (after 'encoder.layer.N.') -> timm's.
+_TRANSFORMERS_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before': 'norm1',
+                       'layernorm_after': 'norm2', 'intermediate.dense': 'mlp.fc1',
+                       'output.dense': 'mlp.fc2'}
+_TRANSFORMERS_TOP = {
+    'embeddings.cls_token': 'cls_token', 'embeddings.position_embeddings': 'pos_embed',
+    'embeddings.patch_embeddings.projection.weight': 'patch_embed.proj.weight',
+    'embeddings.patch_embeddings.projection.bias': 'patch_embed.proj.bias',
+    'layernorm.weight': 'norm.weight', 'layernorm.bias': 'norm.bias',
+    'classifier.weight': 'head.weight', 'classifier.bias': 'head.bias'}
+
+
+def _positive(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
+  """config[key] as a positive number of `kind`, or a CheckpointError naming the key."""
+  value = config.get(key)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+      kind is int and value != int(value)) or value <= 0:
+    raise CheckpointError(f'The config.json has {key} {value!r}, where a transformers ViT has '
+                          f'a positive {kind.__name__}: the folder is damaged or of another '
+                          'model.')
+  return kind(value)
+
+
+def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """The ViT fields a transformers `vit` config.json sets, or a CheckpointError
+  naming one these ViTs cannot express.
+
+  Args:
+    config: the config.json.
+
+  Returns:
+    The fields.
+  """
+  act = config.get('hidden_act', 'gelu')
+  if act not in TRANSFORMERS_ACTIVATIONS:
+    raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
+                          f'have; they have {", ".join(sorted(TRANSFORMERS_ACTIVATIONS))}.')
+  if config.get('num_channels', 3) != 3:
+    raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
+                          'ViTs read RGB images (3 channels).')
+  return dict(hidden_size=_positive(config, 'hidden_size'),
+              num_layers=_positive(config, 'num_hidden_layers'),
+              num_heads=_positive(config, 'num_attention_heads'),
+              mlp_dim=_positive(config, 'intermediate_size'),
+              patch_size=_positive(config, 'patch_size'),
+              activation=TRANSFORMERS_ACTIVATIONS[act],
+              layer_norm_eps=_positive({'layer_norm_eps': 1e-12, **config}, 'layer_norm_eps',
+                                       float),
+              resnet_layers=None)
+
+
+def from_transformers(state: Mapping[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], Flat]:
+  """A transformers ViT's weights (the files' names, with or without 'vit.') under
+  timm's names, and `ViTModel`'s pooler (dense and tanh on the class token) as the
+  pre-logits layer, which timm has no place for.
+
+  Args:
+    state: the weights.
+
+  Returns:
+    (timm's state dict, the pre-logits parameters or none).
+  """
+  out, qkv, pooler = {}, {}, {}
+  for key, value in state.items():
+    name = key[len('vit.'):] if key.startswith('vit.') else key
+    layer = re.match(r'encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$', name)
+    if name in _TRANSFORMERS_TOP:
+      out[_TRANSFORMERS_TOP[name]] = value
+    elif layer and layer[2].startswith('attention.attention.'):
+      qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
+    elif layer and layer[2] in _TRANSFORMERS_LAYER:
+      out[f'blocks.{layer[1]}.{_TRANSFORMERS_LAYER[layer[2]]}.{layer[3]}'] = value
+    elif name == 'pooler.dense.weight':
+      pooler['pre_logits/kernel'] = np.asarray(value).T
+    elif name == 'pooler.dense.bias':
+      pooler['pre_logits/bias'] = np.asarray(value)
+    elif name != 'embeddings.mask_token':  # masked image modelling's, unused on images
+      raise CheckpointError(f'The weights hold {key!r}, which a transformers ViT of this '
+                            'project has no place for.')
+  for block in sorted({b for b, _, _ in qkv}):
+    for kind in ('weight', 'bias'):
+      parts = [qkv.get((block, part, kind)) for part in ('query', 'key', 'value')]
+      if all(p is not None for p in parts):
+        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
+  return out, pooler
+
+
+def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
+                    image_size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A class-token ViT (timm's state dict of it, `to_timm`) as transformers'
+  `ViTForImageClassification`: its config.json and its weights under the files' names.
+
+  Args:
+    state: timm's state dict of the model.
+    config: the model's config.
+    image_size: the images' side in pixels.
+
+  Returns:
+    (config.json, the weights).
+
+  Raises:
+    CheckpointError: a ViT transformers' cannot express, named.
+  """
+  written = {'classifier': ('token',), 'num_registers': (0,), 'layer_scale_init': (0.,),
+             'representation_size': (None,), 'pre_norm': (False,), 'resnet_layers': (None,),
+             'posemb': ('learn',), 'patch_bias': (True,)}
+  for field, allowed in written.items():
+    if config.get(field) not in allowed:
+      raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
+                            'ViT does not have; only a class-token ViT without registers, '
+                            'LayerScale or a pre-logits layer is written.')
+  top = {timm: ('vit.' + name if not name.startswith('classifier') else name)
+         for name, timm in _TRANSFORMERS_TOP.items()}
+  layer = {timm: name for name, timm in _TRANSFORMERS_LAYER.items()}
+  out = {}
+  for key, value in state.items():
+    block = re.match(r'blocks\.(\d+)\.(.+)\.(weight|bias)$', key)
+    if key in top:
+      out[top[key]] = value
+    elif block and block[2] == 'attn.qkv':
+      prefix = f'vit.encoder.layer.{block[1]}.attention.attention.'
+      for part, piece in zip(('query', 'key', 'value'), np.split(value, 3)):
+        out[f'{prefix}{part}.{block[3]}'] = piece
+    elif block and block[2] in layer:
+      out[f'vit.encoder.layer.{block[1]}.{layer[block[2]]}.{block[3]}'] = value
+    else:
+      raise CheckpointError(f"{key} of timm's ViT has no place in a transformers ViT.")
+  classes = config.num_classes
+  hf_config = {
+      'model_type': 'vit', 'architectures': ['ViTForImageClassification'],
+      'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
+      'num_attention_heads': config.num_heads, 'intermediate_size': config.mlp_dim,
+      'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
+      'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
+      'patch_size': config.patch_size, 'num_channels': 3, 'qkv_bias': True,
+      'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.,
+      'id2label': {str(i): f'LABEL_{i}' for i in range(classes)},
+      'label2id': {f'LABEL_{i}': i for i in range(classes)}}
+  return hf_config, out
