@@ -10,11 +10,13 @@ import types
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 from analysis.runtime import sae_files
 from analysis.measures import sparse_autoencoder as sae
 from helpers import write_saev_file
+
+torch = pytest.importorskip('torch', reason='the files are written by torch (test-only: '
+                            'requirements-timm.txt)')
 
 D, M = 6, 16
 

@@ -18,13 +18,15 @@ import numpy as np
 import PIL.Image
 import pytest
 import safetensors.numpy
-import torch
 
 from analysis.runtime import sae_files
 from helpers import write_saev_file
 from vit_jax import torch_save
 from vit_jax.models.family import CheckpointError
 from vit_jax.timm_files import read_state_dict
+
+torch = pytest.importorskip('torch', reason='the files are written by torch (test-only: '
+                            'requirements-timm.txt)')
 
 
 def _state():
