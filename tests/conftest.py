@@ -56,10 +56,11 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(items):
   """The end-to-end items first, each in its file's order. They are the session's
-  longest (a documented page's commands, a notebook run whole): pytest-xdist hands
-  the first items out to its workers in turn, so they start at once on different
-  workers and the short items fill both workers' ends, where a long item started
-  last would keep one worker busy while the other waits."""
+  longest (a documented page's commands, a notebook run whole). pytest-xdist's work
+  stealing (`--dist worksteal`, pytest.ini) gives each worker a half of the items
+  and lets an idle worker take the untouched end of a busy one's queue: the long
+  items start first and the short ones fill both workers' ends, where a long item
+  started last would keep one worker busy while the other waits."""
   items.sort(key=lambda item: item.get_closest_marker('e2e') is None)
 
 
