@@ -54,16 +54,6 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ.pop('JAX_COMPILATION_CACHE_DIR'), ignore_errors=True)
 
 
-def pytest_collection_modifyitems(items):
-  """The end-to-end items first, each in its file's order. They are the session's
-  longest (a documented page's commands, a notebook run whole). pytest-xdist's work
-  stealing (`--dist worksteal`, pytest.ini) gives each worker a half of the items
-  and lets an idle worker take the untouched end of a busy one's queue: the long
-  items start first and the short ones fill both workers' ends, where a long item
-  started last would keep one worker busy while the other waits."""
-  items.sort(key=lambda item: item.get_closest_marker('e2e') is None)
-
-
 def pytest_generate_tests(metafunc):
   from vit_jax import models
   if 'family_name' in metafunc.fixturenames:
