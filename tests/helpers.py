@@ -71,11 +71,16 @@ def apply_with_intermediates(model, variables, x, **kwargs):
 
 
 def perturbed(variables, seed=1, scale=0.1):
-  """Parameters with noise added, so zero-initialised heads and biases matter."""
-  leaves, tree = jax.tree_util.tree_flatten(variables)
-  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-  return jax.tree_util.tree_unflatten(
-      tree, [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+  """Parameters with normal noise added, so zero-initialised heads and biases matter.
+  The noise is drawn on the host: drawn by JAX, each leaf's shape compiled a program
+  of its own."""
+  rng = np.random.default_rng(seed)
+
+  def add_noise(x):
+    dtype = jnp.result_type(x, jnp.float32)
+    return np.asarray(x, dtype) + (scale * rng.standard_normal(np.shape(x))).astype(dtype)
+
+  return jax.device_put(jax.tree_util.tree_map(add_noise, variables))
 
 
 def images(batch=2, size=32, seed=0):
