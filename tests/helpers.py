@@ -1,5 +1,6 @@
 """Small models, parameters, recipes and image folders shared by the tests (the
 fixtures built from them are in conftest.py)."""
+import functools
 import glob
 import os
 import shutil
@@ -54,9 +55,20 @@ def param_shapes(name, image_size=224, num_classes=1000, **overrides):
 
 
 def init(model, image_size=32, seed=0):
+  """The model's variables for images of `image_size`. A test process initialises
+  each (model, size, seed) once: later calls get the same arrays in new containers."""
   if isinstance(image_size, int):
     image_size = (image_size, image_size)
-  return jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1,) + tuple(image_size) + (3,)))
+  try:
+    variables = _init(model, tuple(image_size), seed)
+  except TypeError:  # a model with a field that cannot be hashed
+    variables = _init.__wrapped__(model, tuple(image_size), seed)
+  return jax.tree_util.tree_map(lambda x: x, variables)
+
+
+@functools.lru_cache(maxsize=64)
+def _init(model, image_size, seed):
+  return jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1,) + image_size + (3,)))
 
 
 def apply(model, variables, x, **kwargs):
