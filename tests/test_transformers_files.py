@@ -59,16 +59,25 @@ def run_transformers(tmp_path, **spec):
   return files['folder'], np.load(files['images']), np.load(files['output'])
 
 
+SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+                   image_size=32, patch_size=8)
+
+
 @needs_transformers
-@pytest.mark.parametrize('model,fields,read', [
-    ('ViTForImageClassification', dict(num_labels=5), 'logits'),
-    ('ViTForImageClassification', dict(num_labels=3, hidden_act='gelu_pytorch_tanh',
-                                       layer_norm_eps=1e-6, qkv_bias=False), 'logits'),
-    ('ViTModel', {}, 'pooler_output'),
+@pytest.mark.parametrize('config,model,fields,read', [
+    ('ViTConfig', 'ViTForImageClassification', dict(SMALL_VIT, num_labels=5), 'logits'),
+    ('ViTConfig', 'ViTForImageClassification',
+     dict(SMALL_VIT, num_labels=3, hidden_act='gelu_pytorch_tanh', layer_norm_eps=1e-6,
+          qkv_bias=False), 'logits'),
+    ('ViTConfig', 'ViTModel', SMALL_VIT, 'pooler_output'),
+    # DINOv2's backbones: the class token after the last LayerNorm.
+    ('Dinov2Config', 'Dinov2Model', SMALL_DINOV2, 'pooler_output'),
+    ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersModel',
+     dict(SMALL_DINOV2, num_register_tokens=4), 'pooler_output'),
 ])
-def test_a_transformers_vit_gives_transformers_outputs(model, fields, read, tmp_path):
-  folder, x, theirs = run_transformers(tmp_path, config='ViTConfig', model=model,
-                                       fields={**SMALL_VIT, **fields}, read=read)
+def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, read, tmp_path):
+  folder, x, theirs = run_transformers(tmp_path, config=config, model=model, fields=fields,
+                                       read=read)
   module, params = checkpoint.from_pretrained(folder)
   ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
   np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
@@ -83,15 +92,29 @@ def test_a_transformers_vit_gives_transformers_outputs(model, fields, read, tmp_
     (dict(hidden_size='32'), "hidden_size '32'"),
     (dict(num_hidden_layers=None), 'num_hidden_layers None'),
     (dict(patch_size=8.5), 'patch_size 8.5'),
+    (dict(model_type='deit'), 'distillation token'),
+    (dict(model_type='dinov2', use_swiglu_ffn=True), 'use_swiglu_ffn'),
+    (dict(model_type='dinov2_with_registers', mlp_ratio=1.1), 'mlp_ratio 1.1'),
 ])
 def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'
   folder.mkdir()
-  config = {'model_type': 'vit', **SMALL_VIT, **change}
+  base = SMALL_DINOV2 if str(change.get('model_type')).startswith('dinov2') else SMALL_VIT
+  config = {'model_type': 'vit', **base, **change}
   (folder / hf_files.CONFIG).write_text(json.dumps(config))
   (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
   with pytest.raises(CheckpointError, match=says):
     checkpoint.from_pretrained(str(folder))
+
+
+@needs_transformers
+def test_a_dinov2_classifier_is_refused_naming_its_head(tmp_path):
+  """Dinov2ForImageClassification's head reads the class token and the patches' mean."""
+  folder, _, _ = run_transformers(tmp_path, config='Dinov2Config',
+                                  model='Dinov2ForImageClassification',
+                                  fields=dict(SMALL_DINOV2, num_labels=3), read='logits')
+  with pytest.raises(CheckpointError, match="patches' mean"):
+    checkpoint.from_pretrained(folder)
 
 
 @pytest.mark.parametrize('name,text,says', [
@@ -149,22 +172,30 @@ TRANSFORMERS_READS = r'''
 import json, sys
 import numpy as np
 import torch
-from transformers import AutoModelForImageClassification
+import transformers
 
 spec = json.loads(sys.argv[1])
-model = AutoModelForImageClassification.from_pretrained(spec['folder']).eval()
+model = getattr(transformers, spec['auto']).from_pretrained(spec['folder']).eval()
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
 with torch.no_grad():
-  np.save(spec['output'], model(pixel_values=x).logits.numpy())
+  np.save(spec['output'], getattr(model(pixel_values=x), spec['read']).numpy())
 '''
 
 
 @needs_transformers
-@pytest.mark.parametrize('activation', ['gelu_tanh', 'gelu'])
-def test_a_vit_written_here_gives_its_logits_in_transformers(activation, tmp_path):
+@pytest.mark.parametrize('fields,auto,read', [
+    (dict(num_classes=3, activation='gelu_tanh'), 'AutoModelForImageClassification', 'logits'),
+    (dict(num_classes=3, activation='gelu'), 'AutoModelForImageClassification', 'logits'),
+    # Headless, with LayerScale: Dinov2Model, and with registers Dinov2WithRegistersModel.
+    (dict(num_classes=0, activation='gelu', layer_scale_init=0.1, layer_norm_eps=1e-6),
+     'AutoModel', 'pooler_output'),
+    (dict(num_classes=0, activation='gelu', layer_scale_init=0.1, num_registers=2),
+     'AutoModel', 'pooler_output'),
+])
+def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path):
   from helpers import TINY_VIT, init, perturbed
   from vit_jax import models
-  config = models.get_config('ViT-Ti_16', num_classes=3, activation=activation, **TINY_VIT)
+  config = models.get_config('ViT-Ti_16', **{**TINY_VIT, **fields})
   model = models.build_model(config)
   params = perturbed(init(model, 32), scale=0.02)['params']
   folder = str(tmp_path / 'model')
@@ -173,7 +204,7 @@ def test_a_vit_written_here_gives_its_logits_in_transformers(activation, tmp_pat
   ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
   np.save(tmp_path / 'images.npy', x)
   spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
-          'output': str(tmp_path / 'output.npy')}
+          'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read}
   subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
   theirs = np.load(spec['output'])
@@ -189,5 +220,11 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
   config = models.get_config('ViT-Ti_16', num_classes=3, classifier='gap', **TINY_VIT)
   params = init(models.build_model(config), 32)['params']
   with pytest.raises(CheckpointError, match="classifier 'gap'"):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()
+  # LayerScale with a head: Dinov2ForImageClassification's head reads other tokens.
+  config = models.get_config('ViT-Ti_16', num_classes=3, layer_scale_init=0.1, **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match='num_classes 3'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
   assert not (tmp_path / 'model').exists()

@@ -136,14 +136,12 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   pixels = _pixel_fields(folder)  # checked, as the config is, before the weights are read
   name = _zoo_name(family, fields)
   state = read_state_dict(weights)
-  timm_state, extra = family.from_transformers(state)
+  timm_state, extra, extra_fields = family.from_transformers(state)
   flat = published_from_timm(timm_state, name, **fields)
   # What the weights fix (the head, the classes), as a timm file's do.
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
   fixed.pop('image_size')
-  if extra:  # a layer timm has no place for: the pre-logits layer
-    fixed['representation_size'] = int(extra['pre_logits/bias'].shape[0])
-  return name, {**fields, **fixed, **pixels}, {**flat, **extra}
+  return name, {**fields, **fixed, **extra_fields, **pixels}, {**flat, **extra}
 
 
 def _zoo_name(family: Family, fields: Mapping[str, Any]) -> str:

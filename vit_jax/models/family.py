@@ -271,11 +271,13 @@ class Family:
   # Hugging Face `transformers` folders (`vit_jax.hf_files`): the model types the
   # family reads; a config.json -> the fields it sets (refusing one it cannot
   # express); the weights (the files' names) -> (timm's names, extra published
-  # parameters timm has no place for); and back, (timm state dict, the model's
-  # config, image size) -> (config.json, the weights under the files' names).
+  # parameters timm has no place for, the fields those extra parameters fix); and
+  # back, (timm state dict, the model's config, image size) -> (config.json, the
+  # weights under the files' names).
   transformers_types: Tuple[str, ...] = ()
   transformers_fields: Optional[Callable[[Mapping[str, Any]], Dict[str, Any]]] = None
-  from_transformers: Optional[Callable[[Mapping[str, Any]], Tuple[Dict[str, Any], Flat]]] = None
+  from_transformers: Optional[Callable[[Mapping[str, Any]],
+                                       Tuple[Dict[str, Any], Flat, Dict[str, Any]]]] = None
   to_transformers: Optional[Callable[..., Tuple[Dict[str, Any], Dict[str, Any]]]] = None
   # (regex of a parameter path's end, its axis counted from the end) that a mesh's
   # model axis splits: heads and hidden units, for tensor parallelism.

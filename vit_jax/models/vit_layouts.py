@@ -1,6 +1,7 @@
 """ViT and hybrid parameter files in other layouts: current-Flax block names and
 big_vision checkpoints read into the published layout, and the export to timm's
-`state_dict` names and from and to Hugging Face `transformers`' ViT files. The `vit`
+`state_dict` names and from and to Hugging Face `transformers`' ViT and DINOv2
+files. The `vit`
 family's `owns`, `to_published`, `to_timm` and `transformers_fields`, `from_transformers`,
 `to_transformers`."""
 import math
@@ -309,10 +310,16 @@ TRANSFORMERS_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                             'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
 _WRITTEN_ACTIVATIONS = {'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
                         'quick_gelu': 'quick_gelu'}
-# A layer's names in the files (after 'encoder.layer.N.') -> timm's.
+# The model types read as ViTs: DINOv2's, with and without registers, besides 'vit'.
+DINOV2_TYPES = ('dinov2', 'dinov2_with_registers')
+# A layer's names in the files (after 'encoder.layer.N.') -> timm's: a ViT's, and
+# DINOv2's (its LayerScale, `lambda1`, as timm's `gamma`).
 _TRANSFORMERS_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before': 'norm1',
                        'layernorm_after': 'norm2', 'intermediate.dense': 'mlp.fc1',
                        'output.dense': 'mlp.fc2'}
+_DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2': 'norm2',
+                 'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2', 'layer_scale1': 'ls1.gamma',
+                 'layer_scale2': 'ls2.gamma'}
 _TRANSFORMERS_TOP = {
     'embeddings.cls_token': 'cls_token', 'embeddings.position_embeddings': 'pos_embed',
     'embeddings.patch_embeddings.projection.weight': 'patch_embed.proj.weight',
@@ -333,8 +340,9 @@ def _positive(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
 
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
-  """The ViT fields a transformers `vit` config.json sets, or a CheckpointError
-  naming one these ViTs cannot express.
+  """The ViT fields a transformers config.json sets (`vit`, `dinov2`,
+  `dinov2_with_registers`), or a CheckpointError naming one these ViTs cannot
+  express. What the weights fix (the head, LayerScale, registers) is read from them.
 
   Args:
     config: the config.json.
@@ -342,6 +350,12 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   Returns:
     The fields.
   """
+  kind = config.get('model_type')
+  if kind == 'deit':
+    raise CheckpointError(
+        "The config.json is a transformers 'deit' model, which always has a distillation "
+        'token beside the class token; these ViTs do not. The plain DeiT weights (such as '
+        "facebook/deit-base-patch16-224) are 'vit' folders and load.")
   act = config.get('hidden_act', 'gelu')
   if act not in TRANSFORMERS_ACTIVATIONS:
     raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
@@ -349,57 +363,88 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   if config.get('num_channels', 3) != 3:
     raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
                           'ViTs read RGB images (3 channels).')
-  return dict(hidden_size=_positive(config, 'hidden_size'),
+  hidden_size = _positive(config, 'hidden_size')
+  if kind in DINOV2_TYPES:
+    if config.get('use_swiglu_ffn'):
+      raise CheckpointError('The config.json sets use_swiglu_ffn (the SwiGLU MLP of DINOv2 '
+                            'ViT-g), which these ViTs do not have: their MLP is one GELU layer.')
+    mlp_dim = hidden_size * _positive(config, 'mlp_ratio', float)
+    if mlp_dim != int(mlp_dim):
+      raise CheckpointError(f'The config.json sets mlp_ratio {config["mlp_ratio"]}, which makes '
+                            f'an MLP of {mlp_dim} units: the folder is damaged.')
+    defaults = {'layer_norm_eps': 1e-6}
+  else:
+    mlp_dim = _positive(config, 'intermediate_size')
+    defaults = {'layer_norm_eps': 1e-12}
+  return dict(hidden_size=hidden_size,
               num_layers=_positive(config, 'num_hidden_layers'),
               num_heads=_positive(config, 'num_attention_heads'),
-              mlp_dim=_positive(config, 'intermediate_size'),
+              mlp_dim=int(mlp_dim),
               patch_size=_positive(config, 'patch_size'),
               activation=TRANSFORMERS_ACTIVATIONS[act],
-              layer_norm_eps=_positive({'layer_norm_eps': 1e-12, **config}, 'layer_norm_eps',
-                                       float),
+              layer_norm_eps=_positive({**defaults, **config}, 'layer_norm_eps', float),
               resnet_layers=None)
 
 
-def from_transformers(state: Mapping[str, np.ndarray]) -> Tuple[Dict[str, np.ndarray], Flat]:
-  """A transformers ViT's weights (the files' names, with or without 'vit.') under
-  timm's names, and `ViTModel`'s pooler (dense and tanh on the class token) as the
-  pre-logits layer, which timm has no place for.
+def from_transformers(state: Mapping[str, np.ndarray]
+                      ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
+  """A transformers ViT's or DINOv2's weights (the files' names, with or without
+  the backbone's prefix, 'vit.' or 'dinov2.') under timm's names; `ViTModel`'s pooler (dense and tanh on the class token)
+  as the pre-logits layer, which timm has no place for; and DINOv2 with registers'
+  class-token position embedding added to the class token, as timm's conversion
+  does (its registers have none, nor the class token then).
 
   Args:
     state: the weights.
 
   Returns:
-    (timm's state dict, the pre-logits parameters or none).
+    (timm's state dict, the pre-logits parameters or none, the field they fix:
+    `representation_size`, the pooler's width, or none).
   """
   out, qkv, pooler = {}, {}, {}
   for key, value in state.items():
-    name = key[len('vit.'):] if key.startswith('vit.') else key
-    layer = re.match(r'encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$', name)
+    name = re.sub(r'^(vit|dinov2|dinov2_with_registers)\.', '', key)
+    layer = re.match(r'encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)$', name)
     if name in _TRANSFORMERS_TOP:
       out[_TRANSFORMERS_TOP[name]] = value
     elif layer and layer[2].startswith('attention.attention.'):
       qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
-    elif layer and layer[2] in _TRANSFORMERS_LAYER:
-      out[f'blocks.{layer[1]}.{_TRANSFORMERS_LAYER[layer[2]]}.{layer[3]}'] = value
+    elif layer and layer[2] in {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}:
+      timm = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}[layer[2]]
+      out[f'blocks.{layer[1]}.{timm}' + ('' if timm.endswith('gamma') else f'.{layer[3]}')] = value
     elif name == 'pooler.dense.weight':
       pooler['pre_logits/kernel'] = np.asarray(value).T
     elif name == 'pooler.dense.bias':
       pooler['pre_logits/bias'] = np.asarray(value)
+    elif name == 'embeddings.register_tokens':
+      out['reg_token'] = value
     elif name != 'embeddings.mask_token':  # masked image modelling's, unused on images
       raise CheckpointError(f'The weights hold {key!r}, which a transformers ViT of this '
                             'project has no place for.')
+  if 'head.weight' in out and 'blocks.0.ls1.gamma' in out:
+    raise CheckpointError(
+        "The weights are a Dinov2ForImageClassification's, whose head reads the class token "
+        "beside the patches' mean, which these ViTs' heads do not: load the folder of its "
+        'backbone (Dinov2Model) and fine-tune a new head.')
+  if 'reg_token' in out and 'pos_embed' in out and 'cls_token' in out:
+    positions = np.asarray(out['pos_embed'])
+    out['cls_token'] = np.asarray(out['cls_token']) + positions[:, :1]
+    out['pos_embed'] = positions[:, 1:]
   for block in sorted({b for b, _, _ in qkv}):
     for kind in ('weight', 'bias'):
       parts = [qkv.get((block, part, kind)) for part in ('query', 'key', 'value')]
       if all(p is not None for p in parts):
         out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
-  return out, pooler
+  fields = {'representation_size': int(pooler['pre_logits/bias'].shape[0])} if pooler else {}
+  return out, pooler, fields
 
 
 def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
                     image_size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
   """A class-token ViT (timm's state dict of it, `to_timm`) as transformers'
-  `ViTForImageClassification`: its config.json and its weights under the files' names.
+  `ViTForImageClassification`, or one with LayerScale and no head as `Dinov2Model`
+  (`Dinov2WithRegistersModel` with registers): its config.json and its weights
+  under the files' names.
 
   Args:
     state: timm's state dict of the model.
@@ -412,39 +457,76 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
   Raises:
     CheckpointError: a ViT transformers' cannot express, named.
   """
-  written = {'classifier': ('token',), 'num_registers': (0,), 'layer_scale_init': (0.,),
-             'representation_size': (None,), 'pre_norm': (False,), 'resnet_layers': (None,),
-             'posemb': ('learn',), 'patch_bias': (True,)}
+  dinov2 = bool(config.get('layer_scale_init'))
+  written = {'classifier': ('token',), 'representation_size': (None,), 'pre_norm': (False,),
+             'resnet_layers': (None,), 'posemb': ('learn',), 'patch_bias': (True,),
+             **({'num_classes': (0,)} if dinov2 else {'num_registers': (0,)})}
   for field, allowed in written.items():
     if config.get(field) not in allowed:
-      raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
-                            'ViT does not have; only a class-token ViT without registers, '
-                            'LayerScale or a pre-logits layer is written.')
-  top = {timm: ('vit.' + name if not name.startswith('classifier') else name)
+      raise CheckpointError(
+          f'The model has {field} {config.get(field)!r}, which transformers\' '
+          f'{"Dinov2Model" if dinov2 else "ViT"} does not have; written are a class-token ViT '
+          'without registers, LayerScale or a pre-logits layer (as ViTForImageClassification), '
+          'and a headless class-token ViT with LayerScale, with or without registers (as '
+          'Dinov2Model).')
+  if dinov2 and config.mlp_dim % config.hidden_size:
+    raise CheckpointError(f'The model\'s MLP has {config.mlp_dim} units, not a whole multiple of '
+                          f'its width {config.hidden_size}, as Dinov2Model\'s mlp_ratio is.')
+  names = _DINOV2_LAYER if dinov2 else _TRANSFORMERS_LAYER
+  prefix = '' if dinov2 else 'vit.'
+  top = {timm: (prefix + name if not name.startswith('classifier') else name)
          for name, timm in _TRANSFORMERS_TOP.items()}
-  layer = {timm: name for name, timm in _TRANSFORMERS_LAYER.items()}
+  layer = {timm: name for name, timm in names.items()}
   out = {}
   for key, value in state.items():
-    block = re.match(r'blocks\.(\d+)\.(.+)\.(weight|bias)$', key)
+    block = re.match(r'blocks\.(\d+)\.(.+?)(?:\.(weight|bias))?$', key)
     if key in top:
       out[top[key]] = value
+    elif key == 'reg_token':
+      out['embeddings.register_tokens'] = value
     elif block and block[2] == 'attn.qkv':
-      prefix = f'vit.encoder.layer.{block[1]}.attention.attention.'
       for part, piece in zip(('query', 'key', 'value'), np.split(value, 3)):
-        out[f'{prefix}{part}.{block[3]}'] = piece
+        out[f'{prefix}encoder.layer.{block[1]}.attention.attention.{part}.{block[3]}'] = piece
     elif block and block[2] in layer:
-      out[f'vit.encoder.layer.{block[1]}.{layer[block[2]]}.{block[3]}'] = value
+      end = 'lambda1' if block[2].endswith('gamma') else block[3]
+      out[f'{prefix}encoder.layer.{block[1]}.{layer[block[2]]}.{end}'] = value
     else:
       raise CheckpointError(f"{key} of timm's ViT has no place in a transformers ViT.")
-  classes = config.num_classes
   hf_config = {
-      'model_type': 'vit', 'architectures': ['ViTForImageClassification'],
       'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
-      'num_attention_heads': config.num_heads, 'intermediate_size': config.mlp_dim,
+      'num_attention_heads': config.num_heads,
       'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
       'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
       'patch_size': config.patch_size, 'num_channels': 3, 'qkv_bias': True,
-      'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.,
+      'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.}
+  if dinov2:
+    return _as_dinov2(hf_config, out, config)
+  classes = config.num_classes
+  hf_config.update({
+      'model_type': 'vit', 'architectures': ['ViTForImageClassification'],
+      'intermediate_size': config.mlp_dim,
       'id2label': {str(i): f'LABEL_{i}' for i in range(classes)},
-      'label2id': {f'LABEL_{i}': i for i in range(classes)}}
+      'label2id': {f'LABEL_{i}': i for i in range(classes)}})
   return hf_config, out
+
+
+def _as_dinov2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray],
+               config: ml_collections.ConfigDict
+               ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A DINOv2 config.json and weights: with registers, the class token's position
+  embedding is a row of zeros (these ViTs add the class token's to the token);
+  the masked-image-modelling token, unused on images, zeros."""
+  registers = config.get('num_registers') or 0
+  width = config.hidden_size
+  if registers:
+    positions = weights['embeddings.position_embeddings']
+    weights['embeddings.position_embeddings'] = np.concatenate(
+        [np.zeros_like(positions[:, :1]), positions], axis=1)
+  weights['embeddings.mask_token'] = np.zeros((1, width), np.float32)
+  kind = 'dinov2_with_registers' if registers else 'dinov2'
+  hf_config.update({
+      'model_type': kind,
+      'architectures': ['Dinov2WithRegistersModel' if registers else 'Dinov2Model'],
+      'mlp_ratio': config.mlp_dim // width, 'layerscale_value': 1.0, 'use_swiglu_ffn': False,
+      **({'num_register_tokens': registers} if registers else {})})
+  return hf_config, weights
