@@ -41,8 +41,8 @@ with torch.no_grad():  # random weights beyond the initialiser's zeros and ones
     p.add_(0.02 * torch.randn_like(p))
 model.save_pretrained(spec['folder'])
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
-with torch.no_grad():
-  out = model(pixel_values=x)
+with torch.no_grad():  # the forward, or a two-tower model's image features
+  out = getattr(model, spec.get('method', '__call__'))(pixel_values=x)
 np.save(spec['output'], getattr(out, spec['read']).numpy())
 '''
 
@@ -59,6 +59,8 @@ def run_transformers(tmp_path, **spec):
   return files['folder'], np.load(files['images']), np.load(files['output'])
 
 
+SMALL_TOWER = dict(SMALL_VIT)
+SMALL_TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
 SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                    image_size=32, patch_size=8)
 
@@ -74,10 +76,21 @@ SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, 
     ('Dinov2Config', 'Dinov2Model', SMALL_DINOV2, 'pooler_output'),
     ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersModel',
      dict(SMALL_DINOV2, num_register_tokens=4), 'pooler_output'),
+    # CLIP's and SigLIP's image towers: the pooled output, CLIP's projected as a head.
+    ('CLIPVisionConfig', 'CLIPVisionModel', SMALL_TOWER, 'pooler_output'),
+    ('CLIPVisionConfig', 'CLIPVisionModelWithProjection', dict(SMALL_TOWER, projection_dim=16),
+     'image_embeds'),
+    ('SiglipVisionConfig', 'SiglipVisionModel', SMALL_TOWER, 'pooler_output'),
+    # The image tower of a two-tower folder: its image features.
+    ('CLIPConfig', 'CLIPModel.get_image_features',
+     dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
+    ('SiglipConfig', 'SiglipModel.get_image_features',
+     dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
 ])
 def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, read, tmp_path):
+  model, _, method = model.partition('.')
   folder, x, theirs = run_transformers(tmp_path, config=config, model=model, fields=fields,
-                                       read=read)
+                                       read=read, **({'method': method} if method else {}))
   module, params = checkpoint.from_pretrained(folder)
   ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
   np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
@@ -95,6 +108,9 @@ def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, re
     (dict(model_type='deit'), 'distillation token'),
     (dict(model_type='dinov2', use_swiglu_ffn=True), 'use_swiglu_ffn'),
     (dict(model_type='dinov2_with_registers', mlp_ratio=1.1), 'mlp_ratio 1.1'),
+    (dict(model_type='siglip_vision_model', vision_use_head=False), 'vision_use_head false'),
+    (dict(model_type='clip', vision_config=dict(SMALL_VIT, hidden_act='relu')),
+     "hidden_act 'relu'"),
 ])
 def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'

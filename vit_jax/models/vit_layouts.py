@@ -1,8 +1,8 @@
 """ViT and hybrid parameter files in other layouts: current-Flax block names and
-big_vision checkpoints read into the published layout, and the export to timm's
-`state_dict` names and from and to Hugging Face `transformers`' ViT and DINOv2
-files. The `vit`
-family's `owns`, `to_published`, `to_timm` and `transformers_fields`, `from_transformers`,
+big_vision checkpoints read into the published layout, the export to timm's
+`state_dict` names, and Hugging Face `transformers`' ViT, DINOv2, CLIP and SigLIP
+image-tower files read (ViT and DINOv2 written too). The `vit` family's `owns`,
+`to_published`, `to_timm`, `transformers_fields`, `from_transformers` and
 `to_transformers`."""
 import math
 import re
@@ -320,6 +320,24 @@ _TRANSFORMERS_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before'
 _DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2': 'norm2',
                  'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2', 'layer_scale1': 'ls1.gamma',
                  'layer_scale2': 'ls2.gamma'}
+# CLIP's and SigLIP's image towers, alone (`clip_vision_model`, `siglip_vision_model`)
+# or in their two-tower folders (`clip`, `siglip`: the image tower is read).
+TOWER_TYPES = ('clip_vision_model', 'siglip_vision_model', 'clip', 'siglip')
+# Their names (without 'vision_model.') -> timm's; a layer's after 'encoder.layers.N.'.
+_TOWER_TOP = {
+    'embeddings.patch_embedding.weight': 'patch_embed.proj.weight',
+    'embeddings.patch_embedding.bias': 'patch_embed.proj.bias',
+    'pre_layrnorm.weight': 'norm_pre.weight', 'pre_layrnorm.bias': 'norm_pre.bias',
+    'post_layernorm.weight': 'norm.weight', 'post_layernorm.bias': 'norm.bias',
+    'head.probe': 'attn_pool.latent', 'head.attention.out_proj.weight': 'attn_pool.proj.weight',
+    'head.attention.out_proj.bias': 'attn_pool.proj.bias',
+    'head.layernorm.weight': 'attn_pool.norm.weight', 'head.layernorm.bias': 'attn_pool.norm.bias',
+    'head.mlp.fc1.weight': 'attn_pool.mlp.fc1.weight', 'head.mlp.fc1.bias': 'attn_pool.mlp.fc1.bias',
+    'head.mlp.fc2.weight': 'attn_pool.mlp.fc2.weight', 'head.mlp.fc2.bias': 'attn_pool.mlp.fc2.bias'}
+_TOWER_LAYER = {'layer_norm1': 'norm1', 'layer_norm2': 'norm2', 'self_attn.out_proj': 'attn.proj',
+                'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2'}
+# The other tower's weights in a two-tower folder, and its own scalars.
+_OTHER_TOWER = re.compile(r'^(text_model\.|text_projection\.|logit_scale$|logit_bias$)')
 _TRANSFORMERS_TOP = {
     'embeddings.cls_token': 'cls_token', 'embeddings.position_embeddings': 'pos_embed',
     'embeddings.patch_embeddings.projection.weight': 'patch_embed.proj.weight',
@@ -341,8 +359,10 @@ def _positive(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   """The ViT fields a transformers config.json sets (`vit`, `dinov2`,
-  `dinov2_with_registers`), or a CheckpointError naming one these ViTs cannot
-  express. What the weights fix (the head, LayerScale, registers) is read from them.
+  `dinov2_with_registers`, and CLIP's and SigLIP's image towers: `TOWER_TYPES`, a
+  two-tower folder's from its `vision_config`), or a CheckpointError naming one
+  these ViTs cannot express. What the weights fix (the head, LayerScale,
+  registers, CLIP's LayerNorm before the blocks, the patch bias) is read from them.
 
   Args:
     config: the config.json.
@@ -356,7 +376,15 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
         "The config.json is a transformers 'deit' model, which always has a distillation "
         'token beside the class token; these ViTs do not. The plain DeiT weights (such as '
         "facebook/deit-base-patch16-224) are 'vit' folders and load.")
-  act = config.get('hidden_act', 'gelu')
+  if kind in ('clip', 'siglip'):  # the image tower's config
+    config = {'model_type': f'{kind}_vision_model', **(config.get('vision_config') or {})}
+    kind = config['model_type']
+  if kind == 'siglip_vision_model' and config.get('vision_use_head') is False:
+    raise CheckpointError('The config.json sets vision_use_head false: this SigLIP image tower '
+                          'has no attention-pooling head, and these SigLIP ViTs pool with one.')
+  default_act = {'clip_vision_model': 'quick_gelu',
+                 'siglip_vision_model': 'gelu_pytorch_tanh'}.get(kind, 'gelu')
+  act = config.get('hidden_act', default_act)
   if act not in TRANSFORMERS_ACTIVATIONS:
     raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
                           f'have; they have {", ".join(sorted(TRANSFORMERS_ACTIVATIONS))}.')
@@ -375,7 +403,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
     defaults = {'layer_norm_eps': 1e-6}
   else:
     mlp_dim = _positive(config, 'intermediate_size')
-    defaults = {'layer_norm_eps': 1e-12}
+    defaults = {'layer_norm_eps': {'clip_vision_model': 1e-5,
+                                   'siglip_vision_model': 1e-6}.get(kind, 1e-12)}
   return dict(hidden_size=hidden_size,
               num_layers=_positive(config, 'num_hidden_layers'),
               num_heads=_positive(config, 'num_attention_heads'),
@@ -389,7 +418,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
 def from_transformers(state: Mapping[str, np.ndarray]
                       ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
   """A transformers ViT's or DINOv2's weights (the files' names, with or without
-  the backbone's prefix, 'vit.' or 'dinov2.') under timm's names; `ViTModel`'s pooler (dense and tanh on the class token)
+  the backbone's prefix, 'vit.' or 'dinov2.'), or a CLIP or SigLIP image tower's
+  (`_tower_to_timm`), under timm's names; `ViTModel`'s pooler (dense and tanh on the class token)
   as the pre-logits layer, which timm has no place for; and DINOv2 with registers'
   class-token position embedding added to the class token, as timm's conversion
   does (its registers have none, nor the class token then).
@@ -401,6 +431,8 @@ def from_transformers(state: Mapping[str, np.ndarray]
     (timm's state dict, the pre-logits parameters or none, the field they fix:
     `representation_size`, the pooler's width, or none).
   """
+  if any(re.match(r'(vision_model\.)?encoder\.layers\.', k) for k in state):
+    return _tower_to_timm(state), {}, {}
   out, qkv, pooler = {}, {}, {}
   for key, value in state.items():
     name = re.sub(r'^(vit|dinov2|dinov2_with_registers)\.', '', key)
@@ -437,6 +469,45 @@ def from_transformers(state: Mapping[str, np.ndarray]
         out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
   fields = {'representation_size': int(pooler['pre_logits/bias'].shape[0])} if pooler else {}
   return out, pooler, fields
+
+
+def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """A CLIP or SigLIP image tower's weights (a two-tower folder's text tower left
+  out) under timm's names: CLIP's class embedding as the class token, its visual
+  projection as a head without bias (as timm's CLIP files hold it), SigLIP's
+  attention-pooling head as timm's `attn_pool`."""
+  out, qkv = {}, {}
+  for key, value in state.items():
+    name = key[len('vision_model.'):] if key.startswith('vision_model.') else key
+    layer = re.match(r'encoder\.layers\.(\d+)\.(.+)\.(weight|bias)$', name)
+    value = np.asarray(value)
+    if _OTHER_TOWER.match(key):
+      continue
+    if name in _TOWER_TOP:
+      out[_TOWER_TOP[name]] = value
+    elif name == 'embeddings.class_embedding':
+      out['cls_token'] = value.reshape(1, 1, -1)
+    elif name == 'embeddings.position_embedding.weight':
+      out['pos_embed'] = value[None]
+    elif name == 'visual_projection.weight':
+      out['head.weight'], out['head.bias'] = value, np.zeros(value.shape[0], value.dtype)
+    elif name in ('head.attention.in_proj_weight', 'head.attention.in_proj_bias'):
+      kind = name.split('_')[-1]
+      query, key_value = np.split(value, [value.shape[0] // 3])
+      out[f'attn_pool.q.{kind}'], out[f'attn_pool.kv.{kind}'] = query, key_value
+    elif layer and layer[2] in ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj'):
+      qkv[(int(layer[1]), layer[2][len('self_attn.')], layer[3])] = value
+    elif layer and layer[2] in _TOWER_LAYER:
+      out[f'blocks.{layer[1]}.{_TOWER_LAYER[layer[2]]}.{layer[3]}'] = value
+    elif name != 'embeddings.position_ids':  # a buffer of older files: 0, 1, ...
+      raise CheckpointError(f'The weights hold {key!r}, which a CLIP or SigLIP image tower of '
+                            'this project has no place for.')
+  for block in sorted({b for b, _, _ in qkv}):
+    for kind in ('weight', 'bias'):
+      parts = [qkv.get((block, part, kind)) for part in 'qkv']
+      if all(p is not None for p in parts):
+        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
+  return out
 
 
 def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
