@@ -207,6 +207,14 @@ with torch.no_grad():
      'AutoModel', 'pooler_output'),
     (dict(num_classes=0, activation='gelu', layer_scale_init=0.1, num_registers=2),
      'AutoModel', 'pooler_output'),
+    # CLIP's image tower, without and with its projection (a head without bias), and
+    # SigLIP's, pooled by its attention-pooling head.
+    (dict(num_classes=0, pre_norm=True, patch_bias=False, activation='quick_gelu',
+          layer_norm_eps=1e-5), 'CLIPVisionModel', 'pooler_output'),
+    (dict(num_classes=16, pre_norm=True, patch_bias=False, activation='quick_gelu',
+          layer_norm_eps=1e-5), 'CLIPVisionModelWithProjection', 'image_embeds'),
+    (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6), 'SiglipVisionModel',
+     'pooler_output'),
 ])
 def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path):
   from helpers import TINY_VIT, init, perturbed
@@ -214,6 +222,8 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   config = models.get_config('ViT-Ti_16', **{**TINY_VIT, **fields})
   model = models.build_model(config)
   params = perturbed(init(model, 32), scale=0.02)['params']
+  if config.pre_norm and config.num_classes:  # CLIP's projection has no bias
+    params['head']['bias'] = np.zeros_like(params['head']['bias'])
   folder = str(tmp_path / 'model')
   hf_files.write(folder, params, config, image_size=32)
   x = images(2, 32)
@@ -231,7 +241,7 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
 
 
 def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
-  from helpers import TINY_VIT, init
+  from helpers import TINY_VIT, init, perturbed
   from vit_jax import models
   config = models.get_config('ViT-Ti_16', num_classes=3, classifier='gap', **TINY_VIT)
   params = init(models.build_model(config), 32)['params']
@@ -242,5 +252,12 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
   config = models.get_config('ViT-Ti_16', num_classes=3, layer_scale_init=0.1, **TINY_VIT)
   params = init(models.build_model(config), 32)['params']
   with pytest.raises(CheckpointError, match='num_classes 3'):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()
+  # CLIP's projection with a bias.
+  config = models.get_config('ViT-Ti_16', num_classes=3, pre_norm=True, patch_bias=False,
+                             **TINY_VIT)
+  params = perturbed(init(models.build_model(config), 32))['params']
+  with pytest.raises(CheckpointError, match='nonzero bias'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
   assert not (tmp_path / 'model').exists()

@@ -512,10 +512,12 @@ def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
 
 def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
                     image_size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-  """A class-token ViT (timm's state dict of it, `to_timm`) as transformers'
-  `ViTForImageClassification`, or one with LayerScale and no head as `Dinov2Model`
-  (`Dinov2WithRegistersModel` with registers): its config.json and its weights
-  under the files' names.
+  """A ViT (timm's state dict of it, `to_timm`) as the transformers model its
+  fields make (`_written_kind`): a class-token ViT as `ViTForImageClassification`,
+  a headless one with LayerScale as `Dinov2Model` (with registers
+  `Dinov2WithRegistersModel`), CLIP's image tower as `CLIPVisionModel` (with a head,
+  `CLIPVisionModelWithProjection`), a headless attention-pooling one as
+  `SiglipVisionModel`: its config.json and its weights under the files' names.
 
   Args:
     state: timm's state dict of the model.
@@ -528,18 +530,10 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
   Raises:
     CheckpointError: a ViT transformers' cannot express, named.
   """
-  dinov2 = bool(config.get('layer_scale_init'))
-  written = {'classifier': ('token',), 'representation_size': (None,), 'pre_norm': (False,),
-             'resnet_layers': (None,), 'posemb': ('learn',), 'patch_bias': (True,),
-             **({'num_classes': (0,)} if dinov2 else {'num_registers': (0,)})}
-  for field, allowed in written.items():
-    if config.get(field) not in allowed:
-      raise CheckpointError(
-          f'The model has {field} {config.get(field)!r}, which transformers\' '
-          f'{"Dinov2Model" if dinov2 else "ViT"} does not have; written are a class-token ViT '
-          'without registers, LayerScale or a pre-logits layer (as ViTForImageClassification), '
-          'and a headless class-token ViT with LayerScale, with or without registers (as '
-          'Dinov2Model).')
+  kind = _written_kind(config)
+  if kind in ('clip', 'siglip'):
+    return _as_tower(state, config, image_size, kind)
+  dinov2 = kind == 'dinov2'
   if dinov2 and config.mlp_dim % config.hidden_size:
     raise CheckpointError(f'The model\'s MLP has {config.mlp_dim} units, not a whole multiple of '
                           f'its width {config.hidden_size}, as Dinov2Model\'s mlp_ratio is.')
@@ -578,6 +572,86 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
       'intermediate_size': config.mlp_dim,
       'id2label': {str(i): f'LABEL_{i}' for i in range(classes)},
       'label2id': {f'LABEL_{i}': i for i in range(classes)}})
+  return hf_config, out
+
+
+# What each written kind of model must have (beyond its kind's own fields), and
+# the kinds as a sentence for a refusal.
+_WRITTEN = {
+    'vit': dict(classifier=('token',), num_registers=(0,), layer_scale_init=(0.,)),
+    'dinov2': dict(classifier=('token',), num_classes=(0,)),
+    'clip': dict(classifier=('token',), num_registers=(0,), layer_scale_init=(0.,),
+                 patch_bias=(False,)),
+    'siglip': dict(num_classes=(0,), num_registers=(0,), layer_scale_init=(0.,),
+                   patch_bias=(True,))}
+_WRITTEN_KINDS = (
+    'written are a class-token ViT without registers, LayerScale or a pre-logits layer (as '
+    'ViTForImageClassification); a headless class-token ViT with LayerScale, with or without '
+    'registers (Dinov2Model); a class-token ViT with CLIP\'s LayerNorm before the blocks and '
+    'no patch bias (CLIPVisionModel, with a head CLIPVisionModelWithProjection); a headless '
+    'attention-pooling ViT (SiglipVisionModel)')
+
+
+def _written_kind(config: ml_collections.ConfigDict) -> str:
+  """The transformers model a ViT is written as ('vit', 'dinov2', 'clip' or
+  'siglip'), or a CheckpointError naming the field none of them has."""
+  kind = ('siglip' if config.get('classifier') == 'map' else 'clip' if config.get('pre_norm')
+          else 'dinov2' if config.get('layer_scale_init') else 'vit')
+  common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
+                pre_norm=(kind == 'clip',), patch_bias=(True,))
+  for field, allowed in {**common, **_WRITTEN[kind]}.items():
+    if config.get(field) not in allowed:
+      raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
+                            f'{kind} models do not have: {_WRITTEN_KINDS}.')
+  return kind
+
+
+def _as_tower(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
+              image_size: int, kind: str) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A CLIP or SigLIP image tower's config.json and weights (`_tower_to_timm`'s
+  inverse); CLIP's head, its visual projection, has no bias, so a nonzero one is
+  refused."""
+  top = {timm: name for name, timm in _TOWER_TOP.items()}
+  layer = {timm: name for name, timm in _TOWER_LAYER.items()}
+  projection = 'head.weight' in state
+  if projection and np.any(np.asarray(state['head.bias'])):
+    raise CheckpointError('The model\'s head has a nonzero bias, which CLIP\'s visual '
+                          'projection does not have: it is not written as CLIP.')
+  prefix = 'vision_model.' if projection else ''
+  out = {}
+  for key, value in state.items():
+    block = re.match(r'blocks\.(\d+)\.(.+)\.(weight|bias)$', key)
+    value = np.asarray(value)
+    if key in top:
+      out[prefix + top[key]] = value
+    elif key == 'cls_token':
+      out[prefix + 'embeddings.class_embedding'] = value.reshape(-1)
+    elif key == 'pos_embed':
+      out[prefix + 'embeddings.position_embedding.weight'] = value[0]
+    elif key == 'head.weight':
+      out['visual_projection.weight'] = value
+    elif key in ('attn_pool.q.weight', 'attn_pool.q.bias'):
+      end = key.split('.')[-1]
+      out[f'head.attention.in_proj_{end}'] = np.concatenate(
+          [value, np.asarray(state[f'attn_pool.kv.{end}'])])
+    elif block and block[2] == 'attn.qkv':
+      for part, piece in zip('qkv', np.split(value, 3)):
+        out[f'{prefix}encoder.layers.{block[1]}.self_attn.{part}_proj.{block[3]}'] = piece
+    elif block and block[2] in layer:
+      out[f'{prefix}encoder.layers.{block[1]}.{layer[block[2]]}.{block[3]}'] = value
+    elif key not in ('head.bias', 'attn_pool.kv.weight', 'attn_pool.kv.bias'):
+      raise CheckpointError(f"{key} of timm's ViT has no place in a transformers {kind} tower.")
+  architecture = ('CLIPVisionModelWithProjection' if projection else 'CLIPVisionModel'
+                  ) if kind == 'clip' else 'SiglipVisionModel'
+  hf_config = {
+      'model_type': f'{kind}_vision_model', 'architectures': [architecture],
+      'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
+      'num_attention_heads': config.num_heads, 'intermediate_size': config.mlp_dim,
+      'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
+      'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
+      'patch_size': config.patch_size, 'num_channels': 3, 'attention_dropout': 0.,
+      **({'projection_dim': config.num_classes} if projection else {}),
+      **({'vision_use_head': True} if kind == 'siglip' else {})}
   return hf_config, out
 
 
