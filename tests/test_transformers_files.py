@@ -9,6 +9,7 @@ TensorFlow first, as the test helpers do).
 """
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -16,8 +17,10 @@ import jax
 import numpy as np
 import pytest
 
+from doc_snippets import ROOT
 from helpers import images
 from vit_jax import checkpoint, hf_files
+from vit_jax.errors import UserError
 from vit_jax.models.family import CheckpointError
 
 needs_transformers = pytest.mark.skipif(
@@ -261,3 +264,67 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
   with pytest.raises(CheckpointError, match='nonzero bias'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
   assert not (tmp_path / 'model').exists()
+
+
+def finished_run(tmp_path, **model):
+  """A workdir as a finished quick-start ViT run leaves it: its recipe, data,
+  parameters and results."""
+  from configs import quickstart_vit
+  from helpers import init, perturbed
+  from vit_jax import models, steps, workdir
+  recipe = quickstart_vit.get_config()
+  recipe.model.update(model)
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / workdir.RECORD).write_text(json.dumps(recipe.to_dict()))
+  classes = [f'class {i}' for i in range(10)]
+  (run / workdir.DATA).write_text(json.dumps({'splits': {
+      'train': {'name': 'fashion_mnist', 'split': 'train', 'examples': 60000, 'classes': classes},
+      'eval': {'name': 'fashion_mnist', 'split': 'test', 'examples': 10000, 'classes': classes}},
+      'accepted': []}))
+  (run / workdir.RESULTS).write_text(json.dumps({
+      'step': 2, 'total_steps': 2, 'eval_accuracy': 0.8125, 'eval_loss': 0.5, 'eval_examples': 10000}))
+  model = models.build_model(steps.model_config(recipe, 10))
+  params = perturbed(init(model, recipe.image_size), scale=0.02)['params']
+  checkpoint.save(str(run / 'params.npz'), params)
+  return str(run), recipe, model, params
+
+
+@needs_transformers
+def test_a_finished_run_exports_a_folder_transformers_loads_with_its_card(tmp_path):
+  from vit_jax import export
+  run, recipe, model, params = finished_run(tmp_path, classifier='token')
+  folder = tmp_path / 'hf'
+  card = export.transformers_folder(run, str(folder))
+  text = open(card).read()
+  assert '81.25% on 10000 images' in text and '2 of 2 steps' in text
+  assert 'fashion_mnist train, 60000 images, 10 classes' in text
+  assert 'ViTForImageClassification.from_pretrained' in text
+  hf_config = json.loads((folder / hf_files.CONFIG).read_text())
+  assert hf_config['id2label']['3'] == 'class 3'
+  x = images(2, recipe.image_size)
+  ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
+  np.save(tmp_path / 'images.npy', x)
+  spec = {'folder': str(folder), 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModelForImageClassification',
+          'read': 'logits'}
+  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  np.testing.assert_allclose(np.load(spec['output']), ours, atol=1e-5 * np.abs(ours).max())
+
+
+def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(tmp_path):
+  """No results.json: refused, nothing written. A pooled quick-start ViT: the
+  training command refuses it before training, its workdir left as it was."""
+  from vit_jax import export, workdir
+  run, _, _, _ = finished_run(tmp_path, classifier='token')
+  os.remove(os.path.join(run, workdir.RESULTS))
+  with pytest.raises(UserError, match='has not finished'):
+    export.transformers_folder(run, str(tmp_path / 'hf'))
+  assert not (tmp_path / 'hf').exists()
+  done = subprocess.run(
+      [sys.executable, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
+       '--workdir', str(tmp_path / 'gap'), '--export_transformers', str(tmp_path / 'hf')],
+      cwd=ROOT, capture_output=True, text=True)
+  assert done.returncode == 1 and "classifier 'gap'" in done.stderr, done.stderr[-2000:]
+  assert not (tmp_path / 'gap').exists() and not (tmp_path / 'hf').exists()

@@ -10,8 +10,10 @@ Anything the model cannot express is refused in one sentence naming it.
 """
 import json
 import os
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from safetensors.numpy import save_file
@@ -154,21 +156,25 @@ def _zoo_name(family: Family, fields: Mapping[str, Any]) -> str:
   return next(iter(family.variants))
 
 
-def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigDict,
-          image_size: int) -> None:
-  """Writes a model as a `transformers` folder that `AutoModelForImageClassification.
-  from_pretrained` loads with the same logits: `config.json`, `model.safetensors`
-  and `preprocessor_config.json`.
+def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, image_size: int,
+              labels: Optional[Sequence[str]] = None
+              ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A model as the `transformers` model its family writes it as: (config.json,
+  the weights under the files' names), nothing written.
 
   Args:
-    folder: the folder to write (made if missing).
-    params: the model's parameters.
+    params: the model's parameters (arrays, or their shapes to check a model
+      before it is trained).
     config: its model config (`models.get_config`).
     image_size: the images' side in pixels.
+    labels: the classes' names, for a classifier's `id2label` (LABEL_<i> if None).
+
+  Returns:
+    (config.json, the weights).
 
   Raises:
     CheckpointError: a model its family cannot write for transformers (a family
-      without `to_transformers`, or a field it names), before anything is written.
+      without `to_transformers`, or a field it names).
   """
   family = models.family_of(config)
   if family.to_transformers is None:
@@ -176,6 +182,46 @@ def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigD
                           f'{", ".join(f.title for f in models.FAMILIES.values() if f.to_transformers)} '
                           'models are.')
   hf_config, state = family.to_transformers(to_timm(params, config.name), config, image_size)
+  if labels is not None and 'id2label' in hf_config:
+    hf_config['id2label'] = {str(i): str(name) for i, name in enumerate(labels)}
+    hf_config['label2id'] = {str(name): i for i, name in enumerate(labels)}
+  return hf_config, state
+
+
+def check_writable(config: ml_collections.ConfigDict, image_size: int) -> None:
+  """Refuses a model `write` would refuse, from its shapes alone: before training
+  a run that is to be exported.
+
+  Args:
+    config: the model config.
+    image_size: the images' side in pixels.
+
+  Raises:
+    CheckpointError: as `write`.
+  """
+  shapes = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
+                          jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32))
+  zeros = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes['params'])
+  converted(zeros, config, image_size)
+
+
+def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigDict,
+          image_size: int, labels: Optional[Sequence[str]] = None) -> None:
+  """Writes a model as a `transformers` folder that `transformers` loads with the
+  same outputs (`converted`): `config.json`, `model.safetensors` and
+  `preprocessor_config.json`.
+
+  Args:
+    folder: the folder to write (made if missing).
+    params: the model's parameters.
+    config: its model config (`models.get_config`).
+    image_size: the images' side in pixels.
+    labels: the classes' names (LABEL_<i> if None).
+
+  Raises:
+    CheckpointError: as `converted`, before anything is written.
+  """
+  hf_config, state = converted(params, config, image_size, labels)
   os.makedirs(folder, exist_ok=True)
   save_file({k: np.ascontiguousarray(v, np.float32) for k, v in state.items()},
             os.path.join(folder, 'model.safetensors'), metadata={'format': 'pt'})

@@ -13,7 +13,7 @@ from typing import Sequence
 import jax
 from absl import flags
 
-from vit_jax import entry, loop, original
+from vit_jax import entry, export, loop, original
 from vit_jax.cpu_devices import split_cpu_into_devices
 
 FLAGS = flags.FLAGS
@@ -31,6 +31,10 @@ def define_flags() -> None:
                       'host:port of process 0, for multi-process runs.')
   flags.DEFINE_integer('num_processes', None, 'Number of processes in a multi-process run.')
   flags.DEFINE_integer('process_id', None, 'Index of this process in a multi-process run.')
+  flags.DEFINE_string('export_transformers', None,
+                      'After training, write the run to this folder as a Hugging Face '
+                      'transformers model with a model card (vit_jax.export); a model '
+                      'transformers cannot express is refused before training.')
   flags.DEFINE_integer('cpu_devices', 0,
                        'Data-parallel devices a CPU host is split into; 0: one per core, '
                        'fewer if the batch does not divide. No effect on GPU or TPU.')
@@ -44,6 +48,8 @@ def main(argv: Sequence[str]) -> None:
     argv: the command line's arguments that are no flags (none).
   """
   del argv
+  if FLAGS.export_transformers:
+    export.check_recipe(FLAGS.config)
   split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, FLAGS.num_processes or 1)
   if FLAGS.coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS'):
     # CPU processes need gloo for cross-process collectives; TPUs and GPUs ignore it.
@@ -53,6 +59,9 @@ def main(argv: Sequence[str]) -> None:
         f'{jax.device_count()} devices in all.', flush=True)
   summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)
   print(f'Final {loop.evaluation_line(summary)}; the run\'s files are in {FLAGS.workdir}.')
+  if FLAGS.export_transformers and jax.process_index() == 0:
+    card = export.transformers_folder(FLAGS.workdir, FLAGS.export_transformers)
+    print(f'Exported for transformers: {card} and the model beside it.')
 
 
 __getattr__ = original.forward(__name__)  # the original vit_jax's names (vit_jax/original/)
