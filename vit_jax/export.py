@@ -50,14 +50,15 @@ def transformers_folder(run: str, folder: str) -> str:
   recipe = ml_collections.ConfigDict(settings)
   data = workdir.recorded_data(run) or {}
   labels = (data.get('train') or {}).get('classes')
+  if not labels:
+    raise UserError(f'{run} records no classes of its training data ({workdir.DATA}): its '
+                    'head\'s classes are not known. Rerun the training command in it to record '
+                    'them.')
   with open(results_path) as f:
     results = json.load(f)
-  params = checkpoint.load(params_path)
-  num_classes = params['head']['bias'].shape[0] if 'head' in params else 0
-  config = steps.model_config(recipe, num_classes)
-  if labels is not None and len(labels) != num_classes:
-    labels = None  # a head of other classes than the data's names (a fine-tuned subset)
-  hf_files.write(folder, params, config, recipe.image_size, labels)
+  # The run's model: one output per class of its training data, as the loop builds it.
+  config = steps.model_config(recipe, len(labels))
+  hf_files.write(folder, checkpoint.load(params_path), config, recipe.image_size, labels)
   with open(os.path.join(folder, hf_files.CONFIG)) as f:
     architecture = json.load(f)['architectures'][0]
   path = os.path.join(folder, CARD)
