@@ -9,10 +9,13 @@ setuptools.setup(
                                                'analysis.*']),
     python_requires='>=3.10',
     install_requires=[
-        'absl-py', 'chex>=0.1.86', 'etils[epath]', 'flax>=0.10', 'jax>=0.4.30',
-        'einops', 'grain', 'ml_collections', 'numpy', 'opencv-python', 'optax',
-        'orbax-checkpoint', 'pillow',
-        'scipy', 'tensorflow-datasets', 'importlib_resources', 'tensorboard', 'matplotlib',
+        # The JAX stack within the releases tested (docs/index.md): requirements.txt's
+        # pins on Python 3.11 and the newest on Python 3.12.
+        'absl-py', 'chex>=0.1.92,<0.2', 'etils[epath]', 'flax>=0.12.8,<0.13',
+        'jax>=0.10.2,<0.13', 'einops', 'grain>=0.2.18,<0.3', 'ml_collections',
+        'numpy>=2.4,<3', 'opencv-python', 'optax>=0.2.8,<0.3',
+        'orbax-checkpoint>=0.12.8,<0.13', 'pillow',
+        'scipy>=1.17,<2', 'tensorflow-datasets>=4.9.10,<5', 'importlib_resources', 'tensorboard', 'matplotlib',
         'safetensors', 'threadpoolctl',
     ],
     extras_require={
