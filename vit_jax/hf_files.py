@@ -5,8 +5,10 @@ the family that reads it (`Family.transformers_types`), its config the model's
 fields (`Family.transformers_fields`), its weights are renamed to timm's names
 (`Family.from_transformers`) and read as timm files are
 (`timm_files.published_from_timm`), and `preprocessor_config.json`'s pixel
-statistics become the model's. `write` is the other way (`Family.to_transformers`).
-Anything the model cannot express is refused in one sentence naming it.
+statistics become the model's. `write` is the other way (`Family.to_transformers`;
+`check_writable` refuses a model before it is trained, `vit_jax.export` writes a
+finished run). Anything the model cannot express is refused in one sentence naming
+it.
 """
 import json
 import os
@@ -163,8 +165,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
   the weights under the files' names), nothing written.
 
   Args:
-    params: the model's parameters (arrays, or their shapes to check a model
-      before it is trained).
+    params: the model's parameters (zeros of their shapes check a model before
+      it is trained: `check_writable`).
     config: its model config (`models.get_config`).
     image_size: the images' side in pixels.
     labels: the classes' names, for a classifier's `id2label` (LABEL_<i> if None).
