@@ -114,6 +114,7 @@ def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, re
     (dict(model_type='siglip_vision_model', vision_use_head=False), 'vision_use_head false'),
     (dict(model_type='clip', vision_config=dict(SMALL_VIT, hidden_act='relu')),
      "hidden_act 'relu'"),
+    (dict(model_type='siglip', vision_config=['damaged']), "vision_config \\['damaged'\\]"),
 ])
 def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'
@@ -320,6 +321,11 @@ def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(t
   run, _, _, _ = finished_run(tmp_path, classifier='token')
   os.remove(os.path.join(run, workdir.RESULTS))
   with pytest.raises(UserError, match='has not finished'):
+    export.transformers_folder(run, str(tmp_path / 'hf'))
+  assert not (tmp_path / 'hf').exists()
+  with open(os.path.join(run, workdir.RESULTS), 'w') as f:
+    f.write('{"step": 2, ')  # cut short
+  with pytest.raises(UserError, match='is not readable JSON'):
     export.transformers_folder(run, str(tmp_path / 'hf'))
   assert not (tmp_path / 'hf').exists()
   done = subprocess.run(

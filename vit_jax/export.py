@@ -54,8 +54,15 @@ def transformers_folder(run: str, folder: str) -> str:
     raise UserError(f'{run} records no classes of its training data ({workdir.DATA}): its '
                     'head\'s classes are not known. Rerun the training command in it to record '
                     'them.')
-  with open(results_path) as f:
-    results = json.load(f)
+  try:
+    with open(results_path) as f:
+      results = json.load(f)
+  except ValueError as e:
+    raise UserError(f'{results_path} is not readable JSON ({e}): restore it, or rerun the '
+                    'training command in the workdir to write it again.') from e
+  if not isinstance(results, dict):
+    raise UserError(f'{results_path} holds no JSON object: rerun the training command in the '
+                    'workdir to write it again.')
   # The run's model: one output per class of its training data, as the loop builds it.
   config = steps.model_config(recipe, len(labels))
   hf_files.write(folder, checkpoint.load(params_path), config, recipe.image_size, labels)

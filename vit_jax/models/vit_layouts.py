@@ -377,7 +377,11 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
         'token beside the class token; these ViTs do not. The plain DeiT weights (such as '
         "facebook/deit-base-patch16-224) are 'vit' folders and load.")
   if kind in ('clip', 'siglip'):  # the image tower's config
-    config = {'model_type': f'{kind}_vision_model', **(config.get('vision_config') or {})}
+    tower = config.get('vision_config')
+    if not isinstance(tower, dict):
+      raise CheckpointError(f'The config.json of this {kind} model has vision_config {tower!r}, '
+                            'where the image tower\'s config belongs: the folder is damaged.')
+    config = {**tower, 'model_type': f'{kind}_vision_model'}
     kind = config['model_type']
   if kind == 'siglip_vision_model' and config.get('vision_use_head') is False:
     raise CheckpointError('The config.json sets vision_use_head false: this SigLIP image tower '
