@@ -320,6 +320,7 @@ _TRANSFORMERS_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before'
 _DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2': 'norm2',
                  'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2', 'layer_scale1': 'ls1.gamma',
                  'layer_scale2': 'ls2.gamma'}
+_READ_LAYER = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}  # reading takes either
 # CLIP's and SigLIP's image towers, alone (`clip_vision_model`, `siglip_vision_model`)
 # or in their two-tower folders (`clip`, `siglip`: the image tower is read).
 TOWER_TYPES = ('clip_vision_model', 'siglip_vision_model', 'clip', 'siglip')
@@ -445,8 +446,8 @@ def from_transformers(state: Mapping[str, np.ndarray]
       out[_TRANSFORMERS_TOP[name]] = value
     elif layer and layer[2].startswith('attention.attention.'):
       qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
-    elif layer and layer[2] in {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}:
-      timm = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}[layer[2]]
+    elif layer and layer[2] in _READ_LAYER:
+      timm = _READ_LAYER[layer[2]]
       out[f'blocks.{layer[1]}.{timm}' + ('' if timm.endswith('gamma') else f'.{layer[3]}')] = value
     elif name == 'pooler.dense.weight':
       pooler['pre_logits/kernel'] = np.asarray(value).T
@@ -466,11 +467,7 @@ def from_transformers(state: Mapping[str, np.ndarray]
     positions = np.asarray(out['pos_embed'])
     out['cls_token'] = np.asarray(out['cls_token']) + positions[:, :1]
     out['pos_embed'] = positions[:, 1:]
-  for block in sorted({b for b, _, _ in qkv}):
-    for kind in ('weight', 'bias'):
-      parts = [qkv.get((block, part, kind)) for part in ('query', 'key', 'value')]
-      if all(p is not None for p in parts):
-        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
+  out.update(_joined_qkv(qkv, ('query', 'key', 'value')))
   fields = {'representation_size': int(pooler['pre_logits/bias'].shape[0])} if pooler else {}
   return out, pooler, fields
 
@@ -506,11 +503,22 @@ def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     elif name != 'embeddings.position_ids':  # a buffer of older files: 0, 1, ...
       raise CheckpointError(f'The weights hold {key!r}, which a CLIP or SigLIP image tower of '
                             'this project has no place for.')
+  out.update(_joined_qkv(qkv, tuple('qkv')))
+  return out
+
+
+def _joined_qkv(qkv: Mapping[Tuple[int, str, str], np.ndarray], parts: Tuple[str, ...]
+                ) -> Dict[str, np.ndarray]:
+  """timm's fused `blocks.N.attn.qkv.{weight,bias}` from the separate query, key
+  and value projections, {(block, part, 'weight' or 'bias'): array}, `parts` naming
+  them in that order; a bias absent from any of the three stays absent (timm's
+  qkv_bias=False)."""
+  out = {}
   for block in sorted({b for b, _, _ in qkv}):
     for kind in ('weight', 'bias'):
-      parts = [qkv.get((block, part, kind)) for part in 'qkv']
-      if all(p is not None for p in parts):
-        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(parts)
+      arrays = [qkv.get((block, part, kind)) for part in parts]
+      if all(a is not None for a in arrays):
+        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(arrays)
   return out
 
 
@@ -561,13 +569,8 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
       out[f'{prefix}encoder.layer.{block[1]}.{layer[block[2]]}.{end}'] = value
     else:
       raise CheckpointError(f"{key} of timm's ViT has no place in a transformers ViT.")
-  hf_config = {
-      'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
-      'num_attention_heads': config.num_heads,
-      'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
-      'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
-      'patch_size': config.patch_size, 'num_channels': 3, 'qkv_bias': True,
-      'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.}
+  hf_config = {**_written_sizes(config, image_size), 'qkv_bias': True,
+               'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.}
   if dinov2:
     return _as_dinov2(hf_config, out, config)
   classes = config.num_classes
@@ -594,6 +597,15 @@ _WRITTEN_KINDS = (
     'registers (Dinov2Model); a class-token ViT with CLIP\'s LayerNorm before the blocks and '
     'no patch bias (CLIPVisionModel, with a head CLIPVisionModelWithProjection); a headless '
     'attention-pooling ViT (SiglipVisionModel)')
+
+
+def _written_sizes(config: ml_collections.ConfigDict, image_size: int) -> Dict[str, Any]:
+  """The config.json fields every written kind shares: sizes, activation, epsilon."""
+  return {'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
+          'num_attention_heads': config.num_heads,
+          'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
+          'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
+          'patch_size': config.patch_size, 'num_channels': 3}
 
 
 def _written_kind(config: ml_collections.ConfigDict) -> str:
@@ -649,11 +661,8 @@ def _as_tower(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict
                   ) if kind == 'clip' else 'SiglipVisionModel'
   hf_config = {
       'model_type': f'{kind}_vision_model', 'architectures': [architecture],
-      'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
-      'num_attention_heads': config.num_heads, 'intermediate_size': config.mlp_dim,
-      'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
-      'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
-      'patch_size': config.patch_size, 'num_channels': 3, 'attention_dropout': 0.,
+      **_written_sizes(config, image_size), 'intermediate_size': config.mlp_dim,
+      'attention_dropout': 0.,
       **({'projection_dim': config.num_classes} if projection else {}),
       **({'vision_use_head': True} if kind == 'siglip' else {})}
   return hf_config, out
