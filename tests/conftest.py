@@ -16,6 +16,11 @@ program compiled once (the same tiny models in every command) is read back
 elsewhere. Its key holds the XLA flags, so a run under other flags compiles its
 own.
 
+The commands a test runs for their output, not for how a process behaves
+(signals, locks), take the `warm_python` fixture's interpreter
+(tests/warm_python.py): a fork of a server that has imported JAX and the
+project once, 2-4 s sooner than a new interpreter.
+
 A test that takes a `family_name` argument runs once per registered family of
 image classifiers (`models.families(models.CLASSIFY)`, on its `Family.tiny`
 model), one that takes `any_family_name` once per registered family of any kind:
@@ -34,6 +39,7 @@ os.environ['XLA_FLAGS'] = ' '.join(
     + [FAST_COMPILE, '--xla_force_host_platform_device_count=1'])
 # Set before JAX is imported, and inherited by every process the session starts. A
 # cache the environment names is used and kept.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
 if _OWN_CACHE:
   os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='vit_jax_tests_xla_')
@@ -41,6 +47,8 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
 # A bounded cache takes a file lock around each read and write: no process reads
 # an entry another is still writing.
 os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
+
+_SESSION_ENV = dict(os.environ)  # before any test changes it
 
 import jax  # noqa: E402  (reads the cache settings above)
 import pytest  # noqa: E402
@@ -72,3 +80,14 @@ def subjects():
           for name in models.families(models.CLASSIFY)}
   made['vit_gap'] = subject_of(tiny_family_config('vit', classifier='gap'), 'vit_gap')
   return made
+
+
+@pytest.fixture(scope='session')
+def warm_python():
+  """The path of an interpreter whose commands start warm (tests/warm_python.py),
+  its server started with this process's environment and the repository on
+  PYTHONPATH at the first test that asks, in each test process."""
+  import warm_python as warm
+  server = warm.start({**_SESSION_ENV, 'PYTHONPATH': ROOT})
+  yield server.python
+  server.close()

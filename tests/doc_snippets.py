@@ -22,7 +22,8 @@ A page's bash blocks run in order, each in `bash -e -o pipefail`, then its
 python blocks in order in one interpreter (one namespace), all in one
 temporary directory holding links to `configs/`, `scripts/`, `tests/`, ...;
 `python` and `.venv/bin/python` at the start of a command are the tests'
-interpreter, and `DIR` is a directory of its own.
+interpreter, started warm (tests/warm_python.py), and `DIR` is a directory of
+its own.
 """
 import dataclasses
 import os
@@ -118,13 +119,12 @@ def blocks(path: str) -> List[Block]:
   return found
 
 
-def interpreter_commands(code: str, python: str) -> str:
-  """A shell block with its `python` / `.venv/bin/python` / `.venv/bin/mkdocs`
-  commands run by the tests' environment."""
+def interpreter_commands(code: str, python: str, tools: str) -> str:
+  """A shell block with its `python` / `.venv/bin/python` commands run by `python`
+  and its other `.venv/bin/` commands (`mkdocs`) from the folder `tools`."""
   code = re.sub(r'(^|\s|=")(\.venv/bin/)?python(3)?(?=\s)', lambda m: m.group(1) + python, code,
                 flags=re.M)
-  return re.sub(r'(^|\s)\.venv/bin/(?=\w)', lambda m: m.group(1) + os.path.dirname(python) + '/',
-                code, flags=re.M)
+  return re.sub(r'(^|\s)\.venv/bin/(?=\w)', lambda m: m.group(1) + tools + '/', code, flags=re.M)
 
 
 def python_program(runnable: Sequence[Block]) -> str:

@@ -4,7 +4,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import chex
 import flax
@@ -157,7 +156,7 @@ def test_fine_tuning_resizes_every_learned_kind(posemb, tmp_path):
     np.testing.assert_allclose(new[[0, 35, -1]], table[[0, 15, -1]], rtol=1e-5, atol=1e-6)
 
 
-def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatch):
+def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatch, warm_python):
   folder = make_folder(str(tmp_path / 'images'), {'train': [8, 8], 'test': [4, 4]},
                        size=(10, 10))
   workdir = str(tmp_path / 'sweep')
@@ -189,21 +188,21 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
   recipe.write_text('import ml_collections\n\n\ndef get_config():\n  return '
                     f'ml_collections.ConfigDict({tiny_sweep(folder).to_dict()!r})\n')
   out = tmp_path / 'analysis'
-  subprocess.run([sys.executable, '-m', 'analysis', 'norm_ratio', '--config', str(recipe),
+  subprocess.run([warm_python, '-m', 'analysis', 'norm_ratio', '--config', str(recipe),
                   '--row', 'k3', '--workdir', os.path.join(workdir, 'k3'), '--num_images', '8',
                   '--batch_size', '8', '--out', str(out)], check=True, cwd=ROOT)
   assert list(json.loads((out / 'norm_ratio.json').read_text())) == ['tiny_k3']
   # Several rows in one command, from the sweep's directory: CKA across them, and the
   # same-layer curve of the two rows (one architecture).
   both = tmp_path / 'both'
-  subprocess.run([sys.executable, '-m', 'analysis', 'cka', '--config', str(recipe),
+  subprocess.run([warm_python, '-m', 'analysis', 'cka', '--config', str(recipe),
                   '--rows', 'global,k3', '--workdir', workdir, '--num_images', '8',
                   '--batch_size', '8', '--out', str(both)], check=True, cwd=ROOT)
   result = json.loads((both / 'cka.json').read_text())
   assert list(result['cka']) == ['tiny_global', 'tiny_global vs tiny_k3', 'tiny_k3']
   assert (both / 'joint_cka_same_layer.png').exists()
   assert 'same layer: first' in (both / 'report.md').read_text()
-  refused = subprocess.run([sys.executable, '-m', 'analysis', 'cka', '--config', str(recipe),
+  refused = subprocess.run([warm_python, '-m', 'analysis', 'cka', '--config', str(recipe),
                             '--rows', 'global,k3', '--row', 'k3', '--workdir', workdir],
                            cwd=ROOT, capture_output=True, text=True)
   assert refused.returncode != 0 and '--rows takes a sweep recipe' in refused.stderr

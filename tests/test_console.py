@@ -5,7 +5,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -52,9 +51,9 @@ def test_the_libraries_repeats_of_a_reported_failure_are_left_out():
   assert passes('absl', logging.WARNING, 'a warning')
 
 
-def _train(workdir, folder, *extra):
+def _train(python, workdir, folder, *extra):
   return subprocess.run(
-      [sys.executable, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
+      [python, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
        '--workdir', str(workdir), f'--config.dataset={folder}', '--config.image_size=8',
        '--config.model.hidden_size=16', '--config.model.mlp_dim=32',
        '--config.model.num_layers=1', '--config.model.num_heads=2', '--config.batch_size=16',
@@ -67,10 +66,10 @@ def _train(workdir, folder, *extra):
 @pytest.mark.slow
 @pytest.mark.e2e  # the train command whole, three times; its parts are tested above and in
 # tests/test_faults.py (damaged checkpoints)
-def test_the_console_holds_the_projects_lines_and_a_refusal_only_its_error(tmp_path):
+def test_the_console_holds_the_projects_lines_and_a_refusal_only_its_error(tmp_path, warm_python):
   folder = make_folder(str(tmp_path / 'images'), {'train': [8, 8], 'test': [4, 4]},
                        size=(8, 8))
-  run = _train(tmp_path / 'run', folder)
+  run = _train(warm_python, tmp_path / 'run', folder)
   assert run.returncode == 0, run.stderr
   lines = run.stderr.splitlines()
   assert all(PROJECT_LINE.match(line) for line in lines), run.stderr
@@ -81,12 +80,12 @@ def test_the_console_holds_the_projects_lines_and_a_refusal_only_its_error(tmp_p
   assert sum('evaluation on 8 images: accuracy' in s for s in said) == 1
   assert run.stdout.splitlines()[-1].startswith('Final evaluation on 8 images: accuracy')
   # --verbosity=0 brings back the libraries' notes: orbax's, per checkpoint.
-  verbose = _train(tmp_path / 'verbose', folder, '--verbosity=0')
+  verbose = _train(warm_python, tmp_path / 'verbose', folder, '--verbosity=0')
   assert verbose.returncode == 0 and 'checkpoint_manager.py' in verbose.stderr
   # Every checkpoint damaged: a warning per checkpoint, then the one error.
   for step in os.listdir(tmp_path / 'run' / 'checkpoints'):
     damage(tmp_path / 'run' / 'checkpoints' / step, stride=256)
-  refused = _train(tmp_path / 'run', folder)
+  refused = _train(warm_python, tmp_path / 'run', folder)
   lines = refused.stderr.splitlines()
   assert refused.returncode == 1 and lines[-1].startswith('Error: No checkpoint in')
   # The splits' image counts come first, as in every run.

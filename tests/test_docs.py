@@ -113,7 +113,7 @@ def _run(command, cwd, what):
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('page', PAGES)
-def test_code_blocks_run(page, tmp_path):
+def test_code_blocks_run(page, tmp_path, warm_python):
   for name in doc_snippets.LINKED:
     os.symlink(os.path.join(ROOT, name), tmp_path / name)
   runnable = [b for b in doc_snippets.blocks(page) if b.language in doc_snippets.RUN
@@ -122,12 +122,13 @@ def test_code_blocks_run(page, tmp_path):
     _make(name, str(tmp_path))
   for block in runnable:
     if block.language == 'bash':
-      code = doc_snippets.interpreter_commands(block.runnable_code(), sys.executable)
+      code = doc_snippets.interpreter_commands(block.runnable_code(), warm_python,
+                                               os.path.dirname(sys.executable))
       code = re.sub(r'\bDIR\b', 'workdirs/dir', code)
       _run(['bash', '-e', '-o', 'pipefail', '-c', code], tmp_path, block.where)
   program = [b for b in runnable if b.language == 'python']
   if program:
-    _run([sys.executable, '-c', doc_snippets.python_program(program)], tmp_path,
+    _run([warm_python, '-c', doc_snippets.python_program(program)], tmp_path,
          ', '.join(b.where for b in program))
 
 
@@ -163,8 +164,8 @@ def test_directives_are_parsed(tmp_path):
   assert (first.line, first.files, first.runnable_code()) == (4, ('A.npz',), 'echo c\n')
   assert second.language == 'text'
   assert doc_snippets.interpreter_commands(
-      '.venv/bin/python -m x && python y.py\nPYTHONPATH=t .venv/bin/mkdocs build\n', '/v/bin/py') \
-      == '/v/bin/py -m x && /v/bin/py y.py\nPYTHONPATH=t /v/bin/mkdocs build\n'
+      '.venv/bin/python -m x && python y.py\nPYTHONPATH=t .venv/bin/mkdocs build\n', '/w/py',
+      '/v/bin') == '/w/py -m x && /w/py y.py\nPYTHONPATH=t /v/bin/mkdocs build\n'
 
 
 @pytest.fixture(scope='module')

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -229,10 +228,10 @@ def test_each_tool_shrinks_to_its_stated_minimum(vit, name, options, smallest):
   assert TOOLS[name].minimum
 
 
-def _analysis(tmp_path, *args):
+def _analysis(python, tmp_path, *args):
   path = quickstart_vit_checkpoint(tmp_path)
   return subprocess.run(
-      [sys.executable, '-m', 'analysis', *args, '--config', 'configs/quickstart_vit.py',
+      [python, '-m', 'analysis', *args, '--config', 'configs/quickstart_vit.py',
        '--checkpoint', path, '--num_images', '40', '--batch_size', '20',
        '--out', str(tmp_path / 'out'), '--notensorboard'],
       capture_output=True, text=True, cwd=ROOT, timeout=600)
@@ -245,10 +244,10 @@ def test_pricing_stops_at_its_deadline_and_names_the_tools_left(vit, passes_at_1
 
 
 @pytest.mark.slow
-def test_a_budget_the_tools_do_not_fit_still_ends_with_a_report(tmp_path):
+def test_a_budget_the_tools_do_not_fit_still_ends_with_a_report(tmp_path, warm_python):
   """A budget far too short: the most important tools that fit run, the others are
   left out, and the report lists each with the command that runs it; exit 0."""
-  done = _analysis(tmp_path, 'all', '--time_budget=2s')
+  done = _analysis(warm_python, tmp_path, 'all', '--time_budget=2s')
   assert done.returncode == 0, done.stderr[-3000:]
   assert 'Left out, ' in done.stdout
   plan = json.loads((tmp_path / 'out' / report.PLAN_FILE).read_text())
@@ -264,15 +263,15 @@ def test_a_budget_the_tools_do_not_fit_still_ends_with_a_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path):
-  done = _analysis(tmp_path, 'norm_ratio', '--time_budget=1h')
+def test_a_budget_that_fits_prints_and_keeps_the_estimates(tmp_path, warm_python):
+  done = _analysis(warm_python, tmp_path, 'norm_ratio', '--time_budget=1h')
   assert done.returncode == 0, done.stderr[-3000:]
   assert 'Estimated: norm_ratio' in done.stdout
   estimated = json.loads((tmp_path / 'out' / 'estimates.json').read_text())
   measured = json.loads((tmp_path / 'out' / 'timings.json').read_text())
   assert set(estimated) == set(measured) == {'norm_ratio'}
   assert np.isfinite(estimated['norm_ratio']) and estimated['norm_ratio'] > 0
-  done = _analysis(tmp_path, 'norm_ratio', '--time_budget=soon')
+  done = _analysis(warm_python, tmp_path, 'norm_ratio', '--time_budget=soon')
   assert done.returncode != 0 and 'not a duration' in done.stderr
 
 

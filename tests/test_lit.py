@@ -315,13 +315,13 @@ def _setup_zero_shot(tmp_path, bert_vocab):
 
 
 @pytest.mark.slow
-def test_zero_shot_command_end_to_end(tmp_path, bert_vocab):
+def test_zero_shot_command_end_to_end(tmp_path, bert_vocab, warm_python):
   """The command's predictions are the authors' rule recomputed here: prompts of
   each class embedded, averaged per class, and each image given the class of
   highest dot product."""
   model, config, variables, dataset = _setup_zero_shot(tmp_path, bert_vocab)
   results = tmp_path / 'zeroshot.json'
-  command = [sys.executable, '-m', 'vit_jax.zeroshot', '--model', 'LiT-testing', '--checkpoint',
+  command = [warm_python, '-m', 'vit_jax.zeroshot', '--model', 'LiT-testing', '--checkpoint',
              str(tmp_path / 'LiT-testing.npz'), '--dataset', dataset, '--prompt', 'a photo of a {}.',
              '--prompt', '{}', '--results', str(results)]
   run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -6,7 +6,6 @@ import inspect
 import math
 import os
 import subprocess
-import sys
 
 import chex
 import flax
@@ -358,7 +357,7 @@ def test_make_update_fn_descends():
 
 
 @pytest.mark.slow
-def test_main_fine_tunes_and_writes_checkpoint_n(tmp_path, testing_checkpoint):
+def test_main_fine_tunes_and_writes_checkpoint_n(tmp_path, testing_checkpoint, warm_python):
   """`python -m vit_jax.main` with the original's config file and fields, on an
   image folder: `checkpoint_N` in the workdir, and `train_and_evaluate`'s
   parameters equal the run's params.npz."""
@@ -370,7 +369,7 @@ def test_main_fine_tunes_and_writes_checkpoint_n(tmp_path, testing_checkpoint):
            f'--config.dataset={root}', '--config.pp.crop=32', '--config.batch=16',
            '--config.batch_eval=16', '--config.total_steps=4', '--config.warmup_steps=1',
            '--config.eval_every=2', '--config.accum_steps=2']
-  done = subprocess.run([sys.executable, '-m', 'vit_jax.main', f'--workdir={workdir}',
+  done = subprocess.run([warm_python, '-m', 'vit_jax.main', f'--workdir={workdir}',
                          f'--config={spec}'] + flags, capture_output=True, text=True,
                         timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
@@ -388,10 +387,10 @@ def test_main_fine_tunes_and_writes_checkpoint_n(tmp_path, testing_checkpoint):
                            '--config.image_size=32', '--config.steps=3',
                            '--config.initial_steps=1']),
     ('vit.py:testing,cifar10', ['--config.trainer=inference_time', '--config.pp.crop=32'])])
-def test_inference_time_from_the_command_line(tmp_path, spec, flags):
+def test_inference_time_from_the_command_line(tmp_path, spec, flags, warm_python):
   spec = os.path.join(os.path.dirname(models_config.__file__), spec)
   done = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.main', f'--workdir={tmp_path}', f'--config={spec}',
+      [warm_python, '-m', 'vit_jax.main', f'--workdir={tmp_path}', f'--config={spec}',
        '--config.batch=8'] + flags, capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   assert any(name.startswith('events.out') for name in os.listdir(tmp_path))
@@ -544,7 +543,7 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
   assert _folder_bytes(other) == left
 
 
-def test_the_original_commands_usage_errors_are_one_sentence_in_its_terms(tmp_path):
+def test_the_original_commands_usage_errors_are_one_sentence_in_its_terms(tmp_path, warm_python):
   """A mistyped config path, a config argument without its dataset, a dataset or
   model the configs have no preset for, and a checkpoint missing from
   pretrained_dir: each one sentence whose advice names the original's fields."""
@@ -563,7 +562,7 @@ def test_the_original_commands_usage_errors_are_one_sentence_in_its_terms(tmp_pa
                      r'fine-tunes from --config.pretrained_dir \(\S+\), where the file is '
                      r'testing\.npz\. Download it there'):
     train.train_and_evaluate(config, str(tmp_path / 'w'))
-  done = subprocess.run([sys.executable, '-m', 'vit_jax.main', f'--workdir={tmp_path / "w"}',
+  done = subprocess.run([warm_python, '-m', 'vit_jax.main', f'--workdir={tmp_path / "w"}',
                          f'--config={spec}.typo:testing,cifar10'], capture_output=True,
                         text=True, timeout=300, check=False)
   assert done.returncode == 1

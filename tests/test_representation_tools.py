@@ -507,14 +507,14 @@ def published_layout(tmp_path, name, num_classes=2):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
+def test_paper_scale_command_on_a_generated_checkpoint(tmp_path, warm_python):
   """The README's Park & Kim command (a published-layout ViT-Ti/16 with the ImageNet
   fine-tuning recipe), on a generated checkpoint and image folder at 32 px."""
   folder = make_folder(str(tmp_path / 'images'), {'train': [6, 6], 'test': [6, 6]}, (40, 40))
   path = published_layout(tmp_path, 'ViT-Ti_16')
   out = tmp_path / 'out'
   subprocess.run(
-      [sys.executable, '-m', 'analysis', 'hessian', '--config', 'configs/vit_b16.py:imagenet2012',
+      [warm_python, '-m', 'analysis', 'hessian', '--config', 'configs/vit_b16.py:imagenet2012',
        '--config.model_name=ViT-Ti_16', '--config.image_size=32', '--config.model.dtype=float32',
        '--config.train_split=train', '--config.eval_split=test', '--checkpoint', path,
        '--dataset', folder, '--num_images', '8', '--batch_size', '4', '--hessian_batches', '2',
@@ -527,7 +527,7 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path):
+def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path, warm_python):
   """The README's CKA and attention-distance commands (published ViT, hybrid and
   BiT layouts with their ImageNet recipes) on generated checkpoints, with the
   smallest published model of each kind, at 32 px."""
@@ -548,7 +548,7 @@ def test_paper_scale_forward_commands_on_generated_checkpoints(tmp_path):
   # tested on every family in test_landscape_tools.
   for tool, second in (('cka', bit), ('attention_distance', hybrid)):
     out = tmp_path / tool
-    subprocess.run([sys.executable, '-m', 'analysis', tool] + vit + second + data +
+    subprocess.run([warm_python, '-m', 'analysis', tool] + vit + second + data +
                    ['--out', str(out)], check=True, cwd=ROOT)
     result = json.loads((out / f'{tool}.json').read_text())
     assert json.loads((out / 'timings.json').read_text())[tool] > 0
@@ -592,7 +592,7 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
       part for part in sae._findings('dinov2', result, lambda *keys: '') if isinstance(part, str))
 
 
-def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path):
+def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path, warm_python):
   """'configs/papers.py:vit' and ':vit-authors' are papers_vit and papers_vit-authors;
   one recipe twice stays <file> and <file>_2."""
   from configs import papers
@@ -603,7 +603,7 @@ def test_two_recipes_of_one_file_are_labelled_by_their_arguments(tmp_path):
   for second, labels in (('vit-authors', ['papers_vit', 'papers_vit-authors']),
                          ('vit', ['papers', 'papers_2'])):
     out = tmp_path / second
-    subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance',
+    subprocess.run([warm_python, '-m', 'analysis', 'attention_distance',
                     '--config', 'configs/papers.py:vit', '--checkpoint', path,
                     '--config2', f'configs/papers.py:{second}', '--checkpoint2', path,
                     '--num_images', '8', '--batch_size', '8', '--out', str(out)],

@@ -4,7 +4,6 @@ refusal of runs that are not seeds of one recipe."""
 import dataclasses
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -229,13 +228,13 @@ def test_a_row_started_from_another_row_starts_from_its_seed():
     ({'lr': 0.003, 'seed': 1}, r'runs of different recipes: .*b differs from .*a in lr: 0.001 '
                                r'-> 0.003\. Give the seeds of one recipe'),
     ({'lr': 0.001, 'seed': 0}, 'more than one run of seed 0: give each seed once')])
-def test_runs_that_are_not_seeds_of_one_recipe_are_refused(tmp_path, second, says):
+def test_runs_that_are_not_seeds_of_one_recipe_are_refused(tmp_path, second, says, warm_python):
   import re
   for name, settings in (('a', {'lr': 0.001, 'seed': 0}), ('b', second)):
     (tmp_path / name).mkdir()
     (tmp_path / name / 'config.json').write_text(json.dumps(settings))
   run = subprocess.run(
-      [sys.executable, '-m', 'analysis', 'attention_distance', '--config',
+      [warm_python, '-m', 'analysis', 'attention_distance', '--config',
        'configs/quickstart_vit.py', '--workdir', f'{tmp_path / "a"},{tmp_path / "b"}',
        '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
@@ -246,14 +245,14 @@ def test_runs_that_are_not_seeds_of_one_recipe_are_refused(tmp_path, second, say
     (['--rows', 'none', '--seeds', '0,1'],
      r'runs of different recipes: .*none\.seed1 differs from .*none\.seed0 in lr'),
     (['--seeds', '0,1'], '--seeds names the runs of each row of --rows: give --rows')])
-def test_the_rows_of_a_sweep_are_analysed_as_their_seeds_runs(tmp_path, flags, says):
+def test_the_rows_of_a_sweep_are_analysed_as_their_seeds_runs(tmp_path, flags, says, warm_python):
   import re
   for seed in (0, 1):
     (tmp_path / f'none.seed{seed}').mkdir()
     (tmp_path / f'none.seed{seed}' / 'config.json').write_text(
         json.dumps({'lr': 0.001 * (seed + 1), 'seed': seed}))
   run = subprocess.run(
-      [sys.executable, '-m', 'analysis', 'attention_distance', '--config',
+      [warm_python, '-m', 'analysis', 'attention_distance', '--config',
        'configs/ablations.py:registers', '--workdir', str(tmp_path), *flags,
        '--out', str(tmp_path / 'out')], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr[-2000:]
@@ -261,8 +260,8 @@ def test_the_rows_of_a_sweep_are_analysed_as_their_seeds_runs(tmp_path, flags, s
 
 
 @pytest.mark.parametrize('seeds', ['-1', '0,0'])
-def test_a_negative_or_repeated_seed_is_one_sentence_before_any_work(tmp_path, seeds):
-  done = subprocess.run([sys.executable, '-m', 'vit_jax.sweep', '--config',
+def test_a_negative_or_repeated_seed_is_one_sentence_before_any_work(tmp_path, seeds, warm_python):
+  done = subprocess.run([warm_python, '-m', 'vit_jax.sweep', '--config',
                          'configs/ablations.py:skip', '--workdir', str(tmp_path / 'w'),
                          f'--seeds={seeds}'], cwd=ROOT, capture_output=True, text=True,
                         timeout=300, check=False)

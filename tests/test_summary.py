@@ -2,12 +2,11 @@
 import json
 import os
 import subprocess
-import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path):
+def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path, warm_python):
   vit, resnet, analysis = tmp_path / 'vit', tmp_path / 'resnet', tmp_path / 'analysis'
   for workdir in (vit, resnet, analysis):
     workdir.mkdir()
@@ -18,7 +17,7 @@ def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path)
   (analysis / 'timings.json').write_text(json.dumps({'hessian': 200.0, 'cka': 3.3,
                                                       'erf': 15.0, 'probes': 4.0}))
   (analysis / 'report.html').write_text('<html></html>')
-  out = subprocess.run([sys.executable, 'scripts/summary.py', str(vit), str(resnet),
+  out = subprocess.run([warm_python, 'scripts/summary.py', str(vit), str(resnet),
                         '--analysis', str(analysis)], cwd=REPO, capture_output=True, text=True,
                        check=True).stdout
   assert 'Summary (CPU: ' in out
@@ -29,7 +28,8 @@ def test_the_quick_start_summary_names_steps_accuracy_times_and_report(tmp_path)
   assert f'report: {analysis / "report.html"}' in out
 
 
-def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_out(tmp_path):
+def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_out(
+    tmp_path, warm_python):
   """A run whose load average was 8 on 2 cores, with 35% of the cores, trained 602
   steps where a quiet machine trains about 602 / 0.35; a quiet run says nothing
   of load; the tools a time budget left out (without results) are named."""
@@ -45,7 +45,7 @@ def test_the_summary_says_when_load_cut_training_short_and_what_the_budget_left_
       'erf': {'time_budget': '15m', 'left_out': 'not fitting', 'command': 'python -m ...'},
       'landscape': {'time_budget': '15m', 'options': {'points': [21, 11]}}}))
   (analysis / 'erf.json').write_text('{}')  # run later on its own: no longer left out
-  out = subprocess.run([sys.executable, 'scripts/summary.py', str(busy), str(quiet),
+  out = subprocess.run([warm_python, 'scripts/summary.py', str(busy), str(quiet),
                         '--analysis', str(analysis)], cwd=REPO, capture_output=True, text=True,
                        check=True).stdout
   assert (f'{busy}: 602 of 6,084 steps, accuracy 80.3% on 10,000 images, 15m00s; the machine '

@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import subprocess
-import sys
 from typing import Optional
 
 import numpy as np
@@ -126,13 +125,13 @@ def test_options_are_checked_and_a_flag_two_tools_share_must_agree(registry):
 
 
 @pytest.mark.slow
-def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp_path):
+def test_a_tool_registered_outside_the_package_runs_through_the_command_line(tmp_path, warm_python):
   config_path = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
   npz = quickstart_vit_checkpoint(tmp_path)
   out = tmp_path / 'out'
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get('PYTHONPATH', '')]))
   subprocess.run(
-      [sys.executable, '-m', 'analysis', 'logit_margin', '--tool_modules=logit_margin_tool',
+      [warm_python, '-m', 'analysis', 'logit_margin', '--tool_modules=logit_margin_tool',
        '--config', config_path, '--checkpoint', npz, '--num_images', '20', '--batch_size', '10',
        '--out', str(out), '--logit_margin_rank=3'], check=True, cwd=ROOT, env=env)
   result = json.loads((out / 'logit_margin.json').read_text())['quickstart_vit']

@@ -459,9 +459,9 @@ def test_the_budget_probe_times_real_steps(folder):
   chex.assert_trees_all_equal(jax.tree_util.tree_map(np.asarray, setup.state.params), before)
 
 
-def test_wrong_config_key_is_named(tmp_path):
+def test_wrong_config_key_is_named(tmp_path, warm_python):
   result = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/quickstart_vit.py',
+      [warm_python, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/quickstart_vit.py',
        '--workdir', str(tmp_path), '--config.learning_rat=0.1'],
       capture_output=True, text=True, cwd=REPO, timeout=300)
   assert result.returncode != 0
@@ -488,9 +488,9 @@ def test_a_run_without_its_inputs_names_all_of_them_before_any_work(tmp_path, mo
   assert 'does not exist' in input_pipeline.unavailable('folder:' + str(tmp_path / 'none'))
 
 
-def test_the_headline_command_offline_fails_at_once_naming_the_checkpoint(tmp_path):
+def test_the_headline_command_offline_fails_at_once_naming_the_checkpoint(tmp_path, warm_python):
   result = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/vit_b16.py',
+      [warm_python, '-m', 'vit_jax.train', '--config', f'{REPO}/configs/vit_b16.py',
        '--workdir', str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=300)
   assert result.returncode != 0
   assert 'This run cannot start' in result.stderr

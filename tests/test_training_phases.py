@@ -4,7 +4,6 @@ training with the end."""
 import json
 import os
 import subprocess
-import sys
 
 import chex
 import numpy as np
@@ -65,10 +64,10 @@ def test_the_run_keeps_the_parameters_of_the_named_steps(run):
                             checkpoint.load(os.path.join(workdir, 'params.npz'))['head']['kernel'])
 
 
-def test_the_analysis_runs_on_each_step_with_the_joint_max_eigenvalue_spectra(run):
+def test_the_analysis_runs_on_each_step_with_the_joint_max_eigenvalue_spectra(run, warm_python):
   workdir, recipe, root = run
   out = root / 'analysis'
-  subprocess.run([sys.executable, '-m', 'analysis', 'hessian', '--config', recipe,
+  subprocess.run([warm_python, '-m', 'analysis', 'hessian', '--config', recipe,
                   '--workdir', workdir, '--steps', 'warmup,last', '--num_images', '16',
                   '--batch_size', '8', '--hessian_batches', '2', '--lanczos_steps', '6',
                   '--out', str(out)], check=True, cwd=ROOT)
@@ -80,13 +79,13 @@ def test_the_analysis_runs_on_each_step_with_the_joint_max_eigenvalue_spectra(ru
   assert subjects['tiny_step2']['source'] == os.path.join(workdir, 'params_2.npz')
 
 
-def test_a_model_given_as_its_seeds_runs_is_one_model_per_step_over_its_seeds(run):
+def test_a_model_given_as_its_seeds_runs_is_one_model_per_step_over_its_seeds(run, warm_python):
   workdir, recipe, root = run
   second = str(root / 'run_seed1')
   config = tiny_config(f'folder:{root / "images"}', keep_params_at='warmup,6', seed=1)
   loop.train_and_evaluate(config, second)
   out = root / 'analysis_seeds'
-  subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance', '--config', recipe,
+  subprocess.run([warm_python, '-m', 'analysis', 'attention_distance', '--config', recipe,
                   '--workdir', f'{workdir},{second}', '--steps', 'warmup,last',
                   '--num_images', '8', '--batch_size', '8', '--out', str(out)],
                  check=True, cwd=ROOT)
@@ -110,9 +109,9 @@ def test_a_model_given_as_its_seeds_runs_is_one_model_per_step_over_its_seeds(ru
                                per_run.std(0, ddof=1), rtol=1e-5, atol=1e-7)
 
 
-def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
+def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run, warm_python):
   workdir, recipe, root = run
-  refused = subprocess.run([sys.executable, '-m', 'analysis', 'hessian', '--config', recipe,
+  refused = subprocess.run([warm_python, '-m', 'analysis', 'hessian', '--config', recipe,
                             '--workdir', workdir, '--steps', '4', '--out', str(root / 'x')],
                            cwd=ROOT, capture_output=True, text=True)
   assert refused.returncode != 0
@@ -122,7 +121,7 @@ def test_a_step_the_run_did_not_keep_is_refused_naming_those_kept(run):
 
 
 @pytest.mark.slow
-def test_two_models_of_one_recipe_at_steps_are_four_models_each_from_its_own_run(run):
+def test_two_models_of_one_recipe_at_steps_are_four_models_each_from_its_own_run(run, warm_python):
   """--config and --config2 of one recipe file, each at warm-up and last: the second
   model's labels end in '_2' before the steps are added, so no label is given twice
   and each model at each step reads its own run's parameters."""
@@ -131,7 +130,7 @@ def test_two_models_of_one_recipe_at_steps_are_four_models_each_from_its_own_run
   loop.train_and_evaluate(tiny_config(f'folder:{root / "images"}', keep_params_at='warmup,6',
                                       seed=2), second)
   out = root / 'analysis_two'
-  subprocess.run([sys.executable, '-m', 'analysis', 'attention_distance', '--config', recipe,
+  subprocess.run([warm_python, '-m', 'analysis', 'attention_distance', '--config', recipe,
                   '--workdir', workdir, '--config2', recipe, '--workdir2', second,
                   '--steps', 'warmup,last', '--num_images', '8', '--batch_size', '8',
                   '--out', str(out)], check=True, cwd=ROOT)

@@ -314,7 +314,8 @@ def test_a_finished_run_exports_a_folder_transformers_loads_with_its_card(tmp_pa
   np.testing.assert_allclose(np.load(spec['output']), ours, atol=1e-5 * np.abs(ours).max())
 
 
-def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(tmp_path):
+def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(
+    tmp_path, warm_python):
   """No results.json: refused, nothing written. A pooled quick-start ViT: the
   training command refuses it before training, its workdir left as it was."""
   from vit_jax import export, workdir
@@ -329,7 +330,7 @@ def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(t
     export.transformers_folder(run, str(tmp_path / 'hf'))
   assert not (tmp_path / 'hf').exists()
   done = subprocess.run(
-      [sys.executable, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
+      [warm_python, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
        '--workdir', str(tmp_path / 'gap'), '--export_transformers', str(tmp_path / 'hf')],
       cwd=ROOT, capture_output=True, text=True)
   assert done.returncode == 1 and "classifier 'gap'" in done.stderr, done.stderr[-2000:]

@@ -1,0 +1,83 @@
+"""The warm interpreter the tests run commands on (tests/warm_python.py) behaves as
+`python` does: arguments, working directory, environment, streams, exit status,
+signals, and its own JAX devices."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+SHOW = ('import os, sys; print(sys.argv[1:], os.getcwd(), os.environ.get("ASKED"), '
+        'sys.stdin.read().strip()); print("to stderr", file=sys.stderr); sys.exit(int(sys.argv[2]))')
+
+
+def _both(command, **kwargs):
+  """The results of `command` (its interpreter first) under the warm interpreter
+  and under a new one."""
+  return [subprocess.run([python, *command], capture_output=True, text=True, timeout=120, **kwargs)
+          for python in (kwargs.pop('warm'), sys.executable)]
+
+
+def test_a_fork_runs_as_python_does(warm_python, tmp_path):
+  warm, cold = _both(['-c', SHOW, 'a b', '7'], warm=warm_python, cwd=tmp_path,
+                     input='from stdin\n')
+  assert warm.returncode == cold.returncode == 7
+  assert warm.stdout == cold.stdout == f"['a b', '7'] {tmp_path} None from stdin\n"
+  assert warm.stderr == cold.stderr == 'to stderr\n'
+
+
+def test_modules_scripts_errors_and_exit_messages(warm_python, tmp_path):
+  script = tmp_path / 'script.py'
+  script.write_text('import sys\nprint(__name__, sys.argv)\nsys.exit("a message")\n')
+  warm, cold = _both([str(script), 'x'], warm=warm_python, cwd=tmp_path)
+  assert (warm.returncode, warm.stdout, warm.stderr) == (1, f"__main__ ['{script}', 'x']\n",
+                                                         'a message\n')
+  assert (cold.returncode, cold.stdout, cold.stderr) == (warm.returncode, warm.stdout, warm.stderr)
+  warm, cold = _both(['-c', 'raise ValueError("wrong")'], warm=warm_python)
+  assert warm.returncode == cold.returncode == 1
+  assert warm.stderr.splitlines()[-1] == cold.stderr.splitlines()[-1] == 'ValueError: wrong'
+  warm, cold = _both(['-m', 'vit_jax.train', '--helpfull'], warm=warm_python, cwd=ROOT)
+  assert (warm.returncode, warm.stdout) == (cold.returncode, cold.stdout)
+  assert '--workdir' in warm.stdout
+
+
+def test_each_command_starts_its_own_devices_under_its_xla_flags(warm_python):
+  count = 'import jax; print(jax.device_count())'
+  for devices in (1, 3):
+    env = dict(os.environ, XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}')
+    done = subprocess.run([warm_python, '-c', count], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.stdout.strip() == str(devices), done.stderr
+
+
+def test_an_environment_read_at_import_gets_a_new_interpreter(warm_python):
+  """JAX reads JAX_* as it is imported, which the server has done with its own."""
+  env = dict(os.environ, JAX_ENABLE_X64='1', WARM_PYTHON_VERBOSE='1')
+  done = subprocess.run([warm_python, '-c', 'import jax; print(jax.config.jax_enable_x64)'],
+                        capture_output=True, text=True, env=env, timeout=120)
+  assert done.stdout.strip() == 'True'
+  assert 'a new interpreter: the environment differs in JAX_ENABLE_X64' in done.stderr
+
+
+@pytest.mark.parametrize('number', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_reaches_the_command(warm_python, tmp_path, number):
+  ready = tmp_path / 'ready'
+  code = ('import pathlib, signal, sys, time\n'
+          'signal.signal(signal.SIGTERM, lambda *a: sys.exit(5))\n'
+          f'pathlib.Path({str(ready)!r}).touch()\n'
+          'time.sleep(60)\n')
+  process = subprocess.Popen([warm_python, '-c', code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 60
+  while not ready.exists() and time.time() < deadline:
+    time.sleep(0.05)
+  process.send_signal(number)
+  process.wait(timeout=60)
+  # SIGTERM: the command's own handler exits 5; SIGINT: an uncaught KeyboardInterrupt,
+  # which ends the interpreter by the signal.
+  assert process.returncode == (5 if number == signal.SIGTERM else -signal.SIGINT)
+  assert (number == signal.SIGTERM) == ('KeyboardInterrupt' not in process.stderr.read())
