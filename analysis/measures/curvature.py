@@ -54,32 +54,42 @@ def loops_on_host(architecture: str) -> bool:
 
 
 def sum_over_batches(fn: Callable[[Any], Any], batches: Batches, init: Any,
-                     unroll: bool = False) -> Any:
+                     unroll: bool = False, which: Optional[jax.Array] = None) -> Any:
   """init + the sum of fn(batch) over the K stacked batches: a `lax.scan`, whose
   compile time does not grow with K, or with `unroll` a Python loop, straight-line
   code: XLA:CPU runs convolutions inside any loop body, even one of a single
   trip, several times slower (a ResNet's gradient on one batch of 100: 0.92 s in
-  a scan against 0.12 s outside one).
+  a scan against 0.12 s outside one). With `which`, (first, end), only batches
+  first to end - 1 are summed, in a loop of that many trips, so that one program
+  serves any run of the batches (not with `unroll`).
 
   Args:
     fn: one batch -> a tree.
     batches: K stacked batches.
     init: the tree the sum starts from.
     unroll: a Python loop instead of a scan.
+    which: the run of batches, (2,) integers, or None for all.
 
   Returns:
     The summed tree.
   """
   if unroll:
+    if which is not None:
+      raise ValueError('A run of batches picked in the program needs a loop in it, not unroll.')
     total = init
     for i in range(batches[0].shape[0]):
       total = otu.tree_add(total, fn(jax.tree_util.tree_map(lambda x: x[i], batches)))
     return total
+  if which is not None:
+    return jax.lax.fori_loop(which[0], which[1], lambda i, t: otu.tree_add(t, fn(
+        jax.tree_util.tree_map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False),
+                               batches))), init)
   total, _ = jax.lax.scan(lambda t, batch: (otu.tree_add(t, fn(batch)), None), init, batches)
   return total
 
 
-def hvp(loss: Loss, params: Any, batches: Batches, vector: Any, unroll: bool = False) -> Any:
+def hvp(loss: Loss, params: Any, batches: Batches, vector: Any, unroll: bool = False,
+        which: Optional[jax.Array] = None) -> Any:
   """H v at `params` by forward-over-reverse differentiation (jvp of the gradient),
   one batch at a time (`sum_over_batches`), averaged: the loss is a mean over
   batches plus a penalty, so this is the whole Hessian's product, at the memory of
@@ -91,6 +101,7 @@ def hvp(loss: Loss, params: Any, batches: Batches, vector: Any, unroll: bool = F
     batches: K stacked batches.
     vector: a tree like `params`.
     unroll: as in `sum_over_batches`.
+    which: as in `sum_over_batches`: the product over those batches alone.
 
   Returns:
     H v, a tree like `params`.
@@ -98,13 +109,15 @@ def hvp(loss: Loss, params: Any, batches: Batches, vector: Any, unroll: bool = F
   def product(batch):
     single = jax.tree_util.tree_map(lambda x: x[None], batch)
     return jax.jvp(lambda p: jax.grad(loss)(p, single), (params,), (vector,))[1]
-  count = batches[0].shape[0]
-  total = sum_over_batches(product, batches, otu.tree_zeros_like(vector), unroll)
+  count = batches[0].shape[0] if which is None else which[1] - which[0]
+  total = sum_over_batches(product, batches, otu.tree_zeros_like(vector), unroll, which)
   return jax.tree_util.tree_map(lambda x: x / count, total)
 
 
 def flat_hvp(loss: Loss, params: Any, unroll: bool = False) -> Tuple[Callable[..., jax.Array], int]:
-  """(matvec, dimension): matvec(v, params, batches) = H v on flat vectors.
+  """(matvec, dimension): matvec(v, params, batches) = H v on flat vectors, and
+  matvec(v, params, batches, which) over the run of batches `which` picks
+  (`sum_over_batches`), one program for any run.
 
   Parameters and batches are arguments, not closed over, so that under `jit`
   they are inputs rather than constants XLA would try to fold; pass them to the
@@ -123,8 +136,8 @@ def flat_hvp(loss: Loss, params: Any, unroll: bool = False) -> Tuple[Callable[..
   _, unravel = ravel_pytree(params)
 
   @jax.jit
-  def matvec(v, params, batches):
-    return ravel_pytree(hvp(loss, params, batches, unravel(v), unroll))[0]
+  def matvec(v, params, batches, which=None):
+    return ravel_pytree(hvp(loss, params, batches, unravel(v), unroll, which))[0]
   return matvec, dimension(params)
 
 
@@ -224,8 +237,9 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
 
   Returns:
     (matvec, dimension, operands, method): matvec(v, *operands(slice)) is H v over
-    the batches the slice picks (`slice(None)`: all of them); method is
-    'linearised' or 'jvp of grad'.
+    the batches the slice picks (`slice(None)`: all of them; without `unroll`,
+    every slice has operands of one shape, so one compiled program serves them
+    all); method is 'linearised' or 'jvp of grad'.
   """
   dim = dimension(params)
   count = batches[0].shape[0]
@@ -234,8 +248,16 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
     linearisations = linearise(loss, params, batches)
     return linearised_hvp(params), dim, lambda which: (linearisations[which],), 'linearised'
   matvec, _ = flat_hvp(loss, params, unroll)
-  return (matvec, dim, lambda which: (params, tuple(x[which] for x in batches)),
-          'jvp of grad')
+  if unroll:
+    return (matvec, dim, lambda which: (params, tuple(x[which] for x in batches)),
+            'jvp of grad')
+
+  def operands(which: slice) -> tuple:  # every run of batches one program
+    picked = range(count)[which]
+    if picked.step != 1:
+      raise ValueError(f'A run of batches is consecutive; {which} is not.')
+    return params, batches, jnp.array([picked.start, picked.stop], jnp.int32)
+  return matvec, dim, operands, 'jvp of grad'
 
 
 def available_memory() -> int:

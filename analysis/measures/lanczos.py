@@ -47,10 +47,12 @@ def _orthogonalise(w: jax.Array, basis: jax.Array) -> jax.Array:
 
 
 def _lanczos_update(i, carry, w: jax.Array, key: jax.Array, size: int, mesh: Optional[Mesh]):
-  """The step after the product: w = H basis[i] orthogonalised into basis[i + 1]."""
-  basis, alphas, betas = carry
+  """The step after the product: w = H basis[i] orthogonalised into basis[i + 1]; the
+  first step's product is kept as it came (`first_product`)."""
+  basis, alphas, betas, first = carry
   v = basis[i]
   w = _split(jnp.pad(w, (0, v.shape[0] - size)), mesh)
+  first = jnp.where(i == 0, w, first)
   alpha = jnp.vdot(w, v)
   w = _orthogonalise(w, basis)  # rows after i are still zero
   beta = jnp.linalg.norm(w)
@@ -64,7 +66,8 @@ def _lanczos_update(i, carry, w: jax.Array, key: jax.Array, size: int, mesh: Opt
 
   following = jax.lax.cond(broke_down, restart, lambda w: w / beta, w)
   basis = _split(basis.at[i + 1].set(following), mesh)
-  return basis, alphas.at[i].set(alpha), betas.at[i].set(jnp.where(broke_down, 0., beta))
+  return (basis, alphas.at[i].set(alpha), betas.at[i].set(jnp.where(broke_down, 0., beta)),
+          first)
 
 
 # The host loop's update, compiled once per basis shape; the loop state is donated,
@@ -121,11 +124,24 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
   Returns:
     (alphas (m,), betas (m-1,), the orthonormal basis (m, n)).
   """
+  alphas, betas, basis, _ = _run(matvec, start, num_steps, num_steps, key, operands, host_loop,
+                                 on_step, mesh)
+  return alphas, betas[:-1], basis[:-1, :start.shape[0]]
+
+
+def _run(matvec: MatVec, start: jax.Array, num_steps, capacity: int, key: Optional[jax.Array],
+         operands: Sequence, host_loop: bool, on_step: Optional[Callable[[Any], None]],
+         mesh: Optional[Mesh]) -> Tuple[jax.Array, ...]:
+  """`lanczos_tridiag`'s loop in a basis of `capacity` + 1 rows, of which the first
+  `num_steps` + 1 are filled (a traced count without `host_loop`): (alphas
+  (capacity,), betas (capacity,), the basis, the first product H start / |start|),
+  zero past `num_steps`."""
   key = jax.random.PRNGKey(0) if key is None else key
   size = start.shape[0]
-  basis = jnp.zeros((num_steps + 1, padded_size(size, mesh)), start.dtype)
+  basis = jnp.zeros((capacity + 1, padded_size(size, mesh)), start.dtype)
   basis = _split(basis.at[0, :size].set(start / jnp.linalg.norm(start)), mesh)
-  carry = (basis, jnp.zeros(num_steps, start.dtype), jnp.zeros(num_steps, start.dtype))
+  carry = (basis, jnp.zeros(capacity, start.dtype), jnp.zeros(capacity, start.dtype),
+           jnp.zeros_like(basis[0]))
   if host_loop:
     for i in range(num_steps):
       w = matvec(carry[0][i, :size], *operands)
@@ -137,19 +153,62 @@ def lanczos_tridiag(matvec: MatVec, start: jax.Array, num_steps: int,
     carry = jax.lax.fori_loop(
         0, num_steps, lambda i, c: _lanczos_step(i, c, matvec, key, operands, size, mesh),
         carry)
-  basis, alphas, betas = carry
-  return alphas, betas[:-1], basis[:-1, :size]
+  basis, alphas, betas, first = carry
+  return alphas, betas, basis, first[:size]
 
 
-def _coefficients(*args, **kwargs) -> Tuple[jax.Array, jax.Array]:
-  """`lanczos_tridiag`'s alphas and betas: its basis never leaves the program."""
-  return lanczos_tridiag(*args, **kwargs)[:2]
+def _coefficients(matvec: MatVec, start: jax.Array, num_steps, capacity: int, key: jax.Array,
+                  operands: Sequence, host_loop: bool, on_step: Optional[Callable[[Any], None]],
+                  mesh: Optional[Mesh]) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """`_run`'s alphas, betas and first product: its basis never leaves the program."""
+  alphas, betas, _, first = _run(matvec, start, num_steps, capacity, key, operands, host_loop,
+                                 on_step, mesh)
+  return alphas, betas, first
 
 
-# Compiled once per operator and step count, then reused for new operands
-# (e.g. the minibatches of a Hessian).
+# Compiled once per operator and capacity, then reused for any step count up to it and
+# any operands of the same shapes (the minibatches of a Hessian, a block's mask).
 _compiled_coefficients = jax.jit(_coefficients, static_argnames=(
-    'matvec', 'num_steps', 'host_loop', 'on_step', 'mesh'))
+    'matvec', 'capacity', 'host_loop', 'on_step', 'mesh'))
+
+
+def run(matvec: MatVec, start: jax.Array, num_steps: int, key: jax.Array = None,
+        operands: Sequence = (), host_loop: bool = False,
+        on_step: Optional[Callable[[Any], None]] = None, mesh: Optional[Mesh] = None,
+        capacity: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray, jax.Array]:
+  """`num_steps` Lanczos steps as `lanczos_tridiag` takes them, keeping only the
+  tridiagonal matrix and the first product. Compiled (without `host_loop`) for a
+  basis of `capacity` steps (at least `num_steps`; `num_steps` if None), so that
+  runs of any step count up to it share one program: give the largest step count
+  of the runs to come.
+
+  Args:
+    matvec: the operator, v -> matvec(v, *operands).
+    start: the first vector, (n,).
+    num_steps: m, the Lanczos steps.
+    key: as in `lanczos_tridiag`.
+    operands: as in `lanczos_tridiag`.
+    host_loop: as in `lanczos_tridiag`.
+    on_step: as in `lanczos_tridiag`.
+    mesh: as in `lanczos_tridiag`.
+    capacity: the steps the compiled program holds.
+
+  Returns:
+    (alphas (m,), betas (m-1,), matvec(start / |start|)).
+  """
+  capacity = num_steps if capacity is None else capacity
+  if num_steps > capacity:
+    raise ValueError(f'{num_steps} Lanczos steps do not fit a basis of {capacity}.')
+  key = jax.random.PRNGKey(0) if key is None else key
+  if host_loop:
+    alphas, betas, first = _coefficients(matvec, start, num_steps, capacity, key,
+                                         tuple(operands), True, on_step, mesh)
+  else:
+    alphas, betas, first = _compiled_coefficients(
+        matvec=matvec, start=start, num_steps=jnp.int32(num_steps), capacity=capacity, key=key,
+        operands=tuple(operands), host_loop=False, on_step=None, mesh=mesh)
+  alphas, betas = np.asarray(alphas), np.asarray(betas)
+  return alphas[:num_steps], betas[:max(num_steps - 1, 0)], first
 
 
 def tridiag_eigh(alphas: np.ndarray, betas: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -201,7 +260,8 @@ def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
                         key: jax.Array = None, dtype: Any = jnp.float32,
                         operands: Sequence = (), host_loop: bool = False,
                         on_step: Optional[Callable[[Any], None]] = None,
-                        mesh: Optional[Mesh] = None) -> Dict[str, np.ndarray]:
+                        mesh: Optional[Mesh] = None,
+                        capacity: Optional[int] = None) -> Dict[str, np.ndarray]:
   """Ritz estimates of the k largest-magnitude and the k most negative eigenvalues,
   from a random start.
 
@@ -216,23 +276,23 @@ def extreme_eigenvalues(matvec: MatVec, dim: int, num_steps: int, k: int = 5,
     host_loop: as in `lanczos_tridiag`.
     on_step: as in `lanczos_tridiag`.
     mesh: as in `lanczos_tridiag`.
+    capacity: as in `run`.
 
   Returns:
     `ritz_summary` of the run.
   """
   key = jax.random.PRNGKey(0) if key is None else key
   start_key, loop_key = jax.random.split(key)
-  run = _coefficients if host_loop else _compiled_coefficients
-  alphas, betas = run(matvec=matvec, start=jax.random.normal(start_key, (dim,), dtype),
-                      num_steps=num_steps, key=loop_key, operands=tuple(operands),
-                      host_loop=host_loop, on_step=on_step if host_loop else None, mesh=mesh)
+  alphas, betas, _ = run(matvec, jax.random.normal(start_key, (dim,), dtype), num_steps,
+                         loop_key, operands, host_loop, on_step, mesh, capacity)
   return ritz_summary(alphas, betas, k)
 
 
 def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Array = None,
         dtype: Any = jnp.float32, operands: Sequence = (), host_loop: bool = False,
         on_step: Optional[Callable[[Any], None]] = None,
-        mesh: Optional[Mesh] = None) -> Tuple[np.ndarray, np.ndarray]:
+        mesh: Optional[Mesh] = None,
+        capacity: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
   """Nodes and weights (num_probes, num_steps) of stochastic Lanczos quadrature,
   one Rademacher probe per row, the probes one after the other through one
   compiled program (with `host_loop`, as in `lanczos_tridiag`, calling
@@ -251,37 +311,33 @@ def slq(matvec: MatVec, dim: int, num_steps: int, num_probes: int, key: jax.Arra
     host_loop: as in `lanczos_tridiag`.
     on_step: as in `lanczos_tridiag`.
     mesh: as in `lanczos_tridiag`.
+    capacity: as in `run`.
 
   Returns:
     (nodes, weights), each (num_probes, num_steps).
   """
   key = jax.random.PRNGKey(0) if key is None else key
-  probe_keys = jax.random.split(key, num_probes)
-
-  def one_probe(probe_key, ops):
+  pairs = []
+  for probe_key in jax.random.split(key, num_probes):
     start_key, loop_key = jax.random.split(probe_key)
-    start = jax.random.rademacher(start_key, (dim,), dtype)
-    return _coefficients(matvec, start, num_steps, loop_key, ops, host_loop,
-                         on_step if host_loop else None, mesh)
-
-  if host_loop:
-    runs = [one_probe(k, tuple(operands)) for k in probe_keys]
-  else:
-    compiled = jax.jit(one_probe)
-    runs = [compiled(k, tuple(operands)) for k in probe_keys]
-  alphas, betas = np.stack([r[0] for r in runs]), np.stack([r[1] for r in runs])
-  pairs = [quadrature(a, b) for a, b in zip(np.asarray(alphas), np.asarray(betas))]
+    alphas, betas, _ = run(matvec, jax.random.rademacher(start_key, (dim,), dtype), num_steps,
+                           loop_key, operands, host_loop, on_step, mesh, capacity)
+    pairs.append(quadrature(alphas, betas))
   return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
 
 def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
-               segment_ids: Optional[jax.Array] = None, num_segments: int = 1) -> np.ndarray:
+               segment_ids: Optional[jax.Array] = None, num_segments: int = 1,
+               capacity: Optional[int] = None, host_loop: bool = False,
+               mesh: Optional[Mesh] = None) -> np.ndarray:
   """v^T H v for each probe v (rows of `probes`), split into its sums over segments
   of the flat vector (coordinates with `segment_ids` b: a parameter block), shape
   (probes, num_segments). With Rademacher probes (E[v v^T] = I) the mean of column b
   estimates the trace of block b's diagonal block and the mean of the row sums
   tr(H) (Hutchinson's estimator, PyHessian's trace), one product per probe.
-  `matvec` is called as it is, so pass a compiled one.
+  Without `capacity`, `matvec` is called as it is, so pass a compiled one; with
+  it, each product is the first of a one-step Lanczos run through the program of
+  that capacity (`run`), which the caller's other runs share.
 
   Args:
     matvec: the operator, v -> matvec(v, *operands).
@@ -289,12 +345,22 @@ def hutchinson(matvec: MatVec, probes: jax.Array, operands: Sequence = (),
     operands: the arrays `matvec` takes after the vector.
     segment_ids: each coordinate's segment, (n,) integers (all 0 if None).
     num_segments: the number of segments.
+    capacity: as in `run`; None: no Lanczos program.
+    host_loop: as in `lanczos_tridiag`, with `capacity`.
+    mesh: as in `lanczos_tridiag`, with `capacity`.
 
   Returns:
     (probes, num_segments) sums of v * Hv per segment.
   """
   ids = jnp.zeros(probes.shape[1], jnp.int32) if segment_ids is None else segment_ids
-  return np.stack([np.asarray(_segment_products(v, matvec(v, *operands), ids, num_segments))
+
+  def product(v):
+    if capacity is None:
+      return matvec(v, *operands)
+    # The run's first product is H v / |v|.
+    return run(matvec, v, 1, None, operands, host_loop, None, mesh, capacity)[2] * \
+        jnp.linalg.norm(v)
+  return np.stack([np.asarray(_segment_products(v, product(v), ids, num_segments))
                    for v in probes])
 
 

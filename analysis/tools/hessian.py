@@ -114,7 +114,8 @@ def _operator(subject: Subject, batches: Batches, options: Options):
                                                options.hessian_l2_on)
   fixed = fixed_batches(batches, split, options.hessian_batches, subject.config.num_classes,
                         subject.mesh)
-  basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use),
+  basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use,
+                            options.block_steps_in_use),
                         curvature.dimension(subject.params), subject.label)
   return (*curvature.minibatch_hvp(loss, subject.params, fixed, host_loop, keep_free=basis),
           host_loop, description)
@@ -149,20 +150,27 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
                                  + options.trace_probes_in_use)
       + sum(min(options.block_steps_in_use, n) for n in sizes.values()),
       'minibatch Hessian-vector products')
-  lanczos_run = functools.partial(lanczos.extreme_eigenvalues, host_loop=host_loop,
-                                  on_step=lambda carry: done.advance(1, carry), mesh=subject.mesh)
+  # Every run, of any step count, minibatch or block, through one program: the product
+  # with a block's diagonal block (`curvature.block_matvec`), the whole Hessian's under
+  # a mask of ones, in a basis of the most steps any run takes.
+  masked, whole = curvature.block_matvec(matvec), jnp.ones(dim, jnp.float32)
+  shared = dict(host_loop=host_loop, mesh=subject.mesh,
+                capacity=max(options.lanczos_steps, options.density_steps_in_use,
+                             options.block_steps_in_use))
+  lanczos_run = functools.partial(lanczos.extreme_eigenvalues,
+                                  on_step=lambda carry: done.advance(1, carry), **shared)
   tops = []
   for i in range(options.hessian_batches):
-    tops.append(lanczos_run(matvec, dim, options.lanczos_steps, options.hessian_top_k,
-                            jax.random.PRNGKey(i), operands=operands(slice(i, i + 1))
+    tops.append(lanczos_run(masked, dim, options.lanczos_steps, options.hessian_top_k,
+                            jax.random.PRNGKey(i), operands=(whole, *operands(slice(i, i + 1)))
                             )['top'].tolist())
     if not host_loop:
       done.advance(options.lanczos_steps)
-  nodes, weights = lanczos.slq(matvec, dim, options.density_steps_in_use, options.density_probes,
-                               operands=operands(slice(None)), host_loop=host_loop,
+  nodes, weights = lanczos.slq(masked, dim, options.density_steps_in_use, options.density_probes,
+                               operands=(whole, *operands(slice(None))),
                                on_step=lambda carry: done.advance(options.hessian_batches, carry),
-                               mesh=subject.mesh)
-  block_top, masked = {}, curvature.block_matvec(matvec)  # one program for every block
+                               **shared)
+  block_top = {}
   for b, name in enumerate(blocks):
     steps = min(options.block_steps_in_use, sizes[name])
     block_top[name] = float(lanczos_run(
@@ -172,7 +180,8 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
       done.advance(steps)
   signs = jax.random.rademacher(jax.random.PRNGKey(options.hessian_batches),
                                 (options.trace_probes_in_use, dim), jnp.float32)
-  sums = lanczos.hutchinson(matvec, signs, operands(slice(None)), ids, len(blocks))
+  sums = lanczos.hutchinson(masked, signs, (whole, *operands(slice(None))), ids, len(blocks),
+                            **shared)
   done.advance(options.hessian_batches * options.trace_probes_in_use)
   return {'objective': {'name': options.hessian_objective, **description}, 'hvp': method,
           'top_per_minibatch': tops, 'num_parameters': dim,
@@ -356,7 +365,7 @@ def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   blocks = sum(min(options.block_steps_in_use, n)
                for n in curvature.block_sizes(subject.params).values())
   return Work({'hvp': products + blocks},
-              {'hvp': 2 if curvature.loops_on_host(subject.layers.architecture) else 4})
+              {'hvp': 2 if curvature.loops_on_host(subject.layers.architecture) else 1})
 
 
 TOOL = register(Tool(
