@@ -16,6 +16,7 @@ from analysis.runtime import features
 from analysis.tools import TOOLS, hessian, nll, robustness
 from helpers import TINY_VIT, batches, init, make_folder, perturbed, subject
 from vit_jax import checkpoint, models
+from xla_flags import optimised
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -518,7 +519,8 @@ def test_paper_scale_command_on_a_generated_checkpoint(tmp_path, warm_python):
        '--config.model_name=ViT-Ti_16', '--config.image_size=32', '--config.model.dtype=float32',
        '--config.train_split=train', '--config.eval_split=test', '--checkpoint', path,
        '--dataset', folder, '--num_images', '8', '--batch_size', '4', '--hessian_batches', '2',
-       '--lanczos_steps', '3', '--out', str(out)], check=True, cwd=ROOT)
+       '--lanczos_steps', '3', '--out', str(out)], check=True, cwd=ROOT,
+      env=dict(os.environ, XLA_FLAGS=optimised()))
   result = json.loads((out / 'hessian.json').read_text())['vit_b16']
   assert np.array(result['top_per_minibatch']).shape == (2, 3)  # 3 steps: 3 Ritz values
   assert result['objective']['name'] == 'training'

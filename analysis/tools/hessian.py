@@ -347,9 +347,9 @@ def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
 def work(subject: Subject, options: Options, amounts: Amounts) -> Work:
   """Minibatch Hessian-vector products: Lanczos for the top eigenvalues on each
   minibatch, then the SLQ probes and the trace probes over all of them, and
-  Lanczos on each block's diagonal block on one minibatch; the four compile apart,
-  except where the host drives them (`curvature.minibatch_hvp`: one product's
-  program, and the linearisation's or the product over all batches).
+  Lanczos on each block's diagonal block on one minibatch, all through one
+  compiled program, except where the host drives them (`curvature.minibatch_hvp`:
+  one product's program, and the linearisation's or the product over all batches).
 
   Args:
     subject: the model.
