@@ -66,6 +66,8 @@ SMALL_TOWER = dict(SMALL_VIT)
 SMALL_TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
 SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                    image_size=32, patch_size=8)
+# A BiT of two stages: the tiny BiT of the tests (`width_factor` 0.5, units 1, 2).
+SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
 
 
 @needs_transformers
@@ -89,14 +91,17 @@ SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, 
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
     ('SiglipConfig', 'SiglipModel.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
+    # BiT, with its head and without (BitModel's pooled features are (B, C, 1, 1)).
+    ('BitConfig', 'BitForImageClassification', dict(SMALL_BIT, num_labels=5), 'logits'),
+    ('BitConfig', 'BitModel', dict(SMALL_BIT, drop_path_rate=0.1), 'pooler_output'),
 ])
-def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, read, tmp_path):
+def test_a_transformers_model_gives_transformers_outputs(config, model, fields, read, tmp_path):
   model, _, method = model.partition('.')
   folder, x, theirs = run_transformers(tmp_path, config=config, model=model, fields=fields,
                                        read=read, **({'method': method} if method else {}))
   module, params = checkpoint.from_pretrained(folder)
   ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
-  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
+  np.testing.assert_allclose(ours, theirs.reshape(ours.shape), atol=1e-5 * np.abs(theirs).max())
   # The same parameters through the checkpoint reader.
   jax.tree_util.tree_map(np.testing.assert_array_equal, checkpoint.load(folder), params)
 
@@ -115,11 +120,20 @@ def test_a_transformers_vit_gives_transformers_outputs(config, model, fields, re
     (dict(model_type='clip', vision_config=dict(SMALL_VIT, hidden_act='relu')),
      "hidden_act 'relu'"),
     (dict(model_type='siglip', vision_config=['damaged']), "vision_config \\['damaged'\\]"),
+    (dict(model_type='bit', layer_type='bottleneck'), 'post-activation unit'),
+    (dict(model_type='bit', global_padding='SAME'), "TensorFlow's 'SAME' padding"),
+    (dict(model_type='bit', embedding_dynamic_padding=True), 'embedding_dynamic_padding True'),
+    (dict(model_type='bit', hidden_act='gelu'), "hidden_act 'gelu'"),
+    (dict(model_type='bit', embedding_size=48), 'embedding_size 48'),
+    (dict(model_type='bit', hidden_sizes=[128, 512]), 'hidden_sizes \\[128, 512\\]'),
+    (dict(model_type='bit', depths=[1, 0]), 'depths \\[1, 0\\]'),
+    (dict(model_type='bit', output_stride=4), 'output_stride 4'),
 ])
-def test_a_field_the_vit_cannot_express_is_refused_naming_it(change, says, tmp_path):
+def test_a_field_the_model_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'
   folder.mkdir()
-  base = SMALL_DINOV2 if str(change.get('model_type')).startswith('dinov2') else SMALL_VIT
+  kind = str(change.get('model_type'))
+  base = SMALL_DINOV2 if kind.startswith('dinov2') else SMALL_BIT if kind == 'bit' else SMALL_VIT
   config = {'model_type': 'vit', **base, **change}
   (folder / hf_files.CONFIG).write_text(json.dumps(config))
   (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
@@ -242,6 +256,45 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   # And read back here: the same parameters.
   _, back = checkpoint.from_pretrained(folder)
   jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
+
+
+@needs_transformers
+@pytest.mark.parametrize('classes,auto,read', [(3, 'AutoModelForImageClassification', 'logits'),
+                                               (0, 'AutoModel', 'pooler_output')])
+def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, read, tmp_path):
+  from helpers import init, perturbed, tiny_family_config
+  from vit_jax import models
+  config = tiny_family_config('bit', num_classes=classes)
+  model = models.build_model(config)
+  params = perturbed(init(model, 32), scale=0.02)['params']
+  folder = str(tmp_path / 'model')
+  hf_files.write(folder, params, config, image_size=32)
+  assert json.loads(open(os.path.join(folder, hf_files.CONFIG)).read())['architectures'] == [
+      'BitForImageClassification' if classes else 'BitModel']
+  x = images(2, 32)
+  ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
+  np.save(tmp_path / 'images.npy', x)
+  spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read}
+  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  theirs = np.load(spec['output']).reshape(ours.shape)
+  np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
+  _, back = checkpoint.from_pretrained(folder)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
+
+
+def test_a_bit_folder_normalising_otherwise_than_to_minus_one_one_is_refused(tmp_path):
+  """BiT reads images in [-1, 1]: ImageNet statistics in the folder's
+  preprocessor would make another function of the same weights."""
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / hf_files.CONFIG).write_text(json.dumps({'model_type': 'bit', **SMALL_BIT}))
+  (folder / hf_files.PREPROCESSOR).write_text(json.dumps(
+      {'image_mean': [0.485, 0.456, 0.406], 'image_std': [0.229, 0.224, 0.225]}))
+  (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
+  with pytest.raises(CheckpointError, match=r'mean \[0.485, 0.456, 0.406\].*\[-1, 1\]'):
+    checkpoint.from_pretrained(str(folder))
 
 
 def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):

@@ -139,6 +139,9 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   fields = family.transformers_fields(config)
   pixels = _pixel_fields(folder)  # checked, as the config is, before the weights are read
   name = _zoo_name(family, fields)
+  if pixels and 'pixel_mean' not in models.get_config(name):
+    _check_unit_range(folder, pixels)  # a family without pixel statistics reads [-1, 1]
+    pixels = {}
   state = read_state_dict(weights)
   timm_state, extra, extra_fields = family.from_transformers(state)
   flat = published_from_timm(timm_state, name, **fields)
@@ -146,6 +149,17 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
   fixed.pop('image_size')
   return name, {**fields, **fixed, **extra_fields, **pixels}, {**flat, **extra}
+
+
+def _check_unit_range(folder: str, pixels: Mapping[str, Any]) -> None:
+  """Refuses pixel statistics other than mean 0.5 and std 0.5 (images in [-1, 1])
+  for a family whose models have no others."""
+  if not (np.allclose(pixels['pixel_mean'], 0.5, rtol=0, atol=1e-6)
+          and np.allclose(pixels['pixel_std'], 0.5, rtol=0, atol=1e-6)):
+    raise CheckpointError(
+        f"{folder}'s {PREPROCESSOR} normalises images with mean {list(pixels['pixel_mean'])} "
+        f"and std {list(pixels['pixel_std'])}; this model reads images in [-1, 1] (mean 0.5, "
+        'std 0.5) and has no field for others.')
 
 
 def _zoo_name(family: Family, fields: Mapping[str, Any]) -> str:

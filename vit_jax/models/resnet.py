@@ -417,4 +417,8 @@ FAMILY = Family(
     module=ResNetV2, layers=layers, describe=describe, head='resnet/head/',
     tiny=('BiT-M-R50x1', dict(num_layers=(1, 1))),
     to_timm=resnet_layouts.to_timm, timm_fields=resnet_layouts.timm_fields,
+    transformers_types=resnet_layouts.TRANSFORMERS_TYPES,
+    transformers_fields=resnet_layouts.transformers_fields,
+    from_transformers=resnet_layouts.from_transformers,
+    to_transformers=resnet_layouts.to_transformers,
     sequence_fields=('num_layers',))
