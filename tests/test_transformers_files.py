@@ -268,7 +268,7 @@ def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, rea
   model = models.build_model(config)
   params = perturbed(init(model, 32), scale=0.02)['params']
   folder = str(tmp_path / 'model')
-  hf_files.write(folder, params, config, image_size=32)
+  checkpoint.save(folder, {'params': params}, format='transformers', config=config, image_size=32)
   assert json.loads(open(os.path.join(folder, hf_files.CONFIG)).read())['architectures'] == [
       'BitForImageClassification' if classes else 'BitModel']
   x = images(2, 32)
@@ -282,6 +282,18 @@ def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, rea
   np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
   _, back = checkpoint.from_pretrained(folder)
   jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
+
+
+def test_saving_for_transformers_needs_the_models_config_and_a_known_format(tmp_path):
+  from helpers import init, tiny_family_config
+  from vit_jax import models
+  config = tiny_family_config('bit')
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(ValueError, match='give config='):
+    checkpoint.save(str(tmp_path / 'model'), params, format='transformers')
+  with pytest.raises(ValueError, match="Unknown checkpoint format 'onnx'; use one of npz, "):
+    checkpoint.save(str(tmp_path / 'model'), params, format='onnx')
+  assert not (tmp_path / 'model').exists()
 
 
 def test_a_bit_folder_normalising_otherwise_than_to_minus_one_one_is_refused(tmp_path):

@@ -10,7 +10,7 @@ another layout (current-Flax names, big_vision) are read through the family's
 """
 import io
 import os
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -172,8 +172,15 @@ def _read_npz(path: epath.Path) -> Flat:
   return flat
 
 
-def save(path: str, params: Mapping[str, Any]) -> None:
-  """Writes `params` (or `{'params': params}`) as a published-layout `.npz`.
+FORMATS = ('npz', 'transformers')
+
+
+def save(path: str, params: Mapping[str, Any],
+         format: str = 'npz',  # pylint: disable=redefined-builtin  (numpy's and jax's word)
+         config: Optional[ml_collections.ConfigDict] = None, image_size: Optional[int] = None,
+         labels: Optional[Sequence[str]] = None) -> None:
+  """Writes `params` (or `{'params': params}`) as a published-layout `.npz`, or as
+  a Hugging Face `transformers` folder (`hf_files.write`).
 
   Floating arrays are stored as float32, as in the public files. A LiT tree is
   written as it is (its image tower keeps its 'img/' prefix). The file is
@@ -181,9 +188,29 @@ def save(path: str, params: Mapping[str, Any]) -> None:
   partial file under `path`.
 
   Args:
-    path: where to write, local or gs://.
+    path: where to write, local or gs:// (for 'transformers', the folder).
     params: the parameter tree (nested or flat, any array type).
+    format: 'npz', or 'transformers': `config.json`, `model.safetensors` and
+      `preprocessor_config.json` that `transformers` loads, which need `config`
+      and `image_size`.
+    config: the model config (`models.get_config`), for 'transformers'.
+    image_size: the images' side in pixels, for 'transformers'.
+    labels: the classes' names, for 'transformers' (LABEL_<i> if None).
+
+  Raises:
+    ValueError: an unknown format, or 'transformers' without the model's config
+      or image size.
+    CheckpointError: a model `transformers` cannot hold (`hf_files.converted`).
   """
+  if format == 'transformers':
+    if config is None or image_size is None:
+      raise ValueError("format='transformers' writes the model's config.json: give config= "
+                       '(models.get_config(...)) and image_size=.')
+    hf_files.write(path, params['params'] if 'params' in params else params, config, image_size,
+                   labels)
+    return
+  if format != 'npz':
+    raise ValueError(f'Unknown checkpoint format {format!r}; use one of {", ".join(FORMATS)}.')
   arrays = {}
   for key, value in published(flatten(params)).items():
     value = np.asarray(value)
