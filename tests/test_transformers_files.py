@@ -46,7 +46,9 @@ model.save_pretrained(spec['folder'])
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
 with torch.no_grad():  # the forward, or a two-tower model's image features
   out = getattr(model, spec.get('method', '__call__'))(pixel_values=x)
-np.save(spec['output'], getattr(out, spec['read']).numpy())
+read, _, token = spec['read'].partition(':')  # 'last_hidden_state:0': one token's
+out = getattr(out, read)
+np.save(spec['output'], (out[:, int(token)] if token else out).numpy())
 '''
 
 SMALL_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -91,6 +93,13 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
     ('SiglipConfig', 'SiglipModel.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
+    # ViT-MAE's encoder, alone and in the pre-training model (its decoder left out):
+    # the class token after the last LayerNorm; with no masking its patches are
+    # shuffled, which the class token does not see.
+    ('ViTMAEConfig', 'ViTMAEModel', dict(SMALL_VIT, mask_ratio=0.), 'last_hidden_state:0'),
+    ('ViTMAEConfig', 'ViTMAEForPreTraining.vit',
+     dict(SMALL_VIT, mask_ratio=0., decoder_hidden_size=16, decoder_num_hidden_layers=1,
+          decoder_num_attention_heads=2, decoder_intermediate_size=32), 'last_hidden_state:0'),
     # BiT, with its head and without (BitModel's pooled features are (B, C, 1, 1)).
     ('BitConfig', 'BitForImageClassification', dict(SMALL_BIT, num_labels=5), 'logits'),
     ('BitConfig', 'BitModel', dict(SMALL_BIT, drop_path_rate=0.1), 'pooler_output'),

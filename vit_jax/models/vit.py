@@ -875,7 +875,7 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 module_layout=vit_layouts.module_layout,
                 to_timm=vit_layouts.to_timm,
                 timm_fields=vit_layouts.timm_fields,
-                transformers_types=(('vit', 'deit') + vit_layouts.DINOV2_TYPES
+                transformers_types=(('vit', 'deit', 'vit_mae') + vit_layouts.DINOV2_TYPES
                                     + vit_layouts.TOWER_TYPES),
                 transformers_fields=vit_layouts.transformers_fields,
                 from_transformers=vit_layouts.from_transformers,

@@ -359,8 +359,8 @@ def _positive(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
 
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
-  """The ViT fields a transformers config.json sets (`vit`, `dinov2`,
-  `dinov2_with_registers`, and CLIP's and SigLIP's image towers: `TOWER_TYPES`, a
+  """The ViT fields a transformers config.json sets (`vit`, `vit_mae`'s encoder,
+  `dinov2`, `dinov2_with_registers`, and CLIP's and SigLIP's image towers: `TOWER_TYPES`, a
   two-tower folder's from its `vision_config`), or a CheckpointError naming one
   these ViTs cannot express. What the weights fix (the head, LayerScale,
   registers, CLIP's LayerNorm before the blocks, the patch bias) is read from them.
@@ -423,7 +423,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
 def from_transformers(state: Mapping[str, np.ndarray]
                       ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
   """A transformers ViT's or DINOv2's weights (the files' names, with or without
-  the backbone's prefix, 'vit.' or 'dinov2.'), or a CLIP or SigLIP image tower's
+  the backbone's prefix, 'vit.' or 'dinov2.'; a ViT-MAE's encoder, its decoder left
+  out), or a CLIP or SigLIP image tower's
   (`_tower_to_timm`), under timm's names; `ViTModel`'s pooler (dense and tanh on the class token)
   as the pre-logits layer, which timm has no place for; and DINOv2 with registers'
   class-token position embedding added to the class token, as timm's conversion
@@ -455,7 +456,8 @@ def from_transformers(state: Mapping[str, np.ndarray]
       pooler['pre_logits/bias'] = np.asarray(value)
     elif name == 'embeddings.register_tokens':
       out['reg_token'] = value
-    elif name != 'embeddings.mask_token':  # masked image modelling's, unused on images
+    elif name != 'embeddings.mask_token' and not key.startswith('decoder.'):
+      # Neither masked image modelling's mask token nor MAE's decoder acts on whole images.
       raise CheckpointError(f'The weights hold {key!r}, which a transformers ViT of this '
                             'project has no place for.')
   if 'head.weight' in out and 'blocks.0.ls1.gamma' in out:
