@@ -22,6 +22,19 @@ def _both(command, **kwargs):
           for python in (kwargs.pop('warm'), sys.executable)]
 
 
+def test_a_command_of_a_test_is_a_fork_of_the_server(warm_python, tmp_path):
+  """With the test's own environment (pytest's PYTEST_CURRENT_TEST included) and
+  in a folder linking to the repository's packages, as the pages' commands run."""
+  os.symlink(os.path.join(ROOT, 'vit_jax'), tmp_path / 'vit_jax')
+  loaded = 'import sys; print("vit_jax.models" in sys.modules)'
+  for env in (os.environ, dict(os.environ, PYTHONPATH=ROOT)):
+    done = subprocess.run([warm_python, '-c', loaded], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.stdout.strip() == 'True', done.stderr
+  assert subprocess.run([sys.executable, '-c', loaded], capture_output=True, text=True,
+                        timeout=120).stdout.strip() == 'False'
+
+
 def test_a_fork_runs_as_python_does(warm_python, tmp_path):
   warm, cold = _both(['-c', SHOW, 'a b', '7'], warm=warm_python, cwd=tmp_path,
                      input='from stdin\n')

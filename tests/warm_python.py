@@ -30,18 +30,21 @@ import time
 from typing import Dict, List, Optional
 
 # What the server imports: the commands' heavy dependencies and the project's
-# modules below its commands. Never a module that defines absl flags as it is
-# imported and is itself run as a command (`vit_jax.train`): re-running it as
-# __main__ would define its flags twice.
-PRELOAD = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'grain',
-           'ml_collections', 'matplotlib.pyplot', 'scipy.stats', 'tensorflow_datasets',
-           'vit_jax.loop', 'vit_jax.entry', 'vit_jax.models', 'vit_jax.input_pipeline',
-           'analysis.tool', 'analysis.tools', 'analysis.cli.command')
-COMMANDS = ('vit_jax.train', 'vit_jax.sweep', 'vit_jax.export', 'vit_jax.zeroshot',
-            'vit_jax.main', 'vit_jax.original.main', 'analysis.__main__')
-# Read after the fork, or by the shell only: may differ between the server and a command.
+# modules below its commands, every module of the packages named; none that
+# defines an absl flag as it is imported (`vit_jax.entry`, `vit_jax.input_pipeline`'s
+# grain and TFDS, `analysis.tools`, the commands) beyond those every command
+# defines (`FLAGS_OF_EVERY_COMMAND`): a command sees the flags its own imports define,
+# and re-running a command's module as __main__ would define its flags twice.
+PRELOAD = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections',
+           'matplotlib.pyplot', 'scipy.stats', 'vit_jax.loop', 'vit_jax.models',
+           'analysis.tool', 'analysis.tool_options')
+PRELOAD_PACKAGES = ('analysis.measures', 'analysis.reporting', 'analysis.runtime')
+FLAGS_OF_EVERY_COMMAND = frozenset({'absl.app', 'absl.logging',
+                                    'orbax.checkpoint._src.multihost.multihost'})
+# Read after the fork, by the shell only, or by pytest (the test running, which a
+# command of the test's sees): may differ between the server and a command.
 LATE = frozenset({'XLA_FLAGS', 'PYTHONPATH', 'PWD', 'OLDPWD', 'SHLVL', '_', 'PS4', 'COLUMNS',
-                  'LINES'})
+                  'LINES', 'PYTEST_CURRENT_TEST', 'WARM_PYTHON_VERBOSE'})
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -122,11 +125,12 @@ def client(socket_path: str, python: str, args: List[str]) -> None:
 
 def _incompatible(env: Dict[str, str], cwd: str) -> Optional[str]:
   """Why a command of this environment may not be a fork of this server, or None."""
-  own = {k: v for k, v in _STARTED_WITH.items() if k not in LATE}
-  theirs = {k: v for k, v in env.items() if k not in LATE}
-  if theirs != own:
-    return 'the environment differs in ' + ', '.join(
-        sorted(k for k in set(own) | set(theirs) if own.get(k) != theirs.get(k)))
+  # What the imports set, a command sets as it imports them, unless it has it already.
+  own = {**_STARTED_WITH, **_SET_BY_IMPORTS}
+  differ = sorted(k for k in set(own) | set(env) if k not in LATE and own.get(k) != env.get(k)
+                  and not (k in _SET_BY_IMPORTS and k not in env))
+  if differ:
+    return 'the environment differs in ' + ', '.join(differ)
   loaded = {name.split('.')[0] for name in sys.modules}
   for entry in [cwd] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]:
     folder = os.path.join(cwd, entry)
@@ -164,7 +168,7 @@ def _run_command(args: List[str], cwd: str, env: Dict[str, str]) -> int:
     args = args[1:]
   os.chdir(cwd)
   os.environ.clear()
-  os.environ.update({**env, **_SET_BY_IMPORTS})
+  os.environ.update({**_SET_BY_IMPORTS, **env})
   extra = [os.path.join(cwd, p) for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
   base = [p for p in sys.path[1:] if p not in extra]
   try:
@@ -209,13 +213,18 @@ def serve(socket_path: str) -> None:
   """Imports PRELOAD, then forks a command for each client until its parent ends."""
   import importlib
   import selectors
+  import pkgutil
+  from absl import flags
   _STARTED_WITH.update(os.environ)
   for name in PRELOAD:
     importlib.import_module(name)
+  for package in PRELOAD_PACKAGES:
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+      importlib.import_module(f'{package}.{module.name}')
   _SET_BY_IMPORTS.update({k: v for k, v in os.environ.items() if _STARTED_WITH.get(k) != v})
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  started = [name for name in COMMANDS if name in sys.modules]
-  assert not started, f'{started} imported while preloading: their flags would be defined twice'
+  more = set(flags.FLAGS.flags_by_module_dict()) - FLAGS_OF_EVERY_COMMAND
+  assert not more, f'{sorted(more)} defined flags while preloading: a command would see them'
   assert not xla_bridge._backends, 'a backend started while preloading'  # pylint: disable=protected-access
   parent = os.getppid()
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
