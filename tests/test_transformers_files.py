@@ -251,8 +251,15 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   params = perturbed(init(model, 32), scale=0.02)['params']
   if config.pre_norm and config.num_classes:  # CLIP's projection has no bias
     params['head']['bias'] = np.zeros_like(params['head']['bias'])
+  _written_gives_its_outputs(tmp_path, model, params, config, auto, read)
+
+
+def _written_gives_its_outputs(tmp_path, model, params, config, auto, read):
+  """Writes the model for transformers, which loads it with `auto` and gives its
+  outputs (`read`) within 1e-5 of their scale; read back here, the same
+  parameters. Returns the folder."""
   folder = str(tmp_path / 'model')
-  hf_files.write(folder, params, config, image_size=32)
+  checkpoint.save(folder, {'params': params}, format='transformers', config=config, image_size=32)
   x = images(2, 32)
   ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
   np.save(tmp_path / 'images.npy', x)
@@ -260,11 +267,11 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
           'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read}
   subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
-  theirs = np.load(spec['output'])
+  theirs = np.load(spec['output']).reshape(ours.shape)  # BitModel's pooled: (B, C, 1, 1)
   np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
-  # And read back here: the same parameters.
   _, back = checkpoint.from_pretrained(folder)
   jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
+  return folder
 
 
 @needs_transformers
@@ -276,21 +283,9 @@ def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, rea
   config = tiny_family_config('bit', num_classes=classes)
   model = models.build_model(config)
   params = perturbed(init(model, 32), scale=0.02)['params']
-  folder = str(tmp_path / 'model')
-  checkpoint.save(folder, {'params': params}, format='transformers', config=config, image_size=32)
+  folder = _written_gives_its_outputs(tmp_path, model, params, config, auto, read)
   assert json.loads(open(os.path.join(folder, hf_files.CONFIG)).read())['architectures'] == [
       'BitForImageClassification' if classes else 'BitModel']
-  x = images(2, 32)
-  ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
-  np.save(tmp_path / 'images.npy', x)
-  spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
-          'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read}
-  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
-                 capture_output=True)
-  theirs = np.load(spec['output']).reshape(ours.shape)
-  np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
-  _, back = checkpoint.from_pretrained(folder)
-  jax.tree_util.tree_map(np.testing.assert_array_equal, back, jax.device_get(params))
 
 
 def test_saving_for_transformers_needs_the_models_config_and_a_known_format(tmp_path):
