@@ -9,9 +9,10 @@ and exit status are the command's own. The server never starts JAX's backend, so
 each fork starts its own devices under its own XLA_FLAGS.
 
 A command whose environment differs from the server's in a variable read at
-import (anything but the working directory's, PYTHONPATH that shadows nothing
-loaded, and XLA_FLAGS), or whose arguments are not `-m module`, `-c code` or a
-script, runs in a new interpreter, as before.
+import (`READ_AT_IMPORT`: JAX's configuration, matplotlib's, the BLAS threads,
+Python's own; not XLA_FLAGS, read when the fork starts its backend), whose
+PYTHONPATH shadows a loaded module, or whose arguments are not `-m module`,
+`-c code` or a script, runs in a new interpreter, as before.
 
 `start(env)` starts a server and returns it; its `python` is an executable file
 taking python's arguments. `python tests/warm_python.py serve SOCKET` is the
@@ -41,10 +42,13 @@ PRELOAD = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_co
 PRELOAD_PACKAGES = ('analysis.measures', 'analysis.reporting', 'analysis.runtime')
 FLAGS_OF_EVERY_COMMAND = frozenset({'absl.app', 'absl.logging',
                                     'orbax.checkpoint._src.multihost.multihost'})
-# Read after the fork, by the shell only, or by pytest (the test running, which a
-# command of the test's sees): may differ between the server and a command.
-LATE = frozenset({'XLA_FLAGS', 'PYTHONPATH', 'PWD', 'OLDPWD', 'SHLVL', '_', 'PS4', 'COLUMNS',
-                  'LINES', 'PYTEST_CURRENT_TEST', 'WARM_PYTHON_VERBOSE'})
+# The variables a preloaded module or the interpreter reads as it starts (JAX's
+# configuration, matplotlib's, the BLAS threads, Python's own): a command whose
+# value differs needs a new interpreter. Any other variable (what TensorFlow, cv2
+# or the shell set) is the command's own, set in the fork before it runs.
+READ_AT_IMPORT = ('JAX_', 'XLA_PYTHON_CLIENT_', 'MPL', 'OMP_', 'OPENBLAS_', 'MKL_', 'PYTHON')
+# Read after the fork.
+LATE = frozenset({'XLA_FLAGS', 'PYTHONPATH', 'WARM_PYTHON_VERBOSE'})
 
 
 def _send(conn: socket.socket, message: dict) -> None:
@@ -127,7 +131,8 @@ def _incompatible(env: Dict[str, str], cwd: str) -> Optional[str]:
   """Why a command of this environment may not be a fork of this server, or None."""
   # What the imports set, a command sets as it imports them, unless it has it already.
   own = {**_STARTED_WITH, **_SET_BY_IMPORTS}
-  differ = sorted(k for k in set(own) | set(env) if k not in LATE and own.get(k) != env.get(k)
+  differ = sorted(k for k in set(own) | set(env)
+                  if k.startswith(READ_AT_IMPORT) and k not in LATE and own.get(k) != env.get(k)
                   and not (k in _SET_BY_IMPORTS and k not in env))
   if differ:
     return 'the environment differs in ' + ', '.join(differ)

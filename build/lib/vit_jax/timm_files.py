@@ -1,0 +1,201 @@
+"""timm's PyTorch files and ours: a parameter tree exported as the state dict
+timm builds for the same model (`to_timm`), a state dict read back as our tree
+(`from_timm`, the exact inverse), and the reading of `.safetensors` and
+`torch.save` files (`read_state_dict`). Each family that timm covers gives its
+name mapping (`Family.to_timm`, `Family.timm_fields`)."""
+import json
+import os
+from typing import Any, Dict, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from etils import epath
+
+from vit_jax import models, torch_save
+from vit_jax.layout import Params, check_matches, flatten, published, unflatten
+from vit_jax.models.family import Flat
+from vit_jax.models.family import CheckpointError
+from vit_jax.torch_save import UnsafeFileError
+
+# A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
+TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
+
+
+def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
+  """A parameter tree as the state dict timm builds for the same model.
+
+  Args:
+    params: the tree of a `model_name` model (any layout `checkpoint.load` reads).
+    model_name: a ViT, hybrid or BiT name.
+
+  Returns:
+    name -> float32 array in PyTorch's layout, from the family's `to_timm`:
+    what timm's own `.npz` loader makes of our saved file. Wrap the arrays with
+    `torch.from_numpy` to load them.
+  """
+  state = _timm_family(model_name).to_timm({k: np.asarray(v, np.float32)
+                                            for k, v in published(flatten(params)).items()})
+  # C order, as file writers that take the raw buffer (safetensors) need.
+  return {k: np.ascontiguousarray(v) for k, v in state.items()}
+
+
+def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) -> Params:
+  """`published_from_timm` as a nested tree.
+
+  Args:
+    state_dict: name -> array or CPU tensor.
+    model_name: the model it holds.
+    **overrides: architecture fields the state dict does not fix.
+
+  Returns:
+    The nested parameter tree in the published layout.
+  """
+  return unflatten(published_from_timm(state_dict, model_name, **overrides))
+
+
+def published_from_timm(state_dict: Mapping[str, Any], model_name: str,
+                        **overrides: Any) -> Flat:
+  """The flat published parameter tree of `model_name` from a timm `state_dict` (name ->
+  array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
+
+  The head (class token, attention pooling or mean), the classes and the image
+  size come from the state dict; `overrides` set the other architecture fields
+  (a CIFAR model's `patch_size`). A qkv bias the state dict lacks (timm's
+  `qkv_bias=False`) loads as zeros; any other difference from the model is a
+  CheckpointError listing the keys.
+
+  Args:
+    state_dict: name -> array or CPU tensor.
+    model_name: the model it holds.
+    **overrides: architecture fields the state dict does not fix.
+
+  Returns:
+    The flat parameters in the published layout.
+  """
+  state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
+           if not k.endswith('num_batches_tracked')}
+  family = _timm_family(model_name)
+  try:
+    fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+  except KeyError as e:
+    raise CheckpointError(
+        f'The state dict has no {e.args[0]!r}, which a timm file of {model_name} has: it holds '
+        f'another model, or not a timm state dict (its first keys: '
+        f'{", ".join(list(state)[:5])}).') from None
+  image_size = fields.pop('image_size')
+  config = models.get_config(model_name, **{**overrides, **fields})
+  model = models.build_model(config)
+  shapes = jax.eval_shape(lambda: published(flatten(model.init(
+      jax.random.PRNGKey(0), jnp.zeros((1, image_size, image_size, 3)))['params'])))
+  # Number every parameter element and export the numbers: each timm array then
+  # says which elements it holds, so the import is the export read backwards.
+  starts = np.cumsum([0] + [int(np.prod(s.shape)) for s in shapes.values()])
+  index = np.int32 if starts[-1] < 2**31 else np.int64  # ViT-G/14 still fits int32
+  numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=index).reshape(s.shape)
+              for (k, s), start in zip(shapes.items(), starts)}
+  template = family.to_timm(numbered)
+  # timm's qkv_bias=False: the biases are zeros.
+  expected = {k: v for k, v in template.items() if k in state or not k.endswith('qkv.bias')}
+  check_matches(state, expected, f'The state dict of {model_name} '
+                f'({models.family_of(config).describe(config)})')
+  values = np.zeros(starts[-1], np.float32)
+  for key, where in template.items():
+    if key in state:
+      values[where.ravel()] = state[key].ravel()
+  return {k: values[start:start + np.prod(s.shape)].reshape(s.shape)
+          for (k, s), start in zip(shapes.items(), starts)}
+
+
+def read_state_dict(path: str) -> Dict[str, np.ndarray]:
+  """The arrays of a PyTorch state dict file.
+
+  Args:
+    path: a `.safetensors` file, or a `torch.save` file (read by `torch_save`,
+      which runs nothing the file names; a checkpoint dict holding the weights
+      under 'state_dict', 'model' or 'state_dict_ema' is unwrapped). Neither
+      needs PyTorch.
+
+  Returns:
+    name -> float32 numpy array, DistributedDataParallel's `module.` prefix taken
+    off the names.
+  """
+  path = epath.Path(path)
+  if os.fspath(path).endswith('.safetensors'):
+    try:
+      arrays = read_safetensors(path.read_bytes())
+    except (ValueError, KeyError, IndexError) as e:
+      raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+    return _unwrapped({k: np.asarray(v, np.float32) for k, v in arrays.items()})
+  try:
+    data = torch_save.load(os.fspath(path), records=('argparse',))
+  except UnsafeFileError as e:
+    raise CheckpointError(f'{e} A state dict saved by torch.save holds tensors alone.') from None
+  for key in ('state_dict', 'model', 'state_dict_ema'):
+    if isinstance(data, Mapping) and isinstance(data.get(key), Mapping):
+      data = data[key]
+      break
+  if not isinstance(data, Mapping):
+    raise CheckpointError(f'{path} holds a {type(data).__name__}, not a state dict of named '
+                          'tensors.')
+  return _unwrapped({k: np.asarray(v, np.float32) for k, v in data.items()
+                     if isinstance(v, np.ndarray)})
+
+
+# The .safetensors dtypes (its format's names) as numpy reads them; bfloat16 through
+# ml_dtypes, which safetensors' own numpy reader lacks.
+SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
+                      'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32,
+                      'I16': np.int16, 'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
+
+
+def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
+  """The arrays of a `.safetensors` file's bytes, in their stored dtypes: the
+  format's 8-byte little-endian header length, its JSON header (each array's
+  dtype, shape and byte range) and the array bytes after it.
+
+  Args:
+    data: the file's bytes.
+
+  Returns:
+    name -> array.
+
+  Raises:
+    ValueError: the bytes are not such a file; KeyError: a dtype it does not know.
+  """
+  if len(data) < 8:
+    raise ValueError('shorter than its header length')
+  size = int.from_bytes(data[:8], 'little')
+  header = json.loads(data[8:8 + size])
+  body = memoryview(data)[8 + size:]
+  out = {}
+  for name, info in header.items():
+    if name == '__metadata__':
+      continue
+    start, end = info['data_offsets']
+    if not 0 <= start <= end <= len(body):
+      raise ValueError(f'the bytes of {name} lie outside the file')
+    dtype = np.dtype(SAFETENSORS_DTYPES[info['dtype']])
+    out[name] = np.frombuffer(body[start:end], dtype).reshape(info['shape'])
+  return out
+
+
+DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it
+
+
+def _unwrapped(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """`state` with DistributedDataParallel's `module.` prefix taken off, where every
+  name has it."""
+  if state and all(k.startswith(DDP_PREFIX) for k in state):
+    return {k[len(DDP_PREFIX):]: v for k, v in state.items()}
+  return state
+
+
+def _timm_family(model_name: str):
+  family = models.family_of(models.get_config(model_name))
+  if family.to_timm is None:
+    exported = [f.title for f in models.FAMILIES.values() if f.to_timm is not None]
+    raise ValueError(f'timm layouts cover the {" and ".join(exported)} families, not '
+                     f'{model_name}.')
+  return family
