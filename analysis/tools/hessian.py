@@ -72,6 +72,11 @@ class Options:
   def block_steps_in_use(self) -> int:
     return self.block_steps or max(1, self.lanczos_steps // 2)
 
+  @property
+  def basis_steps(self) -> int:
+    """The most steps any Lanczos run takes: the basis every run shares."""
+    return max(self.lanczos_steps, self.density_steps_in_use, self.block_steps_in_use)
+
 
 def hessian_objective(subject: Subject, objective: str, unroll: bool = False,
                       l2_on: str = 'all'):
@@ -114,9 +119,7 @@ def _operator(subject: Subject, batches: Batches, options: Options):
                                                options.hessian_l2_on)
   fixed = fixed_batches(batches, split, options.hessian_batches, subject.config.num_classes,
                         subject.mesh)
-  basis = check_lanczos(max(options.lanczos_steps, options.density_steps_in_use,
-                            options.block_steps_in_use),
-                        curvature.dimension(subject.params), subject.label)
+  basis = check_lanczos(options.basis_steps, curvature.dimension(subject.params), subject.label)
   return (*curvature.minibatch_hvp(loss, subject.params, fixed, host_loop, keep_free=basis),
           host_loop, description)
 
@@ -154,9 +157,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
   # with a block's diagonal block (`curvature.block_matvec`), the whole Hessian's under
   # a mask of ones, in a basis of the most steps any run takes.
   masked, whole = curvature.block_matvec(matvec), jnp.ones(dim, jnp.float32)
-  shared = dict(host_loop=host_loop, mesh=subject.mesh,
-                capacity=max(options.lanczos_steps, options.density_steps_in_use,
-                             options.block_steps_in_use))
+  shared = dict(host_loop=host_loop, mesh=subject.mesh, capacity=options.basis_steps)
   lanczos_run = functools.partial(lanczos.extreme_eigenvalues,
                                   on_step=lambda carry: done.advance(1, carry), **shared)
   tops = []
