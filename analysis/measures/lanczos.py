@@ -199,7 +199,6 @@ def run(matvec: MatVec, start: jax.Array, num_steps: int, key: jax.Array = None,
   capacity = num_steps if capacity is None else capacity
   if num_steps > capacity:
     raise ValueError(f'{num_steps} Lanczos steps do not fit a basis of {capacity}.')
-  key = jax.random.PRNGKey(0) if key is None else key
   if host_loop:
     alphas, betas, first = _coefficients(matvec, start, num_steps, capacity, key,
                                          tuple(operands), True, on_step, mesh)
