@@ -27,15 +27,31 @@ needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec('torch') is None or importlib.util.find_spec('transformers') is None,
     reason='torch and transformers are not installed (optional: pip install torch transformers)')
 
-# Builds a small transformers model with random weights, saves it with
-# save_pretrained and writes its output on the given images (NCHW).
-TRANSFORMERS_SIDE = r'''
+# The inputs of a transformers model from images (NCHW): SigLIP 2 (`patches`: the
+# patch size) takes its processor's patches, every one an image's.
+INPUTS = r'''
 import json, sys
 import numpy as np
 import torch
 import transformers
 
 spec = json.loads(sys.argv[1])
+
+
+def inputs(x):
+  if 'patches' not in spec:
+    return {'pixel_values': x}
+  from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+  patches = torch.stack([convert_image_to_patches(image, spec['patches']) for image in x])
+  grid = x.shape[-1] // spec['patches']
+  return {'pixel_values': patches,
+          'pixel_attention_mask': torch.ones(patches.shape[:2], dtype=torch.int32),
+          'spatial_shapes': torch.tensor([[grid, grid]] * len(x))}
+'''
+
+# Builds a small transformers model with random weights, saves it with
+# save_pretrained and writes its output on the given images.
+TRANSFORMERS_SIDE = INPUTS + r'''
 torch.manual_seed(0)
 config = getattr(transformers, spec['config'])(**spec['fields'])
 model = getattr(transformers, spec['model'])(config).eval()
@@ -45,7 +61,7 @@ with torch.no_grad():  # random weights beyond the initialiser's zeros and ones
 model.save_pretrained(spec['folder'])
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
 with torch.no_grad():  # the forward, or a two-tower model's image features
-  out = getattr(model, spec.get('method', '__call__'))(pixel_values=x)
+  out = getattr(model, spec.get('method', '__call__'))(**inputs(x))
 read, _, token = spec['read'].partition(':')  # 'last_hidden_state:0': one token's
 out = getattr(out, read)
 np.save(spec['output'], (out[:, int(token)] if token else out).numpy())
@@ -65,6 +81,8 @@ def run_transformers(tmp_path, **spec):
 
 
 SMALL_TOWER = dict(SMALL_VIT)
+SMALL_SIGLIP2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, patch_size=8, num_patches=16)
 SMALL_TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
 SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                    image_size=32, patch_size=8)
@@ -88,11 +106,15 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
     ('CLIPVisionConfig', 'CLIPVisionModelWithProjection', dict(SMALL_TOWER, projection_dim=16),
      'image_embeds'),
     ('SiglipVisionConfig', 'SiglipVisionModel', SMALL_TOWER, 'pooler_output'),
+    # SigLIP 2's (NaFlex): images at its grid of position embeddings, 4 x 4 patches.
+    ('Siglip2VisionConfig', 'Siglip2VisionModel', SMALL_SIGLIP2, 'pooler_output'),
     # The image tower of a two-tower folder: its image features.
     ('CLIPConfig', 'CLIPModel.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
     ('SiglipConfig', 'SiglipModel.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
+    ('Siglip2Config', 'Siglip2Model.get_image_features',
+     dict(vision_config=SMALL_SIGLIP2, text_config=SMALL_TEXT), 'pooler_output'),
     # ViT-MAE's encoder, alone and in the pre-training model (its decoder left out):
     # the class token after the last LayerNorm; with no masking its patches are
     # shuffled, which the class token does not see.
@@ -106,8 +128,11 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
 ])
 def test_a_transformers_model_gives_transformers_outputs(config, model, fields, read, tmp_path):
   model, _, method = model.partition('.')
-  folder, x, theirs = run_transformers(tmp_path, config=config, model=model, fields=fields,
-                                       read=read, **({'method': method} if method else {}))
+  tower = fields.get('vision_config', fields)
+  folder, x, theirs = run_transformers(
+      tmp_path, config=config, model=model, fields=fields, read=read,
+      **({'method': method} if method else {}),
+      **({'patches': tower['patch_size']} if config.startswith('Siglip2') else {}))
   module, params = checkpoint.from_pretrained(folder)
   ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
   np.testing.assert_allclose(ours, theirs.reshape(ours.shape), atol=1e-5 * np.abs(theirs).max())
@@ -129,6 +154,9 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
     (dict(model_type='clip', vision_config=dict(SMALL_VIT, hidden_act='relu')),
      "hidden_act 'relu'"),
     (dict(model_type='siglip', vision_config=['damaged']), "vision_config \\['damaged'\\]"),
+    (dict(model_type='siglip2_vision_model', num_patches=12), 'num_patches 12'),
+    (dict(model_type='siglip2', vision_config=dict(SMALL_VIT, vision_use_head=False)),
+     'vision_use_head false'),
     (dict(model_type='bit', layer_type='bottleneck'), 'post-activation unit'),
     (dict(model_type='bit', global_padding='SAME'), "TensorFlow's 'SAME' padding"),
     (dict(model_type='bit', embedding_dynamic_padding=True), 'embedding_dynamic_padding True'),
@@ -211,17 +239,11 @@ def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(
 
 
 # Loads a folder written here with transformers' Auto class and writes its logits.
-TRANSFORMERS_READS = r'''
-import json, sys
-import numpy as np
-import torch
-import transformers
-
-spec = json.loads(sys.argv[1])
+TRANSFORMERS_READS = INPUTS + r'''
 model = getattr(transformers, spec['auto']).from_pretrained(spec['folder']).eval()
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
 with torch.no_grad():
-  np.save(spec['output'], getattr(model(pixel_values=x), spec['read']).numpy())
+  np.save(spec['output'], getattr(model(**inputs(x)), spec['read']).numpy())
 '''
 
 
@@ -242,6 +264,9 @@ with torch.no_grad():
           layer_norm_eps=1e-5), 'CLIPVisionModelWithProjection', 'image_embeds'),
     (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6), 'SiglipVisionModel',
      'pooler_output'),
+    # The same as SigLIP 2's tower, on its processor's patches.
+    (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6),
+     'Siglip2VisionModel:siglip2_vision_model', 'pooler_output'),
 ])
 def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path):
   from helpers import TINY_VIT, init, perturbed
@@ -255,16 +280,20 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
 
 
 def _written_gives_its_outputs(tmp_path, model, params, config, auto, read):
-  """Writes the model for transformers, which loads it with `auto` and gives its
-  outputs (`read`) within 1e-5 of their scale; read back here, the same
-  parameters. Returns the folder."""
+  """Writes the model for transformers (`auto`: the class that loads it, with
+  ':<model_type>' to write where it is not the one the fields make), which loads it
+  and gives its outputs (`read`) within 1e-5 of their scale; read back here, the
+  same parameters. Returns the folder."""
   folder = str(tmp_path / 'model')
-  checkpoint.save(folder, {'params': params}, format='transformers', config=config, image_size=32)
+  auto, _, model_type = auto.partition(':')
+  checkpoint.save(folder, {'params': params}, format='transformers', config=config, image_size=32,
+                  model_type=model_type or None)
   x = images(2, 32)
   ours = np.asarray(jax.jit(model.apply)({'params': params}, x))
   np.save(tmp_path / 'images.npy', x)
   spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
-          'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read}
+          'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read,
+          **({'patches': config.patch_size} if model_type.startswith('siglip2') else {})}
   subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
   theirs = np.load(spec['output']).reshape(ours.shape)  # BitModel's pooled: (B, C, 1, 1)
@@ -333,6 +362,13 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
   params = perturbed(init(models.build_model(config), 32))['params']
   with pytest.raises(CheckpointError, match='nonzero bias'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()
+  # A model_type the model is not written as: a class-token ViT as SigLIP 2's tower.
+  config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match="'vit', not 'siglip2_vision_model'"):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32,
+                   model_type='siglip2_vision_model')
   assert not (tmp_path / 'model').exists()
 
 

@@ -178,7 +178,7 @@ FORMATS = ('npz', 'transformers')
 def save(path: str, params: Mapping[str, Any],
          format: str = 'npz',  # pylint: disable=redefined-builtin  (numpy's and jax's word)
          config: Optional[ml_collections.ConfigDict] = None, image_size: Optional[int] = None,
-         labels: Optional[Sequence[str]] = None) -> None:
+         labels: Optional[Sequence[str]] = None, model_type: Optional[str] = None) -> None:
   """Writes `params` (or `{'params': params}`) as a published-layout `.npz`, or as
   a Hugging Face `transformers` folder (`hf_files.write`).
 
@@ -196,6 +196,9 @@ def save(path: str, params: Mapping[str, Any],
     config: the model config (`models.get_config`), for 'transformers'.
     image_size: the images' side in pixels, for 'transformers'.
     labels: the classes' names, for 'transformers' (LABEL_<i> if None).
+    model_type: for 'transformers', the `model_type` to write where the model can
+      be more than one (an attention-pooling ViT as SigLIP 2's
+      'siglip2_vision_model'); None, the one its fields make.
 
   Raises:
     ValueError: an unknown format, or 'transformers' without the model's config
@@ -207,7 +210,7 @@ def save(path: str, params: Mapping[str, Any],
       raise ValueError("format='transformers' writes the model's config.json: give config= "
                        '(models.get_config(...)) and image_size=.')
     hf_files.write(path, params['params'] if 'params' in params else params, config, image_size,
-                   labels)
+                   labels, model_type)
     return
   if format != 'npz':
     raise ValueError(f'Unknown checkpoint format {format!r}; use one of {", ".join(FORMATS)}.')

@@ -173,7 +173,7 @@ def _zoo_name(family: Family, fields: Mapping[str, Any]) -> str:
 
 
 def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, image_size: int,
-              labels: Optional[Sequence[str]] = None
+              labels: Optional[Sequence[str]] = None, model_type: Optional[str] = None
               ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
   """A model as the `transformers` model its family writes it as: (config.json,
   the weights under the files' names), nothing written.
@@ -184,6 +184,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
     config: its model config (`models.get_config`).
     image_size: the images' side in pixels.
     labels: the classes' names, for a classifier's `id2label` (LABEL_<i> if None).
+    model_type: the `model_type` to write where the model can be more than one
+      (a SigLIP tower as 'siglip2_vision_model'); None, the one its fields make.
 
   Returns:
     (config.json, the weights).
@@ -197,7 +199,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
     raise CheckpointError(f'{config.name} is not written for transformers: only '
                           f'{", ".join(f.title for f in models.FAMILIES.values() if f.to_transformers)} '
                           'models are.')
-  hf_config, state = family.to_transformers(to_timm(params, config.name), config, image_size)
+  hf_config, state = family.to_transformers(to_timm(params, config.name), config, image_size,
+                                            model_type)
   if labels is not None and 'id2label' in hf_config:
     hf_config['id2label'] = {str(i): str(name) for i, name in enumerate(labels)}
     hf_config['label2id'] = {str(name): i for i, name in enumerate(labels)}
@@ -222,7 +225,8 @@ def check_writable(config: ml_collections.ConfigDict, image_size: int) -> None:
 
 
 def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigDict,
-          image_size: int, labels: Optional[Sequence[str]] = None) -> None:
+          image_size: int, labels: Optional[Sequence[str]] = None,
+          model_type: Optional[str] = None) -> None:
   """Writes a model as a `transformers` folder that `transformers` loads with the
   same outputs (`converted`): `config.json`, `model.safetensors` and
   `preprocessor_config.json`.
@@ -233,11 +237,12 @@ def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigD
     config: its model config (`models.get_config`).
     image_size: the images' side in pixels.
     labels: the classes' names (LABEL_<i> if None).
+    model_type: as `converted`.
 
   Raises:
     CheckpointError: as `converted`, before anything is written.
   """
-  hf_config, state = converted(params, config, image_size, labels)
+  hf_config, state = converted(params, config, image_size, labels, model_type)
   os.makedirs(folder, exist_ok=True)
   save_file({k: np.ascontiguousarray(v, np.float32) for k, v in state.items()},
             os.path.join(folder, 'model.safetensors'), metadata={'format': 'pt'})
@@ -245,8 +250,13 @@ def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigD
     json.dump(hf_config, f, indent=2)
   mean = config.get('pixel_mean') or (0.5,) * 3  # none: [-1, 1] images, mean and std 0.5
   std = config.get('pixel_std') or (0.5,) * 3
+  # SigLIP 2's processor cuts each image into at most the tower's grid of patches.
+  sizes = ({'size': {'height': image_size, 'width': image_size}}
+           if hf_config['model_type'] != 'siglip2_vision_model' else
+           {'patch_size': hf_config['patch_size'], 'max_num_patches': hf_config['num_patches']})
   with open(os.path.join(folder, PREPROCESSOR), 'w') as f:
-    json.dump({'image_processor_type': 'ViTImageProcessor', 'do_resize': True,
-               'size': {'height': image_size, 'width': image_size}, 'do_rescale': True,
-               'rescale_factor': 1 / 255, 'do_normalize': True, 'image_mean': list(mean),
-               'image_std': list(std)}, f, indent=2)
+    json.dump({'image_processor_type': ('Siglip2ImageProcessor'
+                                        if 'max_num_patches' in sizes else 'ViTImageProcessor'),
+               'do_resize': True, **sizes, 'do_rescale': True, 'rescale_factor': 1 / 255,
+               'do_normalize': True, 'image_mean': list(mean), 'image_std': list(std)},
+              f, indent=2)

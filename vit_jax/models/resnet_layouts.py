@@ -4,7 +4,7 @@ ResNetV2 `state_dict` names, and what such a state dict fixes of the model (the
 folders (`BitForImageClassification`, `BitModel`) read and written through timm's
 names (`transformers_fields`, `from_transformers`, `to_transformers`)."""
 import re
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ml_collections
 import numpy as np
@@ -159,7 +159,8 @@ def from_transformers(state: Mapping[str, np.ndarray]
 
 
 def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
-                    image_size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+                    image_size: int, model_type: Optional[str] = None
+                    ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
   """A BiT (timm's state dict of it, `to_timm`) as `BitForImageClassification`
   (headless: `BitModel`): its config.json and its weights under the files' names.
 
@@ -167,14 +168,17 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
     state: timm's state dict of the model.
     config: the model's config.
     image_size: the images' side in pixels (BiT's weights hold none).
+    model_type: 'bit' or None (BiT is written as nothing else).
 
   Returns:
     (config.json, the weights).
 
   Raises:
-    CheckpointError: a BiT transformers' cannot express, named.
+    CheckpointError: a BiT transformers' cannot express, or another `model_type`.
   """
   del image_size
+  if model_type not in (None, 'bit'):
+    raise CheckpointError(f"A BiT is written as model_type 'bit', not {model_type!r}.")
   if not config.root_pool:
     raise CheckpointError('The model has root_pool False, which transformers\' BiT does not '
                           'have: its stem always pools.')

@@ -6,7 +6,7 @@ image-tower files read (ViT and DINOv2 written too). The `vit` family's `owns`,
 `to_transformers`."""
 import math
 import re
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import ml_collections
 import numpy as np
@@ -321,9 +321,10 @@ _DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2
                  'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2', 'layer_scale1': 'ls1.gamma',
                  'layer_scale2': 'ls2.gamma'}
 _READ_LAYER = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}  # reading takes either
-# CLIP's and SigLIP's image towers, alone (`clip_vision_model`, `siglip_vision_model`)
-# or in their two-tower folders (`clip`, `siglip`: the image tower is read).
-TOWER_TYPES = ('clip_vision_model', 'siglip_vision_model', 'clip', 'siglip')
+# CLIP's, SigLIP's and SigLIP 2's image towers, alone (`clip_vision_model`, ...) or in
+# their two-tower folders (`clip`, `siglip`, `siglip2`: the image tower is read).
+TWO_TOWER_TYPES = ('clip', 'siglip', 'siglip2')
+TOWER_TYPES = tuple(f'{kind}_vision_model' for kind in TWO_TOWER_TYPES) + TWO_TOWER_TYPES
 # Their names (without 'vision_model.') -> timm's; a layer's after 'encoder.layers.N.'.
 _TOWER_TOP = {
     'embeddings.patch_embedding.weight': 'patch_embed.proj.weight',
@@ -377,18 +378,21 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
         "The config.json is a transformers 'deit' model, which always has a distillation "
         'token beside the class token; these ViTs do not. The plain DeiT weights (such as '
         "facebook/deit-base-patch16-224) are 'vit' folders and load.")
-  if kind in ('clip', 'siglip'):  # the image tower's config
+  if kind in TWO_TOWER_TYPES:  # the image tower's config
     tower = config.get('vision_config')
     if not isinstance(tower, dict):
       raise CheckpointError(f'The config.json of this {kind} model has vision_config {tower!r}, '
                             'where the image tower\'s config belongs: the folder is damaged.')
     config = {**tower, 'model_type': f'{kind}_vision_model'}
     kind = config['model_type']
-  if kind == 'siglip_vision_model' and config.get('vision_use_head') is False:
+  siglip = kind in ('siglip_vision_model', 'siglip2_vision_model')
+  if siglip and config.get('vision_use_head') is False:
     raise CheckpointError('The config.json sets vision_use_head false: this SigLIP image tower '
                           'has no attention-pooling head, and these SigLIP ViTs pool with one.')
-  default_act = {'clip_vision_model': 'quick_gelu',
-                 'siglip_vision_model': 'gelu_pytorch_tanh'}.get(kind, 'gelu')
+  if kind == 'siglip2_vision_model':
+    _square_grid(config)
+  default_act = 'quick_gelu' if kind == 'clip_vision_model' else (
+      'gelu_pytorch_tanh' if siglip else 'gelu')
   act = config.get('hidden_act', default_act)
   if act not in TRANSFORMERS_ACTIVATIONS:
     raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
@@ -408,8 +412,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
     defaults = {'layer_norm_eps': 1e-6}
   else:
     mlp_dim = _positive(config, 'intermediate_size')
-    defaults = {'layer_norm_eps': {'clip_vision_model': 1e-5,
-                                   'siglip_vision_model': 1e-6}.get(kind, 1e-12)}
+    defaults = {'layer_norm_eps': 1e-5 if kind == 'clip_vision_model' else (
+        1e-6 if siglip else 1e-12)}
   return dict(hidden_size=hidden_size,
               num_layers=_positive(config, 'num_hidden_layers'),
               num_heads=_positive(config, 'num_attention_heads'),
@@ -418,6 +422,16 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
               activation=TRANSFORMERS_ACTIVATIONS[act],
               layer_norm_eps=_positive({**defaults, **config}, 'layer_norm_eps', float),
               resnet_layers=None)
+
+
+def _square_grid(config: Mapping[str, Any]) -> None:
+  """Refuses a SigLIP 2 tower whose position embeddings (`num_patches` of them)
+  are not a square grid: these ViTs hold a square grid, which SigLIP 2 resizes to
+  each image's patches."""
+  rows = _positive({'num_patches': 256, **config}, 'num_patches')
+  if math.isqrt(rows) ** 2 != rows:
+    raise CheckpointError(f'The config.json sets num_patches {rows}, not a square grid of '
+                          'position embeddings, which these ViTs hold.')
 
 
 def from_transformers(state: Mapping[str, np.ndarray]
@@ -486,7 +500,9 @@ def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     value = np.asarray(value)
     if _OTHER_TOWER.match(key):
       continue
-    if name in _TOWER_TOP:
+    if name == 'embeddings.patch_embedding.weight' and value.ndim == 2:
+      out['patch_embed.proj.weight'] = _linear_patches_as_kernel(value)
+    elif name in _TOWER_TOP:
       out[_TOWER_TOP[name]] = value
     elif name == 'embeddings.class_embedding':
       out['cls_token'] = value.reshape(1, 1, -1)
@@ -509,6 +525,18 @@ def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
   return out
 
 
+def _linear_patches_as_kernel(weight: np.ndarray) -> np.ndarray:
+  """SigLIP 2's patch embedding, a linear layer on each patch flattened as (row,
+  column, channel) (`Siglip2ImageProcessor`'s patches), as the convolution kernel
+  (out, channel, row, column) of timm's name."""
+  width, inputs = weight.shape
+  side = math.isqrt(inputs // 3)
+  if 3 * side * side != inputs:
+    raise CheckpointError(f'The patch embedding takes {inputs} numbers per patch, not the '
+                          'RGB values of a square patch.')
+  return weight.reshape(width, side, side, 3).transpose(0, 3, 1, 2)
+
+
 def _joined_qkv(qkv: Mapping[Tuple[int, str, str], np.ndarray], parts: Tuple[str, ...]
                 ) -> Dict[str, np.ndarray]:
   """timm's fused `blocks.N.attn.qkv.{weight,bias}` from the separate query, key
@@ -525,26 +553,40 @@ def _joined_qkv(qkv: Mapping[Tuple[int, str, str], np.ndarray], parts: Tuple[str
 
 
 def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
-                    image_size: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+                    image_size: int, model_type: Optional[str] = None
+                    ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
   """A ViT (timm's state dict of it, `to_timm`) as the transformers model its
   fields make (`_written_kind`): a class-token ViT as `ViTForImageClassification`,
   a headless one with LayerScale as `Dinov2Model` (with registers
   `Dinov2WithRegistersModel`), CLIP's image tower as `CLIPVisionModel` (with a head,
   `CLIPVisionModelWithProjection`), a headless attention-pooling one as
-  `SiglipVisionModel`: its config.json and its weights under the files' names.
+  `SiglipVisionModel`, or with `model_type='siglip2_vision_model'` as SigLIP 2's
+  `Siglip2VisionModel`: its config.json and its weights under the files' names.
 
   Args:
     state: timm's state dict of the model.
     config: the model's config.
     image_size: the images' side in pixels.
+    model_type: the `model_type` to write, where the model can be more than one:
+      'siglip2_vision_model' for an attention-pooling ViT; None, the one its
+      fields make.
 
   Returns:
     (config.json, the weights).
 
   Raises:
-    CheckpointError: a ViT transformers' cannot express, named.
+    CheckpointError: a ViT transformers' cannot express, or a `model_type` it is
+      not written as, named.
   """
   kind = _written_kind(config)
+  written = f'{kind}_vision_model' if kind in TWO_TOWER_TYPES else kind
+  if model_type not in (None, written) and not (
+      model_type == 'siglip2_vision_model' and kind == 'siglip'):
+    raise CheckpointError(f"This ViT is written as model_type {written!r}"
+                          + (" or 'siglip2_vision_model'" if kind == 'siglip' else '')
+                          + f', not {model_type!r}.')
+  if model_type == 'siglip2_vision_model':
+    return _as_siglip2(*_as_tower(state, config, image_size, kind))
   if kind in ('clip', 'siglip'):
     return _as_tower(state, config, image_size, kind)
   dinov2 = kind == 'dinov2'
@@ -668,6 +710,21 @@ def _as_tower(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict
       **({'projection_dim': config.num_classes} if projection else {}),
       **({'vision_use_head': True} if kind == 'siglip' else {})}
   return hf_config, out
+
+
+def _as_siglip2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray]
+                ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A SigLIP image tower's config.json and weights as SigLIP 2's: its position
+  embeddings as `num_patches`, its patch kernel as the linear layer on flattened
+  patches (`_linear_patches_as_kernel`'s inverse)."""
+  kernel = weights['embeddings.patch_embedding.weight']
+  weights['embeddings.patch_embedding.weight'] = kernel.transpose(0, 2, 3, 1).reshape(
+      kernel.shape[0], -1)
+  rows = weights['embeddings.position_embedding.weight'].shape[0]
+  del hf_config['image_size']
+  hf_config.update(model_type='siglip2_vision_model', architectures=['Siglip2VisionModel'],
+                   num_patches=rows)
+  return hf_config, weights
 
 
 def _as_dinov2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray],
