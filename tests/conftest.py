@@ -83,6 +83,37 @@ def subjects():
 
 
 @pytest.fixture(scope='session')
+def session_folder(tmp_path_factory, worker_id):
+  """The test session's folder, one for every pytest-xdist worker (each worker's
+  own temporary folders lie inside it)."""
+  root = tmp_path_factory.getbasetemp()
+  return root if worker_id == 'master' else root.parent
+
+
+@pytest.fixture(scope='session')
+def made_once(session_folder):
+  """`made_once(name, make)`: a folder holding what `make(name, folder)` wrote into
+  it (`name`, and any file made beside it): made once per test session, by the first
+  of the workers to ask for it (the others wait on its lock, then read it). The
+  tests copy what they change."""
+  import hashlib
+  import filelock
+
+  def made(name: str, make) -> str:
+    folder = session_folder / 'made_once' / hashlib.sha1(name.encode()).hexdigest()[:16]
+    done = folder.with_name(folder.name + '.made')
+    folder.parent.mkdir(exist_ok=True)
+    with filelock.FileLock(str(folder) + '.lock'):
+      if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)  # a maker that failed part of the way
+        folder.mkdir()
+        make(name, str(folder))
+        done.touch()
+    return str(folder)
+  return made
+
+
+@pytest.fixture(scope='session')
 def warm_python():
   """The path of an interpreter whose commands start warm (tests/warm_python.py),
   its server started with this process's environment and the repository on

@@ -5,10 +5,10 @@ import glob
 import html.parser
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
-import filelock
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -76,17 +76,11 @@ def _reduce(node, how):
 
 
 @pytest.fixture(scope='module')
-def analysed(tmp_path_factory, worker_id):
+def analysed(made_once):
   """Every tool run on a tiny ViT and a tiny Mixer, and their report: built once per
-  test session, by the first of pytest-xdist's workers to need it (the others wait
-  on a lock, then read it), in the session's folder. The tests only read it."""
-  root = tmp_path_factory.getbasetemp()
-  if worker_id != 'master':  # each worker has a folder of its own in the session's
-    root = root.parent
-  out = root / 'analysed'
-  with filelock.FileLock(str(root / 'analysed.lock')):
-    if not (out / 'report.html').exists():
-      _analyse(out)
+  test session (`made_once`). The tests only read it."""
+  out = pathlib.Path(made_once('analysed', lambda name, folder: _analyse(
+      pathlib.Path(folder) / name))) / 'analysed'
   return out, {kind: str(out / f'report.{kind}') for kind in ('html', 'md')}
 
 
