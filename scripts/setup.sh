@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 python=python3 venv=.venv pins=(-r requirements.txt)
 if [ "${1:-}" = --python ]; then
   python=python$2 venv=.venv-$2 pins=()
+  if ! "$python" -c '' 2>/dev/null && command -v pyenv >/dev/null; then
+    # pyenv's shim runs only the versions made global; its installed ones are here.
+    installed=$(pyenv versions --bare | grep -E "^$2(\.[0-9]+)?$" | tail -1 || true)
+    python=$(pyenv root)/versions/${installed:-$2}/bin/python$2
+  fi
   shift 2
 fi
 if [ ! -x "$venv/bin/python" ]; then
