@@ -10,7 +10,7 @@ setuptools.setup(
     python_requires='>=3.10',
     install_requires=[
         # The JAX stack within the releases tested (docs/index.md): requirements.txt's
-        # pins on Python 3.11 and the newest on Python 3.12.
+        # pins on Python 3.11 and the newest on Python 3.12 and 3.13.
         'absl-py', 'chex>=0.1.92,<0.2', 'etils[epath]', 'flax>=0.12.8,<0.13',
         'jax>=0.10.2,<0.13', 'einops', 'grain>=0.2.18,<0.3', 'ml_collections',
         'numpy>=2.4,<3', 'opencv-python', 'optax>=0.2.8,<0.3',
