@@ -361,9 +361,9 @@ def _positive(config: Mapping[str, Any], key: str, kind: type = int) -> Any:
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   """The ViT fields a transformers config.json sets (`vit`, `vit_mae`'s encoder,
-  `dinov2`, `dinov2_with_registers`, and CLIP's and SigLIP's image towers: `TOWER_TYPES`, a
-  two-tower folder's from its `vision_config`), or a CheckpointError naming one
-  these ViTs cannot express. What the weights fix (the head, LayerScale,
+  `dinov2`, `dinov2_with_registers`, and CLIP's, SigLIP's and SigLIP 2's image
+  towers: `TOWER_TYPES`, a two-tower folder's from its `vision_config`), or a
+  CheckpointError naming one these ViTs cannot express. What the weights fix (the head, LayerScale,
   registers, CLIP's LayerNorm before the blocks, the patch bias) is read from them.
 
   Args:
@@ -489,10 +489,11 @@ def from_transformers(state: Mapping[str, np.ndarray]
 
 
 def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-  """A CLIP or SigLIP image tower's weights (a two-tower folder's text tower left
-  out) under timm's names: CLIP's class embedding as the class token, its visual
-  projection as a head without bias (as timm's CLIP files hold it), SigLIP's
-  attention-pooling head as timm's `attn_pool`."""
+  """A CLIP, SigLIP or SigLIP 2 image tower's weights (a two-tower folder's text
+  tower left out) under timm's names: CLIP's class embedding as the class token,
+  its visual projection as a head without bias (as timm's CLIP files hold it),
+  SigLIP's attention-pooling head as timm's `attn_pool`, SigLIP 2's linear patch
+  embedding as the patch convolution."""
   out, qkv = {}, {}
   for key, value in state.items():
     name = key[len('vision_model.'):] if key.startswith('vision_model.') else key
