@@ -178,6 +178,19 @@ def test_a_field_the_model_cannot_express_is_refused_naming_it(change, says, tmp
     checkpoint.from_pretrained(str(folder))
 
 
+def test_a_siglip2_patch_embedding_of_no_square_rgb_patch_is_refused(tmp_path):
+  from safetensors.numpy import save_file
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / hf_files.CONFIG).write_text(json.dumps(
+      {'model_type': 'siglip2_vision_model', **SMALL_SIGLIP2}))
+  save_file({'vision_model.embeddings.patch_embedding.weight': np.zeros((32, 100), np.float32),
+             'vision_model.encoder.layers.0.layer_norm1.weight': np.ones(32, np.float32)},
+            str(folder / 'model.safetensors'))
+  with pytest.raises(CheckpointError, match='takes 100 numbers per patch, not the RGB values'):
+    checkpoint.from_pretrained(str(folder))
+
+
 @needs_transformers
 def test_a_dinov2_classifier_is_refused_naming_its_head(tmp_path):
   """Dinov2ForImageClassification's head reads the class token and the patches' mean."""
