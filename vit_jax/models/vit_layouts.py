@@ -580,12 +580,11 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
       not written as, named.
   """
   kind = _written_kind(config)
-  written = f'{kind}_vision_model' if kind in TWO_TOWER_TYPES else kind
-  if model_type not in (None, written) and not (
-      model_type == 'siglip2_vision_model' and kind == 'siglip'):
-    raise CheckpointError(f"This ViT is written as model_type {written!r}"
-                          + (" or 'siglip2_vision_model'" if kind == 'siglip' else '')
-                          + f', not {model_type!r}.')
+  written = ((f'{kind}_vision_model' if kind in TWO_TOWER_TYPES else kind),
+             *_ALSO_WRITTEN_AS.get(kind, ()))
+  if model_type not in (None, *written):
+    raise CheckpointError(f'This ViT is written as model_type {" or ".join(map(repr, written))}, '
+                          f'not {model_type!r}.')
   if model_type == 'siglip2_vision_model':
     return _as_siglip2(*_as_tower(state, config, image_size, kind))
   if kind in ('clip', 'siglip'):
@@ -627,6 +626,9 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
   return hf_config, out
 
 
+# The model types a written kind may also be written as (`to_transformers`' model_type):
+# SigLIP's tower as SigLIP 2's, which computes the same function at its own grid.
+_ALSO_WRITTEN_AS = {'siglip': ('siglip2_vision_model',)}
 # What each written kind of model must have (beyond its kind's own fields), and
 # the kinds as a sentence for a refusal.
 _WRITTEN = {
