@@ -119,3 +119,49 @@ def test_the_quick_start_under_load_reads_what_each_phase_wrote(tmp_path):
   assert rows[4] == ('| analysis | 7m40s | 2 tools, 0 failed; smaller samples: hessian: '
                      'hessian_batches 3 instead of 8 |')
   assert rows[5] == '| quick start | 31m40s | exit status 0; ended with its summary and report |'
+
+
+def test_the_operand_types_of_matmuls_and_convolutions_are_read_per_computation():
+  """benchmarks/peers_cpu.py reads which dtype XLA computes each matmul and
+  convolution in from the program's HLO: here the program as written (a float32
+  matmul of converted bfloat16 operands, a bfloat16 convolution) and as
+  compiled, whose fused computations each name their operands `param_0`, ...."""
+  import peers_cpu
+  a = jnp.ones((16, 8), jnp.bfloat16)
+  x, w = jnp.ones((2, 8, 8, 4), jnp.bfloat16), jnp.ones((3, 3, 4, 4), jnp.bfloat16)
+  f = lambda a, x, w: (a.astype(jnp.float32) @ a.T.astype(jnp.float32),
+                       jax.lax.conv_general_dilated(x, w, (1, 1), 'SAME',
+                                                    dimension_numbers=('NHWC', 'HWIO', 'NHWC')))
+  lowered = jax.jit(f).lower(a, x, w)
+  assert peers_cpu.kernel_operand_types(lowered.as_text(dialect='hlo')) == [
+      ('f32', 'f32'), ('bf16', 'bf16')]
+  assert len(peers_cpu.kernel_operand_types(lowered.compile().as_text())) == 2
+
+
+@pytest.mark.parametrize('family', ['vit', 'bit'])
+def test_xla_cpu_computes_a_bfloat16_models_matmuls_and_convolutions_in_float32(family):
+  """What docs/benchmarks.md ("bfloat16 on a CPU") and docs/training.md tell CPU
+  users: XLA:CPU converts bfloat16 operands to float32 for every matmul and
+  convolution, so `dtype=bfloat16` saves no time there. A JAX whose XLA:CPU keeps
+  them in bfloat16 fails here, and the advice is to be measured again."""
+  import peers_cpu
+  from helpers import tiny_family_config
+  model = models.build_model(tiny_family_config(family, dtype='bfloat16'))
+  images = jnp.zeros((2, 32, 32, 3), jnp.float32)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), images)
+  lowered = jax.jit(model.apply).lower(variables, images)
+  as_written = peers_cpu.kernel_operand_types(lowered.as_text(dialect='hlo'))
+  assert as_written and all(types == ('bf16', 'bf16') for types in as_written), as_written
+  compiled = peers_cpu.kernel_operand_types(lowered.compile().as_text())
+  assert compiled and all(types == ('f32', 'f32') for types in compiled), compiled
+
+
+def test_the_peer_table_compares_ours_with_timm_and_bfloat16_with_float32():
+  import peers_cpu
+  lines = peers_cpu.table_lines('w', {'ours tuned': 30., 'ours notebook': 10.,
+                                      'timm eager': 12.5, 'timm compiled': 20.})
+  assert [line.split()[-2:] for line in lines[:2]] == [['2.40x', '1.50x'], ['0.80x', '0.50x']]
+  lines = peers_cpu.table_lines('w', {'ours notebook': 9., 'ours notebook f32': 10.,
+                                      'timm eager': 20., 'timm eager f32': 10.})
+  assert len(lines) == 2 and lines[0].split()[-2:] == ['0.45x', '0.90x']
+  assert lines[1].split()[-1] == '2.00x'
