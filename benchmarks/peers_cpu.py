@@ -382,7 +382,8 @@ def main():
 
 def table_lines(name: str, rates: Dict[str, float]) -> list:
   """A workload's lines: each call's images/s; this project's against timm eager and
-  compiled; a bfloat16 call against its float32 twin (the call named `<call> f32`).
+  compiled (a float32 twin against timm's); a bfloat16 call against its float32
+  twin (the call named `<call> f32`).
 
   Args:
     name: the workload.
@@ -393,10 +394,10 @@ def table_lines(name: str, rates: Dict[str, float]) -> list:
   """
   lines = []
   for key, rate in rates.items():
-    if key.endswith(' f32') and key[:-4] in rates:
-      continue
     ours = key.startswith('ours')
-    against = lambda other: (f'{rate / rates[other]:.2f}x' if ours and other in rates else '')
+    twin = ' f32' if key.endswith(' f32') else ''  # float32 against float32
+    against = lambda other: (f'{rate / rates[other + twin]:.2f}x'
+                             if ours and other + twin in rates else '')
     own = f'{rate / rates[key + " f32"]:.2f}x' if key + ' f32' in rates else ''
     lines.append(f'{name if not lines else "":<30}{key:<20}{rate:9.2f}'
                  f'{against("timm eager"):>15}{against("timm compiled"):>13}{own:>12}')
