@@ -19,7 +19,9 @@ own.
 The commands a test runs for their output, not for how a process behaves
 (signals, locks), take the `warm_python` fixture's interpreter
 (tests/warm_python.py): a fork of a server that has imported JAX and the
-project once, 2-4 s sooner than a new interpreter.
+project once, 2-4 s sooner than a new interpreter; the PyTorch side of the
+comparisons with timm and `transformers` takes the `torch_python` fixture's, a
+fork of a server that has imported torch and them.
 
 A test that takes a `family_name` argument runs once per registered family of
 image classifiers (`models.families(models.CLASSIFY)`, on its `Family.tiny`
@@ -120,5 +122,19 @@ def warm_python():
   PYTHONPATH at the first test that asks, in each test process."""
   import warm_python as warm
   server = warm.start({**_SESSION_ENV, 'PYTHONPATH': ROOT})
+  yield server.python
+  server.close()
+
+
+@pytest.fixture(scope='session')
+def torch_python():
+  """The path of an interpreter for the PyTorch side of the comparisons with timm
+  and `transformers`, started warm with torch and those of them installed
+  imported (`warm_python.TORCH_SIDE`), in each test process that asks."""
+  import importlib.util
+  import warm_python as warm
+  installed = [name for name in warm.TORCH_SIDE
+               if importlib.util.find_spec(name.split('.')[0]) is not None]
+  server = warm.start(_SESSION_ENV, installed)
   yield server.python
   server.close()

@@ -5,14 +5,14 @@ timm's logits here. torch and timm stay out of the required dependencies; the
 test command installs them (requirements-timm.txt), and the comparisons with timm
 skip where they are missing.
 
-timm runs in a subprocess: torchvision (which timm imports) crashes a process
-that imported TensorFlow first, as the test helpers do.
+timm runs in a subprocess, a fork of the `torch_python` fixture's warm
+interpreter: torchvision (which timm imports) crashes a process that imported
+TensorFlow first, as the test helpers do.
 """
 import importlib.util
 import json
 import os
 import subprocess
-import sys
 
 import chex
 import jax
@@ -65,14 +65,14 @@ with torch.no_grad():
 '''
 
 
-def run_timm(tmp_path, params, ours, **spec):
+def run_timm(python, tmp_path, params, ours, **spec):
   files = {name: str(tmp_path / f'{name}.npy' if name in ('images', 'logits') else
                      tmp_path / f'{name}.npz')
            for name in ('npz', 'state', 'ours', 'images', 'logits')}
   checkpoint.save(files['npz'], params)
   np.savez(files['ours'], **ours)
   np.save(files['images'], images(2, 32))
-  subprocess.run([sys.executable, '-c', TIMM_SIDE, json.dumps({**spec, **files})], check=True,
+  subprocess.run([python, '-c', TIMM_SIDE, json.dumps({**spec, **files})], check=True,
                  env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   return dict(np.load(files['state'])), np.load(files['logits'])
 
@@ -93,12 +93,12 @@ def assert_same_state(ours, expected):
 
 @needs_timm
 @pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
-def test_vit_exports_as_timm_loads_it(tmp_path, classifier):
+def test_vit_exports_as_timm_loads_it(tmp_path, classifier, torch_python):
   model = tiny_vit(num_classes=3, classifier=classifier)
   params = perturbed(init(model, 32))['params']
   ours = timm_files.to_timm(params, 'ViT-Ti_16')
-  expected, logits = run_timm(tmp_path, params, ours, family='vit', classifier=classifier,
-                              size=timm_size(TINY_VIT['patch_size']))
+  expected, logits = run_timm(torch_python, tmp_path, params, ours, family='vit',
+                              classifier=classifier, size=timm_size(TINY_VIT['patch_size']))
   assert_same_state(ours, expected)
   # The same function (tanh GELU on both sides) up to float32 summation order.
   np.testing.assert_allclose(logits, apply(model, {'params': params}, images(2, 32)),
@@ -106,11 +106,11 @@ def test_vit_exports_as_timm_loads_it(tmp_path, classifier):
 
 
 @needs_timm
-def test_hybrid_exports_as_timm_loads_it(tmp_path):
+def test_hybrid_exports_as_timm_loads_it(tmp_path, torch_python):
   model = tiny_vit(num_classes=3, resnet_layers=(1,), patch_size=1)
   params = perturbed(init(model, 32))['params']
   ours = timm_files.to_timm(params, 'R50+ViT-B_16')
-  expected, logits = run_timm(tmp_path, params, ours, family='hybrid', layers=[1],
+  expected, logits = run_timm(torch_python, tmp_path, params, ours, family='hybrid', layers=[1],
                               size=timm_size(1))
   assert_same_state(ours, expected)
   # timm pads its 'same' convolutions as TensorFlow does, as our ResNet does.
@@ -119,10 +119,10 @@ def test_hybrid_exports_as_timm_loads_it(tmp_path):
 
 
 @needs_timm
-def test_bit_exports_as_timm_loads_it(tmp_path):
+def test_bit_exports_as_timm_loads_it(tmp_path, torch_python):
   params = perturbed(init(tiny_bit(num_classes=3), 32))['params']
   ours = timm_files.to_timm(params, 'BiT-M-R50x1')
-  expected, _ = run_timm(tmp_path, params, ours, family='bit')
+  expected, _ = run_timm(torch_python, tmp_path, params, ours, family='bit')
   assert_same_state(ours, expected)
 
 
@@ -254,13 +254,13 @@ def test_a_damaged_pth_file_is_refused_in_one_sentence_with_or_without_torch(tmp
 
 
 @needs_torch
-def test_load_reads_a_pth_file(tmp_path):
+def test_load_reads_a_pth_file(tmp_path, torch_python):
   program = ('import sys, numpy as np, torch; state = dict(np.load(sys.argv[1])); '
              'torch.save({"state_dict": {k: torch.from_numpy(v) for k, v in state.items()}, '
              '"epoch": 3}, sys.argv[2])')
   params = perturbed(init(tiny_vit(num_classes=3), 32))['params']
   np.savez(tmp_path / 'state.npz', **timm_files.to_timm(params, 'ViT-Ti_16'))
-  subprocess.run([sys.executable, '-c', program, str(tmp_path / 'state.npz'),
+  subprocess.run([torch_python, '-c', program, str(tmp_path / 'state.npz'),
                   str(tmp_path / 'vit.pth.tar')], check=True, timeout=300)
   chex.assert_trees_all_equal(
       checkpoint.load(str(tmp_path / 'vit.pth.tar'), 'ViT-Ti_16', **TINY_VIT),
@@ -304,13 +304,13 @@ with torch.no_grad():
     ('vit', True, None, 0), ('vit', False, None, 0), ('vit', True, 1e-5, 0), ('vit', True, 1e-5, 4),
     ('bit', None, None, 0)])
 def test_a_model_timm_made_gives_timms_logits_here(tmp_path, family, qkv_bias, init_values,
-                                                    registers):
+                                                    registers, torch_python):
   """`init_values`: LayerScale, its scales drawn at random (as the biases);
   `registers`: timm's `reg_token` with `no_embed_class`, as DINOv2 with registers."""
   files = {'state': str(tmp_path / 'state.npz'), 'images': str(tmp_path / 'images.npy'),
            'logits': str(tmp_path / 'logits.npy')}
   np.save(files['images'], images(2, 32))
-  subprocess.run([sys.executable, '-c', TIMM_MODEL,
+  subprocess.run([torch_python, '-c', TIMM_MODEL,
                   json.dumps({**files, 'family': family, 'qkv_bias': qkv_bias,
                               'init_values': init_values, 'registers': registers,
                               'size': timm_size(TINY_VIT['patch_size'])})],
@@ -341,12 +341,12 @@ np.save(spec['out'], out.numpy().transpose(2, 3, 1, 0))
 
 @needs_timm
 @pytest.mark.parametrize('old,new', [(4, 8), (8, 6)])
-def test_the_patch_kernel_resize_is_timms_resample_patch_embed(tmp_path, old, new):
+def test_the_patch_kernel_resize_is_timms_resample_patch_embed(tmp_path, old, new, torch_python):
   """timm's bilinear, unantialiased resize: the same pseudo-inverse."""
   from vit_jax.models.vit import resize_patch_kernel
   kernel = np.random.RandomState(0).normal(size=(old, old, 3, 5)).astype(np.float32)
   np.save(tmp_path / 'kernel.npy', kernel)
-  subprocess.run([sys.executable, '-c', TIMM_RESAMPLE, json.dumps(
+  subprocess.run([torch_python, '-c', TIMM_RESAMPLE, json.dumps(
       {'kernel': str(tmp_path / 'kernel.npy'), 'out': str(tmp_path / 'out.npy'),
        'size': [new, new]})], check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''},
       timeout=600)
@@ -380,7 +380,7 @@ for name, (timm_name, size, kwargs) in spec['models'].items():
 
 
 @needs_timm
-def test_todays_vits_read_from_timm_give_timms_logits(tmp_path):
+def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   """Each name of `TIMM_VARIANTS` holds the architecture and preprocessing of
   timm's model: the pixel statistics timm's pretrained config declares, the
   activation, LayerNorm epsilon, CLIP's norm_pre, DINOv2's LayerScale and
@@ -392,7 +392,7 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path):
   spec = {name: (v.timm_name, 2 * v.patch,
                  {'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else {})
           for name, v in TIMM_VARIANTS.items()}
-  subprocess.run([sys.executable, '-c', TIMM_NAMED, json.dumps(
+  subprocess.run([torch_python, '-c', TIMM_NAMED, json.dumps(
       {'models': spec, 'images': str(tmp_path / 'images.npy'), 'out': str(tmp_path)})],
       check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   for name, (_, size, _) in spec.items():

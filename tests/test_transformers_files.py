@@ -5,13 +5,13 @@ a folder with a field the project cannot express is refused naming it.
 
 `transformers` and torch stay test-only dependencies and run in a subprocess, as
 timm does in tests/test_timm.py (torchvision crashes a process that imported
-TensorFlow first, as the test helpers do).
+TensorFlow first, as the test helpers do): a fork of the `torch_python` fixture's
+warm interpreter.
 """
 import importlib.util
 import json
 import os
 import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -71,11 +71,11 @@ SMALL_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, int
                  image_size=32, patch_size=8)
 
 
-def run_transformers(tmp_path, **spec):
+def run_transformers(python, tmp_path, **spec):
   files = {'folder': str(tmp_path / 'model'), 'images': str(tmp_path / 'images.npy'),
            'output': str(tmp_path / 'output.npy')}
   np.save(files['images'], images(2, 32))
-  subprocess.run([sys.executable, '-c', TRANSFORMERS_SIDE, json.dumps({**spec, **files})],
+  subprocess.run([python, '-c', TRANSFORMERS_SIDE, json.dumps({**spec, **files})],
                  check=True, capture_output=True)
   return files['folder'], np.load(files['images']), np.load(files['output'])
 
@@ -126,11 +126,12 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
     ('BitConfig', 'BitForImageClassification', dict(SMALL_BIT, num_labels=5), 'logits'),
     ('BitConfig', 'BitModel', dict(SMALL_BIT, drop_path_rate=0.1), 'pooler_output'),
 ])
-def test_a_transformers_model_gives_transformers_outputs(config, model, fields, read, tmp_path):
+def test_a_transformers_model_gives_transformers_outputs(config, model, fields, read, tmp_path,
+                                                          torch_python):
   model, _, method = model.partition('.')
   tower = fields.get('vision_config', fields)
   folder, x, theirs = run_transformers(
-      tmp_path, config=config, model=model, fields=fields, read=read,
+      torch_python, tmp_path, config=config, model=model, fields=fields, read=read,
       **({'method': method} if method else {}),
       **({'patches': tower['patch_size']} if config.startswith('Siglip2') else {}))
   module, params = checkpoint.from_pretrained(folder)
@@ -192,9 +193,9 @@ def test_a_siglip2_patch_embedding_of_no_square_rgb_patch_is_refused(tmp_path):
 
 
 @needs_transformers
-def test_a_dinov2_classifier_is_refused_naming_its_head(tmp_path):
+def test_a_dinov2_classifier_is_refused_naming_its_head(tmp_path, torch_python):
   """Dinov2ForImageClassification's head reads the class token and the patches' mean."""
-  folder, _, _ = run_transformers(tmp_path, config='Dinov2Config',
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2Config',
                                   model='Dinov2ForImageClassification',
                                   fields=dict(SMALL_DINOV2, num_labels=3), read='logits')
   with pytest.raises(CheckpointError, match="patches' mean"):
@@ -230,13 +231,15 @@ def test_a_folder_without_a_model_type_is_not_a_transformers_folder(tmp_path):
 
 
 @needs_transformers
-def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(tmp_path):
+def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(tmp_path,
+                                                                                torch_python):
   """The folder's exact GELU and LayerNorm epsilon against a recipe model's own: the
   weights would compute another function there, so the fit is refused naming the
   fields; with the folder's fields the head is replaced and the rest kept."""
   from helpers import init
   from vit_jax import finetune, models
-  folder, _, _ = run_transformers(tmp_path, config='ViTConfig', model='ViTForImageClassification',
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                  model='ViTForImageClassification',
                                   fields={**SMALL_VIT, 'num_labels': 5}, read='logits')
   sizes = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, patch_size=8)
   other = models.get_config('ViT-B_16', num_classes=3, **sizes)
@@ -281,7 +284,8 @@ with torch.no_grad():
     (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6),
      'Siglip2VisionModel:siglip2_vision_model', 'pooler_output'),
 ])
-def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path):
+def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path,
+                                                              torch_python):
   from helpers import TINY_VIT, init, perturbed
   from vit_jax import models
   config = models.get_config('ViT-Ti_16', **{**TINY_VIT, **fields})
@@ -289,10 +293,10 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   params = perturbed(init(model, 32), scale=0.02)['params']
   if config.pre_norm and config.num_classes:  # CLIP's projection has no bias
     params['head']['bias'] = np.zeros_like(params['head']['bias'])
-  _written_gives_its_outputs(tmp_path, model, params, config, auto, read)
+  _written_gives_its_outputs(torch_python, tmp_path, model, params, config, auto, read)
 
 
-def _written_gives_its_outputs(tmp_path, model, params, config, auto, read):
+def _written_gives_its_outputs(python, tmp_path, model, params, config, auto, read):
   """Writes the model for transformers (`auto`: the class that loads it, with
   ':<model_type>' to write where it is not the one the fields make), which loads it
   and gives its outputs (`read`) within 1e-5 of their scale; read back here, the
@@ -307,7 +311,7 @@ def _written_gives_its_outputs(tmp_path, model, params, config, auto, read):
   spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
           'output': str(tmp_path / 'output.npy'), 'auto': auto, 'read': read,
           **({'patches': config.patch_size} if model_type.startswith('siglip2') else {})}
-  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+  subprocess.run([python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
   theirs = np.load(spec['output']).reshape(ours.shape)  # BitModel's pooled: (B, C, 1, 1)
   np.testing.assert_allclose(theirs, ours, atol=1e-5 * np.abs(ours).max())
@@ -319,13 +323,14 @@ def _written_gives_its_outputs(tmp_path, model, params, config, auto, read):
 @needs_transformers
 @pytest.mark.parametrize('classes,auto,read', [(3, 'AutoModelForImageClassification', 'logits'),
                                                (0, 'AutoModel', 'pooler_output')])
-def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, read, tmp_path):
+def test_a_bit_written_here_gives_its_outputs_in_transformers(classes, auto, read, tmp_path,
+                                                              torch_python):
   from helpers import init, perturbed, tiny_family_config
   from vit_jax import models
   config = tiny_family_config('bit', num_classes=classes)
   model = models.build_model(config)
   params = perturbed(init(model, 32), scale=0.02)['params']
-  folder = _written_gives_its_outputs(tmp_path, model, params, config, auto, read)
+  folder = _written_gives_its_outputs(torch_python, tmp_path, model, params, config, auto, read)
   assert json.loads(open(os.path.join(folder, hf_files.CONFIG)).read())['architectures'] == [
       'BitForImageClassification' if classes else 'BitModel']
 
@@ -410,7 +415,8 @@ def finished_run(tmp_path, **model):
 
 
 @needs_transformers
-def test_a_finished_run_exports_a_folder_transformers_loads_with_its_card(tmp_path):
+def test_a_finished_run_exports_a_folder_transformers_loads_with_its_card(tmp_path,
+                                                                         torch_python):
   from vit_jax import export
   run, recipe, model, params = finished_run(tmp_path, classifier='token')
   folder = tmp_path / 'hf'
@@ -427,7 +433,7 @@ def test_a_finished_run_exports_a_folder_transformers_loads_with_its_card(tmp_pa
   spec = {'folder': str(folder), 'images': str(tmp_path / 'images.npy'),
           'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModelForImageClassification',
           'read': 'logits'}
-  subprocess.run([sys.executable, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+  subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
   np.testing.assert_allclose(np.load(spec['output']), ours, atol=1e-5 * np.abs(ours).max())
 

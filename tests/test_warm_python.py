@@ -1,6 +1,7 @@
 """The warm interpreter the tests run commands on (tests/warm_python.py) behaves as
 `python` does: arguments, working directory, environment, streams, exit status,
-signals, and its own JAX devices."""
+signals, and its own JAX devices; the PyTorch side's computes as a new interpreter."""
+import importlib.util
 import os
 import signal
 import subprocess
@@ -101,3 +102,20 @@ def test_an_uncaught_keyboard_interrupt_ends_the_command_by_the_signal(warm_pyth
   warm, cold = _both(['-c', 'raise KeyboardInterrupt'], warm=warm_python)
   assert warm.returncode == cold.returncode == -signal.SIGINT
   assert 'KeyboardInterrupt' in warm.stderr.splitlines()[-1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec('torch') is None, reason='torch is not installed')
+def test_the_torch_side_is_a_fork_with_torch_imported_computing_as_a_new_interpreter(
+    torch_python):
+  """A fork of the server that imported torch (without using its threads) runs
+  torch's multithreaded kernels as a new interpreter does, to the bit."""
+  program = ('import sys, numpy as np, torch; torch.manual_seed(0); '
+             'x = torch.randn(64, 256); w = torch.nn.Linear(256, 128); '
+             'y = torch.nn.functional.gelu(w(x)).sum(0); '
+             'print(torch.get_num_threads(), y.detach().numpy().tobytes().hex())')
+  loaded = 'import sys; print("torch" in sys.modules)'
+  assert subprocess.run([torch_python, '-c', loaded], capture_output=True, text=True,
+                        timeout=120).stdout.strip() == 'True'
+  warm, cold = _both(['-c', program], warm=torch_python)
+  assert warm.returncode == cold.returncode == 0, warm.stderr
+  assert warm.stdout == cold.stdout

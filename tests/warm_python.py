@@ -14,10 +14,15 @@ Python's own; not XLA_FLAGS, read when the fork starts its backend), whose
 PYTHONPATH shadows a loaded module, or whose arguments are not `-m module`,
 `-c code` or a script, runs in a new interpreter, as before.
 
-`start(env)` starts a server and returns it; its `python` is an executable file
-taking python's arguments. `python tests/warm_python.py serve SOCKET` is the
-server; `python -S -E tests/warm_python.py SOCKET ARGS...` the client, which
-imports the standard library only.
+The comparisons with PyTorch's libraries (timm, `transformers`) run their side
+in an interpreter of their own, which spends 4-6 s importing torch, torchvision,
+timm and `transformers`' model classes: `TORCH_SIDE` is what a server for them
+imports instead.
+
+`start(env, preload)` starts a server and returns it; its `python` is an
+executable file taking python's arguments. `python tests/warm_python.py serve
+SOCKET MODULE...` is the server; `python -S -E tests/warm_python.py SOCKET ARGS...`
+the client, which imports the standard library only.
 """
 import json
 import os
@@ -28,18 +33,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
-# What the server imports: the commands' heavy dependencies and the project's
-# modules below its commands, every module of the packages named; none that
+# What the server of the project's commands imports: their heavy dependencies and
+# the project's modules below the commands, every module of the packages named; none that
 # defines an absl flag as it is imported (`vit_jax.entry`, `vit_jax.input_pipeline`'s
 # grain and TFDS, `analysis.tools`, the commands) beyond those every command
 # defines (`FLAGS_OF_EVERY_COMMAND`): a command sees the flags its own imports define,
 # and re-running a command's module as __main__ would define its flags twice.
-PRELOAD = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections',
+# A name ending in '.*' stands for every module of that package.
+PROJECT = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections',
            'matplotlib.pyplot', 'scipy.stats', 'vit_jax.loop', 'vit_jax.models',
-           'analysis.tool', 'analysis.tool_options')
-PRELOAD_PACKAGES = ('analysis.measures', 'analysis.reporting', 'analysis.runtime')
+           'analysis.tool', 'analysis.tool_options', 'analysis.measures.*',
+           'analysis.reporting.*', 'analysis.runtime.*')
+# The other side of the comparisons with timm and `transformers`: torch, timm (and the
+# torchvision it imports), and the modelling modules of the `transformers` model types
+# the tests build (tests/test_transformers_files.py), which `transformers` otherwise
+# imports at a class's first use.
+TORCH_SIDE = ('numpy', 'torch', 'timm', 'safetensors.torch', 'transformers.modeling_utils',
+              *(f'transformers.models.{kind}.modeling_{kind}'
+                for kind in ('vit', 'dinov2', 'dinov2_with_registers', 'clip', 'siglip', 'siglip2',
+                             'vit_mae', 'bit')),
+              'transformers.models.siglip2.image_processing_siglip2')
 FLAGS_OF_EVERY_COMMAND = frozenset({'absl.app', 'absl.logging',
                                     'orbax.checkpoint._src.multihost.multihost'})
 # The variables a preloaded module or the interpreter reads as it starts (JAX's
@@ -214,23 +229,28 @@ def _run_command(args: List[str], cwd: str, env: Dict[str, str]) -> int:
   return code
 
 
-def serve(socket_path: str) -> None:
-  """Imports PRELOAD, then forks a command for each client until its parent ends."""
+def serve(socket_path: str, preload: List[str]) -> None:
+  """Imports the modules `preload` names, then forks a command for each client until
+  its parent ends."""
   import importlib
   import selectors
   import pkgutil
   from absl import flags
   _STARTED_WITH.update(os.environ)
-  for name in PRELOAD:
-    importlib.import_module(name)
-  for package in PRELOAD_PACKAGES:
-    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-      importlib.import_module(f'{package}.{module.name}')
+  for name in preload:
+    if name.endswith('.*'):
+      package = importlib.import_module(name[:-2])
+      for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f'{package.__name__}.{module.name}')
+    else:
+      importlib.import_module(name)
   _SET_BY_IMPORTS.update({k: v for k, v in os.environ.items() if _STARTED_WITH.get(k) != v})
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
   more = set(flags.FLAGS.flags_by_module_dict()) - FLAGS_OF_EVERY_COMMAND
   assert not more, f'{sorted(more)} defined flags while preloading: a command would see them'
-  assert not xla_bridge._backends, 'a backend started while preloading'  # pylint: disable=protected-access
+  if 'jax' in sys.modules:
+    from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+    started = xla_bridge._backends  # pylint: disable=protected-access
+    assert not started, 'a backend started while preloading'
   parent = os.getppid()
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
   listener.bind(socket_path + '.new')
@@ -322,11 +342,11 @@ def _start(conn: socket.socket, listener: socket.socket, selector, running) -> O
 class Server:
   """A running server; `python` is the path of its client executable."""
 
-  def __init__(self, env: Dict[str, str]):
+  def __init__(self, env: Dict[str, str], preload: Sequence[str]):
     self.folder = tempfile.mkdtemp(prefix='warm_python_')
     socket_path = os.path.join(self.folder, 'socket')
     self.process = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), 'serve', socket_path],
+        [sys.executable, os.path.abspath(__file__), 'serve', socket_path, *preload],
         env=env, stdin=subprocess.DEVNULL)
     self.python = os.path.join(self.folder, 'python')
     with open(self.python, 'w') as f:
@@ -346,21 +366,22 @@ class Server:
     shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(env: Dict[str, str]) -> Server:
+def start(env: Dict[str, str], preload: Sequence[str] = PROJECT) -> Server:
   """A server whose commands run with `env` (a command with another environment
   runs in a new interpreter).
 
   Args:
     env: the environment of the commands.
+    preload: the modules the server imports ('package.*': all of a package's).
 
   Returns:
     The running server; `close()` ends it.
   """
-  return Server(env)
+  return Server(env, preload)
 
 
 if __name__ == '__main__':
   if sys.argv[1] == 'serve':
-    serve(sys.argv[2])
+    serve(sys.argv[2], sys.argv[3:])
   else:
     client(sys.argv[1], sys.argv[2], sys.argv[3:])
