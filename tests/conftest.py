@@ -64,6 +64,15 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ.pop('JAX_COMPILATION_CACHE_DIR'), ignore_errors=True)
 
 
+def pytest_collection_modifyitems(items):
+  """The end-to-end items first, then the other slow ones, each kind in the order
+  collected: pytest-xdist hands items out in this order, so the longest (a page's
+  commands, a notebook: minutes each) start early and the short ones even out
+  the workers' ends, rather than one worker finishing a long item alone."""
+  items.sort(key=lambda item: (item.get_closest_marker('e2e') is None,
+                               item.get_closest_marker('slow') is None))
+
+
 def pytest_generate_tests(metafunc):
   from vit_jax import models
   if 'family_name' in metafunc.fixturenames:
