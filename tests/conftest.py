@@ -66,9 +66,10 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(items):
   """The end-to-end items first, then the other slow ones, each kind in the order
-  collected: pytest-xdist hands items out in this order, so the longest (a page's
-  commands, a notebook: minutes each) start early and the short ones even out
-  the workers' ends, rather than one worker finishing a long item alone."""
+  collected: the longest (a page's commands, a notebook: minutes each) start
+  early, and pytest-xdist's work stealing (`--dist worksteal`, pytest.ini) evens
+  out the workers' ends with the short ones, rather than one worker finishing a
+  long item alone."""
   items.sort(key=lambda item: (item.get_closest_marker('e2e') is None,
                                item.get_closest_marker('slow') is None))
 
