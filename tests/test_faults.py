@@ -544,6 +544,41 @@ def test_ctrl_c_twice_while_an_analysis_compiles_ends_it_in_one_line_without_a_c
   assert not (out / 'analysis_lock.json').exists() and not (out / 'hessian.json').exists()
 
 
+def test_a_second_ctrl_c_raised_where_python_drops_exceptions_comes_again(capsys):
+  """The second Ctrl-C lands in a garbage collector's callback (as in JAX's, during
+  a compilation): Python drops the KeyboardInterrupt raised there, printing a
+  traceback. It is delivered again instead, unprinted, and raises where the code
+  runs."""
+  import gc
+  from vit_jax import signals
+  landed = []
+
+  def callback(phase, info):
+    del info
+    if phase == 'start' and not landed:
+      try:
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(1000):  # Python code, where the handler runs
+          pass
+      except KeyboardInterrupt:
+        landed.append('in the callback')
+        raise
+
+  with signals.NotedSignals('stopping'):
+    signal.raise_signal(signal.SIGINT)  # the first: noted
+    gc.callbacks.append(callback)
+    try:
+      with pytest.raises(KeyboardInterrupt):
+        gc.collect()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+          time.sleep(0.01)
+    finally:
+      gc.callbacks.remove(callback)
+  assert landed == ['in the callback']
+  assert 'Exception ignored' not in capsys.readouterr().err
+
+
 def _analysis_command(out, checkpoint_path, tool='all', *extra):
   """`python -m analysis` on the quick-start ViT recipe and the .npz `checkpoint_path`."""
   return [sys.executable, '-m', 'analysis', tool, '--config', 'configs/quickstart_vit.py',

@@ -6,9 +6,17 @@ at once.
 A signal is noted, not raised, because Python delivers it wherever the main thread
 happens to be: inside a wait for an XLA compilation that goes on in another thread
 (the process would then end under it and crash), or inside code that swallows the
-exception (the command would run on)."""
+exception (the command would run on).
+
+The second Ctrl-C does raise KeyboardInterrupt, wherever the main thread is. Where
+Python cannot raise it (in a garbage collector's callback, such as JAX's, or in a
+`__del__`), it prints "Exception ignored ..." with a traceback and drops it: while
+the context is open such a KeyboardInterrupt is not printed but delivered again a
+moment later, as a Ctrl-C, which then raises where the command runs."""
 import logging
+import os
 import signal
+import sys
 import threading
 
 log = logging.getLogger(__name__)
@@ -28,15 +36,29 @@ class NotedSignals:
     """
     self.then = then
     self.signalled, self.name, self._previous = False, '', {}
+    self._unraisable_hook = None
 
   def __enter__(self) -> 'NotedSignals':
     if threading.current_thread() is threading.main_thread():
       self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+      self._unraisable_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
     return self
 
   def __exit__(self, *exc) -> None:
     for s, previous in self._previous.items():
       signal.signal(s, previous)
+    if self._unraisable_hook is not None:
+      sys.unraisablehook, self._unraisable_hook = self._unraisable_hook, None
+
+  def _unraisable(self, unraisable) -> None:
+    """A second Ctrl-C raised where Python drops exceptions: Ctrl-C again, in 50 ms
+    (from another thread: the main thread may still be where it was raised)."""
+    if self.signalled and issubclass(unraisable.exc_type, KeyboardInterrupt):
+      again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+      again.daemon = True
+      again.start()
+    else:
+      self._unraisable_hook(unraisable)
 
   def _note(self, signum, frame) -> None:
     del frame
