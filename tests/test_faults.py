@@ -579,6 +579,35 @@ def test_a_second_ctrl_c_raised_where_python_drops_exceptions_comes_again(capsys
   assert 'Exception ignored' not in capsys.readouterr().err
 
 
+def test_a_ctrl_c_to_come_again_is_not_sent_once_the_command_left_the_signals_context():
+  """The KeyboardInterrupt dropped just before the context closes: no Ctrl-C reaches
+  the handler that was there before."""
+  import gc
+  from vit_jax import signals
+  received = []
+
+  def callback(phase, info):
+    del info
+    if phase == 'start':
+      signal.raise_signal(signal.SIGINT)
+      for _ in range(1000):
+        pass
+
+  previous = signal.signal(signal.SIGINT, lambda *_: received.append('Ctrl-C'))
+  try:
+    with signals.NotedSignals('stopping'):
+      signal.raise_signal(signal.SIGINT)
+      gc.callbacks.append(callback)
+      try:
+        gc.collect()
+      finally:
+        gc.callbacks.remove(callback)
+    time.sleep(0.3)
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  assert received == []
+
+
 def _analysis_command(out, checkpoint_path, tool='all', *extra):
   """`python -m analysis` on the quick-start ViT recipe and the .npz `checkpoint_path`."""
   return [sys.executable, '-m', 'analysis', tool, '--config', 'configs/quickstart_vit.py',

@@ -36,7 +36,7 @@ class NotedSignals:
     """
     self.then = then
     self.signalled, self.name, self._previous = False, '', {}
-    self._unraisable_hook = None
+    self._unraisable_hook, self._again, self._lock = None, None, threading.Lock()
 
   def __enter__(self) -> 'NotedSignals':
     if threading.current_thread() is threading.main_thread():
@@ -45,6 +45,10 @@ class NotedSignals:
     return self
 
   def __exit__(self, *exc) -> None:
+    with self._lock:  # no Ctrl-C sent again once the handlers are the previous ones
+      if self._again is not None:
+        self._again.cancel()
+        self._again = None
     for s, previous in self._previous.items():
       signal.signal(s, previous)
     if self._unraisable_hook is not None:
@@ -54,11 +58,18 @@ class NotedSignals:
     """A second Ctrl-C raised where Python drops exceptions: Ctrl-C again, in 50 ms
     (from another thread: the main thread may still be where it was raised)."""
     if self.signalled and issubclass(unraisable.exc_type, KeyboardInterrupt):
-      again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
-      again.daemon = True
-      again.start()
+      with self._lock:
+        self._again = threading.Timer(0.05, self._interrupt_again)
+        self._again.daemon = True
+        self._again.start()
     else:
       self._unraisable_hook(unraisable)
+
+  def _interrupt_again(self) -> None:
+    with self._lock:
+      if self._again is not None:
+        self._again = None
+        os.kill(os.getpid(), signal.SIGINT)
 
   def _note(self, signum, frame) -> None:
     del frame
