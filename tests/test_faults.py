@@ -544,6 +544,33 @@ def test_ctrl_c_twice_while_an_analysis_compiles_ends_it_in_one_line_without_a_c
   assert not (out / 'analysis_lock.json').exists() and not (out / 'hessian.json').exists()
 
 
+@contextlib.contextmanager
+def _ctrl_c_in_the_next_gc_callback():
+  """Within: the next garbage collection's callback receives a Ctrl-C and runs
+  Python code, where its handler runs. Yields what landed there: 'in the callback'
+  once that handler raised KeyboardInterrupt inside it."""
+  import gc
+  landed = []
+
+  def callback(phase, info):
+    del info
+    if phase == 'start' and not landed:
+      landed.append('sent')
+      try:
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(1000):
+          pass
+      except KeyboardInterrupt:
+        landed[-1] = 'in the callback'
+        raise
+
+  gc.callbacks.append(callback)
+  try:
+    yield landed
+  finally:
+    gc.callbacks.remove(callback)
+
+
 def test_a_second_ctrl_c_raised_where_python_drops_exceptions_comes_again(capsys):
   """The second Ctrl-C lands in a garbage collector's callback (as in JAX's, during
   a compilation): Python drops the KeyboardInterrupt raised there, printing a
@@ -551,30 +578,14 @@ def test_a_second_ctrl_c_raised_where_python_drops_exceptions_comes_again(capsys
   runs."""
   import gc
   from vit_jax import signals
-  landed = []
-
-  def callback(phase, info):
-    del info
-    if phase == 'start' and not landed:
-      try:
-        signal.raise_signal(signal.SIGINT)
-        for _ in range(1000):  # Python code, where the handler runs
-          pass
-      except KeyboardInterrupt:
-        landed.append('in the callback')
-        raise
-
   with signals.NotedSignals('stopping'):
     signal.raise_signal(signal.SIGINT)  # the first: noted
-    gc.callbacks.append(callback)
-    try:
+    with _ctrl_c_in_the_next_gc_callback() as landed:
       with pytest.raises(KeyboardInterrupt):
         gc.collect()
         deadline = time.time() + 30
         while time.time() < deadline:
           time.sleep(0.01)
-    finally:
-      gc.callbacks.remove(callback)
   assert landed == ['in the callback']
   assert 'Exception ignored' not in capsys.readouterr().err
 
@@ -585,27 +596,16 @@ def test_a_ctrl_c_to_come_again_is_not_sent_once_the_command_left_the_signals_co
   import gc
   from vit_jax import signals
   received = []
-
-  def callback(phase, info):
-    del info
-    if phase == 'start':
-      signal.raise_signal(signal.SIGINT)
-      for _ in range(1000):
-        pass
-
   previous = signal.signal(signal.SIGINT, lambda *_: received.append('Ctrl-C'))
   try:
     with signals.NotedSignals('stopping'):
       signal.raise_signal(signal.SIGINT)
-      gc.callbacks.append(callback)
-      try:
+      with _ctrl_c_in_the_next_gc_callback() as landed:
         gc.collect()
-      finally:
-        gc.callbacks.remove(callback)
     time.sleep(0.3)
   finally:
     signal.signal(signal.SIGINT, previous)
-  assert received == []
+  assert landed == ['in the callback'] and received == []
 
 
 def _analysis_command(out, checkpoint_path, tool='all', *extra):

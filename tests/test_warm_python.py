@@ -109,7 +109,7 @@ def test_the_torch_side_is_a_fork_with_torch_imported_computing_as_a_new_interpr
     torch_python):
   """A fork of the server that imported torch (without using its threads) runs
   torch's multithreaded kernels as a new interpreter does, to the bit."""
-  program = ('import sys, numpy as np, torch; torch.manual_seed(0); '
+  program = ('import torch; torch.manual_seed(0); '
              'x = torch.randn(64, 256); w = torch.nn.Linear(256, 128); '
              'y = torch.nn.functional.gelu(w(x)).sum(0); '
              'print(torch.get_num_threads(), y.detach().numpy().tobytes().hex())')
