@@ -2,6 +2,7 @@
 (tests/logit_margin_tool.py) runs through `python -m analysis`, gets its report
 section with its caption and its TensorBoard events, with no file of the package
 changed."""
+import ast
 import dataclasses
 import importlib.util
 import inspect
@@ -173,3 +174,18 @@ def test_joint_figures_are_drawn_for_two_models_or_more():
   assert tool.TOOLS['cka'].models({'layers': {'vit': [], 'resnet': []}, 'cka': {}}) == [
       'vit', 'resnet']
   assert tool.TOOLS['corruption'].models({'errors': {'vit': {}}, 'ranks': {}}) == ['vit']
+
+
+def test_no_function_of_a_tool_is_over_sixty_lines():
+  """A tool's `run`, `measure` or `draw` reads in one screen: what grows past 60 lines
+  (signature, docstring and body) is split into functions of its own."""
+  folder = os.path.join(ROOT, 'analysis', 'tools')
+  longer = []
+  for name in sorted(os.listdir(folder)):
+    if name.endswith('.py'):
+      for node in ast.walk(ast.parse(open(os.path.join(folder, name)).read())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+          lines = node.end_lineno - node.lineno + 1
+          if lines > 60:
+            longer.append(f'analysis/tools/{name}:{node.lineno} {node.name} ({lines} lines)')
+  assert not longer, longer

@@ -3,7 +3,7 @@ density (Park & Kim Fig. 1, 4), and Hutchinson traces, of the whole Hessian and 
 each parameter block's diagonal block."""
 import dataclasses
 import functools
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -171,14 +171,8 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
                                operands=(whole, *operands(slice(None))),
                                on_step=lambda carry: done.advance(options.hessian_batches, carry),
                                **shared)
-  block_top = {}
-  for b, name in enumerate(blocks):
-    steps = min(options.block_steps_in_use, sizes[name])
-    block_top[name] = float(lanczos_run(
-        masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
-        operands=((ids == b).astype(jnp.float32), *operands(slice(0, 1))))['top'][0])
-    if not host_loop:
-      done.advance(steps)
+  block_top = _block_tops(lanczos_run, masked, dim, ids, blocks, sizes, operands(slice(0, 1)),
+                          options.block_steps_in_use, None if host_loop else done.advance)
   signs = jax.random.rademacher(jax.random.PRNGKey(options.hessian_batches),
                                 (options.trace_probes_in_use, dim), jnp.float32)
   sums = lanczos.hutchinson(masked, signs, (whole, *operands(slice(None))), ids, len(blocks),
@@ -190,6 +184,25 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
           'density_steps': options.density_steps_in_use, 'density_probes': options.density_probes,
           **_summaries(subject, nodes, weights, sums, blocks, description, options),
           'block_top_eigenvalue': block_top, 'block_steps': options.block_steps_in_use}
+
+
+def _block_tops(lanczos_run: Callable, masked: Callable, dim: int, ids: jnp.ndarray,
+                blocks: Sequence[str], sizes: Mapping[str, int], operands: tuple,
+                block_steps: int, advance: Optional[Callable[[int], None]]
+                ) -> Dict[str, float]:
+  """The largest-magnitude eigenvalue of each parameter block's diagonal block on the
+  minibatch of `operands`: a Lanczos run of `block_steps` steps, or the block's size
+  where smaller, under the block's mask, with a key of its own; `advance`, where given,
+  is told each run's steps."""
+  tops = {}
+  for b, name in enumerate(blocks):
+    steps = min(block_steps, sizes[name])
+    tops[name] = float(lanczos_run(
+        masked, dim, steps, 1, jax.random.PRNGKey(100 + b),
+        operands=((ids == b).astype(jnp.float32), *operands))['top'][0])
+    if advance:
+      advance(steps)
+  return tops
 
 
 def _summaries(subject: Subject, nodes: np.ndarray, weights: np.ndarray, sums: np.ndarray,
