@@ -79,6 +79,21 @@ def _timm_file(name: str, folder: str) -> None:
   save_file(timm_files.to_timm(params, model_name), os.path.join(folder, name))
 
 
+def _transformers_folder(name: str, folder: str) -> None:
+  """`transformers/<name>`: a `Dinov2WithRegistersModel` folder as `save_pretrained`
+  writes it (`checkpoint.save(..., format='transformers')`), of an initialised
+  headless ViT with LayerScale and 4 registers, 2 blocks of width 32, on 7 px
+  patches of 28 px images."""
+  from vit_jax import checkpoint, models
+  config = models.get_config('ViT-Ti_16', num_classes=0, hidden_size=32, num_layers=2,
+                             num_heads=4, mlp_dim=64, patch_size=7, layer_scale_init=0.1,
+                             num_registers=4, layer_norm_eps=1e-6, activation='gelu')
+  params = models.build_model(config).init(jax.random.PRNGKey(0),
+                                           np.zeros((1, 28, 28, 3), np.float32))['params']
+  checkpoint.save(os.path.join(folder, name), params, format='transformers', config=config,
+                  image_size=28)
+
+
 def _make(name: str, folder: str) -> None:
   if name.endswith('.npz'):
     _published_file(name, folder)
@@ -95,12 +110,14 @@ def _make(name: str, folder: str) -> None:
              'b_dec': np.zeros(64, np.float32)}
     write_saev_file(os.path.join(folder, name), state,
                     {'schema': 5, 'cfg': {'activation': {'cls': 'Relu', 'params': {}}}})
+  elif name.startswith('transformers/'):
+    _transformers_folder(name, folder)
   elif name == 'augreg':  # a local copy of the AugReg index
     from helpers import AUGREG_ROWS, write_augreg_index
     write_augreg_index(os.path.join(folder, name), AUGREG_ROWS)
   else:
     raise ValueError(f'No such test input {name!r}: a <model>.npz or .safetensors, a saev '
-                     '<name>.pt, workdirs/<recipe> or augreg.')
+                     '<name>.pt, workdirs/<recipe>, transformers/<folder> or augreg.')
 
 
 def _run(command, cwd, what):

@@ -254,6 +254,96 @@ def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(
                                 theirs['Transformer']['encoder_norm']['scale'])
 
 
+# A DINOv2 backbone with registers at the quick start's 28 px images (4 x 4 patches).
+SMALL_DINOV2_28 = dict(SMALL_DINOV2, image_size=28, patch_size=7, num_register_tokens=4)
+
+
+def _recipe(*args):
+  """The quick-start recipe as the training command's flags make it."""
+  from absl import flags
+  from vit_jax import entry
+  argv = ['prog', '--config', os.path.join(ROOT, 'configs', 'quickstart_vit.py'), *args]
+  values = flags.FlagValues()
+  entry.define_recipe_flag('config', '', flag_values=values, sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+@needs_transformers
+def test_a_recipe_fine_tuning_from_a_folder_takes_the_folders_model(tmp_path, torch_python):
+  """`--config.pretrained=<folder>` makes the recipe's model the folder's (name,
+  sizes, registers, LayerScale, class token, epsilon), keeps the recipe's other model
+  fields and the command line's, and the fit then keeps every weight of the folder's
+  backbone; a field the command line sets otherwise than the folder is refused."""
+  from vit_jax import finetune
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2WithRegistersConfig',
+                                  model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
+                                  read='pooler_output')
+  config = _recipe(f'--config.pretrained={folder}', '--config.model.dropout_rate=0.1')
+  name, fields = hf_files.model_of(folder, checkpoint.weights_file(folder))
+  assert config.model_name == name
+  assert {k: config.model[k] for k in fields} == fields
+  assert (config.model.hidden_size, config.model.num_registers, config.model.classifier,
+          config.model.layer_norm_eps) == (32, 4, 'token', 1e-6)
+  assert config.model.layer_scale_init > 0
+  assert config.model.dtype == 'float32' and config.model.dropout_rate == 0.1  # the recipe's
+  params = finetune.initial_params(config, 10)
+  _, theirs = checkpoint.from_pretrained(folder)
+  assert params['head']['kernel'].shape == (32, 10)
+  for key in ('Transformer', 'cls', 'registers', 'embedding'):
+    np.testing.assert_equal(jax.tree_util.tree_map(np.asarray, params[key]),
+                            jax.tree_util.tree_map(np.asarray, theirs[key]))
+  other = _recipe(f'--config.pretrained={folder}', '--config.model.layer_norm_eps=0.001')
+  with pytest.raises(CheckpointError, match=r"layer_norm_eps 1e-06 \(the recipe's model has 0.001"):
+    finetune.initial_params(other, 10)
+
+
+@needs_transformers
+def test_a_recipe_with_another_pretrained_keeps_its_model(tmp_path):
+  """A `pretrained` that is no transformers folder (an .npz, a folder without
+  `model_type`) leaves the recipe's model as it is."""
+  (tmp_path / hf_files.CONFIG).write_text('{}')
+  for given in (str(tmp_path), str(tmp_path / 'ViT-Ti_16.npz')):
+    config = _recipe(f'--config.pretrained={given}')
+    assert config.model_name == 'ViT-Ti_16' and config.model.classifier == 'gap'
+
+
+@pytest.mark.e2e
+@needs_transformers
+def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
+    tmp_path, torch_python, warm_python):
+  """One command, no model named: two steps from a DINOv2 folder on Fashion-MNIST,
+  the run's recorded recipe holding the folder's model; then an analysis of the run
+  from the same recipe flags."""
+  from vit_jax import workdir
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2WithRegistersConfig',
+                                  model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
+                                  read='pooler_output')
+  run = tmp_path / 'run'
+  done = subprocess.run(
+      [warm_python, '-m', 'vit_jax.train', '--config', os.path.join(ROOT, 'configs',
+                                                                    'quickstart_vit.py'),
+       f'--config.pretrained={folder}', '--config.total_steps=2', '--config.batch_size=16',
+       '--config.eval_split=test[:64]', f'--workdir={run}'],
+      capture_output=True, text=True, cwd=ROOT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  recorded = json.loads((run / workdir.RECORD).read_text())
+  name, fields = hf_files.model_of(folder, checkpoint.weights_file(folder))
+  assert recorded['model_name'] == name
+  assert recorded['model']['num_registers'] == 4 and recorded['model']['hidden_size'] == 32
+  assert (run / workdir.RESULTS).exists()
+  # The analysis, given the same recipe flags, builds the run's model and reads its weights.
+  out = tmp_path / 'out'
+  done = subprocess.run(
+      [warm_python, '-m', 'analysis', 'attention_distance', '--config',
+       os.path.join(ROOT, 'configs', 'quickstart_vit.py'), f'--config.pretrained={folder}',
+       f'--workdir={run}', f'--out={out}', '--num_images=16', '--batch_size=8'],
+      capture_output=True, text=True, cwd=ROOT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert (out / 'attention_distance.json').exists()
+  assert json.loads((out / 'failures.json').read_text()) in ({}, [])
+
+
 # Loads a folder written here with transformers' Auto class and writes its logits.
 TRANSFORMERS_READS = INPUTS + r'''
 model = getattr(transformers, spec['auto']).from_pretrained(spec['folder']).eval()

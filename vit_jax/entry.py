@@ -13,7 +13,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from vit_jax import console, settings
+from vit_jax import console, finetune, settings
 from vit_jax.errors import ConfigError, Interrupted, UserError
 
 flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wrong setting, '
@@ -90,10 +90,31 @@ class RecipeParser(ConfigFileFlagParser):
 
   def parse(self, path: str) -> ml_collections.ConfigDict:
     config = load_recipe(path)
-    settings.add_model_fields(config, settings.model_overrides(
-        sys.argv if self.argv is None else self.argv, config, self.name))
+    argv = sys.argv if self.argv is None else self.argv
+    take_pretrained_model(config, argv, self.name)
+    settings.add_model_fields(config, settings.model_overrides(argv, config, self.name))
     config.lock()
     return config
+
+
+def take_pretrained_model(config: ml_collections.ConfigDict, argv: Sequence[str],
+                          flag: str = 'config') -> None:
+  """Makes the recipe's model that of the `transformers` folder its `pretrained`
+  names (`--<flag>.pretrained` in `argv`, else the recipe's own), before the
+  command line's model fields are set (`finetune.take_folder_model`).
+
+  Args:
+    config: the recipe, changed in place.
+    argv: the command line.
+    flag: the recipe flag's name.
+  """
+  given = config.get('pretrained')
+  for i, arg in enumerate(argv):
+    if arg == f'--{flag}.pretrained' and i + 1 < len(argv):
+      given = argv[i + 1]
+    elif arg.startswith(f'--{flag}.pretrained='):
+      given = arg.split('=', 1)[1]
+  finetune.take_folder_model(config, given)
 
 
 def define_recipe_flag(name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS,
@@ -135,6 +156,7 @@ def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str],
     if spec is not None:
       recipe = load_recipe(spec)
       if fields:
+        take_pretrained_model(recipe, argv, name)
         settings.check_overrides(argv, recipe, name)
 
 

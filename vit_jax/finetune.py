@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 import numpy as np
+from ml_collections import config_dict
 
 from vit_jax import augreg, checkpoint, hf_files, models, steps
 from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
@@ -52,6 +53,43 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
         'damaged or from a diverged run; fine-tune from another checkpoint.')
   check_matches(restored, init, str(path))
   return unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})
+
+
+def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) -> Optional[str]:
+  """Makes the recipe's model the model of the `transformers` folder `path` (its
+  `pretrained`, as the command line sets it) names, so that one command fine-tunes from any such folder: the
+  folder's zoo name becomes `model_name`, and its fields (sizes, patch,
+  activation, LayerNorm epsilon, registers, LayerScale, pooling, pixel statistics:
+  `hf_files.model_of`) replace the recipe's in `model`. The recipe's other model
+  fields of that family (dropout, dtype, ...) stay; the head is the data's. A field
+  set on the command line (`--config.model.FIELD`) is set after this, and one that
+  differs from the folder's is refused when the weights are fitted
+  (`hf_files.check_fits`). Nothing changes for any other `pretrained`.
+
+  Args:
+    config: the recipe, changed in place.
+    path: its `pretrained`.
+
+  Returns:
+    The folder's zoo name, or None where `pretrained` names no such folder.
+
+  Raises:
+    CheckpointError: the folder holds a model the project cannot express.
+  """
+  if not (isinstance(path, str) and 'pretrained' in config and 'model_name' in config
+          and isinstance(config.get('model'), ml_collections.ConfigDict)
+          and hf_files.is_folder(path)):
+    return None
+  name, fields = hf_files.model_of(path, checkpoint.weights_file(path))
+  family_fields = models.get_config(name)
+  kept = {k: v for k, v in config.model.items() if k in family_fields and k not in fields}
+  model = ml_collections.ConfigDict()
+  for field, value in {**kept, **fields}.items():  # None typed to take a value set later
+    model[field] = config_dict.placeholder(object) if value is None else value
+  with config.unlocked():
+    config.model_name = name
+    config.model = model
+  return name
 
 
 def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:

@@ -22,7 +22,8 @@ from safetensors.numpy import save_file
 
 from vit_jax import models
 from vit_jax.models.family import CheckpointError, Family, Flat
-from vit_jax.timm_files import published_from_timm, read_state_dict, to_timm
+from vit_jax.timm_files import (published_from_timm, read_state_dict, state_dict_shapes,
+                                to_timm)
 
 CONFIG = 'config.json'
 PREPROCESSOR = 'preprocessor_config.json'
@@ -134,21 +135,60 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   Raises:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
+  family, name, fields = _described(folder)  # checked before the weights are read
+  timm_state, extra, weight_fields = _as_timm(family, name, fields, read_state_dict(weights))
+  flat = published_from_timm(timm_state, name, **fields)
+  return name, {**fields, **weight_fields}, {**flat, **extra}
+
+
+# The fields of a model's head: fine-tuning makes it anew for the data's classes.
+HEAD_FIELDS = ('num_classes', 'representation_size')
+
+
+def model_of(folder: str, weights: str) -> Tuple[str, Dict[str, Any]]:
+  """The zoo name and fields of a `transformers` folder's model, as `read` gives
+  them, but the head's (`HEAD_FIELDS`): what a recipe fine-tuning from the folder
+  takes as its model. Reads the folder's JSON files and the weights' names and
+  shapes only (`timm_files.state_dict_shapes`: a `.safetensors` file's header).
+
+  Args:
+    folder: the folder (`is_folder`).
+    weights: its weights file (`checkpoint.weights_file`).
+
+  Returns:
+    (a model name of the zoo, the fields that make its backbone the folder's).
+
+  Raises:
+    CheckpointError: a model type, or a field of it, that the project cannot express.
+  """
+  family, name, fields = _described(folder)
+  _, _, weight_fields = _as_timm(family, name, fields, state_dict_shapes(weights))
+  return name, {k: v for k, v in {**fields, **weight_fields}.items() if k not in HEAD_FIELDS}
+
+
+def _described(folder: str) -> Tuple[Family, str, Dict[str, Any]]:
+  """The folder's family, zoo name and fields from its `config.json` and
+  `preprocessor_config.json`, each checked."""
   config = _json(os.path.join(folder, CONFIG))
   family = _family(folder, config)
   fields = family.transformers_fields(config)
-  pixels = _pixel_fields(folder)  # checked, as the config is, before the weights are read
+  pixels = _pixel_fields(folder)
   name = _zoo_name(family, fields)
   if pixels and 'pixel_mean' not in models.get_config(name):
     _check_unit_range(folder, pixels)  # a family without pixel statistics reads [-1, 1]
     pixels = {}
-  state = read_state_dict(weights)
+  return family, name, {**fields, **pixels}
+
+
+def _as_timm(family: Family, name: str, fields: Mapping[str, Any], state: Mapping[str, Any]
+             ) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
+  """The folder's weights under timm's names, the parameters timm has no place for,
+  and the fields the weights fix (the head, the classes, ...: `Family.timm_fields`,
+  as a timm file's do, but the image size)."""
   timm_state, extra, extra_fields = family.from_transformers(state)
-  flat = published_from_timm(timm_state, name, **fields)
-  # What the weights fix (the head, the classes), as a timm file's do.
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
   fixed.pop('image_size')
-  return name, {**fields, **fixed, **extra_fields, **pixels}, {**flat, **extra}
+  return timm_state, extra, {**fixed, **extra_fields}
 
 
 def _check_unit_range(folder: str, pixels: Mapping[str, Any]) -> None:

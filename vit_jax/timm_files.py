@@ -5,7 +5,7 @@ timm builds for the same model (`to_timm`), a state dict read back as our tree
 name mapping (`Family.to_timm`, `Family.timm_fields`)."""
 import json
 import os
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -164,10 +164,7 @@ def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
   Raises:
     ValueError: the bytes are not such a file; KeyError: a dtype it does not know.
   """
-  if len(data) < 8:
-    raise ValueError('shorter than its header length')
-  size = int.from_bytes(data[:8], 'little')
-  header = json.loads(data[8:8 + size])
+  header, size = _safetensors_header(data)
   body = memoryview(data)[8 + size:]
   out = {}
   for name, info in header.items():
@@ -179,6 +176,50 @@ def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
     dtype = np.dtype(SAFETENSORS_DTYPES[info['dtype']])
     out[name] = np.frombuffer(body[start:end], dtype).reshape(info['shape'])
   return out
+
+
+def _safetensors_header(data: bytes) -> Tuple[Dict[str, Any], int]:
+  """A `.safetensors` file's JSON header (name -> dtype, shape, byte range) and its
+  length in bytes, from the file's first bytes (at least the header's).
+
+  Raises:
+    ValueError: the bytes are not such a header.
+  """
+  if len(data) < 8:
+    raise ValueError('shorter than its header length')
+  size = int.from_bytes(data[:8], 'little')
+  if len(data) < 8 + size:
+    raise ValueError('shorter than its header')
+  header = json.loads(data[8:8 + size])
+  if not isinstance(header, dict):
+    raise ValueError('its header holds no JSON object')
+  return header, size
+
+
+def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
+  """The names and shapes of a PyTorch state dict file's arrays, as float32 zeros
+  that hold no memory (`np.broadcast_to`): what a file fixes by its names and shapes
+  alone (`Family.timm_fields`) read without its weights. Of a `.safetensors` file
+  only the header is read; a `torch.save` file is read whole (`read_state_dict`).
+
+  Args:
+    path: the file.
+
+  Returns:
+    name -> array of its shape.
+  """
+  if not os.fspath(path).endswith('.safetensors'):
+    return read_state_dict(path)
+  try:
+    with epath.Path(path).open('rb') as f:
+      size = int.from_bytes(f.read(8), 'little')
+      header, _ = _safetensors_header(size.to_bytes(8, 'little') + f.read(size))
+    shapes = {k: tuple(int(n) for n in v['shape']) for k, v in header.items()
+              if k != '__metadata__'}
+  except (ValueError, KeyError, TypeError) as e:
+    raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+  zero = np.zeros((), np.float32)
+  return _unwrapped({k: np.broadcast_to(zero, shape) for k, shape in shapes.items()})
 
 
 DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it
