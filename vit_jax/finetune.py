@@ -56,15 +56,15 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
 
 
 def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) -> Optional[str]:
-  """Makes the recipe's model the model of the `transformers` folder `path` (its
-  `pretrained`, as the command line sets it) names, so that one command fine-tunes from any such folder: the
-  folder's zoo name becomes `model_name`, and its fields (sizes, patch,
-  activation, LayerNorm epsilon, registers, LayerScale, pooling, pixel statistics:
-  `hf_files.model_of`) replace the recipe's in `model`. The recipe's other model
-  fields of that family (dropout, dtype, ...) stay; the head is the data's. A field
-  set on the command line (`--config.model.FIELD`) is set after this, and one that
-  differs from the folder's is refused when the weights are fitted
-  (`hf_files.check_fits`). Nothing changes for any other `pretrained`.
+  """Makes the recipe's model the model of the `transformers` folder that `path`
+  (its `pretrained`, as the command line sets it) names, so that one command
+  fine-tunes from any such folder: the folder's zoo name becomes `model_name`, and
+  its fields (sizes, patch, activation, LayerNorm epsilon, registers, LayerScale,
+  pooling, pixel statistics: `hf_files.model_of`) replace the recipe's in `model`.
+  The recipe's other model fields of that family (dropout, dtype, ...) stay; the
+  head is the data's. A field set on the command line (`--config.model.FIELD`) is
+  set after this, and one that differs from the folder's is refused when the
+  weights are fitted (`hf_files.check_fits`). Nothing changes for any other `pretrained`.
 
   Args:
     config: the recipe, changed in place.

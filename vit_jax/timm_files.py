@@ -212,8 +212,8 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
     return read_state_dict(path)
   try:
     with epath.Path(path).open('rb') as f:
-      size = int.from_bytes(f.read(8), 'little')
-      header, _ = _safetensors_header(size.to_bytes(8, 'little') + f.read(size))
+      head = f.read(8)
+      header, _ = _safetensors_header(head + f.read(int.from_bytes(head, 'little')))
     shapes = {k: tuple(int(n) for n in v['shape']) for k, v in header.items()
               if k != '__metadata__'}
   except (ValueError, KeyError, TypeError) as e:
