@@ -1,5 +1,7 @@
 """Every code block of README.md and docs/ runs (tests/doc_snippets.py says how),
 and the documentation site builds without a warning."""
+import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -128,14 +130,38 @@ def _run(command, cwd, what):
   return done.stdout
 
 
+# The optional libraries a block may need (the tests' extras, requirements-timm.txt),
+# and the test inputs that need one to be made.
+OPTIONAL = ('timm', 'torch', 'transformers')
+INPUT_NEEDS = {'.pt': 'torch'}  # saev's files are written by torch.save
+
+
+def missing_libraries(block: doc_snippets.Block) -> list:
+  """The optional libraries `block` needs that are not installed: those its Python
+  code imports, and those its inputs are made with."""
+  needed = {library for name in block.files for suffix, library in INPUT_NEEDS.items()
+            if name.endswith(suffix)}
+  if block.language == 'python':
+    for node in ast.walk(ast.parse(block.runnable_code())):
+      if isinstance(node, ast.Import):
+        needed.update(alias.name.split('.')[0] for alias in node.names)
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        needed.add(node.module.split('.')[0])
+  return sorted(n for n in needed if n in OPTIONAL and importlib.util.find_spec(n) is None)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('page', PAGES)
 def test_code_blocks_run(page, tmp_path, warm_python, made_once):
+  """The page's blocks run in order; one that needs an optional library that is not
+  installed is left out, and the test then says so as a skip after the others ran."""
   for name in doc_snippets.LINKED:
     os.symlink(os.path.join(ROOT, name), tmp_path / name)
   runnable = [b for b in doc_snippets.blocks(page) if b.language in doc_snippets.RUN
               and not b.skip]
+  left_out = {b.where: missing for b in runnable if (missing := missing_libraries(b))}
+  runnable = [b for b in runnable if b.where not in left_out]
   for name in dict.fromkeys(f for b in runnable for f in b.files):
     # The same inputs for every page, made once and copied: a page's commands write.
     shutil.copytree(made_once(name, _make), tmp_path, dirs_exist_ok=True)
@@ -149,6 +175,20 @@ def test_code_blocks_run(page, tmp_path, warm_python, made_once):
   if program:
     _run([warm_python, '-c', doc_snippets.python_program(program)], tmp_path,
          ', '.join(b.where for b in program))
+  if left_out:
+    pytest.skip('the other blocks ran; left out, as an optional library is not installed '
+                '(requirements-timm.txt): ' + '; '.join(
+                    f'{where} (needs {", ".join(names)})' for where, names in left_out.items()))
+
+
+def test_a_block_needing_an_optional_library_not_installed_is_found(monkeypatch):
+  monkeypatch.setattr(sys.modules[__name__], 'OPTIONAL', ('timm', 'no_such_library'))
+  block = lambda code, files=(): doc_snippets.Block('page.md', 1, 'python', code, files=files)
+  assert missing_libraries(block('import no_such_library.sub, numpy')) == ['no_such_library']
+  assert missing_libraries(block('from no_such_library import x')) == ['no_such_library']
+  assert missing_libraries(block('import numpy')) == []
+  monkeypatch.setattr(sys.modules[__name__], 'INPUT_NEEDS', {'.pt': 'no_such_library'})
+  assert missing_libraries(block('pass', files=('sae.pt',))) == ['no_such_library']
 
 
 def test_every_block_is_run_or_says_why_not():
