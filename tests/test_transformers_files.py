@@ -143,6 +143,7 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
 
 @pytest.mark.parametrize('change,says', [
     (dict(hidden_act='relu'), "hidden_act 'relu'"),
+    (dict(pooler_act='relu'), "pooler_act 'relu'"),
     (dict(num_channels=1), 'num_channels 1'),
     (dict(model_type='swin'), "'swin' model"),
     (dict(hidden_size='32'), "hidden_size '32'"),
@@ -357,6 +358,9 @@ with torch.no_grad():
 @pytest.mark.parametrize('fields,auto,read', [
     (dict(num_classes=3, activation='gelu_tanh'), 'AutoModelForImageClassification', 'logits'),
     (dict(num_classes=3, activation='gelu'), 'AutoModelForImageClassification', 'logits'),
+    # Headless, with a pre-logits layer of another width: ViTModel, the layer its pooler.
+    (dict(num_classes=0, activation='gelu', representation_size=24), 'AutoModel',
+     'pooler_output'),
     # Headless, with LayerScale: Dinov2Model, and with registers Dinov2WithRegistersModel.
     (dict(num_classes=0, activation='gelu', layer_scale_init=0.1, layer_norm_eps=1e-6),
      'AutoModel', 'pooler_output'),
@@ -469,6 +473,12 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
                              **TINY_VIT)
   params = perturbed(init(models.build_model(config), 32))['params']
   with pytest.raises(CheckpointError, match='nonzero bias'):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()
+  # A pre-logits layer under a head: ViTForImageClassification's head reads the class token.
+  config = models.get_config('ViT-Ti_16', num_classes=3, representation_size=16, **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match='representation_size 16'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
   assert not (tmp_path / 'model').exists()
   # A model_type the model is not written as: a class-token ViT as SigLIP 2's tower.

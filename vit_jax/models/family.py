@@ -272,8 +272,8 @@ class Family:
   # family reads; a config.json -> the fields it sets (refusing one it cannot
   # express); the weights (the files' names) -> (timm's names, extra published
   # parameters timm has no place for, the fields those extra parameters fix); and
-  # back, (timm state dict, the model's config, image size) -> (config.json, the
-  # weights under the files' names).
+  # back, (the published parameters, flat, the model's config, image size, the
+  # model type to write or None) -> (config.json, the weights under the files' names).
   transformers_types: Tuple[str, ...] = ()
   transformers_fields: Optional[Callable[[Mapping[str, Any]], Dict[str, Any]]] = None
   from_transformers: Optional[Callable[[Mapping[str, Any]],

@@ -158,14 +158,15 @@ def from_transformers(state: Mapping[str, np.ndarray]
   return out, {}, {}
 
 
-def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
-                    image_size: int, model_type: Optional[str] = None
+def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
+                    model_type: Optional[str] = None
                     ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-  """A BiT (timm's state dict of it, `to_timm`) as `BitForImageClassification`
-  (headless: `BitModel`): its config.json and its weights under the files' names.
+  """A BiT (its published parameters, through timm's names: `to_timm`) as
+  `BitForImageClassification` (headless: `BitModel`): its config.json and its
+  weights under the files' names.
 
   Args:
-    state: timm's state dict of the model.
+    flat: the model's parameters, flat, in the published layout.
     config: the model's config.
     image_size: the images' side in pixels (BiT's weights hold none).
     model_type: 'bit' or None (BiT is written as nothing else).
@@ -184,7 +185,7 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
                           'have: its stem always pools.')
   classes = config.num_classes or 0
   out = {}
-  for key, value in state.items():
+  for key, value in to_timm(flat).items():
     if key == 'head.fc.weight':
       out['classifier.1.weight'] = np.asarray(value)[:, :, 0, 0]
     elif key == 'head.fc.bias':

@@ -397,6 +397,9 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   if act not in TRANSFORMERS_ACTIVATIONS:
     raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
                           f'have; they have {", ".join(sorted(TRANSFORMERS_ACTIVATIONS))}.')
+  if kind == 'vit' and config.get('pooler_act', 'tanh') != 'tanh':
+    raise CheckpointError(f'The config.json sets pooler_act {config["pooler_act"]!r}: the '
+                          "pre-logits layer that ViTModel's pooler becomes here is tanh's.")
   if config.get('num_channels', 3) != 3:
     raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
                           'ViTs read RGB images (3 channels).')
@@ -553,19 +556,20 @@ def _joined_qkv(qkv: Mapping[Tuple[int, str, str], np.ndarray], parts: Tuple[str
   return out
 
 
-def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
-                    image_size: int, model_type: Optional[str] = None
+def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
+                    model_type: Optional[str] = None
                     ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-  """A ViT (timm's state dict of it, `to_timm`) as the transformers model its
-  fields make (`_written_kind`): a class-token ViT as `ViTForImageClassification`,
-  a headless one with LayerScale as `Dinov2Model` (with registers
+  """A ViT (its published parameters) as the transformers model its fields make
+  (`_written_kind`): a class-token ViT as `ViTForImageClassification`, a headless
+  one with a pre-logits layer as `ViTModel` (the layer as its pooler, dense and
+  tanh on the class token), a headless one with LayerScale as `Dinov2Model` (with registers
   `Dinov2WithRegistersModel`), CLIP's image tower as `CLIPVisionModel` (with a head,
   `CLIPVisionModelWithProjection`), a headless attention-pooling one as
   `SiglipVisionModel`, or with `model_type='siglip2_vision_model'` as SigLIP 2's
   `Siglip2VisionModel`: its config.json and its weights under the files' names.
 
   Args:
-    state: timm's state dict of the model.
+    flat: the model's parameters, flat, in the published layout.
     config: the model's config.
     image_size: the images' side in pixels.
     model_type: the `model_type` to write, where the model can be more than one:
@@ -580,6 +584,8 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
       not written as, named.
   """
   kind = _written_kind(config)
+  pooler = {k: v for k, v in flat.items() if k.startswith('pre_logits/')}
+  state = to_timm({k: v for k, v in flat.items() if k not in pooler})
   written = ((f'{kind}_vision_model' if kind in TWO_TOWER_TYPES else kind),
              *_ALSO_WRITTEN_AS.get(kind, ()))
   if model_type not in (None, *written):
@@ -594,7 +600,7 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
     raise CheckpointError(f'The model\'s MLP has {config.mlp_dim} units, not a whole multiple of '
                           f'its width {config.hidden_size}, as Dinov2Model\'s mlp_ratio is.')
   names = _DINOV2_LAYER if dinov2 else _TRANSFORMERS_LAYER
-  prefix = '' if dinov2 else 'vit.'
+  prefix = '' if dinov2 or pooler else 'vit.'  # ViTModel's names are the backbone's
   top = {timm: (prefix + name if not name.startswith('classifier') else name)
          for name, timm in _TRANSFORMERS_TOP.items()}
   layer = {timm: name for name, timm in names.items()}
@@ -617,6 +623,13 @@ def to_transformers(state: Mapping[str, np.ndarray], config: ml_collections.Conf
                'hidden_dropout_prob': 0., 'attention_probs_dropout_prob': 0.}
   if dinov2:
     return _as_dinov2(hf_config, out, config)
+  if pooler:
+    out['pooler.dense.weight'] = np.asarray(pooler['pre_logits/kernel']).T
+    out['pooler.dense.bias'] = np.asarray(pooler['pre_logits/bias'])
+    hf_config.update({'model_type': 'vit', 'architectures': ['ViTModel'],
+                      'intermediate_size': config.mlp_dim,
+                      'pooler_output_size': config.representation_size, 'pooler_act': 'tanh'})
+    return hf_config, out
   classes = config.num_classes
   hf_config.update({
       'model_type': 'vit', 'architectures': ['ViTForImageClassification'],
@@ -640,7 +653,8 @@ _WRITTEN = {
                    patch_bias=(True,))}
 _WRITTEN_KINDS = (
     'written are a class-token ViT without registers, LayerScale or a pre-logits layer (as '
-    'ViTForImageClassification); a headless class-token ViT with LayerScale, with or without '
+    'ViTForImageClassification), or headless with one (ViTModel, the layer its pooler); a '
+    'headless class-token ViT with LayerScale, with or without '
     'registers (Dinov2Model); a class-token ViT with CLIP\'s LayerNorm before the blocks and '
     'no patch bias (CLIPVisionModel, with a head CLIPVisionModelWithProjection); a headless '
     'attention-pooling ViT (SiglipVisionModel)')
@@ -662,6 +676,8 @@ def _written_kind(config: ml_collections.ConfigDict) -> str:
           else 'dinov2' if config.get('layer_scale_init') else 'vit')
   common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
                 pre_norm=(kind == 'clip',), patch_bias=(True,))
+  if kind == 'vit' and not config.get('num_classes'):  # ViTModel, the layer its pooler
+    common.pop('representation_size')
   for field, allowed in {**common, **_WRITTEN[kind]}.items():
     if config.get(field) not in allowed:
       raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
