@@ -358,6 +358,8 @@ with torch.no_grad():
 @pytest.mark.parametrize('fields,auto,read', [
     (dict(num_classes=3, activation='gelu_tanh'), 'AutoModelForImageClassification', 'logits'),
     (dict(num_classes=3, activation='gelu'), 'AutoModelForImageClassification', 'logits'),
+    # Headless (as a ViT-MAE encoder reads here): the class token after the last LayerNorm.
+    (dict(num_classes=0, activation='gelu'), 'AutoModelForImageClassification', 'logits'),
     # Headless, with a pre-logits layer of another width: ViTModel, the layer its pooler.
     (dict(num_classes=0, activation='gelu', representation_size=24), 'AutoModel',
      'pooler_output'),
