@@ -19,7 +19,7 @@ import pytest
 
 from doc_snippets import ROOT
 from helpers import images
-from vit_jax import checkpoint, hf_files
+from vit_jax import checkpoint, entry, hf_files
 from vit_jax.errors import UserError
 from vit_jax.models.family import CheckpointError
 
@@ -307,6 +307,34 @@ def test_a_recipe_with_another_pretrained_keeps_its_model(tmp_path):
   for given in (str(tmp_path), str(tmp_path / 'ViT-Ti_16.npz')):
     config = _recipe(f'--config.pretrained={given}')
     assert config.model_name == 'ViT-Ti_16' and config.model.classifier == 'gap'
+
+
+@pytest.mark.parametrize('weights', [
+    b'\x07', b'\xff' * 8 + b'{}',  # truncated; a header length past the file's end
+    len(b'{"a": 1}').to_bytes(8, 'little') + b'{"a": 1}',  # an entry that is no array's
+    len(b'{"a": {"shape": [-1]}}').to_bytes(8, 'little') + b'{"a": {"shape": [-1]}}'])
+def test_a_recipe_from_a_folder_with_damaged_weights_is_refused_in_one_sentence(weights,
+                                                                               tmp_path,
+                                                                               warm_python):
+  """The folder's model is read from its weights' header alone; a damaged header is
+  one sentence naming the file, and the folder is left as it was."""
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / hf_files.CONFIG).write_text(json.dumps({'model_type': 'vit', **SMALL_VIT}))
+  (folder / 'model.safetensors').write_bytes(weights)
+  before = sorted((p.name, p.read_bytes()) for p in folder.iterdir())
+  recipe = os.path.join(ROOT, 'configs', 'quickstart_vit.py')
+  with pytest.raises(CheckpointError, match='is not a readable .safetensors file'):
+    entry.check_recipe_overrides(['prog', '--config', recipe, f'--config.pretrained={folder}'],
+                                 ('config',))
+  assert sorted((p.name, p.read_bytes()) for p in folder.iterdir()) == before
+  if weights == b'\x07':  # the command says it in one line, before any work
+    done = subprocess.run([warm_python, '-m', 'vit_jax.train', '--config', recipe,
+                           f'--config.pretrained={folder}', f'--workdir={tmp_path / "run"}'],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+    assert 'is not a readable .safetensors file' in done.stderr
+    assert not (tmp_path / 'run').exists()
 
 
 @pytest.mark.e2e

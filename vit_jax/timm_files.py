@@ -214,12 +214,13 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
     with epath.Path(path).open('rb') as f:
       head = f.read(8)
       header, _ = _safetensors_header(head + f.read(int.from_bytes(head, 'little')))
-    shapes = {k: tuple(int(n) for n in v['shape']) for k, v in header.items()
-              if k != '__metadata__'}
-  except (ValueError, KeyError, TypeError) as e:
+    zero = np.zeros((), np.float32)
+    shapes = {k: np.broadcast_to(zero, tuple(int(n) for n in v['shape']))
+              for k, v in header.items() if k != '__metadata__'}
+  # OverflowError: a header length past any file's.
+  except (ValueError, KeyError, TypeError, OverflowError) as e:
     raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
-  zero = np.zeros((), np.float32)
-  return _unwrapped({k: np.broadcast_to(zero, shape) for k, shape in shapes.items()})
+  return _unwrapped(shapes)
 
 
 DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it
