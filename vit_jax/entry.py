@@ -108,13 +108,20 @@ def take_pretrained_model(config: ml_collections.ConfigDict, argv: Sequence[str]
     argv: the command line.
     flag: the recipe flag's name.
   """
-  given = config.get('pretrained')
+  given = _flag_value(argv, f'{flag}.pretrained')
+  finetune.take_folder_model(config, config.get('pretrained') if given is None else given)
+
+
+def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:
+  """The last value `argv` gives the flag `name` (`--name VALUE` or `--name=VALUE`),
+  or None where it gives none."""
+  value = None
   for i, arg in enumerate(argv):
-    if arg == f'--{flag}.pretrained' and i + 1 < len(argv):
-      given = argv[i + 1]
-    elif arg.startswith(f'--{flag}.pretrained='):
-      given = arg.split('=', 1)[1]
-  finetune.take_folder_model(config, given)
+    if arg == f'--{name}' and i + 1 < len(argv):
+      value = argv[i + 1]
+    elif arg.startswith(f'--{name}='):
+      value = arg.split('=', 1)[1]
+  return value
 
 
 def define_recipe_flag(name: str, help_string: str, flag_values: flags.FlagValues = flags.FLAGS,
@@ -147,12 +154,7 @@ def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str],
       configs of another layout (the original's), which are only loaded.
   """
   for name in config_flags:
-    spec = None
-    for i, arg in enumerate(argv):
-      if arg == f'--{name}' and i + 1 < len(argv):
-        spec = argv[i + 1]
-      elif arg.startswith(f'--{name}='):
-        spec = arg.split('=', 1)[1]
+    spec = _flag_value(argv, name)
     if spec is not None:
       recipe = load_recipe(spec)
       if fields:

@@ -6,9 +6,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 import numpy as np
-from ml_collections import config_dict
 
-from vit_jax import augreg, checkpoint, hf_files, models, steps
+from vit_jax import augreg, checkpoint, hf_files, models, settings, steps
 from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
 from vit_jax.models.family import CheckpointError
 
@@ -84,8 +83,8 @@ def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) ->
   family_fields = models.get_config(name)
   kept = {k: v for k, v in config.model.items() if k in family_fields and k not in fields}
   model = ml_collections.ConfigDict()
-  for field, value in {**kept, **fields}.items():  # None typed to take a value set later
-    model[field] = config_dict.placeholder(object) if value is None else value
+  for field, value in {**kept, **fields}.items():
+    model[field] = settings.model_field_value(value)
   with config.unlocked():
     config.model_name = name
     config.model = model

@@ -22,7 +22,7 @@ from safetensors.numpy import save_file
 
 from vit_jax import models
 from vit_jax.models.family import CheckpointError, Family, Flat
-from vit_jax.layout import flatten, published
+from vit_jax.layout import published_float32
 from vit_jax.timm_files import published_from_timm, read_state_dict, state_dict_shapes
 
 CONFIG = 'config.json'
@@ -239,8 +239,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
     raise CheckpointError(f'{config.name} is not written for transformers: only '
                           f'{", ".join(f.title for f in models.FAMILIES.values() if f.to_transformers)} '
                           'models are.')
-  flat = {k: np.asarray(v, np.float32) for k, v in published(flatten(params)).items()}
-  hf_config, state = family.to_transformers(flat, config, image_size, model_type)
+  hf_config, state = family.to_transformers(published_float32(params), config, image_size,
+                                            model_type)
   if labels is not None and 'id2label' in hf_config:
     hf_config['id2label'] = {str(i): str(name) for i, name in enumerate(labels)}
     hf_config['label2id'] = {str(name): i for i, name in enumerate(labels)}

@@ -63,6 +63,19 @@ def unflatten(flat: Mapping[str, Any]) -> Params:
   return flax.traverse_util.unflatten_dict(dict(flat), sep='/')
 
 
+def published_float32(params: Mapping[str, Any]) -> Flat:
+  """A parameter tree, flat in the published layout, as float32 numpy arrays: what
+  the exports to timm and `transformers` convert.
+
+  Args:
+    params: the tree (any layout `published` reads).
+
+  Returns:
+    name -> float32 array.
+  """
+  return {k: np.asarray(v, np.float32) for k, v in published(flatten(params)).items()}
+
+
 def non_finite(tree: Any) -> List[str]:
   """The arrays of a tree that hold NaN or infinity.
 

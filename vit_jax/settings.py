@@ -367,9 +367,21 @@ def add_model_fields(config: ml_collections.ConfigDict, names: Sequence[str]) ->
   family = models.get_config(config.model_name)
   with config.unlocked(), config.model.unlocked():
     for name in names:
-      default = family[name]
-      config.model[name] = (config_dict.placeholder(object) if default is None else
-                            tuple(default) if isinstance(default, list) else default)
+      config.model[name] = model_field_value(family[name])
+
+
+def model_field_value(value: Any) -> Any:
+  """A model field's value as a recipe's `model` holds it, so that the command line
+  can set it: None typed to take any literal, a list as a tuple.
+
+  Args:
+    value: the value.
+
+  Returns:
+    What the recipe holds.
+  """
+  return (config_dict.placeholder(object) if value is None else
+          tuple(value) if isinstance(value, list) else value)
 
 
 def check_overrides(argv: Sequence[str], config: ml_collections.ConfigDict,

@@ -14,7 +14,8 @@ import numpy as np
 from etils import epath
 
 from vit_jax import models, torch_save
-from vit_jax.layout import Params, check_matches, flatten, published, unflatten
+from vit_jax.layout import (Params, check_matches, flatten, published, published_float32,
+                            unflatten)
 from vit_jax.models.family import Flat
 from vit_jax.models.family import CheckpointError
 from vit_jax.torch_save import UnsafeFileError
@@ -35,8 +36,7 @@ def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]
     what timm's own `.npz` loader makes of our saved file. Wrap the arrays with
     `torch.from_numpy` to load them.
   """
-  state = _timm_family(model_name).to_timm({k: np.asarray(v, np.float32)
-                                            for k, v in published(flatten(params)).items()})
+  state = _timm_family(model_name).to_timm(published_float32(params))
   # C order, as file writers that take the raw buffer (safetensors) need.
   return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
