@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -550,6 +551,63 @@ def test_split_cpu_devices_wait_for_each_other_at_collectives(monkeypatch):
   assert os.environ['XLA_FLAGS'].split() == [
       '--xla_cpu_collective_timeout_seconds=5',
       '--xla_cpu_collective_call_terminate_timeout_seconds=3600']
+
+
+
+@pytest.mark.parametrize('platform, version, measured', [
+    ('cpu', '0.10.2', True), ('cpu', '0.12.0.1', True), ('cpu', '0.11.2', False),
+    ('cpu', '0.10.20', False), ('gpu', '0.10.2', False), ('tpu', '0.12.0.1', False)])
+def test_cpu_steps_choose_ynnpack_work_only_on_a_measured_jaxlib(monkeypatch, platform, version,
+                                                                measured):
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_collective_timeout_seconds=5')
+  options = cpu_devices.step_compiler_options(platform, version)
+  # The user's own choice in XLA_FLAGS is kept.
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=dot')
+  assert cpu_devices.step_compiler_options(platform, version) is None
+  if not measured:
+    assert options is None
+    return
+  assert options == {'xla_cpu_experimental_ynn_fusion_type':
+                     'LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE,'
+                     'LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION'}
+
+
+def _ynn_fusions_ops(hlo_text):
+  """For each YNNPACK fusion of a compiled program, the ops of the computation it
+  calls, leaving out parameters, constants and layout ops."""
+  found = []
+  for call in re.finditer(r'calls=%?([\w.\-]+)[^\n]*__ynn_fusion', hlo_text):
+    body = re.search(r'\n%?' + re.escape(call.group(1)) + r' .*?\n}', hlo_text, re.S).group(0)
+    found.append(set(re.findall(r'= \S+ ([a-z][\w\-]*)\(', body))
+                 - {'parameter', 'constant', 'bitcast', 'broadcast'})
+  return found
+
+
+def test_the_cpu_train_step_keeps_its_numbers_with_its_compiler_options(monkeypatch):
+  """The train command's step of a small BiT, compiled with `step_compiler_options`,
+  gives the parameters XLA's default compilation gives within float32 rounding. Where
+  the options apply, YNNPACK gets dots with elementwise work fused in; by default it
+  gets each dot alone."""
+  config = tiny_config(model_name='BiT-M-R50x1', image_size=16, optimizer='sgd', lr=0.1,
+                       model=dict(num_layers=(1, 1), width_factor=0.5, root_pool=False))
+  rng = np.random.RandomState(0)
+  batch = {'image': rng.uniform(-1, 1, (16, 16, 16, 3)).astype(np.float32),
+           'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, 16)]}
+  applies = cpu_devices.step_compiler_options('cpu') is not None
+  results = {}
+  for name in ('tuned', 'default'):
+    if name == 'default':
+      monkeypatch.setattr(cpu_devices, 'step_compiler_options', lambda *args: None)
+    setup = steps.build(config, 3, total_steps=10)
+    state, placed = setup.state, setup.shard_batch(batch)
+    if applies:
+      text = setup.train_step.lower(state, placed).compile().as_text()
+      dots_with_more = [ops for ops in _ynn_fusions_ops(text) if 'dot' in ops and ops - {'dot'}]
+      assert bool(dots_with_more) == (name == 'tuned'), dots_with_more
+    for _ in range(2):
+      state, metrics = setup.train_step(state, placed)
+    results[name] = jax.device_get((state.params, metrics['loss']))
+  chex.assert_trees_all_close(results['tuned'], results['default'], rtol=2e-5, atol=2e-6)
 
 
 def symmetric_folder(root, n=16, size=8):

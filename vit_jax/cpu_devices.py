@@ -1,12 +1,14 @@
-"""How many data-parallel devices a CPU host is split into: XLA:CPU runs a train
-step faster as one program per core than as one program threaded over the cores.
+"""How a CPU host runs the train command: how many data-parallel devices it is split
+into (XLA:CPU runs a train step faster as one program per core than as one program
+threaded over the cores), and which work of a step XLA:CPU hands to YNNPACK.
 """
 import math
 import os
 import platform
-from typing import FrozenSet, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 import jax
+import jaxlib
 import ml_collections
 
 
@@ -88,3 +90,38 @@ def cpu_info() -> Tuple[str, FrozenSet[str]]:
         fields.setdefault(key.strip(), value.strip())
   return (fields.get('model name') or platform.processor() or platform.machine(),
           frozenset(fields.get('flags', '').split()))
+
+
+# The work XLA:CPU hands to YNNPACK in the train command's steps: each dot with the
+# elementwise work around it (a GroupNorm's scale and shift, a ReLU, a residual add),
+# reductions and convolutions. XLA's default (jaxlib 0.10.2 and 0.12.0.1) hands it each
+# dot alone; the quick-start ResNet's train step ran 1.19x faster this way on a 2-core
+# AMD EPYC (1,534 against 1,292 images/s; 1.13x with jaxlib 0.12.0.1) and the quick-start
+# ViT's as fast (docs/benchmarks.md). The option is read by the jaxlib releases named
+# here, which were measured; others keep XLA's default, as does a run whose XLA_FLAGS
+# names the option.
+STEP_LIBRARY_FUSIONS = ('DOT', 'REDUCE', 'INDIVIDUAL_CONVOLUTION')
+LIBRARY_FUSIONS_MEASURED = ('0.10.2', '0.12.0')
+
+
+def step_compiler_options(platform: str, jaxlib_version: str = jaxlib.__version__
+                          ) -> Optional[Dict[str, str]]:
+  """XLA options for the train command's compiled steps: on CPU devices of a measured
+  jaxlib, the work handed to YNNPACK (`STEP_LIBRARY_FUSIONS`), unless XLA_FLAGS
+  chooses it; elsewhere none.
+
+  Results are those of XLA's default up to float32 summation order.
+
+  Args:
+    platform: the devices' platform ('cpu', 'gpu', 'tpu').
+    jaxlib_version: the installed jaxlib's version.
+
+  Returns:
+    `jax.jit`'s `compiler_options`, or None.
+  """
+  release = '.'.join(jaxlib_version.split('.')[:3])
+  chosen = 'xla_cpu_experimental_ynn_fusion_type' in os.environ.get('XLA_FLAGS', '')
+  if platform != 'cpu' or release not in LIBRARY_FUSIONS_MEASURED or chosen:
+    return None
+  return {'xla_cpu_experimental_ynn_fusion_type':
+          ','.join(f'LIBRARY_FUSION_TYPE_{kind}' for kind in STEP_LIBRARY_FUSIONS)}

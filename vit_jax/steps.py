@@ -20,7 +20,7 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import calibration, models, sharding
+from vit_jax import calibration, cpu_devices, models, sharding
 from vit_jax.errors import ConfigError, UserError
 
 class TrainingError(UserError, RuntimeError):
@@ -465,7 +465,8 @@ def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
 def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mesh,
                   state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
-  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`).
+  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`); on CPU
+  devices compiled with `cpu_devices.step_compiler_options`.
 
   Args:
     model: the Flax module.
@@ -477,12 +478,14 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mes
     (the train step, the eval step).
   """
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
+  options = cpu_devices.step_compiler_options(mesh.devices.flat[0].platform)
   step_fn = jax.jit(functools.partial(train_step, model=model, config=config),
                     in_shardings=(state_sharding, data_sharded),
-                    out_shardings=(state_sharding, replicated), donate_argnums=0)
+                    out_shardings=(state_sharding, replicated), donate_argnums=0,
+                    compiler_options=options)
   eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
                     in_shardings=(state_sharding.params, data_sharded),
-                    out_shardings=replicated)
+                    out_shardings=replicated, compiler_options=options)
   return step_fn, eval_fn
 
 
