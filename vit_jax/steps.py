@@ -466,7 +466,7 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mes
                   state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
   `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`); on CPU
-  devices compiled with `cpu_devices.step_compiler_options`.
+  devices the train step is compiled with `cpu_devices.step_compiler_options`.
 
   Args:
     model: the Flax module.
@@ -485,7 +485,7 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mes
                     compiler_options=options)
   eval_fn = jax.jit(functools.partial(eval_step, model=model, config=config),
                     in_shardings=(state_sharding.params, data_sharded),
-                    out_shardings=replicated, compiler_options=options)
+                    out_shardings=replicated)
   return step_fn, eval_fn
 
 
