@@ -82,7 +82,8 @@ def main():
         f'{hvp_one_s / grad_s:.2f} (target <= {4 if host_loop else 3}); all batches: HVP {hvp_s:.3f} s, '
         f'{count * args.batch / hvp_s:.0f} images/s')
   # The Hessian tool's operator: linearised products where the host drives the loop.
-  operator, _, operands, method = curvature.minibatch_hvp(loss, params, batches, host_loop)
+  operator, _, operands, method = curvature.minibatch_hvp(
+      loss, params, batches, host_loop, compiler_options=objectives.compiler_options())
   if method == 'linearised':
     linear_s = seconds_per_call(operator, v, *operands(slice(0, 1)), repeats=3)
     print(f'one batch, linearised once (the tool\'s product here): {linear_s:.3f} s, '

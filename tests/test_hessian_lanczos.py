@@ -405,6 +405,19 @@ def test_linearised_products_equal_jvp_of_grad_on_any_run_of_the_batches():
     assert one == sum(x.nbytes for x in jax.tree_util.tree_leaves(operands(slice(0, 1))[0][0]))
 
 
+
+def test_linearised_products_compile_with_the_options_they_are_given():
+  """The host loop's linearisation and products are compiled with the options the
+  caller passes (the tools pass the train step's, `objectives.compiler_options`): an
+  option XLA refuses fails them."""
+  from vit_jax import cpu_devices
+  loss, params, batches = tiny_resnet_problem(num_batches=1)
+  with pytest.raises(Exception, match='xla_cpu_experimental_ynn_fusion_type'):
+    curvature.minibatch_hvp(loss, params, batches, unroll=True, compiler_options={
+        'xla_cpu_experimental_ynn_fusion_type': 'NOT_A_FUSION_TYPE'})
+  assert objectives.compiler_options() == cpu_devices.gradient_compiler_options('cpu')
+
+
 def test_products_are_jvp_of_grad_where_residuals_would_not_fit_or_batches_scan(monkeypatch):
   loss, params, batches = tiny_resnet_problem(num_batches=2)
   assert curvature.minibatch_hvp(loss, params, batches, unroll=False)[3] == 'jvp of grad'

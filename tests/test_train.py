@@ -560,10 +560,10 @@ def test_split_cpu_devices_wait_for_each_other_at_collectives(monkeypatch):
 def test_cpu_steps_choose_ynnpack_work_only_on_a_measured_jaxlib(monkeypatch, platform, version,
                                                                 measured):
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_collective_timeout_seconds=5')
-  options = cpu_devices.step_compiler_options(platform, version)
+  options = cpu_devices.gradient_compiler_options(platform, version)
   # The user's own choice in XLA_FLAGS is kept.
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_experimental_ynn_fusion_type=dot')
-  assert cpu_devices.step_compiler_options(platform, version) is None
+  assert cpu_devices.gradient_compiler_options(platform, version) is None
   if not measured:
     assert options is None
     return
@@ -584,7 +584,7 @@ def _ynn_fusions_ops(hlo_text):
 
 
 def test_the_cpu_train_step_keeps_its_numbers_with_its_compiler_options(monkeypatch):
-  """The train command's step of a small BiT, compiled with `step_compiler_options`,
+  """The train command's step of a small BiT, compiled with `gradient_compiler_options`,
   gives the parameters XLA's default compilation gives within float32 rounding. Where
   the options apply, YNNPACK gets dots with elementwise work fused in; by default it
   gets each dot alone."""
@@ -593,11 +593,11 @@ def test_the_cpu_train_step_keeps_its_numbers_with_its_compiler_options(monkeypa
   rng = np.random.RandomState(0)
   batch = {'image': rng.uniform(-1, 1, (16, 16, 16, 3)).astype(np.float32),
            'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, 16)]}
-  applies = cpu_devices.step_compiler_options('cpu') is not None
+  applies = cpu_devices.gradient_compiler_options('cpu') is not None
   results = {}
   for name in ('tuned', 'default'):
     if name == 'default':
-      monkeypatch.setattr(cpu_devices, 'step_compiler_options', lambda *args: None)
+      monkeypatch.setattr(cpu_devices, 'gradient_compiler_options', lambda *args: None)
     setup = steps.build(config, 3, total_steps=10)
     state, placed = setup.state, setup.shard_batch(batch)
     if applies:

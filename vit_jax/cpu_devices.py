@@ -92,23 +92,26 @@ def cpu_info() -> Tuple[str, FrozenSet[str]]:
           frozenset(fields.get('flags', '').split()))
 
 
-# The work XLA:CPU hands to YNNPACK in the train command's train step: each dot
-# with the elementwise work around it (a GroupNorm's scale and shift, a ReLU, a
-# residual add), reductions and convolutions. XLA's default (jaxlib 0.10.2 and
-# 0.12.0.1) hands it each dot alone; the quick-start ResNet's train step ran 1.19x
-# faster this way on a 2-core AMD EPYC (1,534 against 1,292 images/s; 1.13x with
-# jaxlib 0.12.0.1) and the quick-start ViT's as fast (docs/benchmarks.md). The option
-# is read by the jaxlib releases named here, which were measured; others keep XLA's
-# default, as does a run whose XLA_FLAGS names the option.
-STEP_LIBRARY_FUSIONS = ('DOT', 'REDUCE', 'INDIVIDUAL_CONVOLUTION')
+# The work XLA:CPU hands to YNNPACK in programs that run a model's backward pass (the
+# train command's train step, the Hessian tool's linearised products): each dot with
+# the elementwise work around it (a GroupNorm's scale and shift, a ReLU, a residual
+# add), reductions and convolutions. XLA's default (jaxlib 0.10.2 and 0.12.0.1) hands
+# it each dot alone. On a 2-core AMD EPYC the quick-start ResNet's train step ran 1.19x
+# faster this way (1,534 against 1,292 images/s; 1.13x with jaxlib 0.12.0.1), its
+# Hessian product 1.26x, and the quick-start ViT's step as fast; on inference it was
+# as often slower as faster (docs/benchmarks.md). The option is read by the jaxlib
+# releases named here, which were measured; others keep XLA's default, as does a run
+# whose XLA_FLAGS names the option.
+GRADIENT_LIBRARY_FUSIONS = ('DOT', 'REDUCE', 'INDIVIDUAL_CONVOLUTION')
 LIBRARY_FUSIONS_MEASURED = ('0.10.2', '0.12.0')
 
 
-def step_compiler_options(platform: str, jaxlib_version: str = jaxlib.__version__
+def gradient_compiler_options(platform: str, jaxlib_version: str = jaxlib.__version__
                           ) -> Optional[Dict[str, str]]:
-  """XLA options for the train command's compiled train step: on CPU devices of a
-  measured jaxlib, the work handed to YNNPACK (`STEP_LIBRARY_FUSIONS`), unless
-  XLA_FLAGS chooses it; elsewhere none.
+  """XLA options for a compiled program that runs a model's backward pass: on CPU
+  devices of a measured jaxlib, the work handed to YNNPACK
+  (`GRADIENT_LIBRARY_FUSIONS`), unless XLA_FLAGS chooses it; elsewhere none. JAX
+  takes them on a top-level `jax.jit` only.
 
   Results are those of XLA's default up to float32 summation order.
 
@@ -124,4 +127,4 @@ def step_compiler_options(platform: str, jaxlib_version: str = jaxlib.__version_
   if platform != 'cpu' or release not in LIBRARY_FUSIONS_MEASURED or chosen:
     return None
   return {'xla_cpu_experimental_ynn_fusion_type':
-          ','.join(f'LIBRARY_FUSION_TYPE_{kind}' for kind in STEP_LIBRARY_FUSIONS)}
+          ','.join(f'LIBRARY_FUSION_TYPE_{kind}' for kind in GRADIENT_LIBRARY_FUSIONS)}

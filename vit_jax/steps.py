@@ -466,7 +466,7 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mes
                   state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
   `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`); on CPU
-  devices the train step is compiled with `cpu_devices.step_compiler_options`.
+  devices the train step is compiled with `cpu_devices.gradient_compiler_options`.
 
   Args:
     model: the Flax module.
@@ -478,7 +478,7 @@ def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mes
     (the train step, the eval step).
   """
   replicated, data_sharded = NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))
-  options = cpu_devices.step_compiler_options(mesh.devices.flat[0].platform)
+  options = cpu_devices.gradient_compiler_options(mesh.devices.flat[0].platform)
   step_fn = jax.jit(functools.partial(train_step, model=model, config=config),
                     in_shardings=(state_sharding, data_sharded),
                     out_shardings=(state_sharding, replicated), donate_argnums=0,

@@ -153,7 +153,8 @@ def dimension(params: Any) -> int:
   return sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
 
 
-def linearise(loss: Loss, params: Any, batches: Batches) -> Tuple[Partial, ...]:
+def linearise(loss: Loss, params: Any, batches: Batches,
+              compiler_options: Optional[Dict[str, str]] = None) -> Tuple[Partial, ...]:
   """Each batch's gradient of `loss` linearised at `params` (`jax.linearize`): its
   forward and backward pass run once and their residuals are kept, so that a
   product with that batch's Hessian is the tangent pass alone. All of them share one
@@ -163,14 +164,21 @@ def linearise(loss: Loss, params: Any, batches: Batches) -> Tuple[Partial, ...]:
     loss: (params, stacked batches) -> a scalar (`objectives.training_loss`).
     params: where the Hessian is taken.
     batches: K stacked batches.
+    compiler_options: `jax.jit`'s, for the linearisations' program.
 
   Returns:
     K linear maps, tree like `params` -> (the batch's Hessian) times it.
   """
-  one = jax.jit(lambda p, batch: jax.linearize(
-      lambda q: jax.grad(loss)(q, jax.tree_util.tree_map(lambda x: x[None], batch)), p)[1])
+  one = jax.jit(_linearised_gradient(loss), compiler_options=compiler_options)
   return tuple(one(params, jax.tree_util.tree_map(lambda x: x[i], batches))
                for i in range(batches[0].shape[0]))
+
+
+def _linearised_gradient(loss: Loss) -> Callable[[Any, Any], Partial]:
+  """(params, one batch) -> the batch's gradient of `loss` linearised at params."""
+  return lambda p, batch: jax.linearize(
+      lambda q: jax.grad(loss)(q, jax.tree_util.tree_map(lambda x: x[None], batch)), p)[1]
+
 
 
 def linearisation_bytes(loss: Loss, params: Any, batches: Batches) -> int:
@@ -184,12 +192,13 @@ def linearisation_bytes(loss: Loss, params: Any, batches: Batches) -> int:
   Returns:
     Bytes of one batch's residuals.
   """
-  shapes = jax.eval_shape(lambda p, b: linearise(loss, p, b)[0], params,
-                          jax.tree_util.tree_map(lambda x: x[:1], batches))
+  shapes = jax.eval_shape(_linearised_gradient(loss), params,
+                          jax.tree_util.tree_map(lambda x: x[0], batches))
   return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(shapes))
 
 
-def linearised_hvp(params: Any) -> Callable[..., jax.Array]:
+def linearised_hvp(params: Any, compiler_options: Optional[Dict[str, str]] = None
+                   ) -> Callable[..., jax.Array]:
   """matvec(v, linearisations) = the mean over the given `linearise` maps of their
   products with v, on flat vectors: H v over those batches, one compiled tangent
   pass per batch, summed from Python (straight-line, as `sum_over_batches` with
@@ -197,6 +206,7 @@ def linearised_hvp(params: Any) -> Callable[..., jax.Array]:
 
   Args:
     params: a tree of the parameters' shapes.
+    compiler_options: `jax.jit`'s, for the products' program.
 
   Returns:
     The matvec.
@@ -205,7 +215,8 @@ def linearised_hvp(params: Any) -> Callable[..., jax.Array]:
   # Each product adds to the running sum, so the batches' programs run one after the
   # other: independent programs in flight at once can deadlock XLA:CPU's collectives
   # when the batches are split over several devices.
-  accumulate = jax.jit(lambda total, v, linear: total + ravel_pytree(linear(unravel(v)))[0])
+  accumulate = jax.jit(lambda total, v, linear: total + ravel_pytree(linear(unravel(v)))[0],
+                       compiler_options=compiler_options)
 
   def matvec(v, linearisations):
     total = jnp.zeros_like(v)
@@ -216,7 +227,7 @@ def linearised_hvp(params: Any) -> Callable[..., jax.Array]:
 
 
 def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = False,
-                  keep_free: int = 0
+                  keep_free: int = 0, compiler_options: Optional[Dict[str, str]] = None
                   ) -> Tuple[Callable[..., jax.Array], int, Callable[[slice], tuple], str]:
   """H v of `loss` over any run of the K fixed batches, as a compiled operator.
 
@@ -234,6 +245,8 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
     batches: K stacked batches.
     unroll: as in `sum_over_batches`.
     keep_free: bytes the caller will allocate besides (a Lanczos basis).
+    compiler_options: `jax.jit`'s, for the linearised products' programs (those are
+      top-level programs; jvp of grad may run inside the caller's).
 
   Returns:
     (matvec, dimension, operands, method): matvec(v, *operands(slice)) is H v over
@@ -245,8 +258,8 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
   count = batches[0].shape[0]
   if unroll and (count * linearisation_bytes(loss, params, batches)
                  < (available_memory() - keep_free) / 2):
-    linearisations = linearise(loss, params, batches)
-    return linearised_hvp(params), dim, lambda which: (linearisations[which],), 'linearised'
+    linearisations = linearise(loss, params, batches, compiler_options)
+    return linearised_hvp(params, compiler_options), dim, lambda which: (linearisations[which],), 'linearised'
   matvec, _ = flat_hvp(loss, params, unroll)
   if unroll:
     return (matvec, dim, lambda which: (params, tuple(x[which] for x in batches)),

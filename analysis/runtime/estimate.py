@@ -125,7 +125,8 @@ def price(subject: features.Subject, images: np.ndarray, labels: np.ndarray,
   if 'gradient' in kinds:
     timed['gradient'] = _timed(jax.jit(jax.grad(loss)), params, batch)
   if 'hvp' in kinds:
-    matvec, dim, operands, _ = curvature.minibatch_hvp(loss, params, batch, unroll)
+    matvec, dim, operands, _ = curvature.minibatch_hvp(
+        loss, params, batch, unroll, compiler_options=objectives.compiler_options())
     vector = jax.random.normal(jax.random.PRNGKey(0), (dim,))
     timed['hvp'] = _timed(matvec, vector, *operands(slice(None)))
   return Prices({k: t[1] for k, t in timed.items()}, {k: t[0] for k, t in timed.items()})

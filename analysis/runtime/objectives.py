@@ -3,7 +3,7 @@ model's training loss (`vit_jax.steps.loss_fn`) on fixed stacked batches, plus a
 explicit L2 term, as functions (params, batches) -> a scalar for
 `analysis.measures.curvature`'s products.
 """
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +11,7 @@ import ml_collections
 import optax.tree_utils as otu
 
 from analysis.measures.curvature import Loss, sum_over_batches
-from vit_jax import steps
+from vit_jax import cpu_devices, steps
 
 
 def training_loss(model: Any, l2: float = 0., kind: str = 'softmax', label_smoothing: float = 0.,
@@ -91,3 +91,14 @@ def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool
                        steps.kernel_mask if l2_on == 'kernels' else None, unroll)
   return loss, {'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing, 'l2': l2,
                 'l2_on': l2_on}
+
+
+def compiler_options() -> Optional[Dict[str, str]]:
+  """The compiler options of the Hessian and landscape tools' host-driven products:
+  the train step's (`vit_jax.cpu_devices.gradient_compiler_options`), with which the
+  quick-start ResNet's product ran 1.26x faster (docs/benchmarks.md).
+
+  Returns:
+    `jax.jit`'s `compiler_options` on this process's default backend, or None.
+  """
+  return cpu_devices.gradient_compiler_options(jax.default_backend())

@@ -120,7 +120,8 @@ def _operator(subject: Subject, batches: Batches, options: Options):
   fixed = fixed_batches(batches, split, options.hessian_batches, subject.config.num_classes,
                         subject.mesh)
   basis = check_lanczos(options.basis_steps, curvature.dimension(subject.params), subject.label)
-  return (*curvature.minibatch_hvp(loss, subject.params, fixed, host_loop, keep_free=basis),
+  return (*curvature.minibatch_hvp(loss, subject.params, fixed, host_loop, keep_free=basis,
+                                   compiler_options=objectives.compiler_options()),
           host_loop, description)
 
 

@@ -91,8 +91,9 @@ def _directions(subject: Subject, options: Options, fixed: Tuple[jax.Array, jax.
     basis = check_lanczos(options.lanczos_steps, curvature.dimension(subject.params),
                           subject.label)
     first = tuple(x[:1] for x in fixed)
-    matvec, _, operands, _ = curvature.minibatch_hvp(total_loss, subject.params, first, unroll,
-                                                     keep_free=basis)
+    matvec, _, operands, _ = curvature.minibatch_hvp(
+        total_loss, subject.params, first, unroll, keep_free=basis,
+        compiler_options=objectives.compiler_options())
     return loss_surface.hessian_directions(matvec, subject.params, options.lanczos_steps,
                                            operands(slice(None)), host_loop=unroll)
   raise ValueError(f'Unknown landscape directions {options.landscape_directions!r}; use random '
