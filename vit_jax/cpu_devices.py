@@ -1,6 +1,7 @@
 """How a CPU host runs the train command: how many data-parallel devices it is split
 into (XLA:CPU runs a train step faster as one program per core than as one program
-threaded over the cores), and which work of a step XLA:CPU hands to YNNPACK.
+threaded over the cores), and which work of a gradient's program XLA:CPU hands to
+YNNPACK.
 """
 import math
 import os
@@ -106,8 +107,8 @@ GRADIENT_LIBRARY_FUSIONS = ('DOT', 'REDUCE', 'INDIVIDUAL_CONVOLUTION')
 LIBRARY_FUSIONS_MEASURED = ('0.10.2', '0.12.0')
 
 
-def gradient_compiler_options(platform: str, jaxlib_version: str = jaxlib.__version__
-                          ) -> Optional[Dict[str, str]]:
+def gradient_compiler_options(backend: str, jaxlib_version: str = jaxlib.__version__
+                              ) -> Optional[Dict[str, str]]:
   """XLA options for a compiled program that runs a model's backward pass: on CPU
   devices of a measured jaxlib, the work handed to YNNPACK
   (`GRADIENT_LIBRARY_FUSIONS`), unless XLA_FLAGS chooses it; elsewhere none. JAX
@@ -116,7 +117,7 @@ def gradient_compiler_options(platform: str, jaxlib_version: str = jaxlib.__vers
   Results are those of XLA's default up to float32 summation order.
 
   Args:
-    platform: the devices' platform ('cpu', 'gpu', 'tpu').
+    backend: the devices' platform ('cpu', 'gpu', 'tpu').
     jaxlib_version: the installed jaxlib's version.
 
   Returns:
@@ -124,7 +125,7 @@ def gradient_compiler_options(platform: str, jaxlib_version: str = jaxlib.__vers
   """
   release = '.'.join(jaxlib_version.split('.')[:3])
   chosen = 'xla_cpu_experimental_ynn_fusion_type' in os.environ.get('XLA_FLAGS', '')
-  if platform != 'cpu' or release not in LIBRARY_FUSIONS_MEASURED or chosen:
+  if backend != 'cpu' or release not in LIBRARY_FUSIONS_MEASURED or chosen:
     return None
   return {'xla_cpu_experimental_ynn_fusion_type':
           ','.join(f'LIBRARY_FUSION_TYPE_{kind}' for kind in GRADIENT_LIBRARY_FUSIONS)}

@@ -180,7 +180,6 @@ def _linearised_gradient(loss: Loss) -> Callable[[Any, Any], Partial]:
       lambda q: jax.grad(loss)(q, jax.tree_util.tree_map(lambda x: x[None], batch)), p)[1]
 
 
-
 def linearisation_bytes(loss: Loss, params: Any, batches: Batches) -> int:
   """The memory `linearise` keeps for one of the K batches, found without running it.
 
@@ -259,7 +258,8 @@ def minibatch_hvp(loss: Loss, params: Any, batches: Batches, unroll: bool = Fals
   if unroll and (count * linearisation_bytes(loss, params, batches)
                  < (available_memory() - keep_free) / 2):
     linearisations = linearise(loss, params, batches, compiler_options)
-    return linearised_hvp(params, compiler_options), dim, lambda which: (linearisations[which],), 'linearised'
+    return (linearised_hvp(params, compiler_options), dim,
+            lambda which: (linearisations[which],), 'linearised')
   matvec, _ = flat_hvp(loss, params, unroll)
   if unroll:
     return (matvec, dim, lambda which: (params, tuple(x[which] for x in batches)),
