@@ -68,7 +68,10 @@ def init(model, image_size=32, seed=0):
 
 @functools.lru_cache(maxsize=64)
 def _init(model, image_size, seed):
-  return jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1,) + image_size + (3,)))
+  # Computed even when first asked for under a transformation (`jax.eval_shape(lambda:
+  # init(model))`): the cache would otherwise keep that trace's tracers for later tests.
+  with jax.ensure_compile_time_eval():
+    return jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1,) + image_size + (3,)))
 
 
 def apply(model, variables, x, **kwargs):
