@@ -405,7 +405,6 @@ def test_linearised_products_equal_jvp_of_grad_on_any_run_of_the_batches():
     assert one == sum(x.nbytes for x in jax.tree_util.tree_leaves(operands(slice(0, 1))[0][0]))
 
 
-
 def test_linearised_products_compile_with_the_options_they_are_given():
   """The host loop's linearisation and products are compiled with the options the
   caller passes (the tools pass the train step's, `objectives.compiler_options`): an

@@ -553,7 +553,6 @@ def test_split_cpu_devices_wait_for_each_other_at_collectives(monkeypatch):
       '--xla_cpu_collective_call_terminate_timeout_seconds=3600']
 
 
-
 @pytest.mark.parametrize('platform, version, measured', [
     ('cpu', '0.10.2', True), ('cpu', '0.12.0.1', True), ('cpu', '0.11.2', False),
     ('cpu', '0.10.20', False), ('gpu', '0.10.2', False), ('tpu', '0.12.0.1', False)])

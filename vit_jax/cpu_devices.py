@@ -52,7 +52,7 @@ def split_cpu_into_devices(config: ml_collections.ConfigDict, requested: int,
     requested: the devices asked for (0: one per core).
     processes: the run's processes.
   """
-  forced = ('xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')
+  forced = (xla_flags_name('xla_force_host_platform_device_count')
             or 'JAX_NUM_CPU_DEVICES' in os.environ)
   if forced and not requested:
     return
@@ -73,11 +73,22 @@ COLLECTIVE_TIMEOUTS = {'xla_cpu_collective_call_terminate_timeout_seconds': 3600
 def patient_collectives() -> None:
   """Lets CPU devices wait an hour for each other at a collective (the flags
   `COLLECTIVE_TIMEOUTS`, unless XLA_FLAGS sets them), before the backend starts."""
-  flags = os.environ.get('XLA_FLAGS', '')
   extra = [f'--{name}={seconds}' for name, seconds in COLLECTIVE_TIMEOUTS.items()
-           if name not in flags]
+           if not xla_flags_name(name)]
   if extra:
-    os.environ['XLA_FLAGS'] = ' '.join([flags, *extra]).strip()
+    os.environ['XLA_FLAGS'] = ' '.join([os.environ.get('XLA_FLAGS', ''), *extra]).strip()
+
+
+def xla_flags_name(flag: str) -> bool:
+  """Whether the user's XLA_FLAGS names `flag` (a setting of theirs to keep).
+
+  Args:
+    flag: the flag's name, without dashes.
+
+  Returns:
+    True where XLA_FLAGS mentions it.
+  """
+  return flag in os.environ.get('XLA_FLAGS', '')
 
 
 def cpu_info() -> Tuple[str, FrozenSet[str]]:
@@ -99,8 +110,8 @@ def cpu_info() -> Tuple[str, FrozenSet[str]]:
 # add), reductions and convolutions. XLA's default (jaxlib 0.10.2 and 0.12.0.1) hands
 # it each dot alone. On a 2-core AMD EPYC the quick-start ResNet's train step ran 1.19x
 # faster this way (1,534 against 1,292 images/s; 1.13x with jaxlib 0.12.0.1), its
-# Hessian product 1.26x, and the quick-start ViT's step as fast; on inference it was
-# as often slower as faster (docs/benchmarks.md). The option is read by the jaxlib
+# Hessian product 1.26x, and the quick-start ViT's step as fast; BiT-M-R50x1's
+# inference ran slower with it (2% at batch 8, 16% at batch 32: docs/benchmarks.md). The option is read by the jaxlib
 # releases named here, which were measured; others keep XLA's default, as does a run
 # whose XLA_FLAGS names the option.
 GRADIENT_LIBRARY_FUSIONS = ('DOT', 'REDUCE', 'INDIVIDUAL_CONVOLUTION')
@@ -124,7 +135,7 @@ def gradient_compiler_options(backend: str, jaxlib_version: str = jaxlib.__versi
     `jax.jit`'s `compiler_options`, or None.
   """
   release = '.'.join(jaxlib_version.split('.')[:3])
-  chosen = 'xla_cpu_experimental_ynn_fusion_type' in os.environ.get('XLA_FLAGS', '')
+  chosen = xla_flags_name('xla_cpu_experimental_ynn_fusion_type')
   if backend != 'cpu' or release not in LIBRARY_FUSIONS_MEASURED or chosen:
     return None
   return {'xla_cpu_experimental_ynn_fusion_type':
