@@ -4,8 +4,9 @@ timm builds for the same model (`to_timm`), a state dict read back as our tree
 `torch.save` files (`read_state_dict`). Each family that timm covers gives its
 name mapping (`Family.to_timm`, `Family.timm_fields`)."""
 import json
+import math
 import os
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -125,7 +126,7 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
   if os.fspath(path).endswith('.safetensors'):
     try:
       arrays = read_safetensors(path.read_bytes())
-    except (ValueError, KeyError, IndexError) as e:
+    except ValueError as e:
       raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
     return _unwrapped({k: np.asarray(v, np.float32) for k, v in arrays.items()})
   try:
@@ -143,17 +144,23 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
                      if isinstance(v, np.ndarray)})
 
 
-# The .safetensors dtypes (its format's names) as numpy reads them; bfloat16 through
-# ml_dtypes, which safetensors' own numpy reader lacks.
+# The .safetensors dtypes (its format's names) as numpy reads them; bfloat16 and
+# float8 through ml_dtypes, which safetensors' own numpy reader lacks. Its 4- and
+# 6-bit types (F4, F6_E2M3, F6_E3M2) and F8_E8M0 have no numpy type: refused, naming them.
 SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
-                      'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32,
-                      'I16': np.int16, 'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
+                      'BF16': ml_dtypes.bfloat16, 'F8_E4M3': ml_dtypes.float8_e4m3fn,
+                      'F8_E5M2': ml_dtypes.float8_e5m2, 'I64': np.int64, 'I32': np.int32,
+                      'I16': np.int16, 'I8': np.int8, 'U64': np.uint64, 'U32': np.uint32,
+                      'U16': np.uint16, 'U8': np.uint8, 'BOOL': np.bool_}
+# The largest header the safetensors library reads (its MAX_HEADER_SIZE, 100 MB).
+SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
   """The arrays of a `.safetensors` file's bytes, in their stored dtypes: the
   format's 8-byte little-endian header length, its JSON header (each array's
-  dtype, shape and byte range) and the array bytes after it.
+  dtype, shape and byte range) and the array bytes after it, checked as the
+  safetensors library checks them (`safetensors_tensors`).
 
   Args:
     data: the file's bytes.
@@ -162,19 +169,81 @@ def read_safetensors(data: bytes) -> Dict[str, np.ndarray]:
     name -> array.
 
   Raises:
-    ValueError: the bytes are not such a file; KeyError: a dtype it does not know.
+    ValueError: the bytes are not such a file, or one the safetensors library
+      refuses.
   """
   header, size = _safetensors_header(data)
   body = memoryview(data)[8 + size:]
-  out = {}
+  return {name: np.frombuffer(body[start:end], dtype).reshape(shape)
+          for name, (dtype, shape, start, end) in safetensors_tensors(header, len(body)).items()}
+
+
+def safetensors_tensors(header: Mapping[str, Any], body_length: int
+                        ) -> Dict[str, Tuple[np.dtype, Tuple[int, ...], int, int]]:
+  """The arrays a `.safetensors` header describes, checked as the safetensors
+  library validates a header before it reads a byte (`Metadata::validate` in its
+  `safetensors/src/tensor.rs`): a known dtype, a shape of non-negative integers,
+  byte ranges that follow each other from the data's first byte to its last with
+  no gap and no overlap, each as long as its shape and dtype make it; and a
+  `__metadata__` of strings.
+
+  Args:
+    header: the JSON header (`_safetensors_header`).
+    body_length: the bytes after the header.
+
+  Returns:
+    name -> (dtype, shape, start, end), the range within the bytes after the header.
+
+  Raises:
+    ValueError: saying what the library would refuse.
+  """
+  metadata = header.get('__metadata__', {})
+  if not isinstance(metadata, dict) or not all(
+      isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    raise ValueError('its __metadata__ is not a map of strings to strings')
+  tensors = {}
   for name, info in header.items():
     if name == '__metadata__':
       continue
-    start, end = info['data_offsets']
-    if not 0 <= start <= end <= len(body):
-      raise ValueError(f'the bytes of {name} lie outside the file')
-    dtype = np.dtype(SAFETENSORS_DTYPES[info['dtype']])
-    out[name] = np.frombuffer(body[start:end], dtype).reshape(info['shape'])
+    if not isinstance(info, dict) or not {'dtype', 'shape', 'data_offsets'} <= set(info):
+      raise ValueError(f'the entry of {name} has no dtype, shape and data_offsets')
+    kind, shape, offsets = info['dtype'], info['shape'], info['data_offsets']
+    if kind not in SAFETENSORS_DTYPES:
+      raise ValueError(f'{name} has the dtype {kind!r}, which is not read here (these are: '
+                       f'{", ".join(SAFETENSORS_DTYPES)}); convert the file to one of them')
+    if not (isinstance(shape, list) and all(_natural(n) for n in shape)):
+      raise ValueError(f'{name} has the shape {shape!r}, not a list of non-negative integers')
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_natural, offsets))):
+      raise ValueError(f'{name} has data_offsets {offsets!r}, not two non-negative integers')
+    dtype = np.dtype(SAFETENSORS_DTYPES[kind])
+    tensors[name] = (dtype, tuple(shape), offsets[0], offsets[1])
+  end = 0
+  for name, (dtype, shape, start, stop) in sorted(tensors.items(), key=lambda t: t[1][2:]):
+    if start != end:
+      raise ValueError(f'the bytes of {name} begin at {start}, where the previous array '
+                       f'ends at {end}: the ranges {"overlap" if start < end else "leave a gap"}')
+    if stop - start != math.prod(shape) * dtype.itemsize:
+      raise ValueError(f'the bytes of {name} are {stop - start}, where its shape {list(shape)} '
+                       f'and dtype take {math.prod(shape) * dtype.itemsize}')
+    end = stop
+  if end != body_length:
+    raise ValueError(f'its arrays take {end} bytes, and the file holds {body_length} after its '
+                     'header: it is truncated or holds bytes no array owns')
+  return tensors
+
+
+def _natural(value: Any) -> bool:
+  """Whether a JSON value is a non-negative integer."""
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _unique_keys(pairs: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
+  """A JSON object's pairs as a dict, refusing a key named twice."""
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise ValueError(f'its header names {key!r} twice')
+    out[key] = value
   return out
 
 
@@ -188,9 +257,17 @@ def _safetensors_header(data: bytes) -> Tuple[Dict[str, Any], int]:
   if len(data) < 8:
     raise ValueError('shorter than its header length')
   size = int.from_bytes(data[:8], 'little')
+  if size > SAFETENSORS_MAX_HEADER:
+    raise ValueError(f'its header length, {size} bytes, is past the format\'s limit of '
+                     f'{SAFETENSORS_MAX_HEADER}')
   if len(data) < 8 + size:
     raise ValueError('shorter than its header')
-  header = json.loads(data[8:8 + size])
+  if data[8:9] != b'{':
+    raise ValueError('its header does not begin with a JSON object')
+  try:
+    header = json.loads(bytes(data[8:8 + size]).decode('utf-8'), object_pairs_hook=_unique_keys)
+  except UnicodeDecodeError as e:
+    raise ValueError(f'its header is not UTF-8 ({e})') from None
   if not isinstance(header, dict):
     raise ValueError('its header holds no JSON object')
   return header, size
@@ -200,7 +277,9 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
   """The names and shapes of a PyTorch state dict file's arrays, as float32 zeros
   that hold no memory (`np.broadcast_to`): what a file fixes by its names and shapes
   alone (`Family.timm_fields`) read without its weights. Of a `.safetensors` file
-  only the header is read; a `torch.save` file is read whole (`read_state_dict`).
+  only the header is read, and checked against the file's length as the
+  safetensors library checks it (`safetensors_tensors`); a `torch.save` file is
+  read whole (`read_state_dict`).
 
   Args:
     path: the file.
@@ -210,17 +289,40 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
   """
   if not os.fspath(path).endswith('.safetensors'):
     return read_state_dict(path)
+  header, size = _header_of(path)
+  try:
+    tensors = safetensors_tensors(header, epath.Path(path).stat().length - 8 - size)
+  except ValueError as e:
+    raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+  zero = np.zeros((), np.float32)
+  return _unwrapped({k: np.broadcast_to(zero, shape) for k, (_, shape, _, _) in tensors.items()})
+
+
+def safetensors_header(path: str) -> Dict[str, Any]:
+  """A `.safetensors` file's JSON header (name -> dtype, shape, byte range, and its
+  `__metadata__`), its array bytes not read.
+
+  Args:
+    path: the file.
+
+  Returns:
+    The header.
+
+  Raises:
+    CheckpointError: the file does not begin with such a header.
+  """
+  return _header_of(path)[0]
+
+
+def _header_of(path: str) -> Tuple[Dict[str, Any], int]:
+  """`_safetensors_header` of a file, reading its header's bytes alone."""
   try:
     with epath.Path(path).open('rb') as f:
       head = f.read(8)
-      header, _ = _safetensors_header(head + f.read(int.from_bytes(head, 'little')))
-    zero = np.zeros((), np.float32)
-    shapes = {k: np.broadcast_to(zero, tuple(int(n) for n in v['shape']))
-              for k, v in header.items() if k != '__metadata__'}
-  # OverflowError: a header length past any file's.
-  except (ValueError, KeyError, TypeError, OverflowError) as e:
+      size = int.from_bytes(head, 'little')
+      return _safetensors_header(head + f.read(min(size, SAFETENSORS_MAX_HEADER + 1)))
+  except ValueError as e:
     raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
-  return _unwrapped(shapes)
 
 
 DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it

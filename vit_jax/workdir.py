@@ -212,6 +212,20 @@ def has_results(workdir: str) -> bool:
           or (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
 
 
+def is_run(path: str) -> bool:
+  """Whether `path` holds a training run: its record, lock, results, checkpoints or
+  parameters.
+
+  Args:
+    path: a directory.
+
+  Returns:
+    Whether it holds one.
+  """
+  return has_results(path) or any(os.path.exists(os.path.join(path, name))
+                                  for name in (RECORD, LOCK, RESULTS))
+
+
 def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:
   """The settings a run recorded in `workdir` (`RECORD`), or None where it recorded none.
 

@@ -19,13 +19,6 @@ from vit_jax.errors import WorkdirError
 MANIFEST = 'analysis_files.json'  # the files this command wrote into --out
 
 
-def is_run(out: str) -> bool:
-  """Whether `out` holds a training run: its record, lock, results or parameters."""
-  return workdirs.has_results(out) or any(
-      os.path.exists(os.path.join(out, name))
-      for name in (workdirs.RECORD, workdirs.LOCK, workdirs.RESULTS))
-
-
 def written_before(out: str) -> List[str]:
   """The files an earlier analysis wrote into `out`: its manifest's, or for an
   analysis older than the manifest the names the analysis gives its files."""
@@ -101,7 +94,7 @@ def check_out(out: str) -> None:
   """
   if os.path.exists(out) and not os.path.isdir(out):
     raise WorkdirError(f'--out {out} is a file; give a directory for the analysis.')
-  if os.path.isdir(out) and is_run(out):
+  if os.path.isdir(out) and workdirs.is_run(out):
     raise WorkdirError(f'--out {out} holds a training run (its config.json, parameters or '
                        'checkpoints); give the analysis a directory of its own.')
 
