@@ -464,15 +464,18 @@ def test_preprocess_images_range_and_size():
 
 
 
-def _original_run_checkpoint(workdir, step, num_classes=2):
+def _original_run_checkpoint(workdir, step, num_classes=2, nan=False):
   """`checkpoint_<step>` as the original's train.py leaves it: (params, the state of
   chain(clip_by_global_norm, sgd(momentum 0.9, bfloat16 accumulator)), step), its
-  momentum set apart from zero so that taking it on can be seen."""
+  momentum set apart from zero so that taking it on can be seen; with `nan`, the
+  head of a run that diverged."""
   from flax.training import checkpoints as flax_checkpoints
   model = models.VisionTransformer(num_classes=num_classes,
                                    **models_config.MODEL_CONFIGS['testing'])
   params = model.init(jax.random.PRNGKey(3), jnp.zeros((1, 32, 32, 3)), train=False)['params']
   params = jax.tree_util.tree_map(lambda p: p + 0.25, params)
+  if nan:
+    params['head']['bias'] = params['head']['bias'] * np.nan
   tx = optax.chain(optax.clip_by_global_norm(1.),
                    optax.sgd(0.01, momentum=0.9, accumulator_dtype='bfloat16'))
   opt_state = optax.tree_utils.tree_set(
@@ -518,6 +521,17 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
   chex.assert_trees_all_close(
       flatten(optax.tree_utils.tree_get(state.opt_state, 'trace')),
       flatten(optax.tree_utils.tree_get(opt_state, 'trace')))
+  # The schedule goes on at step 10: the next update's rate is that of an optimizer
+  # that made 10 updates from the start.
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+  _, taken_on = state.tx.update(zeros, state.opt_state, state.params)
+  fresh = setup.state.opt_state
+  for _ in range(11):
+    _, fresh = state.tx.update(zeros, fresh, state.params)
+  rate = float(steps.last_learning_rate(fresh))
+  assert rate > 0 and float(steps.last_learning_rate(taken_on)) == pytest.approx(rate, rel=1e-6)
+  assert all(int(count) == 10 for _, count in
+             optax.tree_utils.tree_get_all_with_path(state.opt_state, 'count'))
   assert train.adopt_original_checkpoint(recipe, workdir) is None  # the project's run now
   train.train_and_evaluate(config, workdir)
   files = _folder_bytes(workdir)
@@ -533,6 +547,14 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
   assert {k: files[k] for k in left} == left
   assert not any(name.startswith('checkpoint_') and name != 'checkpoint_10'
                  for name in os.listdir(finished))
+
+  diverged = str(tmp_path / 'diverged')
+  _original_run_checkpoint(diverged, 10, nan=True)
+  left = _folder_bytes(diverged)
+  with pytest.raises(WorkdirError, match='checkpoint_10, left by an original vit_jax run, holds '
+                     'NaN or infinite values'):
+    train.train_and_evaluate(config, diverged)
+  assert _folder_bytes(diverged) == left
 
   other = str(tmp_path / 'other')
   _original_run_checkpoint(other, 10, num_classes=3)

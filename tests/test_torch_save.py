@@ -333,3 +333,14 @@ def test_a_damaged_file_gives_one_sentence_naming_it_or_the_right_arrays(valid_f
       if isinstance(want[k], np.ndarray) and want[k].dtype != object:
         assert want[k].shape == have[k].shape
   assert _folder(folder) == before
+
+
+def test_a_view_repeating_its_storage_is_refused_before_it_is_copied(tmp_path):
+  """`torch.ones(1).expand(20000, 20000)` saves in 1.6 KB and would read as 1.6 GB:
+  a tensor of more elements than its storage is refused."""
+  path = tmp_path / 'expanded.pt'
+  torch.save({'w': torch.ones(1).expand(20000, 20000)}, path)
+  assert path.stat().st_size < 4000
+  with pytest.raises(torch_save.UnsafeFileError, match=r'shape \(20000, 20000\) and strides '
+                     r'\(0, 0\) views a storage of 1 elements, repeating them'):
+    torch_save.load(str(path))

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 
+import chex
 import jax
 import numpy as np
 import pytest
@@ -589,3 +590,113 @@ def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(
       cwd=ROOT, capture_output=True, text=True)
   assert done.returncode == 1 and "classifier 'gap'" in done.stderr, done.stderr[-2000:]
   assert not (tmp_path / 'gap').exists() and not (tmp_path / 'hf').exists()
+
+
+def _contents(folder):
+  """Every file under `folder` with its bytes."""
+  return {os.path.relpath(os.path.join(root, n), folder): open(os.path.join(root, n), 'rb').read()
+          for root, _, names in os.walk(folder) for n in names}
+
+
+def test_an_export_never_writes_over_what_it_did_not_make(tmp_path):
+  """The run's own workdir, the folder it was fine-tuned from, a folder of other
+  files and a transformers model written elsewhere are refused, their bytes as
+  they were; a folder an export wrote is written again."""
+  from safetensors.numpy import save_file
+  from vit_jax import export
+  run, _, _, _ = finished_run(tmp_path, classifier='token')
+  before = _contents(run)
+  with pytest.raises(CheckpointError, match='which this writing reads'):
+    export.transformers_folder(run, run)
+  with pytest.raises(CheckpointError, match='which this writing reads'):
+    export.transformers_folder(run, os.path.join(run, '.'))
+  assert _contents(run) == before
+  pretrained = tmp_path / 'pretrained'
+  pretrained.mkdir()
+  save_file({'w': np.zeros(2, np.float32)}, str(pretrained / 'model.safetensors'))
+  (pretrained / hf_files.CONFIG).write_text('{"model_type": "vit"}')
+  record = json.loads(open(os.path.join(run, 'config.json')).read())
+  with open(os.path.join(run, 'config.json'), 'w') as f:
+    json.dump({**record, 'pretrained': str(pretrained / 'model.safetensors')}, f)
+  theirs = _contents(pretrained)
+  with pytest.raises(CheckpointError, match='which this writing reads'):
+    export.transformers_folder(run, str(pretrained))
+  assert _contents(pretrained) == theirs
+  with open(os.path.join(run, 'config.json'), 'w') as f:
+    json.dump(record, f)
+  with pytest.raises(CheckpointError, match='a transformers model this project did not write'):
+    export.transformers_folder(run, str(pretrained))
+  assert _contents(pretrained) == theirs
+  other = tmp_path / 'notes'
+  other.mkdir()
+  (other / 'notes.txt').write_text('mine')
+  with pytest.raises(CheckpointError, match=r'holds files .* \(notes.txt\)'):
+    export.transformers_folder(run, str(other))
+  assert _contents(other) == {'notes.txt': b'mine'}
+  second_run = tmp_path / 'second'
+  os.makedirs(second_run / 'checkpoints' / '2')
+  (second_run / 'lock.json').write_text('{}')
+  with pytest.raises(CheckpointError, match='holds a training run'):
+    export.transformers_folder(run, str(second_run))
+  folder = tmp_path / 'hf'
+  export.transformers_folder(run, str(folder))
+  first = _contents(folder)
+  export.transformers_folder(run, str(folder))  # its own files, written again
+  again = _contents(folder)
+  assert set(again) == set(first) and all(again[n] == first[n] for n in first
+                                          if n != hf_files.WEIGHTS)
+  from safetensors.numpy import load
+  chex.assert_trees_all_equal(load(again[hf_files.WEIGHTS]), load(first[hf_files.WEIGHTS]))
+  assert _contents(run) == before
+
+
+def test_a_folder_transformers_would_read_otherwise_is_not_written(tmp_path):
+  """Position embeddings of another image size, or classes' names of another
+  number than the head's outputs: refused before anything is written."""
+  from helpers import TINY_VIT, init
+  from vit_jax import models
+  config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  folder = str(tmp_path / 'model')
+  with pytest.raises(CheckpointError, match=r'not those of a ViT-Ti_16 on 64 px images: '
+                                            r'Transformer/posembed_input/pos_embedding'):
+    checkpoint.save(folder, params, format='transformers', config=config, image_size=64)
+  with pytest.raises(CheckpointError, match="2 classes' names were given for a head of 3"):
+    checkpoint.save(folder, params, format='transformers', config=config, image_size=32,
+                    labels=['a', 'b'])
+  assert not os.path.exists(folder)
+  with pytest.raises(CheckpointError, match='is a folder: give the .npz file'):
+    checkpoint.save(str(tmp_path), params)
+
+
+@pytest.mark.e2e
+@needs_transformers
+def test_the_documented_export_runs_as_users_run_it(tmp_path, warm_python, torch_python):
+  """`--export_transformers` with the CPU split into devices as on a user's machine
+  (no device count forced in XLA_FLAGS): the run trains and exports a folder
+  transformers loads; given the workdir itself, it is refused before training."""
+  env = dict(os.environ, XLA_FLAGS=' '.join(
+      f for f in os.environ.get('XLA_FLAGS', '').split()
+      if not f.startswith('--xla_force_host_platform_device_count')))
+  run, folder = tmp_path / 'run', tmp_path / 'hf'
+  command = [warm_python, '-m', 'vit_jax.train', '--config', 'configs/quickstart_vit.py',
+             '--config.model.classifier=token', '--config.total_steps=2',
+             '--config.batch_size=16', '--config.eval_batch_size=16',
+             '--config.eval_split=test[:32]', '--workdir', str(run)]
+  done = subprocess.run(command + ['--export_transformers', str(run)], cwd=ROOT, env=env,
+                        capture_output=True, text=True)
+  assert done.returncode == 1 and 'which this writing reads' in done.stderr, done.stderr[-2000:]
+  assert not run.exists()
+  done = subprocess.run(command + ['--export_transformers', str(folder)], cwd=ROOT, env=env,
+                        capture_output=True, text=True)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'devices in all' in done.stdout and 'Exported for transformers' in done.stdout
+  spec = {'folder': str(folder), 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModelForImageClassification',
+          'read': 'logits'}
+  np.save(spec['images'], images(2, 28))
+  subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  model, params = checkpoint.from_pretrained(str(folder))
+  ours = np.asarray(model.apply({'params': params}, np.load(spec['images'])))
+  np.testing.assert_allclose(np.load(spec['output']), ours, atol=1e-5 * np.abs(ours).max())

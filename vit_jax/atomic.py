@@ -1,11 +1,15 @@
 """Files written whole or not at all: written beside their target and renamed over
 it, so a kill or a full disk never leaves half a file under the target's name."""
 import contextlib
+import errno
 import io
 import os
+import shutil
 from typing import IO, Iterator
 
 from etils import epath
+
+from vit_jax.errors import WorkdirError
 
 
 @contextlib.contextmanager
@@ -20,6 +24,10 @@ def atomic_write(path: str, mode: str = 'w') -> Iterator[IO]:
 
   Yields:
     The open temporary file.
+
+  Raises:
+    WorkdirError: the disk is full (or the user's quota spent), the target left as
+      it was.
   """
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,6 +44,12 @@ def atomic_write(path: str, mode: str = 'w') -> Iterator[IO]:
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
+  except OSError as e:
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+      raise
+    raise WorkdirError(f'No space left to write {path} ({shutil.disk_usage(path.parent).free} '
+                       'bytes free): free space or write it elsewhere; it was left as it '
+                       'was.') from e
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)

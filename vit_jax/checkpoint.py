@@ -9,7 +9,9 @@ another layout (current-Flax names, big_vision) are read through the family's
 `vit_jax.finetune`.
 """
 import io
+import math
 import os
+import zipfile
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -156,7 +158,10 @@ def _read_npz(path: epath.Path) -> Flat:
   source = os.fspath(path) if '://' not in os.fspath(path) else io.BytesIO(path.read_bytes())
   try:
     with np.load(source, allow_pickle=False) as data:
+      _check_member_sizes(path, data.zip)
       flat = {key: data[key] for key in data.files}
+  except CheckpointError:
+    raise
   except ValueError as e:
     if 'pickle' not in str(e):
       raise CheckpointError(f'{path} is not a readable .npz parameter file ({e}).') from e
@@ -170,6 +175,24 @@ def _read_npz(path: epath.Path) -> Flat:
   if not flat:
     raise CheckpointError(f'{path} holds no arrays.')
   return flat
+
+
+def _check_member_sizes(path: epath.Path, archive: zipfile.ZipFile) -> None:
+  """Refuses an `.npz` whose arrays' headers declare more bytes than their members
+  hold, from the headers alone: numpy would allocate the declared array first."""
+  for info in archive.infolist():
+    if not info.filename.endswith('.npy'):
+      continue
+    with archive.open(info) as member:
+      version = np.lib.format.read_magic(member)
+      shape, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                         np.lib.format.read_array_header_2_0)(member)
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > info.file_size:
+      raise CheckpointError(f'{path} is not a readable .npz parameter file: its array '
+                            f'{info.filename[:-4]} declares {shape} {dtype} ({declared} bytes) '
+                            f'in a member of {info.file_size}; it is damaged: download it '
+                            'again or use an earlier copy.')
 
 
 FORMATS = ('npz', 'transformers')
@@ -203,7 +226,9 @@ def save(path: str, params: Mapping[str, Any],
   Raises:
     ValueError: an unknown format, or 'transformers' without the model's config
       or image size.
-    CheckpointError: a model `transformers` cannot hold (`hf_files.converted`).
+    CheckpointError: a model `transformers` cannot hold, or a folder holding what
+      this did not write (`hf_files.write`); an `.npz` path that is a folder.
+    WorkdirError: a full disk, the target left as it was.
   """
   if format == 'transformers':
     if config is None or image_size is None:
@@ -214,6 +239,9 @@ def save(path: str, params: Mapping[str, Any],
     return
   if format != 'npz':
     raise ValueError(f'Unknown checkpoint format {format!r}; use one of {", ".join(FORMATS)}.')
+  if os.path.isdir(path):
+    raise CheckpointError(f'{path} is a folder: give the .npz file to write, e.g. '
+                          f'{os.path.join(path, "params.npz")}.')
   arrays = {}
   for key, value in published(flatten(params)).items():
     value = np.asarray(value)

@@ -16,10 +16,10 @@ import ml_collections
 from absl import flags
 
 from vit_jax import checkpoint, entry, hf_files, steps, workdir
+from vit_jax.atomic import atomic_write
 from vit_jax.errors import UserError
 
 FLAGS = flags.FLAGS
-CARD = 'README.md'
 
 
 def transformers_folder(run: str, folder: str) -> str:
@@ -27,15 +27,16 @@ def transformers_folder(run: str, folder: str) -> str:
 
   Args:
     run: the run's workdir (its config.json, data.json, params.npz and results.json).
-    folder: the folder to write (made if missing).
+    folder: the folder to write (made if missing; one that holds what an export
+      did not write is refused: `hf_files.claim_folder`).
 
   Returns:
     The model card's path.
 
   Raises:
     UserError: a run that has not finished, or whose files are missing, named
-      before anything is written; a model `transformers` cannot express
-      (`hf_files.write`'s CheckpointError).
+      before anything is written; a model `transformers` cannot express, or a
+      folder it may not write (`hf_files.write`'s CheckpointError).
   """
   results_path = os.path.join(run, workdir.RESULTS)
   params_path = os.path.join(run, 'params.npz')
@@ -48,6 +49,8 @@ def transformers_folder(run: str, folder: str) -> str:
     raise UserError(f'{run} holds no {workdir.RECORD}, the recipe of its run: it is not a '
                     'workdir of the training command.')
   recipe = ml_collections.ConfigDict(settings)
+  reads = (run, recipe.get('pretrained'))
+  hf_files.claim_folder(folder, reads)
   data = workdir.recorded_data(run) or {}
   labels = (data.get('train') or {}).get('classes')
   if not labels:
@@ -65,25 +68,33 @@ def transformers_folder(run: str, folder: str) -> str:
                     'workdir to write it again.')
   # The run's model: one output per class of its training data, as the loop builds it.
   config = steps.model_config(recipe, len(labels))
-  hf_files.write(folder, checkpoint.load(params_path), config, recipe.image_size, labels)
+  hf_files.write(folder, checkpoint.load(params_path), config, recipe.image_size, labels,
+                 reads=reads)
   with open(os.path.join(folder, hf_files.CONFIG)) as f:
     architecture = json.load(f)['architectures'][0]
-  path = os.path.join(folder, CARD)
-  with open(path, 'w') as f:
+  path = os.path.join(folder, hf_files.CARD)
+  with atomic_write(path) as f:
     f.write(model_card(recipe, data, results, architecture))
   return path
 
 
-def check_recipe(recipe: ml_collections.ConfigDict) -> None:
+def check_recipe(recipe: ml_collections.ConfigDict, run: str, folder: str) -> None:
   """Refuses, before training, a recipe whose model `transformers_folder` could not
-  write (`hf_files.check_writable`; the classes do not matter here).
+  write (`hf_files.check_writable`; the classes do not matter here), or a folder it
+  may not write into (`hf_files.claim_folder`: the run's workdir, the model it
+  fine-tunes from, files an export does not write). It traces the model, which
+  starts JAX's backend: call it once the devices are set.
 
   Args:
     recipe: the training recipe.
+    run: its workdir.
+    folder: the folder the run is to be exported to.
 
   Raises:
-    CheckpointError: naming what transformers cannot express.
+    CheckpointError: naming what transformers cannot express, or what the folder
+      holds.
   """
+  hf_files.claim_folder(folder, reads=(run, recipe.get('pretrained')))
   hf_files.check_writable(steps.model_config(recipe, 2), recipe.image_size)
 
 

@@ -11,6 +11,7 @@ finished run). Anything the model cannot express is refused in one sentence nami
 it.
 """
 import json
+import math
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -18,15 +19,23 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import save as safetensors_bytes
 
-from vit_jax import models
+from vit_jax import models, workdir
+from vit_jax.atomic import atomic_write
 from vit_jax.models.family import CheckpointError, Family, Flat
-from vit_jax.layout import published_float32
-from vit_jax.timm_files import published_from_timm, read_state_dict, state_dict_shapes
+from vit_jax.layout import flatten, published, published_float32
+from vit_jax.timm_files import (published_from_timm, read_state_dict, safetensors_header,
+                                state_dict_shapes)
 
 CONFIG = 'config.json'
 PREPROCESSOR = 'preprocessor_config.json'
+WEIGHTS = 'model.safetensors'
+CARD = 'README.md'  # the model card `vit_jax.export` writes beside the model
+WRITTEN = (WEIGHTS, CONFIG, PREPROCESSOR, CARD)  # every file a folder written here holds
+# model.safetensors' metadata: `format` as transformers reads it, `writer` the mark of a
+# folder this project wrote (and may write again).
+METADATA = {'format': 'pt', 'writer': 'vit_jax'}
 
 
 def _json(path: str) -> Dict[str, Any]:
@@ -65,7 +74,21 @@ def _pixel_fields(folder: str) -> Dict[str, Any]:
   if not os.path.isfile(path):
     return {}
   pre = _json(path)
-  if 'image_mean' not in pre or 'image_std' not in pre:
+  # The processor's other steps, honoured (normalising) or refused by name: these
+  # models take pixels rescaled by 1/255 to [0, 1], then normalised.
+  if pre.get('do_rescale', True) is not True or not math.isclose(
+      pre.get('rescale_factor', 1 / 255), 1 / 255, rel_tol=1e-6):
+    raise CheckpointError(f'{path} sets do_rescale {pre.get("do_rescale", True)!r} and '
+                          f'rescale_factor {pre.get("rescale_factor", 1 / 255)!r}: these models '
+                          'take pixels rescaled by 1/255, and have no field for another scale.')
+  if pre.get('do_normalize', True) is False:  # pixels in [0, 1] as they are
+    return dict(pixel_mean=(0.,) * 3, pixel_std=(1.,) * 3)
+  given = [k for k in ('image_mean', 'image_std') if k in pre]
+  if len(given) == 1:
+    raise CheckpointError(f'{path} gives {given[0]} without '
+                          f'{({"image_mean", "image_std"} - set(given)).pop()}, whose default '
+                          "is its processor class's: add it to the file.")
+  if not given:
     return {}
   for key in ('image_mean', 'image_std'):
     value = pre[key]
@@ -135,8 +158,9 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
   Raises:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
-  family, name, fields = _described(folder)  # checked before the weights are read
-  timm_state, extra, weight_fields = _as_timm(family, name, fields, read_state_dict(weights))
+  family, name, fields, hf_config = _described(folder)  # checked before the weights are read
+  timm_state, extra, weight_fields = _as_timm(family, name, fields, hf_config,
+                                              read_state_dict(weights))
   flat = published_from_timm(timm_state, name, **fields)
   return name, {**fields, **weight_fields}, {**flat, **extra}
 
@@ -161,14 +185,14 @@ def model_of(folder: str, weights: str) -> Tuple[str, Dict[str, Any]]:
   Raises:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
-  family, name, fields = _described(folder)
-  _, _, weight_fields = _as_timm(family, name, fields, state_dict_shapes(weights))
+  family, name, fields, hf_config = _described(folder)
+  _, _, weight_fields = _as_timm(family, name, fields, hf_config, state_dict_shapes(weights))
   return name, {k: v for k, v in {**fields, **weight_fields}.items() if k not in HEAD_FIELDS}
 
 
-def _described(folder: str) -> Tuple[Family, str, Dict[str, Any]]:
+def _described(folder: str) -> Tuple[Family, str, Dict[str, Any], Dict[str, Any]]:
   """The folder's family, zoo name and fields from its `config.json` and
-  `preprocessor_config.json`, each checked."""
+  `preprocessor_config.json`, each checked, and the `config.json`."""
   config = _json(os.path.join(folder, CONFIG))
   family = _family(folder, config)
   fields = family.transformers_fields(config)
@@ -177,17 +201,29 @@ def _described(folder: str) -> Tuple[Family, str, Dict[str, Any]]:
   if pixels and 'pixel_mean' not in models.get_config(name):
     _check_unit_range(folder, pixels)  # a family without pixel statistics reads [-1, 1]
     pixels = {}
-  return family, name, {**fields, **pixels}
+  return family, name, {**fields, **pixels}, config
 
 
-def _as_timm(family: Family, name: str, fields: Mapping[str, Any], state: Mapping[str, Any]
+def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
+             hf_config: Mapping[str, Any], state: Mapping[str, Any]
              ) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
   """The folder's weights under timm's names, the parameters timm has no place for,
   and the fields the weights fix (the head, the classes, ...: `Family.timm_fields`,
-  as a timm file's do, but the image size)."""
-  timm_state, extra, extra_fields = family.from_transformers(state)
+  as a timm file's do, but the image size). A classifier (`architectures` naming
+  one) whose weights hold no head is refused: `from_pretrained` would start one at
+  random."""
+  timm_state, extra, extra_fields = family.from_transformers(state, hf_config)
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
   fixed.pop('image_size')
+  classifiers = [a for a in hf_config.get('architectures') or ()
+                 if isinstance(a, str) and a.endswith('ForImageClassification')]
+  # transformers' number of labels: id2label's, else num_labels, else its default of 2.
+  labels = hf_config.get('id2label')
+  outputs = len(labels) if isinstance(labels, dict) else hf_config.get('num_labels', 2)
+  if classifiers and outputs and not fixed.get('num_classes'):
+    raise CheckpointError(f'The config.json names {classifiers[0]}, and the weights hold no '
+                          'classifier, which transformers would start at random: the folder '
+                          'is damaged or incomplete; download it again.')
   return timm_state, extra, {**fixed, **extra_fields}
 
 
@@ -223,7 +259,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
       it is trained: `check_writable`).
     config: its model config (`models.get_config`).
     image_size: the images' side in pixels.
-    labels: the classes' names, for a classifier's `id2label` (LABEL_<i> if None).
+    labels: the classes' names, one per output of a classifier's head, for its
+      `id2label` (LABEL_<i> if None).
     model_type: the `model_type` to write where the model can be more than one
       (a SigLIP tower as 'siglip2_vision_model'); None, the one its fields make.
 
@@ -232,7 +269,8 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
 
   Raises:
     CheckpointError: a model its family cannot write for transformers (a family
-      without `to_transformers`, or a field it names).
+      without `to_transformers`, or a field it names); names of another number
+      than the head's outputs.
   """
   family = models.family_of(config)
   if family.to_transformers is None:
@@ -242,6 +280,9 @@ def converted(params: Mapping[str, Any], config: ml_collections.ConfigDict, imag
   hf_config, state = family.to_transformers(published_float32(params), config, image_size,
                                             model_type)
   if labels is not None and 'id2label' in hf_config:
+    if len(labels) != len(hf_config['id2label']):
+      raise CheckpointError(f'{len(labels)} classes\' names were given for a head of '
+                            f'{len(hf_config["id2label"])} outputs: give one name per output.')
     hf_config['id2label'] = {str(i): str(name) for i, name in enumerate(labels)}
     hf_config['label2id'] = {str(name): i for i, name in enumerate(labels)}
   return hf_config, state
@@ -258,35 +299,115 @@ def check_writable(config: ml_collections.ConfigDict, image_size: int) -> None:
   Raises:
     CheckpointError: as `write`.
   """
-  shapes = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
-                          jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32))
-  zeros = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes['params'])
+  zeros = {k: np.zeros(s.shape, s.dtype) for k, s in _shapes(config, image_size).items()}
   converted(zeros, config, image_size)
+
+
+def _shapes(config: ml_collections.ConfigDict, image_size: int) -> Dict[str, Any]:
+  """The published parameters' shapes of `config`'s model on images of `image_size`
+  pixels, nothing computed."""
+  key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+  images = jax.ShapeDtypeStruct((1, image_size, image_size, 3), jnp.float32)
+  return published(flatten(jax.eval_shape(models.build_model(config).init, key, images)))
+
+
+def _check_image_size(params: Flat, config: ml_collections.ConfigDict, image_size: int) -> None:
+  """Refuses an image size the parameters (a ViT's position embeddings) were not
+  made for, which `transformers` would refuse to load."""
+  expected = _shapes(config, image_size)
+  misshaped = [f'{k} {tuple(np.shape(v))} (at {image_size} px: {tuple(expected[k].shape)})'
+               for k, v in params.items() if k in expected and np.shape(v) != expected[k].shape]
+  if misshaped:
+    raise CheckpointError(f'The parameters are not those of a {config.name} on {image_size} px '
+                          f'images: {", ".join(misshaped[:3])}; give the image size the model '
+                          'was made for.')
+
+
+def claim_folder(folder: str, reads: Sequence[str] = ()) -> None:
+  """Refuses, before any work, a folder `write` would write over something it did
+  not make: a file, a training run, a model it reads from (`reads`), files a
+  `transformers` folder written here does not hold (`WRITTEN`), or a
+  `transformers` model written elsewhere (its `model.safetensors` without this
+  project's mark, `METADATA`). A missing or empty folder, or one written here
+  before, is taken.
+
+  Args:
+    folder: the folder to write.
+    reads: the files and folders the writing reads (a run's workdir, the model it
+      was fine-tuned from): none may be the folder or lie in it.
+
+  Raises:
+    CheckpointError: saying what the folder holds and what to do.
+  """
+  real = os.path.realpath(folder)
+  for path in filter(None, reads):  # a workdir to be made is refused as one that is there
+    if real == os.path.realpath(path) or (
+        os.path.isfile(path) and real == os.path.dirname(os.path.realpath(path))):
+      raise CheckpointError(f'{folder} is or holds {path}, which this writing reads: give a new '
+                            'or empty folder.')
+  if not os.path.exists(folder):
+    return
+  if not os.path.isdir(folder):
+    raise CheckpointError(f'{folder} is a file, not a folder: give a new or empty folder to '
+                          'write the transformers model into.')
+  names = sorted(os.listdir(folder))
+  ours = WEIGHTS in names and _written_here(os.path.join(folder, WEIGHTS))
+  theirs = f'{folder} holds a transformers model this project did not write: give a new or ' \
+           'empty folder.'
+  if WEIGHTS in names and not ours:
+    raise CheckpointError(theirs)
+  if not ours and workdir.is_run(folder):  # a run records its settings in a config.json too
+    raise CheckpointError(f'{folder} holds a training run: give a new or empty folder, not a '
+                          'workdir.')
+  foreign = [n for n in names if n not in WRITTEN]
+  if foreign:
+    raise CheckpointError(f'{folder} holds files a transformers folder written here does not '
+                          f'({", ".join(foreign[:5])}{", ..." if len(foreign) > 5 else ""}): '
+                          'give a new or empty folder.')
+  if names and not ours:
+    raise CheckpointError(theirs)
+
+
+def _written_here(weights: str) -> bool:
+  """Whether a `model.safetensors` bears this project's mark (`METADATA`)."""
+  try:
+    metadata = safetensors_header(weights).get('__metadata__')
+  except CheckpointError:
+    return False
+  return isinstance(metadata, dict) and metadata.get('writer') == METADATA['writer']
 
 
 def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigDict,
           image_size: int, labels: Optional[Sequence[str]] = None,
-          model_type: Optional[str] = None) -> None:
+          model_type: Optional[str] = None, reads: Sequence[str] = ()) -> None:
   """Writes a model as a `transformers` folder that `transformers` loads with the
   same outputs (`converted`): `config.json`, `model.safetensors` and
-  `preprocessor_config.json`.
+  `preprocessor_config.json`, each written whole or not at all.
 
   Args:
-    folder: the folder to write (made if missing).
+    folder: the folder to write (made if missing; refused where it holds what
+      this did not write: `claim_folder`).
     params: the model's parameters.
     config: its model config (`models.get_config`).
-    image_size: the images' side in pixels.
-    labels: the classes' names (LABEL_<i> if None).
+    image_size: the images' side in pixels (that of the parameters' position
+      embeddings, where the model has them).
+    labels: the classes' names, one per output of the head (LABEL_<i> if None).
     model_type: as `converted`.
+    reads: as `claim_folder`.
 
   Raises:
-    CheckpointError: as `converted`, before anything is written.
+    CheckpointError: as `converted` and `claim_folder`; parameters of another
+      image size, or names of another number than the head's outputs; before
+      anything is written.
   """
+  claim_folder(folder, reads)
   hf_config, state = converted(params, config, image_size, labels, model_type)
+  _check_image_size(published(flatten(params)), config, image_size)
   os.makedirs(folder, exist_ok=True)
-  save_file({k: np.ascontiguousarray(v, np.float32) for k, v in state.items()},
-            os.path.join(folder, 'model.safetensors'), metadata={'format': 'pt'})
-  with open(os.path.join(folder, CONFIG), 'w') as f:
+  with atomic_write(os.path.join(folder, WEIGHTS), 'wb') as f:
+    f.write(safetensors_bytes({k: np.ascontiguousarray(v, np.float32) for k, v in state.items()},
+                              metadata=METADATA))
+  with atomic_write(os.path.join(folder, CONFIG)) as f:
     json.dump(hf_config, f, indent=2)
   mean = config.get('pixel_mean') or (0.5,) * 3  # none: [-1, 1] images, mean and std 0.5
   std = config.get('pixel_std') or (0.5,) * 3
@@ -294,7 +415,7 @@ def write(folder: str, params: Mapping[str, Any], config: ml_collections.ConfigD
   sizes = ({'size': {'height': image_size, 'width': image_size}}
            if hf_config['model_type'] != 'siglip2_vision_model' else
            {'patch_size': hf_config['patch_size'], 'max_num_patches': hf_config['num_patches']})
-  with open(os.path.join(folder, PREPROCESSOR), 'w') as f:
+  with atomic_write(os.path.join(folder, PREPROCESSOR)) as f:
     json.dump({'image_processor_type': ('Siglip2ImageProcessor'
                                         if 'max_num_patches' in sizes else 'ViTImageProcessor'),
                'do_resize': True, **sizes, 'do_rescale': True, 'rescale_factor': 1 / 255,

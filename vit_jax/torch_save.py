@@ -18,6 +18,7 @@ read as `Record`s holding their pickled fields and no behaviour.
 """
 import collections
 import io
+import math
 import os
 import pathlib
 import pickle
@@ -87,6 +88,10 @@ def _strided(storage: np.ndarray, offset: int, size: Tuple[int, ...],
   if last >= storage.size:
     raise UnsafeFileError(f'a tensor of shape {size} reaches element {last} of a storage of '
                           f'{storage.size}')
+  if math.prod(size) > storage.size:  # a view that repeats its elements (stride 0, overlaps)
+    raise UnsafeFileError(f'a tensor of shape {size} and strides {stride} views a storage of '
+                          f'{storage.size} elements, repeating them; save it with '
+                          '.contiguous() (the copy of its elements) instead')
   view = np.lib.stride_tricks.as_strided(
       storage[offset:], size, tuple(s * storage.itemsize for s in stride), writeable=False)
   return np.array(view)

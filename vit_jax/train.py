@@ -48,13 +48,13 @@ def main(argv: Sequence[str]) -> None:
     argv: the command line's arguments that are no flags (none).
   """
   del argv
-  if FLAGS.export_transformers:
-    export.check_recipe(FLAGS.config)
   split_cpu_into_devices(FLAGS.config, FLAGS.cpu_devices, FLAGS.num_processes or 1)
   if FLAGS.coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS'):
     # CPU processes need gloo for cross-process collectives; TPUs and GPUs ignore it.
     jax.config.update('jax_cpu_collectives_implementation', 'gloo')
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  if FLAGS.export_transformers:  # once the devices are set: the check traces the model
+    export.check_recipe(FLAGS.config, FLAGS.workdir, FLAGS.export_transformers)
   print(f'Process {jax.process_index()} of {jax.process_count()}, '
         f'{jax.device_count()} devices in all.', flush=True)
   summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)

@@ -270,13 +270,13 @@ class Family:
                                  Dict[str, Any]]] = None
   # Hugging Face `transformers` folders (`vit_jax.hf_files`): the model types the
   # family reads; a config.json -> the fields it sets (refusing one it cannot
-  # express); the weights (the files' names) -> (timm's names, extra published
+  # express); the weights (the files' names) and the config.json -> (timm's names, extra published
   # parameters timm has no place for, the fields those extra parameters fix); and
   # back, (the published parameters, flat, the model's config, image size, the
   # model type to write or None) -> (config.json, the weights under the files' names).
   transformers_types: Tuple[str, ...] = ()
   transformers_fields: Optional[Callable[[Mapping[str, Any]], Dict[str, Any]]] = None
-  from_transformers: Optional[Callable[[Mapping[str, Any]],
+  from_transformers: Optional[Callable[[Mapping[str, Any], Mapping[str, Any]],
                                        Tuple[Dict[str, Any], Flat, Dict[str, Any]]]] = None
   to_transformers: Optional[Callable[..., Tuple[Dict[str, Any], Dict[str, Any]]]] = None
   # (regex of a parameter path's end, its axis counted from the end) that a mesh's

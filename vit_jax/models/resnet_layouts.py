@@ -124,7 +124,7 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   return dict(num_layers=depths, width_factor=width, root_pool=True)
 
 
-def from_transformers(state: Mapping[str, np.ndarray]
+def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, Any]
                       ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
   """A transformers BiT's weights (`BitForImageClassification`'s, or `BitModel`'s
   without the 'bit.' prefix) under timm's ResNetV2 names, its linear head as timm's
@@ -132,10 +132,12 @@ def from_transformers(state: Mapping[str, np.ndarray]
 
   Args:
     state: the weights.
+    hf_config: the folder's config.json (its fields are `transformers_fields`').
 
   Returns:
     (timm's state dict, no extra parameters, no extra fields).
   """
+  del hf_config
   out = {}
   for key, value in state.items():
     name = key[len('bit.'):] if key.startswith('bit.') else key

@@ -4,6 +4,7 @@ big_vision checkpoints read into the published layout, the export to timm's
 image-tower files read (ViT and DINOv2 written too). The `vit` family's `owns`,
 `to_published`, `to_timm`, `transformers_fields`, `from_transformers` and
 `to_transformers`."""
+import logging
 import math
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -13,6 +14,8 @@ import numpy as np
 
 from vit_jax.models.conv import oihw
 from vit_jax.models.family import CheckpointError, Flat
+
+log = logging.getLogger(__name__)
 
 # Current Flax auto-names the parts of an encoder block per type; the published
 # files were written when the counter ran over all children of the block.
@@ -437,7 +440,7 @@ def _square_grid(config: Mapping[str, Any]) -> None:
                           'position embeddings, which these ViTs hold.')
 
 
-def from_transformers(state: Mapping[str, np.ndarray]
+def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, Any]
                       ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
   """A transformers ViT's or DINOv2's weights (the files' names, with or without
   the backbone's prefix, 'vit.' or 'dinov2.'; a ViT-MAE's encoder, its decoder left
@@ -447,8 +450,15 @@ def from_transformers(state: Mapping[str, np.ndarray]
   class-token position embedding added to the class token, as timm's conversion
   does (its registers have none, nor the class token then).
 
+  As `from_pretrained` builds the model: with `qkv_bias` false in the config the
+  query, key and value have no bias, whatever the weights hold (zeros here); a
+  bias missing where its layer has one starts at zero, said in a warning
+  (`_init_weights` zeroes every Linear's bias), and a missing weight is refused
+  (it would start random).
+
   Args:
     state: the weights.
+    hf_config: the folder's config.json.
 
   Returns:
     (timm's state dict, the pre-logits parameters or none, the field they fix:
@@ -456,6 +466,7 @@ def from_transformers(state: Mapping[str, np.ndarray]
   """
   if any(re.match(r'(vision_model\.)?encoder\.layers\.', k) for k in state):
     return _tower_to_timm(state), {}, {}
+  biased = hf_config.get('qkv_bias', True) is not False
   out, qkv, pooler = {}, {}, {}
   for key, value in state.items():
     name = re.sub(r'^(vit|dinov2|dinov2_with_registers)\.', '', key)
@@ -463,7 +474,8 @@ def from_transformers(state: Mapping[str, np.ndarray]
     if name in _TRANSFORMERS_TOP:
       out[_TRANSFORMERS_TOP[name]] = value
     elif layer and layer[2].startswith('attention.attention.'):
-      qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
+      if biased or layer[3] != 'bias':  # qkv_bias false: transformers leaves the file's out
+        qkv[(int(layer[1]), layer[2].split('.')[-1], layer[3])] = value
     elif layer and layer[2] in _READ_LAYER:
       timm = _READ_LAYER[layer[2]]
       out[f'blocks.{layer[1]}.{timm}' + ('' if timm.endswith('gamma') else f'.{layer[3]}')] = value
@@ -487,6 +499,13 @@ def from_transformers(state: Mapping[str, np.ndarray]
     out['cls_token'] = np.asarray(out['cls_token']) + positions[:, :1]
     out['pos_embed'] = positions[:, 1:]
   out.update(_joined_qkv(qkv, ('query', 'key', 'value')))
+  if pooler and 'pre_logits/kernel' not in pooler:
+    raise CheckpointError('The weights hold pooler.dense.bias but no pooler.dense.weight, which '
+                          'transformers would start at random: the folder is damaged.')
+  if pooler and 'pre_logits/bias' not in pooler:
+    log.warning('The weights hold no pooler.dense.bias: it starts at zero, as transformers '
+                'starts it.')
+    pooler['pre_logits/bias'] = np.zeros(pooler['pre_logits/kernel'].shape[1], np.float32)
   fields = {'representation_size': int(pooler['pre_logits/bias'].shape[0])} if pooler else {}
   return out, pooler, fields
 
@@ -549,10 +568,21 @@ def _joined_qkv(qkv: Mapping[Tuple[int, str, str], np.ndarray], parts: Tuple[str
   qkv_bias=False)."""
   out = {}
   for block in sorted({b for b, _, _ in qkv}):
-    for kind in ('weight', 'bias'):
-      arrays = [qkv.get((block, part, kind)) for part in parts]
-      if all(a is not None for a in arrays):
-        out[f'blocks.{block}.attn.qkv.{kind}'] = np.concatenate(arrays)
+    weights = [qkv.get((block, part, 'weight')) for part in parts]
+    if any(w is None for w in weights):
+      missing = [p for p, w in zip(parts, weights) if w is None]
+      raise CheckpointError(f'The weights of layer {block} hold no {" or ".join(missing)} '
+                            'projection weight, which transformers would start at random: the '
+                            'folder is damaged.')
+    out[f'blocks.{block}.attn.qkv.weight'] = np.concatenate(weights)
+    biases = [qkv.get((block, part, 'bias')) for part in parts]
+    if any(b is not None for b in biases):  # none at all: timm's qkv_bias=False
+      missing = [p for p, b in zip(parts, biases) if b is None]
+      if missing:
+        log.warning('The weights of layer %d hold no %s bias: it starts at zero, as '
+                    'transformers starts it.', block, ' or '.join(missing))
+      out[f'blocks.{block}.attn.qkv.bias'] = np.concatenate(
+          [b if b is not None else np.zeros(len(w), np.float32) for b, w in zip(biases, weights)])
   return out
 
 

@@ -181,6 +181,11 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
   except (KeyError, TypeError, ValueError, IndexError, OSError) as e:  # msgpack's: ValueErrors
     raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
                        f'(params, optimizer state, step): {e}. Give another --workdir.') from None
+  broken = layout.non_finite({'params': params, 'momentum': trace})
+  if broken:
+    raise WorkdirError(f'{found}, left by an original vit_jax run, holds NaN or infinite values '
+                       f'({", ".join(broken[:3])}): its run diverged. Give another --workdir, or '
+                       'move the file away to train from the pretrained model (it is kept).')
   source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
   setup = steps.build(config, source.num_classes, config.total_steps,
                       params=finetune.initial_params(config, source.num_classes))
@@ -195,8 +200,7 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     raise WorkdirError(f'{found}, left by an original vit_jax run, does not fit this config\'s '
                        f'{config.model_name} ({e}); give the config that run used, or another '
                        '--workdir (the file is kept).') from None
-  opt = optax.tree_utils.tree_set(state.opt_state, trace=trace)
-  opt = optax.tree_utils.tree_set(opt, count=np.asarray(step, np.int32))
+  opt = _counted_to(optax.tree_utils.tree_set(state.opt_state, trace=trace), step)
   adopted = state.replace(step=step, params=ours, opt_state=opt)
   adopted = jax.device_put(adopted, jax.tree_util.tree_map(lambda x: x.sharding, setup.state))
   with workdirs.claim(workdir, config, defaults=settings.defaults()) as record:  # held while written; then the run's
@@ -207,6 +211,15 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
     record()
   logging.info('Resuming from %s, left by an original vit_jax run, at step %d.', found, step)
   return step
+
+
+def _counted_to(opt_state: Any, step: int) -> Any:
+  """An optimizer state with every step count in it at `step`: the optimizer's and
+  each of its schedules' (`optax.inject_hyperparams` keeps the learning rate's
+  schedule at a count of its own), as `step` updates from the start leave them."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, leaf: (np.asarray(step, np.int32)
+                          if getattr(path[-1], 'name', None) == 'count' else leaf), opt_state)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
