@@ -11,6 +11,7 @@ warm interpreter.
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 
 import chex
@@ -700,3 +701,130 @@ def test_the_documented_export_runs_as_users_run_it(tmp_path, warm_python, torch
   model, params = checkpoint.from_pretrained(str(folder))
   ours = np.asarray(model.apply({'params': params}, np.load(spec['images'])))
   np.testing.assert_allclose(np.load(spec['output']), ours, atol=1e-5 * np.abs(ours).max())
+
+
+def _edited(folder, config=None, drop=(), preprocessor=None):
+  """The folder with config.json fields set, tensors whose names match `drop` taken
+  out of its weights, and preprocessor_config.json fields set."""
+  from safetensors.numpy import load_file, save_file
+  if config:
+    path = os.path.join(folder, hf_files.CONFIG)
+    fields = json.loads(open(path).read())
+    with open(path, 'w') as f:
+      json.dump({**fields, **config}, f)
+  if drop:
+    weights = os.path.join(folder, hf_files.WEIGHTS)
+    state = load_file(weights)
+    save_file({k: v for k, v in state.items() if not any(d in k for d in drop)}, weights,
+              metadata={'format': 'pt'})
+  if preprocessor is not None:
+    with open(os.path.join(folder, hf_files.PREPROCESSOR), 'w') as f:
+      json.dump(preprocessor, f)
+
+
+@needs_transformers
+@pytest.mark.parametrize('edit', [
+    # transformers builds the query, key and value without biases, the file's unused.
+    dict(config={'qkv_bias': False}),
+    # transformers starts the missing key biases at zero (and warns).
+    dict(drop=('attention.attention.key.bias',)),
+])
+def test_a_folder_edited_away_from_its_save_is_read_as_from_pretrained_reads_it(
+    edit, tmp_path, torch_python):
+  folder, x, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                  model='ViTForImageClassification',
+                                  fields=dict(SMALL_VIT, num_labels=3), read='logits')
+  _edited(folder, **edit)
+  spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'theirs.npy'), 'auto': 'AutoModelForImageClassification',
+          'read': 'logits'}
+  subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  theirs = np.load(spec['output'])
+  module, params = checkpoint.from_pretrained(folder)
+  ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
+  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
+
+
+@needs_transformers
+def test_what_from_pretrained_would_start_at_random_or_read_otherwise_is_refused(
+    tmp_path, torch_python):
+  """A classifier without its head's tensors, a query without its weight; the
+  processor's do_normalize false honoured, a mean without its std and another
+  rescaling refused by name."""
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                  model='ViTForImageClassification',
+                                  fields=dict(SMALL_VIT, num_labels=3), read='logits')
+  kept = tmp_path / 'kept'
+  shutil.copytree(folder, kept)
+  _edited(folder, drop=('classifier.',))
+  with pytest.raises(CheckpointError, match='names ViTForImageClassification, and the weights '
+                                            'hold no classifier'):
+    checkpoint.from_pretrained(folder)
+  shutil.rmtree(folder)
+  shutil.copytree(kept, folder)
+  _edited(folder, drop=('layer.1.attention.attention.query.weight',))
+  with pytest.raises(CheckpointError, match='layer 1 hold no query projection weight'):
+    checkpoint.from_pretrained(folder)
+  shutil.rmtree(folder)
+  shutil.copytree(kept, folder)
+  _edited(folder, preprocessor={'do_normalize': False, 'image_mean': [0.5] * 3,
+                                'image_std': [0.5] * 3})
+  module, _ = checkpoint.from_pretrained(folder)
+  assert tuple(module.pixel_mean) == (0.,) * 3 and tuple(module.pixel_std) == (1.,) * 3
+  for preprocessor, says in (({'image_mean': [0.5] * 3}, 'gives image_mean without image_std'),
+                             ({'rescale_factor': 1.}, 'rescale_factor 1.0')):
+    _edited(folder, preprocessor=preprocessor)
+    with pytest.raises(CheckpointError, match=says):
+      checkpoint.from_pretrained(folder)
+
+
+RESHARD = r'''
+import sys
+import transformers
+model = transformers.AutoModelForImageClassification.from_pretrained(sys.argv[1])
+model.save_pretrained(sys.argv[2], max_shard_size='20KB')
+'''
+
+
+@needs_transformers
+def test_a_sharded_folder_is_read_through_its_index_and_the_hubs_folders_are_pointed_to(
+    tmp_path, torch_python):
+  """`save_pretrained(max_shard_size=...)`'s shards read as the whole file; a shard
+  missing named; a Trainer's checkpoint folder read for its model; the Hub cache's
+  `models--org--name` folder refused naming its snapshot."""
+  folder, x, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                  model='ViTForImageClassification',
+                                  fields=dict(SMALL_VIT, num_labels=3), read='logits')
+  sharded = tmp_path / 'sharded'
+  subprocess.run([torch_python, '-c', RESHARD, folder, str(sharded)], check=True,
+                 capture_output=True)
+  shards = sorted(n for n in os.listdir(sharded) if n.startswith('model-'))
+  assert len(shards) > 1 and (sharded / 'model.safetensors.index.json').exists()
+  whole = checkpoint.load(folder)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, checkpoint.load(str(sharded)), whole)
+  module, params = checkpoint.from_pretrained(str(sharded))
+  jax.tree_util.tree_map(np.testing.assert_array_equal, params, whole)
+  # The analysis reads a folder as checkpoint.load does.
+  from analysis.runtime import features
+  name, fields, _ = hf_files.read(str(sharded), checkpoint.weights_file(str(sharded)))
+  subject = features.load_subject(name, str(sharded), 32, overrides=fields)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(subject.params), whole)
+  os.remove(sharded / shards[-1])
+  with pytest.raises(CheckpointError, match=f'names 1 shard that is not in .*{shards[-1]}'):
+    checkpoint.from_pretrained(str(sharded))
+  trainer = tmp_path / 'checkpoint-500'
+  shutil.copytree(folder, trainer)
+  for name in ('optimizer.pt', 'scheduler.pt', 'rng_state.pth', 'training_args.bin'):
+    (trainer / name).write_bytes(b'not read')
+  (trainer / 'trainer_state.json').write_text('{}')
+  jax.tree_util.tree_map(np.testing.assert_array_equal, checkpoint.load(str(trainer)), whole)
+  cache = tmp_path / 'models--org--vit'
+  os.makedirs(cache / 'refs')
+  os.makedirs(cache / 'blobs')
+  shutil.copytree(folder, cache / 'snapshots' / 'abc123')
+  (cache / 'refs' / 'main').write_text('abc123')
+  for read in (checkpoint.from_pretrained, checkpoint.load):
+    with pytest.raises(CheckpointError, match=r"Hub cache's folder of a model: give its "
+                                              r'snapshot, .*snapshots/abc123\.'):
+      read(str(cache))

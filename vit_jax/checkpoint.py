@@ -24,7 +24,8 @@ from vit_jax import hf_files, models, original, torch_save
 from vit_jax.atomic import atomic_write
 from vit_jax.layout import Params, flatten, published, unflatten
 from vit_jax.models.family import CheckpointError, Flat
-from vit_jax.timm_files import TORCH_SUFFIXES, published_from_timm, read_state_dict
+from vit_jax.timm_files import (INDEX_SUFFIX, STATE_DICT_SUFFIXES, TORCH_SUFFIXES,
+                                published_from_timm, read_state_dict)
 
 # Where the published checkpoints live: ViT (and AugReg ViT), BiT, MLP-Mixer.
 PUBLIC_DIRS = ('gs://vit_models/imagenet21k/', 'gs://vit_models/augreg/', 'gs://bit_models/',
@@ -34,12 +35,17 @@ WHERE_PUBLIC = (f'Public checkpoints live under {", ".join(PUBLIC_DIRS)} (e.g. '
 
 
 WEIGHT_SUFFIXES = ('.npz', '.safetensors') + TORCH_SUFFIXES
+# The weights of a transformers folder, in the order `from_pretrained` looks for them.
+TRANSFORMERS_WEIGHTS = ('model.safetensors', 'model.safetensors' + INDEX_SUFFIX,
+                        'pytorch_model.bin', 'pytorch_model.bin' + INDEX_SUFFIX)
 
 
 def weights_file(directory: str) -> str:
-  """The weights file in `directory`: a training workdir's params.npz, or the one
-  weights file of a download folder (a Hugging Face snapshot's model.safetensors
-  or pytorch_model.bin beside its config.json).
+  """The weights file in `directory`: a training workdir's params.npz, a
+  `transformers` folder's (`TRANSFORMERS_WEIGHTS`, in `from_pretrained`'s order:
+  a Trainer's checkpoint folder's beside its optimizer's files, the index of a
+  sharded one), or the one weights file of a download folder. The Hub cache's
+  folder of a model is refused, naming its snapshot.
 
   Args:
     directory: the folder.
@@ -53,6 +59,10 @@ def weights_file(directory: str) -> str:
   params = os.path.join(directory, 'params.npz')
   if os.path.exists(params):
     return params
+  check_not_hub_cache(directory)
+  for name in TRANSFORMERS_WEIGHTS:  # a transformers folder's, beside its training files
+    if os.path.isfile(os.path.join(directory, name)):
+      return os.path.join(directory, name)
   found = sorted(n for n in os.listdir(directory) if n.endswith(WEIGHT_SUFFIXES)
                  and os.path.isfile(os.path.join(directory, n)))
   safetensors = [n for n in found if n.endswith('.safetensors')]
@@ -65,6 +75,28 @@ def weights_file(directory: str) -> str:
       f'{directory} holds no weights file (params.npz, .npz, .safetensors, .pth, .bin): if it '
       'is a training workdir, finish its training first (rerun the training command, which '
       'resumes from its checkpoint); else give the file itself.')
+
+
+def check_not_hub_cache(directory: str) -> None:
+  """Refuses the Hugging Face Hub cache's folder of a model (`models--org--name`,
+  holding `blobs/`, `refs/` and `snapshots/`), naming the snapshot to give.
+
+  Args:
+    directory: a folder.
+
+  Raises:
+    CheckpointError: it is such a folder.
+  """
+  snapshots = os.path.join(directory, 'snapshots')
+  if not (os.path.isdir(snapshots) and os.path.isdir(os.path.join(directory, 'refs'))):
+    return
+  main = os.path.join(directory, 'refs', 'main')
+  revision = open(main).read().strip() if os.path.isfile(main) else None
+  names = sorted(os.listdir(snapshots))
+  snapshot = revision if revision in names else (names[-1] if names else None)
+  raise CheckpointError(f'{directory} is the Hugging Face Hub cache\'s folder of a model: give '
+                        'its snapshot, ' + (os.path.join(snapshots, snapshot) if snapshot else
+                                            f'a folder under {snapshots}') + '.')
 
 
 def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Params:
@@ -116,7 +148,7 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
     return models.family_of(config).module_layout(flat, config)
   if path.is_dir():
     path = epath.Path(weights_file(os.fspath(path)))
-  torch = os.fspath(path).endswith(TORCH_SUFFIXES + ('.safetensors',))
+  torch = os.fspath(path).endswith(STATE_DICT_SUFFIXES)
   if model_name is None:
     if torch:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
@@ -146,6 +178,7 @@ def from_pretrained(folder: str) -> Tuple[nn.Module, Params]:
     (the Flax module, its nested parameters).
   """
   if not hf_files.is_folder(folder):
+    check_not_hub_cache(folder)
     raise CheckpointError(f'{folder} is not a transformers model folder (no {hf_files.CONFIG} '
                           'naming a model_type); give the folder save_pretrained wrote.')
   config, flat = _transformers_folder(folder)

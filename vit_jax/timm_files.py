@@ -23,6 +23,10 @@ from vit_jax.torch_save import UnsafeFileError
 
 # A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
 TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
+# The index of a state dict in shards, as `save_pretrained(max_shard_size=...)` writes it
+# (`model.safetensors.index.json`, `pytorch_model.bin.index.json`): name -> shard file.
+INDEX_SUFFIX = '.index.json'
+STATE_DICT_SUFFIXES = TORCH_SUFFIXES + ('.safetensors', INDEX_SUFFIX)
 
 
 def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
@@ -113,15 +117,17 @@ def read_state_dict(path: str) -> Dict[str, np.ndarray]:
   """The arrays of a PyTorch state dict file.
 
   Args:
-    path: a `.safetensors` file, or a `torch.save` file (read by `torch_save`,
+    path: a `.safetensors` file, a `torch.save` file (read by `torch_save`,
       which runs nothing the file names; a checkpoint dict holding the weights
-      under 'state_dict', 'model' or 'state_dict_ema' is unwrapped). Neither
-      needs PyTorch.
+      under 'state_dict', 'model' or 'state_dict_ema' is unwrapped), or the index
+      of shards of either (`_sharded`). None needs PyTorch.
 
   Returns:
     name -> float32 numpy array, DistributedDataParallel's `module.` prefix taken
     off the names.
   """
+  if os.fspath(path).endswith(INDEX_SUFFIX):
+    return _sharded(path, read_state_dict)
   path = epath.Path(path)
   if os.fspath(path).endswith('.safetensors'):
     try:
@@ -287,6 +293,8 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
   Returns:
     name -> array of its shape.
   """
+  if os.fspath(path).endswith(INDEX_SUFFIX):
+    return _sharded(path, state_dict_shapes)
   if not os.fspath(path).endswith('.safetensors'):
     return read_state_dict(path)
   header, size = _header_of(path)
@@ -323,6 +331,54 @@ def _header_of(path: str) -> Tuple[Dict[str, Any], int]:
       return _safetensors_header(head + f.read(min(size, SAFETENSORS_MAX_HEADER + 1)))
   except ValueError as e:
     raise CheckpointError(f'{path} is not a readable .safetensors file ({e}).') from e
+
+
+def _sharded(index: str, read: Any) -> Dict[str, np.ndarray]:
+  """A state dict in shards, read through its index as `from_pretrained` reads it:
+  every shard the index names (files beside it, by name alone), each holding the
+  tensors the index puts in it and no other.
+
+  Args:
+    index: the `*.index.json` file.
+    read: the reader of one shard (`read_state_dict`, `state_dict_shapes`).
+
+  Returns:
+    name -> array, of all the shards.
+
+  Raises:
+    CheckpointError: a damaged index, a shard missing, or one that holds other
+      tensors than the index says.
+  """
+  try:
+    with open(index, encoding='utf-8') as f:
+      weight_map = json.load(f).get('weight_map')
+  except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+    raise CheckpointError(f'{index} is not a readable index of shards ({e}): download it '
+                          'again.') from None
+  if not (isinstance(weight_map, dict) and weight_map and all(
+      isinstance(v, str) and v == os.path.basename(v) and v not in ('', '.', '..')
+      for v in weight_map.values())):
+    raise CheckpointError(f'{index} has no weight_map of tensor names to shard files beside it: '
+                          'the folder is damaged; download it again.')
+  shards: Dict[str, set] = {}
+  for name, shard in weight_map.items():
+    shards.setdefault(shard, set()).add(name)
+  folder = os.path.dirname(index)
+  missing = sorted(s for s in shards if not os.path.isfile(os.path.join(folder, s)))
+  if missing:
+    raise CheckpointError(f'{index} names {len(missing)} shard{"s" * (len(missing) > 1)} that '
+                          f'{"are" if len(missing) > 1 else "is"} not in {folder} '
+                          f'({", ".join(missing[:3])}): download the whole folder.')
+  out = {}
+  for shard, names in sorted(shards.items()):
+    arrays = read(os.path.join(folder, shard))
+    if set(arrays) != names:
+      other = sorted(set(arrays) ^ names)
+      raise CheckpointError(f'{os.path.join(folder, shard)} holds other tensors than {index} '
+                            f'says ({", ".join(other[:3])}): the folder is damaged; download it '
+                            'again.')
+    out.update(arrays)
+  return out
 
 
 DDP_PREFIX = 'module.'  # torch's DistributedDataParallel saves its model's names under it

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis.runtime import progress
-from vit_jax import checkpoint, layout, models, sharding, timm_files, workdir as workdirs
+from vit_jax import checkpoint, hf_files, layout, models, sharding, timm_files, workdir as workdirs
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -330,7 +330,8 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
                  label: Optional[str] = None,
                  recipe: Optional[ml_collections.ConfigDict] = None) -> Subject:
   """A model from a `.npz` (published or ours), a training workdir (its
-  params.npz), or a timm file of `model_name` (`.safetensors`, `.pth`, ...).
+  params.npz), a `transformers` folder, or a timm file of `model_name`
+  (`.safetensors`, `.pth`, ...): each read as `checkpoint.load` reads it.
 
   The number of classes comes from the checkpoint's head (0 for a model published
   without one); `overrides` are the architecture fields of the recipe that
@@ -347,14 +348,15 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   Returns:
     The subject.
   """
-  if os.path.isdir(path):  # a workdir's params.npz, or a download folder's weights
+  folder = os.path.isdir(path) and hf_files.is_folder(path)  # read as checkpoint.load reads it
+  if os.path.isdir(path) and not folder:  # a workdir's params.npz, or a download's weights
     path = checkpoint.weights_file(path)
   config = models.get_config(model_name, **(overrides or {}))
   family = models.require(config, models.CLASSIFY)
   if family.can(models.SCAN) and config.scan_layers:
     # the tools read what each block sows, under its own name
     config.scan_layers = False
-  if path.endswith(timm_files.TORCH_SUFFIXES + ('.safetensors',)):
+  if not folder and path.endswith(timm_files.STATE_DICT_SUFFIXES):
     fields = {k: v for k, v in (overrides or {}).items() if k != 'scan_layers'}
     params = checkpoint.load(path, model_name, **fields)
   else:
