@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the environment and runs the test suite. Extra arguments go to pytest,
+# Sets up the environment and runs the test suite, a worker per core (at most 4).
+# Extra arguments go to pytest,
 # e.g. `scripts/test.sh -m "not slow"` for the fast selection. The end-to-end tests
 # (the documented commands and the notebooks run whole) are left out unless a
 # selection is given: `scripts/test.sh -m e2e` runs them, and `.ci/run` runs both.
@@ -24,4 +25,7 @@ else
 fi
 scripts/get_data.sh
 scripts/get_browser.sh
-exec "$python" -m pytest -m "not e2e" "$@"
+# A worker per core, at most 4 (each holds a few GB); a -n of the caller's comes later
+# on the command line and wins.
+workers=$(nproc)
+exec "$python" -m pytest -m "not e2e" -n $(( workers < 4 ? workers : 4 )) "$@"

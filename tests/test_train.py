@@ -297,6 +297,23 @@ def test_fine_tune_from_npz_at_another_resolution(folder, tmp_path):
                              str(tmp_path / 'missing'))
 
 
+def test_a_fine_tune_whose_pretrained_file_is_gone_goes_on_from_its_own_checkpoint(
+    folder, tmp_path, caplog):
+  loop.train_and_evaluate(tiny_config(folder, total_steps=3), str(tmp_path / 'up'))
+  start = str(tmp_path / 'start.npz')
+  os.rename(tmp_path / 'up' / 'params.npz', start)
+  tuned = tiny_config(folder, pretrained=start, total_steps=3)
+  first = loop.train_and_evaluate(tuned, str(tmp_path / 'down'))
+  trained = checkpoint.load(str(tmp_path / 'down' / 'params.npz'))
+  os.remove(start)
+  again = loop.train_and_evaluate(tuned, str(tmp_path / 'down'))
+  assert f'The pretrained checkpoint {start} is gone: the run goes on from its own' in caplog.text
+  assert again['eval_accuracy'] == first['eval_accuracy']
+  chex.assert_trees_all_close(checkpoint.load(str(tmp_path / 'down' / 'params.npz')), trained)
+  with pytest.raises(loop.TrainingError, match=f'{start} does not exist'):  # nothing to go on from
+    loop.train_and_evaluate(tuned, str(tmp_path / 'new'))
+
+
 def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   from helpers import AUGREG_ROWS, write_augreg_index
   augreg = tmp_path / 'augreg'

@@ -84,6 +84,8 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
                'directory and set --config.augreg_dir=<directory>.')
   else:
     missing = finetune.missing_pretrained(config)
+  if missing and resumes_without_pretrained(config, workdir):
+    missing = None
   problems = [missing, input_pipeline.unavailable(config.dataset, config.data_dir)]
   try:
     os.makedirs(workdir, exist_ok=True)
@@ -97,6 +99,26 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
         'This run cannot start:\n' + '\n'.join(f'- {p}' for p in problems) +
         '\nWithout network, train on the offline Fashion-MNIST instead: scripts/get_data.sh, '
         'then --config.dataset=fashion_mnist, or the quick start (configs/quickstart_vit.py).')
+
+
+def resumes_without_pretrained(config: ml_collections.ConfigDict, workdir: str) -> bool:
+  """Whether a fine-tune whose `pretrained` file is gone (a cleaned cache, a moved
+  `.npz`) can go on from its own checkpoints, which hold every parameter it
+  trains.
+
+  Args:
+    config: the recipe.
+    workdir: the run's directory.
+
+  Returns:
+    True where the workdir holds the run's checkpoints and `pretrained` a local
+    path that is not there.
+  """
+  path = config.pretrained
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  return bool(path and '://' not in str(path) and not str(path).startswith(augreg.AUGREG_PREFIX)
+              and not os.path.exists(path) and os.path.isdir(checkpoints)
+              and os.listdir(checkpoints))
 
 
 BUDGET_FILE = 'budget.json'
@@ -269,8 +291,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
     raise ConfigError(f'config.keep_params_at names step {", ".join(map(str, beyond))}, beyond '
                       f'the run\'s {total_steps} steps: name steps up to {total_steps}.')
 
-  setup = steps.build(config, train_source.num_classes, total_steps,
-                      params=finetune.initial_params(config, train_source.num_classes))
+  if resumes_without_pretrained(config, workdir):
+    log.warning('The pretrained checkpoint %s is gone: the run goes on from its own checkpoint, '
+                'which holds every parameter it trains.', config.pretrained)
+    params = steps.init_params(  # replaced by the checkpoint's: their shapes alone count
+        config, models.build_model(steps.model_config(config, train_source.num_classes)),
+        config.image_size)
+  else:
+    params = finetune.initial_params(config, train_source.num_classes)
+  setup = steps.build(config, train_source.num_classes, total_steps, params=params)
   seconds = None  # with a budget: the training seconds, whose end ends the run
   if config.time_budget:
     seconds = budgeted_seconds(config, workdir, setup, train_source, eval_source, total_steps,
