@@ -3,6 +3,7 @@ import ast
 import importlib
 import os
 import re
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -243,3 +244,16 @@ def test_a_recipe_that_cannot_load_is_named():
     entry.load_recipe(os.path.join(ROOT, 'configs', 'bit_r50x1.py:svhn'))
   with pytest.raises(errors.ConfigError, match='recipe .*nope.py does not exist'):
     entry.load_recipe(os.path.join(ROOT, 'configs', 'nope.py'))
+
+
+@pytest.mark.parametrize('override,says', [
+    ('--config.seed=-1', 'config.seed is -1; it must be an integer from 0 to 2\\*\\*32 - 1'),
+    ('--config.model.dtype=float8', "dtype 'float8' is not a dtype these models compute in"),
+])
+def test_a_seed_or_dtype_no_generator_or_model_takes_is_refused_before_the_workdir(
+    override, says, tmp_path, warm_python):
+  done = subprocess.run([warm_python, '-m', 'vit_jax.train', '--config',
+                         'configs/quickstart_vit.py', '--workdir', str(tmp_path / 'run'), override],
+                        cwd=ROOT, capture_output=True, text=True)
+  assert done.returncode == 1 and re.search(says, done.stderr), done.stderr[-2000:]
+  assert 'Traceback' not in done.stderr and not (tmp_path / 'run').exists()

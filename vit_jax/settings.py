@@ -160,7 +160,8 @@ FIELDS: Dict[str, Field] = {
     'model_parallel': Field(1, *_POSITIVE_INT),
 
     # Bookkeeping.
-    'seed': Field(0, lambda v: _is_int(v), 'an integer'),
+    # Grain's and numpy's generators take seeds in [0, 2**32).
+    'seed': Field(0, lambda v: _is_int(v) and 0 <= v < 2**32, 'an integer from 0 to 2**32 - 1'),
     'log_every': Field(50, *_POSITIVE_INT),
     'eval_every': Field(1000, *_POSITIVE_INT),
     'checkpoint_every': Field(1000, *_POSITIVE_INT),

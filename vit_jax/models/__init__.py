@@ -144,8 +144,24 @@ def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   if key not in MODELS:
     raise ValueError(f'Unknown model {name!r}. Known models: {", ".join(list_models())}.')
   family = FAMILIES[MODELS[key]['family']]
+  if 'dtype' in overrides:
+    _check_dtype(overrides['dtype'])
   config = dict(MODELS[key], name=key, **family.defaults, dtype='float32')
   return ml_collections.ConfigDict(family.make_config(config, overrides))
+
+
+COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16', 'float64')  # what a model may compute in
+
+
+def _check_dtype(value: Any) -> None:
+  """Refuses a compute dtype other than `COMPUTE_DTYPES`, naming them."""
+  try:
+    name = jnp.dtype(value).name
+  except TypeError:
+    name = None
+  if name not in COMPUTE_DTYPES:
+    raise ValueError(f'dtype {value!r} is not a dtype these models compute in; use one of '
+                     f'{", ".join(COMPUTE_DTYPES)}.')
 
 
 def build_model(config: ml_collections.ConfigDict) -> nn.Module:
