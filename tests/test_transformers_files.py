@@ -151,6 +151,7 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
     (dict(hidden_size='32'), "hidden_size '32'"),
     (dict(num_hidden_layers=None), 'num_hidden_layers None'),
     (dict(patch_size=8.5), 'patch_size 8.5'),
+    (dict(patch_size=[8, 4]), 'patch_size \\[8, 4\\]: these ViTs cut images into square'),
     (dict(model_type='deit'), 'distillation token'),
     (dict(model_type='dinov2', use_swiglu_ffn=True), 'use_swiglu_ffn'),
     (dict(model_type='dinov2_with_registers', mlp_ratio=1.1), 'mlp_ratio 1.1'),
@@ -741,6 +742,17 @@ def test_a_folder_edited_away_from_its_save_is_read_as_from_pretrained_reads_it(
   subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
                  capture_output=True)
   theirs = np.load(spec['output'])
+  module, params = checkpoint.from_pretrained(folder)
+  ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
+  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
+
+
+@needs_transformers
+def test_a_patch_size_written_as_height_and_width_is_read(tmp_path, torch_python):
+  folder, x, theirs = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                       model='ViTForImageClassification',
+                                       fields=dict(SMALL_VIT, num_labels=3), read='logits')
+  _edited(folder, config={'patch_size': [8, 8]})
   module, params = checkpoint.from_pretrained(folder)
   ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
   np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())

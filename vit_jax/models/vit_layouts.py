@@ -424,10 +424,22 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
               num_layers=_positive(config, 'num_hidden_layers'),
               num_heads=_positive(config, 'num_attention_heads'),
               mlp_dim=int(mlp_dim),
-              patch_size=_positive(config, 'patch_size'),
+              patch_size=_patch_side(config),
               activation=TRANSFORMERS_ACTIVATIONS[act],
               layer_norm_eps=_positive({**defaults, **config}, 'layer_norm_eps', float),
               resnet_layers=None)
+
+
+def _patch_side(config: Mapping[str, Any]) -> int:
+  """The config's `patch_size`: a number, or [height, width] as some configs write
+  it (transformers takes both); a patch that is not square is refused."""
+  value = config.get('patch_size')
+  if isinstance(value, (list, tuple)) and len(value) == 2:
+    if value[0] != value[1]:
+      raise CheckpointError(f'The config.json sets patch_size {list(value)}: these ViTs cut '
+                            'images into square patches.')
+    value = value[0]
+  return _positive({'patch_size': value}, 'patch_size')
 
 
 def _square_grid(config: Mapping[str, Any]) -> None:
