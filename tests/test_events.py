@@ -79,3 +79,20 @@ def test_writing_events_never_imports_tensorflow(tmp_path):
                        check=True)
   assert run.stdout.split() == ['False'] and not run.stderr, run.stderr
   assert read_events(tmp_path) == {'loss': {1: 1.0}}
+
+
+def test_the_analysis_events_of_a_run_it_cannot_write_into_go_to_its_out(tmp_path, caplog):
+  """A finished run on a read-only mount (here: its `analysis` a file, which even
+  root cannot make a folder of): the events go to --out, said, and the run is left
+  as it was; a writable run gets them beside its training events."""
+  from analysis.cli import command
+  run, out = tmp_path / 'run', tmp_path / 'out'
+  run.mkdir()
+  assert command._events_folder(str(run), str(out), 'vit') == str(run / 'analysis')
+  blocked = tmp_path / 'blocked'
+  blocked.mkdir()
+  (blocked / 'analysis').write_text('not a folder')
+  assert command._events_folder(str(blocked), str(out), 'vit') == str(out / 'tensorboard' / 'vit')
+  assert 'cannot be written' in caplog.text
+  assert (blocked / 'analysis').read_text() == 'not a folder'
+  assert command._events_folder(None, str(out), 'vit') == str(out / 'tensorboard' / 'vit')

@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -61,6 +62,24 @@ def run(request: Request) -> Dict:
     return _run_held(request, names, seconds, started)
 
 
+def _events_folder(workdir: Optional[str], out: str, label: str) -> str:
+  """Where a model's TensorBoard events go: beside its training events (the
+  workdir's `analysis/`) where the workdir can be written, else in --out (a run on
+  a read-only mount, a model without a workdir), said in a warning for a run."""
+  own = os.path.join(out, out_folder.EVENTS_FOLDER, label)
+  if not workdir:
+    return own
+  beside = os.path.join(workdir, 'analysis')
+  try:  # written to, as a read-only mount refuses even root
+    os.makedirs(beside, exist_ok=True)
+    with tempfile.TemporaryFile(dir=beside):
+      return beside
+  except OSError as e:
+    log.warning('%s cannot be written (%s): the TensorBoard events of %s go to %s.', beside,
+                e.strerror or e, label, own)
+    return own
+
+
 def _run_held(request: Request, names: List[str], seconds: Optional[float],
               started: float) -> Dict:
   """`run` once --out is held: loads the models, checks them and their data, claims
@@ -70,8 +89,7 @@ def _run_held(request: Request, names: List[str], seconds: Optional[float],
   # What the report and the events need to know of each model; the events go beside
   # the training events when the model comes from a workdir.
   about = {s.label: {**features.describe(s, workdir), 'source': source,
-                     'tensorboard': os.path.join(workdir, 'analysis') if workdir else
-                     os.path.join(request.out, out_folder.EVENTS_FOLDER, s.label),
+                     'tensorboard': _events_folder(workdir, request.out, s.label),
                      **({'group': groups[s.label][0], 'seed': groups[s.label][1]}
                         if s.label in groups else {})}
            for s, source, workdir in loaded}
