@@ -8,6 +8,7 @@ Prints a Markdown table (case, seconds, exit status, message). The disk cases
 mount a small tmpfs and need root; they are skipped, saying so, elsewhere.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -74,6 +75,15 @@ def cases(work: str):
     if not os.path.exists(os.path.join(good, 'params.npz')):
       train(good)
     return good
+
+  def overlapping():
+    """A .safetensors whose two arrays share their bytes, as the library refuses it."""
+    header = json.dumps({'a': {'dtype': 'F32', 'shape': [4], 'data_offsets': [0, 16]},
+                         'b': {'dtype': 'F32', 'shape': [2], 'data_offsets': [8, 16]}}).encode()
+    path = os.path.join(work, 'overlap.safetensors')
+    with open(path, 'wb') as f:
+      f.write(len(header).to_bytes(8, 'little') + header + bytes(16))
+    return path
 
   def second_trainer():
     busy = os.path.join(work, 'busy')
@@ -334,6 +344,15 @@ def cases(work: str):
       'analysis_other_classes': other_classes,
       'broken_link': lambda: folder_case('linked', broken_link),
       'hostile_sae_file': hostile_sae,
+      'seed_negative': lambda: train(os.path.join(work, 'seed'), '--config.seed=-1'),
+      'dtype_float8': lambda: train(os.path.join(work, 'f8'), '--config.model.dtype=float8'),
+      'export_into_its_workdir': lambda: timed('vit_jax.export', '--workdir', trained(), '--out',
+                                               trained()),
+      'export_over_other_files': lambda: timed('vit_jax.export', '--workdir', trained(), '--out',
+                                               folder[len('folder:'):]),
+      'pretrained_overlapping_safetensors': lambda: train(
+          os.path.join(work, 'overlap'), f'--config.pretrained={overlapping()}',
+          '--config.model_name=ViT-Ti_16'),
       'zeroshot_batch_size': lambda: timed(
           'vit_jax.zeroshot', '--model', 'LiT-B16B', '--checkpoint', os.path.join(work, 'x.npz'),
           '--dataset', folder, '--batch_size', '0'),
