@@ -307,3 +307,19 @@ def test_a_familys_tree_is_read_by_itself_alone(family_name):
 def test_two_tower_and_big_vision_files_have_one_owner(keys, owner):
   tree = dict.fromkeys(keys, np.zeros(1))
   assert [name for name, family in models.FAMILIES.items() if family.owns(tree)] == [owner]
+
+
+def test_a_remote_checkpoint_that_cannot_be_reached_is_one_sentence(monkeypatch):
+  """gs:// without a network: TensorFlow's error (FailedPreconditionError, raised
+  by the filesystem's exists) becomes the project's sentence."""
+  from etils import epath
+
+  class FailedPreconditionError(Exception):
+    pass
+
+  def unreachable(self):
+    raise FailedPreconditionError('Could not resolve host: www.googleapis.com')
+  monkeypatch.setattr(type(epath.Path('gs://vit_models/x.npz')), 'exists', unreachable)
+  with pytest.raises(checkpoint.CheckpointError, match=r'gs://vit_models/x.npz cannot be reached '
+                     r'\(FailedPreconditionError: Could not resolve host.*give its local path'):
+    checkpoint.load('gs://vit_models/x.npz')

@@ -140,7 +140,13 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
     CheckpointError: a missing file, or one that is not a readable `.npz`.
   """
   path = epath.Path(path)
-  if not path.exists():
+  try:
+    exists = path.exists()
+  except Exception as e:  # noqa: BLE001  (gs:// through TensorFlow: no network, no credentials, ...)
+    raise CheckpointError(f'{path} cannot be reached ({type(e).__name__}: '
+                          f'{" ".join(str(e).split())[:200]}): download it where there is a '
+                          'network and give its local path.') from e
+  if not exists:
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
   if path.is_dir() and hf_files.is_folder(os.fspath(path)):
