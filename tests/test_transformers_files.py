@@ -374,6 +374,19 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
   assert done.returncode == 0, done.stderr[-3000:]
   assert (out / 'attention_distance.json').exists()
   assert json.loads((out / 'failures.json').read_text()) in ({}, [])
+  # The folder gone (a cleaned Hub cache): the same command goes on from the run's checkpoint.
+  params = (run / 'params.npz').read_bytes()
+  shutil.rmtree(folder)
+  done = subprocess.run(
+      [warm_python, '-m', 'vit_jax.train', '--config', os.path.join(ROOT, 'configs',
+                                                                    'quickstart_vit.py'),
+       f'--config.pretrained={folder}', '--config.total_steps=2', '--config.batch_size=16',
+       '--config.eval_split=test[:64]', f'--workdir={run}'],
+      capture_output=True, text=True, cwd=ROOT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f'The pretrained checkpoint {folder} is gone' in done.stderr + done.stdout
+  assert json.loads((run / workdir.RECORD).read_text()) == recorded
+  assert (run / 'params.npz').read_bytes() == params
 
 
 # Loads a folder written here with transformers' Auto class and writes its logits.

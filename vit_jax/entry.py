@@ -101,7 +101,9 @@ def take_pretrained_model(config: ml_collections.ConfigDict, argv: Sequence[str]
                           flag: str = 'config') -> None:
   """Makes the recipe's model that of the `transformers` folder its `pretrained`
   names (`--<flag>.pretrained` in `argv`, else the recipe's own), before the
-  command line's model fields are set (`finetune.take_folder_model`).
+  command line's model fields are set (`finetune.take_folder_model`); where that
+  folder is gone, the model `--workdir`'s run recorded when it was fine-tuned
+  from it (`finetune.take_recorded_model`).
 
   Args:
     config: the recipe, changed in place.
@@ -109,7 +111,9 @@ def take_pretrained_model(config: ml_collections.ConfigDict, argv: Sequence[str]
     flag: the recipe flag's name.
   """
   given = _flag_value(argv, f'{flag}.pretrained')
-  finetune.take_folder_model(config, config.get('pretrained') if given is None else given)
+  path = config.get('pretrained') if given is None else given
+  if finetune.take_folder_model(config, path) is None:
+    finetune.take_recorded_model(config, path, _flag_value(argv, 'workdir'))
 
 
 def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:

@@ -8,6 +8,7 @@ import ml_collections
 import numpy as np
 
 from vit_jax import augreg, checkpoint, hf_files, models, settings, steps
+from vit_jax import workdir as workdirs
 from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
 from vit_jax.models.family import CheckpointError
 
@@ -82,13 +83,50 @@ def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) ->
   name, fields = hf_files.model_of(path, checkpoint.weights_file(path))
   family_fields = models.get_config(name)
   kept = {k: v for k, v in config.model.items() if k in family_fields and k not in fields}
+  set_model(config, name, {**kept, **fields})
+  return name
+
+
+def set_model(config: ml_collections.ConfigDict, name: str, fields: Mapping[str, Any]) -> None:
+  """Makes the recipe's model `name` with these fields, each typed as a recipe's.
+
+  Args:
+    config: the recipe, changed in place.
+    name: a zoo name.
+    fields: its model fields.
+  """
   model = ml_collections.ConfigDict()
-  for field, value in {**kept, **fields}.items():
+  for field, value in fields.items():
     model[field] = settings.model_field_value(value)
   with config.unlocked():
     config.model_name = name
     config.model = model
-  return name
+
+
+def take_recorded_model(config: ml_collections.ConfigDict, path: Optional[str],
+                        workdir: Optional[str]) -> bool:
+  """Makes the recipe's model the one `workdir`'s run recorded, where `pretrained`
+  names a folder that is gone and the run was fine-tuned from it: the run goes on
+  from its own checkpoint (`loop.resumes_without_pretrained`) with the model the
+  folder gave it.
+
+  Args:
+    config: the recipe, changed in place.
+    path: its `pretrained`.
+    workdir: the run's directory, or None.
+
+  Returns:
+    Whether the recorded model was taken.
+  """
+  if not (isinstance(path, str) and path and '://' not in path and not os.path.exists(path)
+          and workdir and os.path.isdir(workdir) and 'model_name' in config):
+    return False
+  recorded = workdirs.recorded_settings(workdir)
+  if not (recorded and recorded.get('pretrained') == path and 'model_name' in recorded
+          and isinstance(recorded.get('model'), dict)):
+    return False
+  set_model(config, recorded['model_name'], recorded['model'])
+  return True
 
 
 def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
