@@ -789,8 +789,9 @@ def test_an_analysis_budget_without_unit_or_time_is_refused_at_once(tmp_path, gi
 
 def test_a_download_folder_as_checkpoint_loads_its_weights_file(tmp_path):
   """A Hugging Face snapshot folder (config.json beside model.safetensors and
-  pytorch_model.bin) loads its .safetensors; a folder of several files of one kind
-  names them."""
+  pytorch_model.bin) loads its .safetensors, and still does beside other weights
+  files (`from_pretrained`'s names come first); a folder of several files of one
+  kind, none of those names, names them."""
   from vit_jax import timm_files
   from helpers import init, perturbed, tiny_vit
   params = perturbed(init(tiny_vit(num_classes=3), 16))['params']
@@ -805,8 +806,11 @@ def test_a_download_folder_as_checkpoint_loads_its_weights_file(tmp_path):
   loaded = checkpoint.load(str(folder), 'ViT-Ti_16', **TINY_VIT)
   chex.assert_trees_all_close(loaded, params)
   (folder / 'other.safetensors').write_bytes(b'')
-  with pytest.raises(checkpoint.CheckpointError, match=r'holds 3 weights files \(model.safetensors,'
-                     r' other.safetensors, pytorch_model.bin\): give the one'):
+  chex.assert_trees_all_close(checkpoint.load(str(folder), 'ViT-Ti_16', **TINY_VIT), params)
+  os.rename(folder / 'model.safetensors', folder / 'weights.safetensors')
+  os.remove(folder / 'pytorch_model.bin')
+  with pytest.raises(checkpoint.CheckpointError, match=r'holds 2 weights files \(other.safetensors,'
+                     r' weights.safetensors\): give the one'):
     checkpoint.load(str(folder), 'ViT-Ti_16', **TINY_VIT)
 
 
