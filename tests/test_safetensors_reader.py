@@ -85,7 +85,9 @@ def test_a_file_is_read_as_the_safetensors_library_reads_it_or_refused(drawn):
   data, damage = drawn
   try:
     reference = reference_load(data)
-  except (SafetensorError, KeyError, ValueError):  # KeyError: a dtype its numpy reader lacks
+  except (KeyError, TypeError):  # float8, which its numpy reader lacks: read here
+    return                       # (tests/test_faults.py compares bfloat16 the same way)
+  except (SafetensorError, ValueError):
     reference = None
   try:
     ours = timm_files.read_safetensors(data)
