@@ -352,12 +352,11 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
                                   model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
                                   read='pooler_output')
   run = tmp_path / 'run'
-  done = subprocess.run(
-      [warm_python, '-m', 'vit_jax.train', '--config', os.path.join(ROOT, 'configs',
-                                                                    'quickstart_vit.py'),
-       f'--config.pretrained={folder}', '--config.total_steps=2', '--config.batch_size=16',
-       '--config.eval_split=test[:64]', f'--workdir={run}'],
-      capture_output=True, text=True, cwd=ROOT)
+  train = [warm_python, '-m', 'vit_jax.train', '--config',
+           os.path.join(ROOT, 'configs', 'quickstart_vit.py'), f'--config.pretrained={folder}',
+           '--config.total_steps=2', '--config.batch_size=16', '--config.eval_split=test[:64]',
+           f'--workdir={run}']
+  done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT)
   assert done.returncode == 0, done.stderr[-3000:]
   recorded = json.loads((run / workdir.RECORD).read_text())
   name, fields = hf_files.model_of(folder, checkpoint.weights_file(folder))
@@ -377,12 +376,7 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
   # The folder gone (a cleaned Hub cache): the same command goes on from the run's checkpoint.
   params = (run / 'params.npz').read_bytes()
   shutil.rmtree(folder)
-  done = subprocess.run(
-      [warm_python, '-m', 'vit_jax.train', '--config', os.path.join(ROOT, 'configs',
-                                                                    'quickstart_vit.py'),
-       f'--config.pretrained={folder}', '--config.total_steps=2', '--config.batch_size=16',
-       '--config.eval_split=test[:64]', f'--workdir={run}'],
-      capture_output=True, text=True, cwd=ROOT)
+  done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT)
   assert done.returncode == 0, done.stderr[-3000:]
   assert f'The pretrained checkpoint {folder} is gone' in done.stderr + done.stdout
   assert json.loads((run / workdir.RECORD).read_text()) == recorded
