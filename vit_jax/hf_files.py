@@ -371,7 +371,7 @@ def claim_folder(folder: str, reads: Sequence[str] = ()) -> None:
 def _written_here(weights: str) -> bool:
   """Whether a `model.safetensors` bears this project's mark (`METADATA`)."""
   try:
-    metadata = safetensors_header(weights).get('__metadata__')
+    metadata = safetensors_header(weights)[0].get('__metadata__')
   except CheckpointError:
     return False
   return isinstance(metadata, dict) and metadata.get('writer') == METADATA['writer']

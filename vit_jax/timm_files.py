@@ -297,7 +297,7 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
     return _sharded(path, state_dict_shapes)
   if not os.fspath(path).endswith('.safetensors'):
     return read_state_dict(path)
-  header, size = _header_of(path)
+  header, size = safetensors_header(path)
   try:
     tensors = safetensors_tensors(header, epath.Path(path).stat().length - 8 - size)
   except ValueError as e:
@@ -306,24 +306,19 @@ def state_dict_shapes(path: str) -> Dict[str, np.ndarray]:
   return _unwrapped({k: np.broadcast_to(zero, shape) for k, (_, shape, _, _) in tensors.items()})
 
 
-def safetensors_header(path: str) -> Dict[str, Any]:
+def safetensors_header(path: str) -> Tuple[Dict[str, Any], int]:
   """A `.safetensors` file's JSON header (name -> dtype, shape, byte range, and its
-  `__metadata__`), its array bytes not read.
+  `__metadata__`) and its length in bytes, reading the header's bytes alone.
 
   Args:
     path: the file.
 
   Returns:
-    The header.
+    (the header, its length).
 
   Raises:
     CheckpointError: the file does not begin with such a header.
   """
-  return _header_of(path)[0]
-
-
-def _header_of(path: str) -> Tuple[Dict[str, Any], int]:
-  """`_safetensors_header` of a file, reading its header's bytes alone."""
   try:
     with epath.Path(path).open('rb') as f:
       head = f.read(8)
