@@ -35,6 +35,7 @@ import tempfile
 
 from xla_flags import FAST_COMPILE  # a constant: JAX is not imported yet
 
+_USER_ENV = dict(os.environ)  # as the user started pytest, before the settings below
 os.environ['XLA_FLAGS'] = ' '.join(
     [f for f in os.environ.get('XLA_FLAGS', '').split()
      if not f.startswith('--xla_force_host_platform_device_count')]
@@ -51,11 +52,63 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.2')
 os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 * 2**30))
 
 _SESSION_ENV = dict(os.environ)  # before any test changes it
+# The environment of a command run as users run it: theirs, with the session's
+# compilation cache, which changes no result, only how long a program takes to
+# compile, and the repository on PYTHONPATH.
+USER_ENV = {**_USER_ENV, 'PYTHONPATH': ROOT,
+            **{k: v for k, v in _SESSION_ENV.items() if k.startswith('JAX_COMPILATION_CACHE')
+               or k == 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'}}
 
 import jax  # noqa: E402  (reads the cache settings above)
 import pytest  # noqa: E402
 
 jax.config.update('jax_num_cpu_devices', 8)
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser):
+  parser.addoption('--record-suite', metavar='PATH', default=None,
+                   help="write the session's counts, time and machine to PATH, a record "
+                        'the docs quote (scripts/docs_figures.py)')
+
+
+def pytest_sessionstart(session):
+  import time
+  session.config.stash[_STARTED] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+  """Writes `--record-suite`'s record, in the process that ran the session."""
+  path = config.getoption('--record-suite')
+  if not path or hasattr(config, 'workerinput'):
+    return
+  import datetime
+  import json
+  import platform
+  import shlex
+  import time
+  from vit_jax import cpu_devices
+  args = list(config.invocation_params.args)
+  for i, arg in enumerate(args):  # the record's own option is not part of the command
+    if arg.startswith('--record-suite'):
+      del args[i:i + (1 if '=' in arg else 2)]
+      break
+  count = lambda kind: len(terminalreporter.stats.get(kind, []))
+  workers = config.getoption('numprocesses', None)
+  record = {'kind': 'suite', 'date': datetime.date.today().isoformat(),
+            'command': shlex.join(['pytest', *args]),
+            'selection': f'-m "{config.option.markexpr}"' if config.option.markexpr
+                         else 'every test',
+            'workers': f'{workers} workers' if workers else 'one process',
+            'passed': count('passed'), 'skipped': count('skipped'), 'failed': count('failed'),
+            'errors': count('error'),
+            'seconds': round(time.time() - config.stash[_STARTED], 1),
+            'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
+            'python': platform.python_version(), 'jax': jax.__version__}
+  with open(path, 'w') as f:
+    json.dump(record, f, indent=1)
+    f.write('\n')
+  terminalreporter.write_line(f'recorded the session in {path}')
 
 
 def pytest_unconfigure(config):
@@ -123,6 +176,13 @@ def made_once(session_folder):
         done.touch()
     return str(folder)
   return made
+
+
+@pytest.fixture
+def user_env():
+  """The environment of a command run as users run it (`USER_ENV`): no device count
+  or compiler setting of the tests'."""
+  return dict(USER_ENV)
 
 
 @pytest.fixture(scope='session')

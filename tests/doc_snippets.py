@@ -24,7 +24,14 @@ temporary directory holding links to `configs/`, `scripts/`, `tests/`, ...;
 `python` and `.venv/bin/python` at the start of a command are the tests'
 interpreter, started warm (tests/warm_python.py), and `DIR` is a directory of
 its own.
+
+A page's Python must test what it says it tests: each of its loops (`for`,
+`while`, a comprehension) runs its body at least once and each `assert` is
+reached, or the page test fails naming the line (`checked_code`); an `assert` of
+a constant or of a non-empty tuple, which cannot fail, is refused before the page
+runs.
 """
+import ast
 import dataclasses
 import os
 import re
@@ -127,11 +134,102 @@ def interpreter_commands(code: str, python: str, tools: str) -> str:
   return re.sub(r'(^|\s)\.venv/bin/(?=\w)', lambda m: m.group(1) + tools + '/', code, flags=re.M)
 
 
+# The names the checked code calls, bound in the program's namespace.
+_SEEN, _MARK, _LOOP = '__page_seen__', '__page_mark__', '__page_loop__'
+
+
+class _Checked(ast.NodeTransformer):
+  """Marks each loop body, comprehension and `assert` of a block with its line."""
+
+  def __init__(self, path: str):
+    self.path, self.expected = path, set()
+
+  def _key(self, node: ast.AST, what: str) -> str:
+    key = f'{self.path}:{node.lineno}: {what}'
+    self.expected.add(key)
+    return key
+
+  def _mark(self, key: str) -> ast.stmt:
+    return ast.Expr(ast.Call(ast.Name(_MARK, ast.Load()), [ast.Constant(key)], []))
+
+  def _loop(self, node):
+    self.generic_visit(node)
+    node.body.insert(0, self._mark(self._key(node, 'a loop whose body never runs')))
+    return node
+
+  visit_For = visit_AsyncFor = visit_While = _loop
+
+  def visit_comprehension(self, node: ast.comprehension) -> ast.comprehension:
+    self.generic_visit(node)
+    key = self._key(node.iter, 'a comprehension over nothing')
+    node.iter = ast.Call(ast.Name(_LOOP, ast.Load()), [ast.Constant(key), node.iter], [])
+    return node
+
+  def visit_Assert(self, node: ast.Assert):
+    self.generic_visit(node)
+    if _cannot_fail(node.test):
+      raise ValueError(f'{self.path}:{node.lineno}: an assert that cannot fail; assert a '
+                       'comparison, not a constant or a tuple.')
+    return [self._mark(self._key(node, 'an assert never reached')), node]
+
+
+def _cannot_fail(test: ast.expr) -> bool:
+  """Whether an assert's test is true whatever the code computes."""
+  if isinstance(test, ast.Constant):
+    return bool(test.value)
+  if isinstance(test, (ast.Tuple, ast.List, ast.Set)):
+    return bool(test.elts)
+  if isinstance(test, ast.Dict):
+    return bool(test.keys)
+  return isinstance(test, ast.Lambda)
+
+
+def checked_code(code: str, path: str, first_line: int) -> Tuple[ast.Module, set]:
+  """A block's code as a module whose loops and asserts record that they ran.
+
+  Args:
+    code: the block's code.
+    path: the page, relative to the root.
+    first_line: the page's line of the code's first line.
+
+  Returns:
+    The module, and the places it records (`page:line: what`), each the message
+    when it never ran.
+  """
+  tree = ast.parse('\n' * (first_line - 1) + code, path)
+  checked = _Checked(path)
+  tree = ast.fix_missing_locations(checked.visit(tree))
+  return tree, checked.expected
+
+
+_PREAMBLE = f"""{_SEEN} = set()
+
+def {_MARK}(key):
+  {_SEEN}.add(key)
+
+def {_LOOP}(key, items):
+  for item in items:
+    {_SEEN}.add(key)
+    yield item
+"""
+
+
 def python_program(runnable: Sequence[Block]) -> str:
   """One program running the blocks in order in one namespace, each compiled
-  under its page and line so a traceback names the documentation line."""
-  parts = ['import sys', 'namespace = {"__name__": "__main__"}']
+  under its page and line so a traceback names the documentation line, that
+  fails at its end naming every loop of theirs that never ran its body and every
+  assert never reached (`checked_code`)."""
+  parts = [f'import sys; sys.path.insert(0, {os.path.join(ROOT, "tests")!r})',
+           'from doc_snippets import checked_code',
+           'namespace = {"__name__": "__main__"}', f'exec({_PREAMBLE!r}, namespace)',
+           'expected = set()']
   for block in runnable:
-    padded = '\n' * (block.line - 1) + block.runnable_code()
-    parts.append(f'exec(compile({padded!r}, {block.path!r}, "exec"), namespace)')
+    checked_code(block.runnable_code(), block.path, block.line)  # refuses before any block runs
+    parts += [f'tree, found = checked_code({block.runnable_code()!r}, {block.path!r}, '
+              f'{block.line})',
+              'expected.update(found)',
+              f'exec(compile(tree, {block.path!r}, "exec"), namespace)']
+  parts.append(f'vacuous = sorted(expected - namespace[{_SEEN!r}])\n'
+               'if vacuous:\n'
+               '  raise SystemExit("The page tests nothing here: " + "; ".join(vacuous))')
   return '\n'.join(parts) + '\n'

@@ -122,9 +122,9 @@ def _make(name: str, folder: str) -> None:
                      '<name>.pt, workdirs/<recipe>, transformers/<folder> or augreg.')
 
 
-def _run(command, cwd, what):
+def _run(command, cwd, what, env=None):
   done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900,
-                        env={**os.environ, 'PYTHONPATH': ROOT})
+                        env=env or {**os.environ, 'PYTHONPATH': ROOT})
   assert done.returncode == 0, (f'{what} failed (exit {done.returncode}):\n'
                                 f'{done.stdout[-3000:]}\n{done.stderr[-6000:]}')
   return done.stdout
@@ -153,9 +153,11 @@ def missing_libraries(block: doc_snippets.Block) -> list:
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize('page', PAGES)
-def test_code_blocks_run(page, tmp_path, warm_python, made_once):
-  """The page's blocks run in order; one that needs an optional library that is not
-  installed is left out, and the test then says so as a skip after the others ran."""
+def test_code_blocks_run(page, tmp_path, warm_python, made_once, user_env):
+  """The page's blocks run in order, in the environment the user started the tests in
+  (no device count or compiler setting of the tests'); one that needs an optional
+  library that is not installed is left out, and the test then says so as a skip
+  after the others ran."""
   for name in doc_snippets.LINKED:
     os.symlink(os.path.join(ROOT, name), tmp_path / name)
   runnable = [b for b in doc_snippets.blocks(page) if b.language in doc_snippets.RUN
@@ -170,11 +172,11 @@ def test_code_blocks_run(page, tmp_path, warm_python, made_once):
       code = doc_snippets.interpreter_commands(block.runnable_code(), warm_python,
                                                os.path.dirname(sys.executable))
       code = re.sub(r'\bDIR\b', 'workdirs/dir', code)
-      _run(['bash', '-e', '-o', 'pipefail', '-c', code], tmp_path, block.where)
+      _run(['bash', '-e', '-o', 'pipefail', '-c', code], tmp_path, block.where, user_env)
   program = [b for b in runnable if b.language == 'python']
   if program:
     _run([warm_python, '-c', doc_snippets.python_program(program)], tmp_path,
-         ', '.join(b.where for b in program))
+         ', '.join(b.where for b in program), user_env)
   if left_out:
     pytest.skip('the other blocks ran; left out, as an optional library is not installed '
                 '(requirements-timm.txt): ' + '; '.join(
@@ -225,6 +227,72 @@ def test_directives_are_parsed(tmp_path):
   assert doc_snippets.interpreter_commands(
       '.venv/bin/python -m x && python y.py\nPYTHONPATH=t .venv/bin/mkdocs build\n', '/w/py',
       '/v/bin') == '/w/py -m x && /w/py y.py\nPYTHONPATH=t /v/bin/mkdocs build\n'
+
+
+def _ran(*codes: str):
+  """Runs blocks of a page as the page test does; returns the completed process."""
+  program = doc_snippets.python_program(
+      [doc_snippets.Block('page.md', 10 * i + 3, 'python', code) for i, code in enumerate(codes)])
+  return subprocess.run([sys.executable, '-c', program], capture_output=True, text=True)
+
+
+def test_a_page_whose_loop_or_assert_never_runs_fails_naming_the_line():
+  fine = _ran('values = [1, 2]\nfor v in values:\n  assert v > 0\n',
+              'assert all(v > 0 for v in values)\nwhile values:\n  values.pop()\n')
+  assert fine.returncode == 0, fine.stderr
+  # A registry that was never filled: the loop's body and its assert never run.
+  empty = _ran('registry = {}\n', 'for name in registry:\n  assert name\n')
+  assert empty.returncode != 0
+  assert 'page.md:13: a loop whose body never runs' in empty.stderr, empty.stderr
+  assert 'page.md:14: an assert never reached' in empty.stderr
+  comprehension = _ran('assert all(x > 5 for x in [])\n')
+  assert 'page.md:3: a comprehension over nothing' in comprehension.stderr
+  # A traceback still names the page's line.
+  failing = _ran('x = 1\n', 'y = 2\nassert x == y, "differ"\n')
+  assert 'File "page.md", line 14' in failing.stderr and 'differ' in failing.stderr
+
+
+@pytest.mark.parametrize('test', ['(x == 1, "message")', '"text"', '[x]', 'True'])
+def test_an_assert_that_cannot_fail_is_refused_before_the_page_runs(test):
+  with pytest.raises(ValueError, match='page.md:4: an assert that cannot fail'):
+    doc_snippets.python_program([doc_snippets.Block('page.md', 3, 'python',
+                                                    f'x = 2\nassert {test}\n')])
+
+
+def _docs_figures():
+  spec = importlib.util.spec_from_file_location('docs_figures',
+                                                os.path.join(ROOT, 'scripts', 'docs_figures.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_the_figures_the_docs_quote_are_their_records():
+  """Every measured region of a page is its record's text (scripts/docs_figures.py),
+  and every record is quoted."""
+  figures = _docs_figures()
+  quoted = set()
+  for page in figures.pages():
+    assert figures.stale_regions(page) == [], (
+        f'{page}: run python scripts/docs_figures.py')
+    quoted |= {m['name'] for m in figures.REGION.finditer(open(page).read())}
+  assert quoted == set(os.listdir(figures.MEASURED)), 'a record no page quotes, or the reverse'
+
+
+@pytest.mark.slow
+def test_a_recorded_session_is_quoted_as_it_ran(tmp_path):
+  record = tmp_path / 'suite.json'
+  done = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '-n', '0', '-q',
+       'tests/test_docs.py', '-k', 'directives_are_parsed or shown_untested',
+       '--record-suite', str(record)], cwd=ROOT, capture_output=True, text=True)
+  assert done.returncode == 0, done.stdout[-3000:]
+  import json
+  fields = json.loads(record.read_text())
+  assert (fields['passed'], fields['failed'], fields['skipped']) == (1, 0, len(SKIPPED))
+  assert '--record-suite' not in fields['command'] and '-k' in fields['command']
+  text = _docs_figures().suite_text(fields)
+  assert text.startswith(f'On {fields["date"]}, `pytest ') and 'of pytest on a ' in text, text
 
 
 @pytest.fixture(scope='module')

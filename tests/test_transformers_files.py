@@ -18,6 +18,7 @@ import chex
 import jax
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from doc_snippets import ROOT
 from helpers import images
@@ -847,3 +848,92 @@ def test_a_sharded_folder_is_read_through_its_index_and_the_hubs_folders_are_poi
     with pytest.raises(CheckpointError, match=r"Hub cache's folder of a model: give its "
                                               r'snapshot, .*snapshots/abc123\.'):
       read(str(cache))
+
+
+# Reads each folder with `from_pretrained` twice, under two seeds: the logits, or the
+# refusal, and whether they depend on the seed (a tensor the folder lacks started
+# at random).
+TRANSFORMERS_READS_EACH = INPUTS + r'''
+x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+found = {}
+for folder in spec['folders']:
+  outputs = []
+  try:
+    for seed in (0, 1):
+      torch.manual_seed(seed)
+      model = transformers.AutoModelForImageClassification.from_pretrained(folder).eval()
+      with torch.no_grad():
+        outputs.append(model(**inputs(x)).logits.numpy())
+  except Exception as error:
+    found[folder] = {'refused': f'{type(error).__name__}: {error}'[:300]}
+    continue
+  np.save(folder + '.npy', outputs[0])
+  found[folder] = {'random': bool(np.abs(outputs[0] - outputs[1]).max() > 0)}
+print(json.dumps(found))
+'''
+
+# What a hand or a tool may change in a saved ViT classifier's folder.
+_TENSORS = ('vit.encoder.layer.0.attention.attention.key.bias',
+            'vit.encoder.layer.1.attention.attention.query.weight',
+            'vit.encoder.layer.0.output.dense.bias', 'vit.layernorm.bias', 'classifier.bias',
+            'vit.embeddings.position_embeddings', 'vit.embeddings.cls_token')
+FOLDER_EDITS = st.fixed_dictionaries({}, optional={
+    'qkv_bias': st.booleans(), 'layer_norm_eps': st.sampled_from([1e-12, 1e-6]),
+    'hidden_act': st.sampled_from(['gelu', 'gelu_new', 'relu', 'gelu_pytorch_tanh', 'silu']),
+    'patch_size': st.sampled_from([8, [8, 8], 16]), 'image_size': st.sampled_from([32, 64]),
+    'id2label': st.sampled_from([{'0': 'a', '1': 'b'}, {'0': 'a', '1': 'b', '2': 'c'}]),
+    'num_channels': st.sampled_from([1, 3]),
+}).flatmap(lambda config: st.tuples(
+    st.just(config), st.sets(st.sampled_from(_TENSORS), max_size=2), st.booleans()))
+
+
+@needs_transformers
+@pytest.mark.slow
+# Not shrunk: each example is a batch of folders, read in one process of each side.
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(edits=st.lists(FOLDER_EDITS, min_size=8, max_size=8))
+def test_an_edited_folder_is_read_as_from_pretrained_reads_it_or_refused(
+    edits, tmp_path_factory, torch_python):
+  """Drawn edits of a saved ViT classifier's folder (config fields, tensors taken out,
+  one added) read here give `transformers`' logits; a folder `transformers` refuses,
+  or reads with a tensor started at random, is refused here (a `UserError`, the
+  project's sentence, not a traceback)."""
+  from safetensors.numpy import load_file, save_file
+  tmp_path = tmp_path_factory.mktemp('edits')
+  base, x, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
+                                model='ViTForImageClassification',
+                                fields=dict(SMALL_VIT, num_labels=3), read='logits')
+  folders = []
+  for i, (config, drop, extra) in enumerate([({}, set(), False)] + edits):
+    folder = str(tmp_path / f'edit{i}')
+    shutil.copytree(base, folder)
+    _edited(folder, config={**config, **({'label2id': {v: int(k) for k, v in
+                                                       config['id2label'].items()}}
+                                         if 'id2label' in config else {})},
+            drop=tuple(drop))
+    if extra:
+      weights = os.path.join(folder, hf_files.WEIGHTS)
+      state = load_file(weights)
+      save_file({**state, 'vit.pooler.extra.weight': np.ones((2, 2), np.float32)}, weights,
+                metadata={'format': 'pt'})
+    folders.append(folder)
+  spec = {'folders': folders, 'images': str(tmp_path / 'images.npy')}
+  done = subprocess.run([torch_python, '-c', TRANSFORMERS_READS_EACH, json.dumps(spec)],
+                        check=True, capture_output=True, text=True)
+  theirs = json.loads(done.stdout.strip().splitlines()[-1])
+  read_here = 0
+  for folder, (config, drop, extra) in zip(folders, [({}, set(), False)] + edits):
+    edit = f'{config}, without {sorted(drop)}, {"an extra tensor" if extra else ""}'
+    try:
+      module, params = checkpoint.from_pretrained(folder)
+    except UserError:  # a CheckpointError among them: a sentence, not a traceback
+      continue
+    read_here += 1
+    assert 'refused' not in theirs[folder], (edit, theirs[folder])
+    assert not theirs[folder]['random'], (edit, 'transformers starts a tensor at random')
+    ours = np.asarray(jax.jit(module.apply)({'params': params}, x))
+    reference = np.load(folder + '.npy')
+    np.testing.assert_allclose(ours, reference, atol=1e-5 * np.abs(reference).max(),
+                               err_msg=edit)
+  assert read_here >= 1  # the folder as saved is read

@@ -214,7 +214,14 @@ def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
   random."""
   timm_state, extra, extra_fields = family.from_transformers(state, hf_config)
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
-  fixed.pop('image_size')
+  held = fixed.pop('image_size')
+  written = hf_config.get('image_size')
+  if (isinstance(written, int) and not isinstance(written, bool) and written != held
+      and 'num_patches' not in hf_config):  # SigLIP 2's grid is num_patches'
+    raise CheckpointError(f'The config.json gives image_size {written}, and the position '
+                          f'embeddings are those of {held} px images: transformers refuses '
+                          'the folder (a size mismatch); set image_size to the one it was '
+                          'saved with.')
   classifiers = [a for a in hf_config.get('architectures') or ()
                  if isinstance(a, str) and a.endswith('ForImageClassification')]
   # transformers' number of labels: id2label's, else num_labels, else its default of 2.
@@ -224,6 +231,11 @@ def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
     raise CheckpointError(f'The config.json names {classifiers[0]}, and the weights hold no '
                           'classifier, which transformers would start at random: the folder '
                           'is damaged or incomplete; download it again.')
+  if classifiers and fixed.get('num_classes') and outputs != fixed['num_classes']:
+    raise CheckpointError(f"The config.json gives {outputs} labels (id2label's, else "
+                          f"num_labels), and the classifier has {fixed['num_classes']} "
+                          'outputs: transformers refuses the folder (a size mismatch); give '
+                          'one label per output.')
   return timm_state, extra, {**fixed, **extra_fields}
 
 

@@ -242,6 +242,9 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
         "weights (timm's deit_*_patch16_224, not deit_*_distilled_*) as DeiT-*_16.")
   classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
                 else 'gap')
+  if 'pos_embed' not in state:
+    raise CheckpointError('The state dict holds no pos_embed, the position embeddings every '
+                          'timm ViT of this layout has: the file is damaged or incomplete.')
   registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
   rows = np.shape(state['pos_embed'])[1]
   if registers and math.isqrt(rows) ** 2 != rows:
@@ -477,7 +480,9 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
     `representation_size`, the pooler's width, or none).
   """
   if any(re.match(r'(vision_model\.)?encoder\.layers\.', k) for k in state):
-    return _tower_to_timm(state), {}, {}
+    out = _tower_to_timm(state)
+    _check_embeddings(out, with_class_token=str(hf_config.get('model_type')).startswith('clip'))
+    return out, {}, {}
   biased = hf_config.get('qkv_bias', True) is not False
   out, qkv, pooler = {}, {}, {}
   for key, value in state.items():
@@ -506,7 +511,8 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
         "The weights are a Dinov2ForImageClassification's, whose head reads the class token "
         "beside the patches' mean, which these ViTs' heads do not: load the folder of its "
         'backbone (Dinov2Model) and fine-tune a new head.')
-  if 'reg_token' in out and 'pos_embed' in out and 'cls_token' in out:
+  _check_embeddings(out, with_class_token=True)
+  if 'reg_token' in out:
     positions = np.asarray(out['pos_embed'])
     out['cls_token'] = np.asarray(out['cls_token']) + positions[:, :1]
     out['pos_embed'] = positions[:, 1:]
@@ -520,6 +526,19 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
     pooler['pre_logits/bias'] = np.zeros(pooler['pre_logits/kernel'].shape[1], np.float32)
   fields = {'representation_size': int(pooler['pre_logits/bias'].shape[0])} if pooler else {}
   return out, pooler, fields
+
+
+def _check_embeddings(out: Mapping[str, Any], with_class_token: bool) -> None:
+  """Refuses weights without the embeddings `from_pretrained` would start at random:
+  the patch embedding's kernel, the position embeddings, and the class token of a
+  model that has one."""
+  needed = {'patch_embed.proj.weight': 'patch embedding', 'pos_embed': 'position embeddings',
+            **({'cls_token': 'class token'} if with_class_token else {})}
+  missing = [what for key, what in needed.items() if key not in out]
+  if missing:
+    raise CheckpointError(f'The weights hold no {" or ".join(missing)}, which transformers '
+                          'would start at random: the folder is damaged or incomplete; '
+                          'download it again.')
 
 
 def _tower_to_timm(state: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
