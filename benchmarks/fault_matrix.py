@@ -4,8 +4,10 @@ a tiny model and a generated image folder, timed from the command's start
 
     .venv/bin/python benchmarks/fault_matrix.py [--cases lr,misspelt,...]
 
-Prints a Markdown table (case, seconds, exit status, message). The disk cases
-mount a small tmpfs and need root; they are skipped, saying so, elsewhere.
+Prints a Markdown table (case, seconds, exit status, message); `--record
+docs/measured/NAME.json` also writes it as a record the docs quote
+(scripts/docs_figures.py). The disk cases mount a small tmpfs and need root;
+they are skipped, saying so, elsewhere.
 """
 import argparse
 import json
@@ -362,7 +364,10 @@ def cases(work: str):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--cases', default='', help='comma-separated case names; all by default')
+  parser.add_argument('--record', default=None, metavar='PATH',
+                      help='also write the rows, the date and the CPU to PATH (JSON)')
   args = parser.parse_args()
+  rows = []
   with tempfile.TemporaryDirectory() as work:
     table = cases(work)
     chosen = args.cases.split(',') if args.cases else list(table)
@@ -372,7 +377,19 @@ def main():
     print('| case | seconds | exit status | message |\n| --- | --- | --- | --- |')
     for name in chosen:
       seconds, status, message = table[name]()
+      rows.append({'case': name, 'seconds': round(seconds, 1), 'status': status,
+                   'message': message[:200]})
       print(f'| {name} | {seconds:.1f} | {status} | {message[:200]} |', flush=True)
+  if args.record:
+    import datetime
+    from vit_jax import cpu_devices
+    with open(args.record, 'w') as f:
+      json.dump({'kind': 'fault_matrix', 'date': datetime.date.today().isoformat(),
+                 'command': 'benchmarks/fault_matrix.py' + (f' --cases {args.cases}'
+                                                            if args.cases else ''),
+                 'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)', 'rows': rows},
+                f, indent=1)
+      f.write('\n')
 
 
 if __name__ == '__main__':

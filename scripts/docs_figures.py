@@ -1,7 +1,8 @@
 """The figures the docs quote from a measurement, written from its record.
 
 A measuring command writes a record, a JSON file under `docs/measured/` (the test
-suite: `scripts/test.sh ... --record-suite docs/measured/<name>.json`). A page
+suite: `scripts/test.sh ... --record-suite docs/measured/<name>.json`; the fault
+matrix: `benchmarks/fault_matrix.py --record docs/measured/<name>.json`). A page
 quotes it in a region
 
     <!-- measured: suite_default.json -->
@@ -47,6 +48,27 @@ def suite_text(record: Dict) -> str:
           f'on a {record["cpu"]}, Python {record["python"]}, JAX {record["jax"]}.\n')
 
 
+def fault_matrix_text(record: Dict) -> str:
+  """The table of a fault-matrix record (benchmarks/fault_matrix.py, `--record`).
+
+  Args:
+    record: the record's fields.
+
+  Returns:
+    Its Markdown: a sentence saying when, where and how, then the table.
+  """
+  cell = lambda text: str(text).replace('|', '\\|')
+  lines = [f'On {record["date"]}, on a {record["cpu"]}, nothing else running, '
+           f'`{record["command"]}` printed:', '', '| case | seconds | exit status | message |',
+           '| --- | --- | --- | --- |']
+  lines += [f'| {r["case"]} | {r["seconds"]:.1f} | {r["status"]} | {cell(r["message"])} |'
+            for r in record['rows']]
+  return '\n'.join(lines) + '\n'
+
+
+RENDER = {'suite': suite_text, 'fault_matrix': fault_matrix_text}
+
+
 def region_text(name: str) -> str:
   """The text of a region quoting the record `docs/measured/<name>`."""
   path = os.path.join(MEASURED, name)
@@ -55,10 +77,10 @@ def region_text(name: str) -> str:
                             '(scripts/docs_figures.py says how).')
   with open(path) as f:
     record = json.load(f)
-  if record.get('kind') != 'suite':
+  if record.get('kind') not in RENDER:
     raise ValueError(f'{path}: a record of kind {record.get("kind")!r}; this script writes '
-                     "those of kind 'suite'.")
-  return suite_text(record)
+                     f'those of kinds {", ".join(RENDER)}.')
+  return RENDER[record['kind']](record)
 
 
 def pages() -> List[str]:

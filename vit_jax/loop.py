@@ -39,10 +39,6 @@ if TYPE_CHECKING:  # the data's module imports TFDS and Grain, which take second
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------
-# The loop
-
-
 def _check_config(config: ml_collections.ConfigDict) -> None:
   """Every field's own constraint (`settings.check`), then how they fit together and
   with the devices."""

@@ -410,7 +410,7 @@ def eval_step(params: Any, batch: Dict[str, jax.Array], *, model: nn.Module,
 
 
 # ---------------------------------------------------------------------------
-# State and checkpoints
+# The model, its state and the compiled steps
 
 
 def model_config(config: ml_collections.ConfigDict, num_classes: int) -> ml_collections.ConfigDict:

@@ -130,11 +130,22 @@ def tensorflow() -> Any:
   return tf
 
 
-def _in_graph(tokenize, text: Any, max_len: int) -> Any:
-  """`tokenize` of one text as a TensorFlow op: (max_len,) int32 ids."""
-  tf = tensorflow()
-  ids = tf.numpy_function(lambda t: tokenize([t.decode('utf-8')])[0], [text], tf.int32)
-  return tf.ensure_shape(ids, [max_len])
+class _InGraph:
+  """A tokenizer's `preprocess_tf`: its call on one text, as a TensorFlow op."""
+  max_len: int
+
+  def preprocess_tf(self, text: Any) -> Any:
+    """One text's (max_len,) ids, inside a TensorFlow graph (needs TensorFlow).
+
+    Args:
+      text: a scalar string tensor.
+
+    Returns:
+      The (max_len,) token ids.
+    """
+    tf = tensorflow()
+    ids = tf.numpy_function(lambda t: self([t.decode('utf-8')])[0], [text], tf.int32)
+    return tf.ensure_shape(ids, [self.max_len])
 
 
 def _read(path: str, mode: str, model_name: str) -> Any:
@@ -148,7 +159,7 @@ def _read(path: str, mode: str, model_name: str) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class BertTokenizer:
+class BertTokenizer(_InGraph):
   """WordPiece with `[CLS]` first and zero padding to `max_len`."""
   vocab_path: str
   max_len: int
@@ -166,17 +177,6 @@ class BertTokenizer:
     object.__setattr__(self, 'vocab_size', len(vocab))
     object.__setattr__(self, '_ids', {token: i for i, token in enumerate(vocab)})
 
-  def preprocess_tf(self, text: Any) -> Any:
-    """One text's (max_len,) ids, inside a TensorFlow graph (needs TensorFlow).
-
-    Args:
-      text: a scalar string tensor.
-
-    Returns:
-      The (max_len,) token ids.
-    """
-    return _in_graph(self, text, self.max_len)
-
   def __call__(self, texts: Sequence[str]) -> np.ndarray:
     """A batch of texts -> (B, max_len) int32 ids."""
     out = np.zeros((len(texts), self.max_len), np.int32)
@@ -192,7 +192,7 @@ class BertTokenizer:
 
 
 @dataclasses.dataclass(frozen=True)
-class SentencepieceTokenizer:
+class SentencepieceTokenizer(_InGraph):
   """SentencePiece with `</s>` added, cut to keep it, and `</s>` padding."""
   vocab_path: str
   max_len: int
@@ -209,17 +209,6 @@ class SentencepieceTokenizer:
     object.__setattr__(self, 'eos_token', int(processor.eos_id()))
     object.__setattr__(self, 'vocab_size', int(processor.get_piece_size()))
     object.__setattr__(self, '_processor', processor)
-
-  def preprocess_tf(self, text: Any) -> Any:
-    """One text's (max_len,) ids, inside a TensorFlow graph (needs TensorFlow).
-
-    Args:
-      text: a scalar string tensor.
-
-    Returns:
-      The (max_len,) token ids.
-    """
-    return _in_graph(self, text, self.max_len)
 
   def __call__(self, texts: Sequence[str]) -> np.ndarray:
     """A batch of texts -> (B, max_len) int32 ids."""
