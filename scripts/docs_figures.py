@@ -114,11 +114,21 @@ def main(argv: List[str]) -> int:
   parser.add_argument('--check', action='store_true',
                       help='name the regions out of date and exit 1, writing nothing')
   args = parser.parse_args(argv)
-  if args.check:
-    stale = [f'{os.path.relpath(p, ROOT)}: {name}' for p in pages() for name in stale_regions(p)]
-    for line in stale:
-      print(f'{line} is out of date; run python scripts/docs_figures.py')
-    return 1 if stale else 0
+  try:
+    return _check() if args.check else _rewrite()
+  except (OSError, ValueError) as error:
+    print(f'Error: {error}', file=sys.stderr)
+    return 2
+
+
+def _check() -> int:
+  stale = [f'{os.path.relpath(p, ROOT)}: {name}' for p in pages() for name in stale_regions(p)]
+  for line in stale:
+    print(f'{line} is out of date; run python scripts/docs_figures.py')
+  return 1 if stale else 0
+
+
+def _rewrite() -> int:
   for path in pages():
     if rewrite(path):
       print(f'wrote {os.path.relpath(path, ROOT)}')

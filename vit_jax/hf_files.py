@@ -211,13 +211,14 @@ def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
   and the fields the weights fix (the head, the classes, ...: `Family.timm_fields`,
   as a timm file's do, but the image size). A classifier (`architectures` naming
   one) whose weights hold no head is refused: `from_pretrained` would start one at
-  random."""
+  random; so are an `image_size` other than the position embeddings', and labels
+  of another number than the head's outputs, which it refuses (a size mismatch)."""
   timm_state, extra, extra_fields = family.from_transformers(state, hf_config)
   fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
   held = fixed.pop('image_size')
   written = hf_config.get('image_size')
-  if (isinstance(written, int) and not isinstance(written, bool) and written != held
-      and 'num_patches' not in hf_config):  # SigLIP 2's grid is num_patches'
+  if ('pos_embed' in timm_state and isinstance(written, int) and not isinstance(written, bool)
+      and written != held and 'num_patches' not in hf_config):  # SigLIP 2's: num_patches'
     raise CheckpointError(f'The config.json gives image_size {written}, and the position '
                           f'embeddings are those of {held} px images: transformers refuses '
                           'the folder (a size mismatch); set image_size to the one it was '
