@@ -367,7 +367,7 @@ def main():
   parser.add_argument('--record', default=None, metavar='PATH',
                       help='also write the rows, the date and the CPU to PATH (JSON)')
   args = parser.parse_args()
-  rows = []
+  rows, load = [], os.getloadavg()[0]
   with tempfile.TemporaryDirectory() as work:
     table = cases(work)
     chosen = args.cases.split(',') if args.cases else list(table)
@@ -387,7 +387,8 @@ def main():
       json.dump({'kind': 'fault_matrix', 'date': datetime.date.today().isoformat(),
                  'command': 'benchmarks/fault_matrix.py' + (f' --cases {args.cases}'
                                                             if args.cases else ''),
-                 'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)', 'rows': rows},
+                 'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
+                 'load': round(load, 2), 'rows': rows},
                 f, indent=1)
       f.write('\n')
 

@@ -32,6 +32,11 @@ def _minutes(seconds: float) -> str:
   return f'{int(seconds // 60)}m{int(round(seconds % 60)):02d}s'
 
 
+def _load(record: Dict) -> str:
+  """The machine's load average (one minute) as the measurement began."""
+  return f', load average {record["load"]:.1f} at the start' if 'load' in record else ''
+
+
 def suite_text(record: Dict) -> str:
   """The sentence of a test session's record (tests/conftest.py, `--record-suite`).
 
@@ -45,7 +50,8 @@ def suite_text(record: Dict) -> str:
                                                                 'errors') if record[kind])
   return (f'On {record["date"]}, `{record["command"]}` ({record["selection"]}, '
           f'{record["workers"]}) gave {counts} in {_minutes(record["seconds"])} of pytest '
-          f'on a {record["cpu"]}, Python {record["python"]}, JAX {record["jax"]}.\n')
+          f'on {record["cpu"]}{_load(record)}, Python {record["python"]}, JAX '
+          f'{record["jax"]}.\n')
 
 
 def fault_matrix_text(record: Dict) -> str:
@@ -58,7 +64,7 @@ def fault_matrix_text(record: Dict) -> str:
     Its Markdown: a sentence saying when, where and how, then the table.
   """
   cell = lambda text: str(text).replace('|', '\\|')
-  lines = [f'On {record["date"]}, on a {record["cpu"]}, nothing else running, '
+  lines = [f'On {record["date"]}, on {record["cpu"]}{_load(record)}, '
            f'`{record["command"]}` printed:', '', '| case | seconds | exit status | message |',
            '| --- | --- | --- | --- |']
   lines += [f'| {r["case"]} | {r["seconds"]:.1f} | {r["status"]} | {cell(r["message"])} |'

@@ -63,7 +63,7 @@ import jax  # noqa: E402  (reads the cache settings above)
 import pytest  # noqa: E402
 
 jax.config.update('jax_num_cpu_devices', 8)
-_STARTED = pytest.StashKey[float]()
+_STARTED = pytest.StashKey[tuple]()  # (time, load average)
 
 
 def pytest_addoption(parser):
@@ -74,7 +74,7 @@ def pytest_addoption(parser):
 
 def pytest_sessionstart(session):
   import time
-  session.config.stash[_STARTED] = time.time()
+  session.config.stash[_STARTED] = time.time(), os.getloadavg()[0]
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -102,7 +102,8 @@ def pytest_terminal_summary(terminalreporter, config):
             'workers': f'{workers} workers' if workers else 'one process',
             'passed': count('passed'), 'skipped': count('skipped'), 'failed': count('failed'),
             'errors': count('error'),
-            'seconds': round(time.time() - config.stash[_STARTED], 1),
+            'seconds': round(time.time() - config.stash[_STARTED][0], 1),
+            'load': round(config.stash[_STARTED][1], 2),
             'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
             'python': platform.python_version(), 'jax': jax.__version__}
   with open(path, 'w') as f:
