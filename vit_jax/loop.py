@@ -16,7 +16,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import ml_collections
@@ -264,10 +264,11 @@ def _describe(source: 'Source', split: str) -> str:
           ', '.join(f'{c} {n}' for c, n in zip(source.class_names, counts)) + ').')
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
-           preemption: 'Preemption', record: Callable[[], None],
-           reconfigure: bool = False) -> Dict[str, float]:
-  from vit_jax import events
+def _sources(config: ml_collections.ConfigDict, workdir: str, reconfigure: bool
+             ) -> Tuple['Source', 'Source', Dict[str, Any], List[str]]:
+  """The training and evaluation splits, checked against each other and against the
+  data the run in `workdir` recorded: (train, eval, the data's identity, the
+  changes `reconfigure` accepted)."""
   from vit_jax import input_pipeline
   train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
   eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
@@ -279,24 +280,73 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   accepted = check_data(workdir, data, reconfigure) if '://' not in workdir else []
   for source, split in ((train_source, config.train_split), (eval_source, config.eval_split)):
     log.info(_describe(source, split))
+  return train_source, eval_source, data, accepted
+
+
+def _steps(config: ml_collections.ConfigDict, train_source: 'Source'
+           ) -> Tuple[int, Tuple[int, ...]]:
+  """The run's steps (the recipe's, or its epochs') and the steps whose parameters it
+  keeps, refused where one lies beyond the run."""
   steps_per_epoch = max(train_source.num_examples * jax.process_count() // config.batch_size, 1)
   total_steps = config.total_steps or int(config.num_epochs * steps_per_epoch)
-  beyond = [s for s in workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
-            if s > total_steps]
+  kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+  beyond = [s for s in kept if s > total_steps]
   if beyond:
     raise ConfigError(f'config.keep_params_at names step {", ".join(map(str, beyond))}, beyond '
                       f'the run\'s {total_steps} steps: name steps up to {total_steps}.')
+  return total_steps, kept
 
+
+def _initial_params(config: ml_collections.ConfigDict, workdir: str, num_classes: int) -> Any:
+  """The parameters the run starts from: the pretrained checkpoint's fitted to the
+  model, or, where a resumed fine-tune's pretrained file is gone, initialised ones
+  (the run's own checkpoint replaces them)."""
   if resumes_without_pretrained(config, workdir):
     log.warning('The pretrained checkpoint %s is gone: the run goes on from its own checkpoint, '
                 'which holds every parameter it trains.', config.pretrained)
-    params = steps.init_params(  # replaced by the checkpoint's: their shapes alone count
-        config, models.build_model(steps.model_config(config, train_source.num_classes)),
-        config.image_size)
-  else:
-    params = finetune.initial_params(config, train_source.num_classes)
+    return steps.init_params(  # replaced by the checkpoint's: their shapes alone count
+        config, models.build_model(steps.model_config(config, num_classes)), config.image_size)
+  return finetune.initial_params(config, num_classes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """A run as it stands before its first step."""
+  eval_source: 'Source'
+  total_steps: int
+  kept: Tuple[int, ...]  # the steps whose parameters are kept (`keep_params_at`)
+  setup: steps.Setup
+  data_sharded: NamedSharding  # a batch's sharding, split over the mesh's data axis
+  manager: ocp.CheckpointManager
+  state: steps.TrainState  # restored where the run resumes
+  start_step: int
+  spent: float  # the seconds the workdir's earlier runs trained
+  sizes: Tuple[int, int]  # the state's and the parameters' bytes (`workdirs.sizes`)
+  train_seconds: Optional[float]  # with a time budget: when training ends
+  batches: Iterator
+
+
+def build_run(config: ml_collections.ConfigDict, workdir: str, started: float,
+              record: Callable[[], None], reconfigure: bool = False) -> Built:
+  """Builds the run in `workdir`: its data, steps, parameters, compiled steps,
+  checkpoints and batches, everything checked before its settings are recorded.
+
+  Args:
+    config: the recipe, checked.
+    workdir: the run's directory, claimed.
+    started: `time.perf_counter()` at the run's start (the time budget's clock).
+    record: records the settings (`workdirs.claim`'s); its `changes` are those
+      `reconfigure` accepted.
+    reconfigure: accept other data and settings than the run's.
+
+  Returns:
+    The run before its first step.
+  """
+  train_source, eval_source, data, accepted = _sources(config, workdir, reconfigure)
+  total_steps, kept = _steps(config, train_source)
+  params = _initial_params(config, workdir, train_source.num_classes)
   setup = steps.build(config, train_source.num_classes, total_steps, params=params)
-  seconds = None  # with a budget: the training seconds, whose end ends the run
+  seconds = None
   if config.time_budget:
     seconds = budgeted_seconds(config, workdir, setup, train_source, eval_source, total_steps,
                                started)['train_seconds']
@@ -318,40 +368,53 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
   record()  # the settings are the run's from here on
   if jax.process_index() == 0 and '://' not in workdir:
     workdirs.record_data(workdir, data, accepted)
-  state_bytes, params_bytes = workdirs.sizes(state)
+  sizes = workdirs.sizes(state)
   if jax.process_index() == 0:
-    workdirs.check_space(workdir, state_bytes, params_bytes, config.keep_checkpoints)
-  batches = device_batches(config, train_source, data_sharded, config.seed, start_step)
+    workdirs.check_space(workdir, *sizes, config.keep_checkpoints)
+  return Built(eval_source=eval_source, total_steps=total_steps, kept=kept, setup=setup,
+               data_sharded=data_sharded, manager=manager, state=state, start_step=start_step,
+               spent=spent, sizes=sizes, train_seconds=seconds,
+               batches=device_batches(config, train_source, data_sharded, config.seed,
+                                      start_step))
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
+           preemption: 'Preemption', record: Callable[[], None],
+           reconfigure: bool = False) -> Dict[str, float]:
+  """The loop: a step, then the actions due after it (`periodic`), until the run's
+  last step or its clock's end."""
+  from vit_jax import events
+  built = build_run(config, workdir, started, record, reconfigure)
   writer = events.EventWriter(workdir if jax.process_index() == 0 else None, log=True)
   try:  # the writer is closed on every way out, so its files are released
-    clock = budget.Clock(total_steps, seconds, spent, started, agree=(
+    seconds, total_steps = built.train_seconds, built.total_steps
+    clock = budget.Clock(total_steps, seconds, built.spent, started, agree=(
         (lambda t: float(multihost_utils.broadcast_one_to_all(np.float32(t))))
         if seconds and jax.process_count() > 1 else float))
-    run = Run(config, workdir, setup, eval_source, data_sharded, manager, writer, clock,
-              preemption, total_steps, state, (state_bytes, params_bytes),
-              saved=start_step if start_step else None)
-    kept = workdirs.kept_steps(config.keep_params_at, config.warmup_steps)
+    run = Run(config, workdir, built, writer, clock, preemption)
     actions = {periodic.LOG: run.log, periodic.SAVE: run.save,
                periodic.KEEP_PARAMS: run.keep_params, periodic.STOP: run.stop,
                periodic.EVALUATE: run.evaluate,
                periodic.RESTART_THROUGHPUT: run.throughput.restart}
     # A budgeted run resumed after its clock ran out has nothing left to train.
-    to_train = range(start_step + 1, total_steps + 1) if not clock.done(start_step) else ()
+    start = built.start_step
+    to_train = range(start + 1, total_steps + 1) if not clock.done(start) else ()
     with stall.Watchdog(_cpu_devices(), lambda: run.saved) as watchdog:
       for step in to_train:
         if clock.budgeted and run.metrics is not None:
           jax.block_until_ready(run.metrics)  # the clock reads time trained, not dispatched
         if clock.budgeted:  # the schedule at the clock's progress, set from outside the step
-          run.state = steps.set_learning_rate(run.state, setup.schedule(clock.progress(step - 1)))
+          run.state = steps.set_learning_rate(run.state,
+                                              built.setup.schedule(clock.progress(step - 1)))
         try:
-          batch = next(batches)
+          batch = next(built.batches)
         except DataError as e:  # a file gone or damaged since the run began: keep the steps
           if run.saved != step - 1 and step > 1:
             run.save(step - 1)
-          kept = (f'the checkpoint is {run.manager.directory}/{run.saved}' if run.saved
-                  else 'no step had been trained')
-          raise DataError(f'{e} Stopped at step {step - 1} of {total_steps}; {kept}.') from None
-        run.state, run.metrics = setup.train_step(run.state, batch)
+          saved = (f'the checkpoint is {run.manager.directory}/{run.saved}' if run.saved
+                   else 'no step had been trained')
+          raise DataError(f'{e} Stopped at step {step - 1} of {total_steps}; {saved}.') from None
+        run.state, run.metrics = built.setup.train_step(run.state, batch)
         run.throughput.started(step, run.metrics)
         stopping = preemption.requested(step, config.log_every)
         last = clock.done(step)
@@ -361,7 +424,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
                    total_steps)
         periodic.run(actions, step, periodic.due(
             step, last=last, stopping=stopping, log_every=config.log_every,
-            checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, kept=kept))
+            checkpoint_every=config.checkpoint_every, eval_every=config.eval_every,
+            kept=built.kept))
         watchdog.beat(step)
         if last:
           break
@@ -384,19 +448,16 @@ class Run:
   the state it holds: logging, checkpoints, kept parameters, preemption,
   evaluation, the final files."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
-               eval_source: 'Source', data_sharded: NamedSharding,
-               manager: ocp.CheckpointManager, writer: Any, clock: budget.Clock,
-               preemption: 'Preemption', total_steps: int, state: steps.TrainState,
-               sizes: Sequence[int], saved: Any):
-    self.config, self.workdir, self.setup = config, workdir, setup
-    self.eval_source, self.data_sharded = eval_source, data_sharded
-    self.manager, self.writer, self.clock, self.total_steps = manager, writer, clock, total_steps
-    self.preemption = preemption
-    self.state, self.metrics = state, None
-    self.saved = saved  # the last good checkpoint's step
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, built: Built,
+               writer: Any, clock: budget.Clock, preemption: 'Preemption'):
+    self.config, self.workdir, self.setup = config, workdir, built.setup
+    self.eval_source, self.data_sharded = built.eval_source, built.data_sharded
+    self.manager, self.total_steps = built.manager, built.total_steps
+    self.writer, self.clock, self.preemption = writer, clock, preemption
+    self.state, self.metrics = built.state, None
+    self.saved = built.start_step or None  # the last good checkpoint's step
     self.summary: Dict[str, float] = {}  # the last evaluation
-    self.state_bytes, self.params_bytes = sizes  # workdirs.sizes: for the disk-space checks
+    self.state_bytes, self.params_bytes = built.sizes  # for the disk-space checks
     self.throughput = Throughput(config.batch_size)
     self.loads = []  # the 1-minute load average at each log step: how busy the machine was
     self.cores = len(os.sched_getaffinity(0))

@@ -242,9 +242,6 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
         "weights (timm's deit_*_patch16_224, not deit_*_distilled_*) as DeiT-*_16.")
   classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
                 else 'gap')
-  if 'pos_embed' not in state:
-    raise CheckpointError('The state dict holds no pos_embed, the position embeddings every '
-                          'timm ViT of this layout has: the file is damaged or incomplete.')
   registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
   rows = np.shape(state['pos_embed'])[1]
   if registers and math.isqrt(rows) ** 2 != rows:
