@@ -4,7 +4,9 @@ command refusing a budget its tools do not fit before any of them runs."""
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -258,7 +260,10 @@ def test_a_budget_the_tools_do_not_fit_still_ends_with_a_report(tmp_path, warm_p
   page = (tmp_path / 'out' / 'report.md').read_text()
   assert '## Tools left out for the time budget' in page
   command = plan[sorted(left)[0]]['command']
-  assert command.startswith(f'python -m analysis {sorted(left)[0]} --config') and \
+  program, *rest = shlex.split(command)
+  # The interpreter that ran the analysis: the command runs as pasted in its folder.
+  assert os.access(os.path.join(ROOT, program), os.X_OK), program
+  assert shlex.join(rest).startswith(f'-m analysis {sorted(left)[0]} --config') and \
       '--time_budget' not in command and command in page
 
 
@@ -280,4 +285,20 @@ def test_the_command_of_a_tool_left_out_is_the_same_analysis_without_the_budget(
   argv = ['analysis', 'all', '--config', 'configs/quickstart_vit.py', '--workdir', 'w v',
           '--time_budget=15m', '--out', 'o', '--time_budget', '2m']
   assert cli.tool_command('hessian', argv, 'all') == (
-      "python -m analysis hessian --config configs/quickstart_vit.py --workdir 'w v' --out o")
+      f"{shlex.quote(cli.interpreter())} -m analysis hessian --config "
+      "configs/quickstart_vit.py --workdir 'w v' --out o")
+
+
+def test_a_left_out_tools_command_names_the_interpreter_that_ran_the_analysis(monkeypatch,
+                                                                             tmp_path):
+  """Pasted into the shell the analysis ran in, the command runs with the same Python:
+  `.venv/bin/python` from the repository, the full path from elsewhere."""
+  from analysis.cli import command as cli
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, 'executable', str(tmp_path / '.venv' / 'bin' / 'python'))
+  assert cli.interpreter() == os.path.join('.venv', 'bin', 'python')
+  (tmp_path / 'elsewhere').mkdir()
+  monkeypatch.chdir(tmp_path / 'elsewhere')
+  assert cli.interpreter() == str(tmp_path / '.venv' / 'bin' / 'python')
+  monkeypatch.setattr(sys, 'executable', '')
+  assert cli.interpreter() == 'python'

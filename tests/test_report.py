@@ -425,7 +425,8 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   text = open(report.write_report(str(tmp_path))['md']).read()
   assert '## Tools left out for the time budget' in text
   assert '- Skip connections: norm ratios (norm_ratio): not fitting --time_budget=1s' in text
-  assert 'to run it: `python -m analysis norm_ratio' in text
+  from analysis.cli import command
+  assert f'to run it: `{command.interpreter()} -m analysis norm_ratio' in text
   # Nothing ran at all: the report still lists what was left out.
   empty = tmp_path / 'empty'
   empty.mkdir()

@@ -233,10 +233,21 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   return results, seconds, failed
 
 
+def interpreter() -> str:
+  """The interpreter running this analysis, as a shell in the working directory
+  names it: relative where it lies inside that directory (`.venv/bin/python`),
+  else its full path; `python` where Python cannot tell."""
+  if not sys.executable:
+    return 'python'
+  relative = os.path.relpath(sys.executable)
+  return sys.executable if relative.startswith('..') else relative
+
+
 def tool_command(name: str, argv: Sequence[str], given: str) -> str:
   """The command that runs tool `name` alone on the models and --out of the
   command line `argv` (this program's, which named the tool `given`), without
-  its time budget.
+  its time budget, with the interpreter that runs this one (`interpreter`), so
+  that it runs as pasted.
 
   Args:
     name: the tool.
@@ -257,7 +268,7 @@ def tool_command(name: str, argv: Sequence[str], given: str) -> str:
       skip = True
     elif not arg.startswith('--time_budget='):
       kept.append(arg)
-  return shlex.join(['python', '-m', 'analysis', name, *kept])
+  return shlex.join([interpreter(), '-m', 'analysis', name, *kept])
 
 
 def left_out_commands(left_out: Mapping[str, str], request: Optional[Request]
