@@ -417,6 +417,9 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   planner.leave_out(['norm_ratio'], 'not fitting --time_budget=1s even at their smallest '
                                     'samples')
   planner.fit(names)
+  # Costlier than the hours left: the time it was left out for never comes.
+  priced = planner.minimum_seconds
+  planner.minimum_seconds = lambda n: 1e9 if n == 'norm_ratio' else priced(n)
   results, _, failed = run_tools(names, subjects, lambda s: batches, str(tmp_path), options,
                                  planner)
   assert set(results) == {'attention_distance'} and not failed
@@ -438,6 +441,32 @@ def test_a_budget_that_left_tools_out_still_gets_a_report_listing_them(tmp_path)
   run_tools(['norm_ratio'], subjects, lambda s: batches, str(tmp_path))
   assert report.load_left_out(str(tmp_path)) == {}
   assert 'left out' not in open(report.write_report(str(tmp_path))['md']).read()
+
+
+def test_a_tool_left_out_runs_at_the_end_where_its_time_is_still_there(tmp_path, capsys):
+  """Left out at the start, norm_ratio fits the time left once the tools before it
+  have run: it runs last, and the plan no longer lists it as left out."""
+  import time
+  from analysis.runtime import estimate
+  from analysis.cli import planning
+  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT)]
+  names = ['attention_distance', 'norm_ratio']
+  options = {n: None for n in names}
+  prices = {'vit': estimate.Prices({'forward': 0.01}, {'forward': 0.})}
+  planner = planning.Planner(names, subjects, prices, options, estimate.Amounts(36, 12),
+                             time.perf_counter() + 1e4, '3h', unpriced=())
+  planner.leave_out(['norm_ratio'], 'not fitting the 2s left of --time_budget=3h')
+  planner.fit(names)
+  results, _, failed = run_tools(names, subjects, lambda s: batches, str(tmp_path), options,
+                                 planner)
+  assert list(results) == ['attention_distance', 'norm_ratio'] and not failed
+  assert 'Taken back, fitting the ' in capsys.readouterr().out
+  assert report.load_left_out(str(tmp_path)) == {} and not planner.left_out
+  # A tool that was never priced is not taken back: no estimate says it fits.
+  planner = planning.Planner(names, subjects, prices, options, estimate.Amounts(36, 12),
+                             time.perf_counter() + 1e4, '3h', unpriced=['norm_ratio'])
+  planner.leave_out(['norm_ratio'], 'not priced within 20% of --time_budget=3h')
+  assert planner.take_back() is None
 
 
 @pytest.mark.parametrize('recipe,line', [

@@ -116,7 +116,7 @@ def _run_held(request: Request, names: List[str], seconds: Optional[float],
           names, subjects, batches_for, request.options, amounts,
           deadline=time.perf_counter() + planning.PRICING_SHARE * seconds)
       planner = planning.Planner(names, subjects, prices, request.options, amounts,
-                                 started + seconds, request.time_budget)
+                                 started + seconds, request.time_budget, unpriced=unpriced)
       planner.leave_out(unpriced, f'not priced within {planning.PRICING_SHARE:.0%} of '
                         f'--time_budget={request.time_budget}')
       planner.fit(names)
@@ -184,8 +184,9 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   figures into `out`. A tool that fails leaves the others running: its reason
   goes into `failures.json` (which forgets the tools that now ran) for the report.
   Under a time budget (`planner`, sharing `options`) the tools still to run are
-  fitted to the time left before each one (those it leaves out do not run), and
-  `plan.json` kept up to date.
+  fitted to the time left before each one (those it leaves out do not run), a
+  tool left out runs at the end where the time it was left out for is still
+  there (`Planner.take_back`), and `plan.json` is kept up to date.
 
   Args:
     names: the tools, in the order they run.
@@ -201,36 +202,51 @@ def run_tools(names: Sequence[str], subjects: Sequence[features.Subject],
   """
   os.makedirs(out, exist_ok=True)
   results, seconds, failed = {}, {}, {}
+
+  def planned(names_left):
+    planner.fit(names_left)
+    report.record_plan(out, planner.budget_text, planner.changed(), names,
+                       left_out_commands(planner.left_out, request))
+
   for i, name in enumerate(names):
     stopping.check()
     if planner is not None and i:
-      planner.fit(names[i:])
-      report.record_plan(out, planner.budget_text, planner.changed(), names,
-                         left_out_commands(planner.left_out, request))
-    if planner is not None and name in planner.left_out:
-      continue
-    start = time.perf_counter()
-    print(f'{name}: running', flush=True)
-    try:
-      results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
-                                  (options or {}).get(name))
-    except stopping.Stopped:
-      raise
-    except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
-      failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
-      log.debug('The %s tool failed.', name, exc_info=True)  # shown with --verbosity=1
-      print(f'{name}: failed ({failed[name]})', flush=True)
-      continue
-    with atomic_write(os.path.join(out, f'{name}.json')) as f:
-      json.dump(tool.to_json(results[name]), f, allow_nan=False)
-    seconds[name] = round(time.perf_counter() - start, 1)
-    if planner is not None:
-      planner.record(name, seconds[name])
-    print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
+      planned(names[i:])
+    if planner is None or name not in planner.left_out:
+      _run_tool(name, subjects, batches_for, out, options, planner, results, seconds, failed)
+  while planner is not None and (name := planner.take_back()) is not None:
+    stopping.check()
+    planned([name])
+    _run_tool(name, subjects, batches_for, out, options, planner, results, seconds, failed)
   now = {n: why for n, why in report.load_failures(out).items() if n not in results} | failed
   with atomic_write(os.path.join(out, report.FAILURES_FILE)) as f:
     json.dump(now, f, indent=1)
   return results, seconds, failed
+
+
+def _run_tool(name: str, subjects: Sequence, batches_for: Callable, out: str,
+              options: Optional[Mapping[str, Any]], planner: Optional[planning.Planner],
+              results: Dict, seconds: Dict, failed: Dict[str, str]) -> None:
+  """Runs one tool (`run_tools`), writing its JSON; its result, seconds or failure
+  go into `results`, `seconds` or `failed`."""
+  start = time.perf_counter()
+  print(f'{name}: running', flush=True)
+  try:
+    results[name] = tool.run_on(tool.TOOLS[name], subjects, batches_for, out,
+                                (options or {}).get(name))
+  except stopping.Stopped:
+    raise
+  except Exception as e:  # noqa: BLE001  (one tool's fault, reported; the rest run)
+    failed[name] = f'{type(e).__name__}: {e}'.splitlines()[0]
+    log.debug('The %s tool failed.', name, exc_info=True)  # shown with --verbosity=1
+    print(f'{name}: failed ({failed[name]})', flush=True)
+    return
+  with atomic_write(os.path.join(out, f'{name}.json')) as f:
+    json.dump(tool.to_json(results[name]), f, allow_nan=False)
+  seconds[name] = round(time.perf_counter() - start, 1)
+  if planner is not None:
+    planner.record(name, seconds[name])
+  print(f'{name}: wrote {os.path.join(out, name + ".json")} in {seconds[name]} s', flush=True)
 
 
 def interpreter() -> str:

@@ -16,7 +16,7 @@ avoided.
 """
 import dataclasses
 import time
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -144,6 +144,7 @@ class Planner:
       the plan expected of each tool when it ran.
     ran: each tool run: [its latest priced estimate, its wall seconds].
     left_out: each tool that will not run, with why.
+    unpriced: the tools not priced in time, which no estimate can bring back.
   """
   names: Sequence[str]
   subjects: Sequence[Subject]
@@ -152,6 +153,7 @@ class Planner:
   amounts: estimate.Amounts
   deadline: float
   budget_text: str
+  unpriced: Sequence[str] = ()
   asked: Dict[str, Any] = dataclasses.field(init=False)
   priced: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
   estimated: Dict[str, float] = dataclasses.field(init=False, default_factory=dict)
@@ -224,6 +226,24 @@ class Planner:
     if names:
       print(f'Left out, {why}: {", ".join(names)} (the report gives the command that runs '
             'each).', flush=True)
+
+  def take_back(self) -> Optional[str]:
+    """The most important tool left out for the time that fits the time now left at
+    its smallest sample (the tools before it having taken less than planned),
+    taken back into the plan (`fit` then sizes its sample); None where none fits.
+
+    Returns:
+      The tool, or None.
+    """
+    left = self.deadline - time.perf_counter()
+    factor = self.slowdown()
+    for name in by_importance([n for n in self.left_out if n not in self.unpriced]):
+      if self.minimum_seconds(name) * factor <= left:
+        del self.left_out[name]
+        print(f'Taken back, fitting the {console.duration(left)} left of '
+              f'--time_budget={self.budget_text}: {name}', flush=True)
+        return name
+    return None
 
   def fit(self, names: Sequence[str]) -> Dict[str, float]:
     """Fits `names` (the tools still to run, the most important first) into the
