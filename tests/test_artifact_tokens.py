@@ -50,6 +50,40 @@ def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
   assert paper['neighbour_similarity_outliers'] is None
 
 
+def test_massive_activations_are_the_authors_statistics(tmp_path):
+  """locuslab/massive-activations, main_vit.py `exp2`, written out in numpy: per image
+  (their batch of one) and stream entry, the flattened |activations| sorted
+  descending, the first 3, and torch.median (the lower middle value of an even
+  count); then the mean over images, `np.mean(stats, axis=0)`."""
+  subject = subject_of(tiny_family_config('vit', num_registers=2), 'vit')
+  layers = subject.layers
+  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path))
+  json.dumps(result)
+  sown = [subject.intermediates(x, list(layers.stream)) for x, _ in batches('eval')]
+  stats = []
+  for image in range(sum(len(x) for x, _ in batches('eval'))):
+    per_layer = np.zeros((4, len(layers.stream)))
+    for k, name in enumerate(layers.stream):
+      feat = np.concatenate([np.asarray(s[name], np.float64) for s in sown])[image]
+      feat_abs = np.abs(feat).flatten()
+      ordered = np.sort(feat_abs)[::-1]
+      per_layer[:3, k] = ordered[:3]
+      per_layer[3, k] = np.sort(feat_abs)[(feat_abs.size - 1) // 2]  # torch.median
+    stats.append(per_layer)
+  mean = np.mean(stats, axis=0)
+  np.testing.assert_allclose(np.array(result['massive_top3']).T, mean[:3], rtol=1e-9)
+  np.testing.assert_allclose(result['massive_median'], mean[3], rtol=1e-9)
+  np.testing.assert_allclose(result['massive_ratio'], mean[0] / mean[3], rtol=1e-9)
+  peak = int(np.argmax(mean[0] / mean[3]))
+  assert result['massive_peak_layer'] == layers.labels[peak]
+  # The most common place of each image's largest activation at that entry.
+  feats = np.concatenate([np.asarray(s[layers.stream[peak]], np.float64) for s in sown])
+  places = [divmod(int(np.argmax(np.abs(f))), f.shape[-1]) for f in feats]
+  common = max(set(places), key=places.count)
+  assert places.count(tuple(result['massive_peak_position'])) == places.count(common)
+  assert result['massive_peak_position_share'] == pytest.approx(places.count(common) / len(places))
+
+
 def test_neighbour_similarity_on_constructed_images():
   """A 2x2 grid of 2 px patches: a uniform image is alike everywhere (1); with the
   right column negated, each patch has one neighbour alike and one opposite (0)."""

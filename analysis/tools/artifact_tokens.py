@@ -15,6 +15,11 @@ depends on the model's scale, so small models need the relative rule, a named
 departure (`--artifact_rule relative`): a token is an outlier where its norm is
 more than `--artifact_factor` times the median norm of the patch tokens at its
 layer.
+
+The same reading gives the massive activations of Sun et al. 2024 ("Massive
+Activations in Large Language Models", their ViT figures): per stream entry,
+each image's largest activation magnitudes over all tokens and channels against
+their median, as their code computes them (`top_activations`).
 """
 import dataclasses
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -96,6 +101,49 @@ def neighbour_similarity(patches: np.ndarray) -> np.ndarray:
   return (total / np.maximum(count, 1)).reshape(b, rows * cols)
 
 
+def top_activations(stream: np.ndarray, count: int = 3) -> Tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:
+  """Each image's largest activation magnitudes in a residual-stream entry, over
+  all its tokens and channels, and their median, as Sun et al.'s code measures
+  massive activations in a ViT (locuslab/massive-activations, main_vit.py, `exp2`:
+  `torch.sort(feat_abs.flatten(), descending=True)` of one image's block output,
+  its first 3 values, and `torch.median(feat_abs)`, which for an even count is the
+  lower of the two middle values).
+
+  Args:
+    stream: (B, tokens, channels) one stream entry of B images.
+    count: the largest values kept.
+
+  Returns:
+    ((B, count) the largest magnitudes, largest first; (B,) their median; (B, 2)
+    the token and channel of each image's largest).
+  """
+  stream = np.asarray(stream, np.float64)
+  flat = np.abs(stream).reshape(len(stream), -1)
+  n = flat.shape[1]
+  top = -np.sort(-np.partition(flat, n - count, axis=1)[:, n - count:], axis=1)
+  median = np.partition(flat, (n - 1) // 2, axis=1)[:, (n - 1) // 2]
+  token, channel = np.divmod(np.argmax(flat, axis=1), stream.shape[-1])
+  return top, median, np.stack([token, channel], axis=1)
+
+
+def _massive(tops: List[np.ndarray], medians: List[np.ndarray], positions: List[np.ndarray],
+             labels) -> Dict:
+  """Per stream entry, the mean over images of the largest three magnitudes and of
+  the median (main_vit.py averages the per-image statistics, `np.mean(stats,
+  axis=0)`), their ratio, and where the largest sits at the entry of the largest
+  ratio: the most common (token, channel) and the share of images it holds."""
+  top = [t.mean(0) for t in tops]
+  median = [float(m.mean()) for m in medians]
+  ratio = [float(t[0] / m) if m > 0 else None for t, m in zip(top, median)]
+  peak = int(np.nanargmax([r if r is not None else np.nan for r in ratio]))
+  where, counts = np.unique(positions[peak], axis=0, return_counts=True)
+  return {'massive_top3': [t.tolist() for t in top], 'massive_median': median,
+          'massive_ratio': ratio, 'massive_peak_layer': labels[peak],
+          'massive_peak_position': where[np.argmax(counts)].tolist(),
+          'massive_peak_position_share': float(counts.max() / counts.sum())}
+
+
 def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) -> float:
   return threshold if rule == 'absolute' else factor * float(np.median(norms))
 
@@ -125,7 +173,8 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no global attention over '
                      'a token sequence: artifact tokens need a ViT.')
   prefix = int(subject.has_cls) + subject.registers
-  similarity, norms, prefix_norms, similar, cls_attention = _read(subject, batches, options)
+  similarity, norms, prefix_norms, similar, cls_attention, massive = _read(subject, batches,
+                                                                          options)
   norms = [np.concatenate(n) for n in norms]  # per entry, (N, patches)
   n = len(norms[0])
   cuts = [_threshold(v, options.artifact_rule, options.artifact_threshold,
@@ -146,22 +195,24 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
       'prefix_norm_last': (np.concatenate(prefix_norms).mean(0).tolist() if prefix else []),
       'neighbour_similarity_outliers': _mean_or_none(similar[outlier]),
       'neighbour_similarity_others': _mean_or_none(similar[~outlier]),
-      'registers': subject.registers, 'num_images': n}
+      'registers': subject.registers, 'num_images': n,
+      **_massive(*massive, layers.labels)}
   if cls_attention:
     attention = np.concatenate(cls_attention)
     result['cls_attention_outliers'] = _mean_or_none(attention[outlier])
     result['cls_attention_others'] = _mean_or_none(attention[~outlier])
     result['cls_attention_share_outliers'] = float(np.sum(attention * outlier) /
                                                    np.sum(attention))
-  result['figures'] = _figures(subject, norms[-1], cuts[-1], share, share_stderr, out, options)
+  result['figures'] = _figures(subject, norms[-1], cuts[-1], result, out, options)
   return result
 
 
-def _figures(subject: Subject, last: np.ndarray, cut: float, share: List[float],
-             share_stderr: List[float], out: str, options: Options) -> List[str]:
-  """The last entry's patch-token norms with the outlier rule's cut, and the
-  outliers' share at each entry."""
+def _figures(subject: Subject, last: np.ndarray, cut: float, result: Mapping, out: str,
+             options: Options) -> List[str]:
+  """The last entry's patch-token norms with the outlier rule's cut, the outliers'
+  share at each entry, and the largest activation and the median at each."""
   layers = subject.layers
+  share, share_stderr = result['share'], result['share_stderr']
   return [
       plots.histogram(last, figure_path(out, 'artifact_tokens', subject),
                       f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
@@ -171,15 +222,22 @@ def _figures(subject: Subject, last: np.ndarray, cut: float, share: List[float],
                    figure_path(out, 'artifact_tokens_layers', subject),
                    f'Outlier patch tokens per layer: {subject.label}', 'layer',
                    'share of patch tokens (%)', xlabels=layers.labels, stages=layers.stages,
-                   errors={'outliers': 100 * np.array(share_stderr)})]
+                   errors={'outliers': 100 * np.array(share_stderr)}),
+      plots.curves({'largest': np.array([t[0] for t in result['massive_top3']]),
+                    'median': np.array(result['massive_median'])},
+                   figure_path(out, 'massive_activations', subject),
+                   f'Largest activation and median per layer: {subject.label}', 'layer',
+                   'magnitude (mean over images)', logy=True, xlabels=layers.labels,
+                   stages=layers.stages)]
 
 
 def _read(subject: Subject, batches: Batches, options: Options
-          ) -> Tuple[str, List, List, List, List]:
+          ) -> Tuple[str, List, List, List, List, Tuple[List, List, List]]:
   """The evaluation split read once: the similarity compared (`artifact_similarity`,
   PIXELS without a patch embedding), per stream entry the patch tokens' norms, the
-  last entry's class-token and register norms, each patch's neighbour similarity
-  and, with a class token, its attention to the patches in the last layer."""
+  last entry's class-token and register norms, each patch's neighbour similarity,
+  with a class token its attention to the patches in the last layer, and per
+  stream entry each image's largest activations (`top_activations`)."""
   layers = subject.layers
   (side, _), _ = subject.token_grid()
   prefix = int(subject.has_cls) + subject.registers
@@ -190,9 +248,12 @@ def _read(subject: Subject, batches: Batches, options: Options
   names = list(layers.stream) + [last_attention] + (
       [layers.patch_tokens] if similarity == EMBEDDING else [])
   norms, prefix_norms, similar, cls_attention = [[] for _ in layers.stream], [], [], []
+  massive = tuple([[] for _ in layers.stream] for _ in range(3))  # tops, medians, positions
   for images, _ in batches('eval'):
     inter = subject.intermediates(images, names)
     for k, name in enumerate(layers.stream):
+      for kept, found in zip(massive, top_activations(inter[name])):
+        kept[k].append(found)
       tokens = np.linalg.norm(np.asarray(inter[name], np.float64), axis=-1)  # (B, T)
       norms[k].append(tokens[:, prefix:])
       if k == len(layers.stream) - 1:
@@ -202,7 +263,8 @@ def _read(subject: Subject, batches: Batches, options: Options
     similar.append(neighbour_similarity(vectors))
     if subject.has_cls:  # the class token's row, averaged over heads, to the patches
       cls_attention.append(np.asarray(inter[last_attention], np.float64)[:, :, 0, prefix:].mean(1))
-  return similarity, norms, prefix_norms, similar, cls_attention
+  massive = tuple([np.concatenate(entry) for entry in kept] for kept in massive)
+  return similarity, norms, prefix_norms, similar, cls_attention, massive
 
 
 def _mean_or_none(values: np.ndarray) -> Optional[float]:
@@ -249,6 +311,8 @@ def _findings(label, r, q) -> List:
           f' of patch tokens beyond the outlier rule ({r["rule"]}: norm > ',
           q('threshold', -1), '; median norm ', q('norm_percentiles', -1, 0), ', largest ',
           q('norm_percentiles', -1, 3), ')']
+  text += ['; the largest activation is ', q('massive_ratio', r['layers'].index(
+      r['massive_peak_layer'])), f' times the median at {r["massive_peak_layer"]}']
   if r['first_outlier_layer'] is None:
     return text + ['; no layer has an outlier']
   text += [f'; outliers from {r["first_outlier_layer"]} on; their patches\' similarity to '
@@ -268,12 +332,19 @@ TOOL = register(Tool(
              "outliers' mean cosine similarity to their 4 neighbouring patches (of the patch "
              'embeddings right after the patch embedding layer, or of pixels, as the JSON '
              "records) against the other patches', and their share of the class token's "
-             'attention (mean over heads) in the last attention layer.',
+             'attention (mean over heads) in the last attention layer. Per stream entry, '
+             "massive activations as Sun et al.'s code measures them (main_vit.py, exp2): "
+             "each image's three largest activation magnitudes over all its tokens and "
+             'channels and their median (the lower middle value), averaged over the images, '
+             'and where the largest sits at the entry of the largest ratio.',
     paper='Darcet et al. (Fig. 2-4, 7): large, long-trained ViTs (DINOv2, OpenCLIP, DeiT '
           'III) grow about 2% high-norm patch tokens (norm > 150 on DINOv2 ViT-g, Sec. 3.1: a '
           'threshold set on that model) '
           'from the middle layers on, in background patches alike to their neighbours; the '
-          "class token's attention picks them out; registers take them off the patches.",
+          "class token's attention picks them out; registers take them off the patches. "
+          'Sun et al. 2024 (Fig. 9-10): CLIP and DINOv2-reg ViTs have a few activations '
+          'hundreds to thousands of times the median, from the middle layers on, at fixed '
+          'channels (in DINOv2-reg, in a register).',
     run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
     verdicts=verdicts,
     options=Options,
