@@ -292,7 +292,7 @@ def test_a_recorded_session_is_quoted_as_it_ran(tmp_path):
   assert (fields['passed'], fields['failed'], fields['skipped']) == (1, 0, len(SKIPPED))
   assert '--record-suite' not in fields['command'] and '-k' in fields['command']
   text = _docs_figures().suite_text(fields)
-  assert text.startswith(f'On {fields["date"]}, `pytest ') and 'of pytest on a ' in text, text
+  assert text.startswith(f'On {fields["date"]}, `pytest ') and ' of pytest on ' in text, text
 
 
 @pytest.fixture(scope='module')

@@ -192,6 +192,13 @@ CONVENTIONS: Tuple[Convention, ...] = (
         'embedding', (('pixels', "the patches' raw pixels (the only choice for a model "
                                  'without a patch embedding, AlterNet)'),), ('similarity',)),
     Convention(
+        'artifact_tokens', 'massive activations',
+        "per image (a batch of one), the block output's magnitudes over all tokens and "
+        'channels sorted, the first 3, and their median (`torch.median`: the lower middle '
+        'value); then the mean over the images. Read here at every stream entry, the block '
+        'outputs (`+mlp`) being theirs',
+        'locuslab/massive-activations main_vit.py, exp2, lines 58-83'),
+    Convention(
         'activation_patching', 'restored share',
         '(m(patched) - m(corrupted)) / (m(clean) - m(corrupted)), m the logit of the clean '
         "run's answer minus that of the corrupted run's, averaged over the pairs",
