@@ -1,7 +1,7 @@
 """The figures the docs quote from a measurement, written from its record.
 
 A measuring command writes a record, a JSON file under `docs/measured/` (the test
-suite: `scripts/test.sh ... --record-suite docs/measured/<name>.json`; the fault
+suite: `scripts/test.sh ... --record-suite=docs/measured/<name>.json`; the fault
 matrix: `benchmarks/fault_matrix.py --record docs/measured/<name>.json`). A page
 quotes it in a region
 

@@ -69,7 +69,8 @@ _STARTED = pytest.StashKey[tuple]()  # (time, load average)
 def pytest_addoption(parser):
   parser.addoption('--record-suite', metavar='PATH', default=None,
                    help="write the session's counts, time and machine to PATH, a record "
-                        'the docs quote (scripts/docs_figures.py)')
+                        'the docs quote (scripts/docs_figures.py); give it as '
+                        '--record-suite=PATH, which pytest does not take for a test path')
 
 
 def pytest_sessionstart(session):
