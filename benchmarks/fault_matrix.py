@@ -21,6 +21,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
+sys.path.insert(0, os.path.join(ROOT, 'scripts'))
 from helpers import make_folder  # noqa: E402  (generated image folders, as the tests make them)
 
 
@@ -367,6 +368,12 @@ def main():
   parser.add_argument('--record', default=None, metavar='PATH',
                       help='also write the rows, the date and the CPU to PATH (JSON)')
   args = parser.parse_args()
+  from docs_figures import check_record_path, write_record  # scripts/, on the path above
+  if args.record:
+    try:
+      check_record_path(args.record, 'fault_matrix')
+    except ValueError as error:
+      parser.error(str(error))
   rows, load = [], os.getloadavg()[0]
   with tempfile.TemporaryDirectory() as work:
     table = cases(work)
@@ -383,14 +390,12 @@ def main():
   if args.record:
     import datetime
     from vit_jax import cpu_devices
-    with open(args.record, 'w') as f:
-      json.dump({'kind': 'fault_matrix', 'date': datetime.date.today().isoformat(),
-                 'command': 'benchmarks/fault_matrix.py' + (f' --cases {args.cases}'
-                                                            if args.cases else ''),
-                 'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
-                 'load': round(load, 2), 'rows': rows},
-                f, indent=1)
-      f.write('\n')
+    write_record(args.record, {
+        'kind': 'fault_matrix', 'date': datetime.date.today().isoformat(),
+        'command': 'benchmarks/fault_matrix.py' + (f' --cases {args.cases}'
+                                                   if args.cases else ''),
+        'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
+        'load': round(load, 2), 'rows': rows})
 
 
 if __name__ == '__main__':

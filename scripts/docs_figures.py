@@ -89,6 +89,47 @@ def region_text(name: str) -> str:
   return RENDER[record['kind']](record)
 
 
+def check_record_path(path: str, kind: str) -> None:
+  """Refuses a record's path that holds anything but a record of `kind`: a
+  measurement replaces only what one wrote, and says so before it measures.
+
+  Args:
+    path: the record's file.
+    kind: the record's kind.
+
+  Raises:
+    ValueError: `path` holds something else.
+  """
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        found = json.load(f).get('kind')
+    except (OSError, ValueError, AttributeError):
+      found = None
+    if found != kind:
+      raise ValueError(f'{path} holds something other than a {kind} record: give a new path, '
+                       'or one of a record written before.')
+
+
+def write_record(path: str, record: Dict) -> None:
+  """Writes a measurement's record to `path` (JSON), atomically, replacing only a
+  record of the same kind (`check_record_path`).
+
+  Args:
+    path: the record's file.
+    record: its fields, `kind` among them.
+
+  Raises:
+    ValueError: `path` holds something else.
+  """
+  check_record_path(path, record['kind'])
+  partial = path + '.partial'
+  with open(partial, 'w') as f:
+    json.dump(record, f, indent=1)
+    f.write('\n')
+  os.replace(partial, path)
+
+
 def pages() -> List[str]:
   """README.md and every Markdown page under docs/."""
   found = [os.path.join(ROOT, 'README.md')]

@@ -73,8 +73,25 @@ def pytest_addoption(parser):
                         '--record-suite=PATH, which pytest does not take for a test path')
 
 
+def _docs_figures():
+  """scripts/docs_figures.py, which writes the records the docs quote."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location('docs_figures',
+                                                os.path.join(ROOT, 'scripts', 'docs_figures.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def pytest_sessionstart(session):
+  """Starts the clock of `--record-suite`'s record, whose path is checked first."""
   import time
+  path = session.config.getoption('--record-suite')
+  if path and not hasattr(session.config, 'workerinput'):
+    try:
+      _docs_figures().check_record_path(path, 'suite')
+    except ValueError as error:
+      raise pytest.UsageError(f'--record-suite: {error}') from None
   session.config.stash[_STARTED] = time.time(), os.getloadavg()[0]
 
 
@@ -84,7 +101,6 @@ def pytest_terminal_summary(terminalreporter, config):
   if not path or hasattr(config, 'workerinput'):
     return
   import datetime
-  import json
   import platform
   import shlex
   import time
@@ -107,9 +123,11 @@ def pytest_terminal_summary(terminalreporter, config):
             'load': round(config.stash[_STARTED][1], 2),
             'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
             'python': platform.python_version(), 'jax': jax.__version__}
-  with open(path, 'w') as f:
-    json.dump(record, f, indent=1)
-    f.write('\n')
+  try:
+    _docs_figures().write_record(path, record)
+  except ValueError as error:
+    terminalreporter.write_line(f'--record-suite: {error}', red=True)
+    return
   terminalreporter.write_line(f'recorded the session in {path}')
 
 

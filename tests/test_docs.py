@@ -295,6 +295,24 @@ def test_a_recorded_session_is_quoted_as_it_ran(tmp_path):
   assert text.startswith(f'On {fields["date"]}, `pytest ') and ' of pytest on ' in text, text
 
 
+def test_a_record_replaces_only_a_record_of_its_kind(tmp_path):
+  figures = _docs_figures()
+  path = tmp_path / 'notes.json'
+  path.write_text('{"mine": 1}')
+  with pytest.raises(ValueError, match='holds something other than a suite record'):
+    figures.write_record(str(path), {'kind': 'suite'})
+  assert path.read_text() == '{"mine": 1}'
+  figures.write_record(str(tmp_path / 'new.json'), {'kind': 'suite', 'passed': 1})
+  figures.write_record(str(tmp_path / 'new.json'), {'kind': 'suite', 'passed': 2})
+  assert '"passed": 2' in (tmp_path / 'new.json').read_text()
+  done = subprocess.run([sys.executable, os.path.join('benchmarks', 'fault_matrix.py'),
+                         '--cases', 'lr', '--record', str(path)], cwd=ROOT, capture_output=True,
+                        text=True)
+  assert done.returncode == 2 and 'holds something other than a fault_matrix record' in (
+      done.stderr) and '| lr |' not in done.stdout
+  assert path.read_text() == '{"mine": 1}'
+
+
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
   """The site as `mkdocs build --strict` writes it: any warning (a broken link, a
