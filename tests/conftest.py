@@ -73,23 +73,14 @@ def pytest_addoption(parser):
                         '--record-suite=PATH, which pytest does not take for a test path')
 
 
-def _docs_figures():
-  """scripts/docs_figures.py, which writes the records the docs quote."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location('docs_figures',
-                                                os.path.join(ROOT, 'scripts', 'docs_figures.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def pytest_sessionstart(session):
   """Starts the clock of `--record-suite`'s record, whose path is checked first."""
   import time
+  import doc_snippets
   path = session.config.getoption('--record-suite')
   if path and not hasattr(session.config, 'workerinput'):
     try:
-      _docs_figures().check_record_path(path, 'suite')
+      doc_snippets.docs_figures().check_record_path(path, 'suite')
     except ValueError as error:
       raise pytest.UsageError(f'--record-suite: {error}') from None
   session.config.stash[_STARTED] = time.time(), os.getloadavg()[0]
@@ -102,6 +93,7 @@ def pytest_terminal_summary(terminalreporter, config):
     return
   import datetime
   import platform
+  import doc_snippets
   import shlex
   import time
   from vit_jax import cpu_devices
@@ -124,7 +116,7 @@ def pytest_terminal_summary(terminalreporter, config):
             'cpu': f'{cpu_devices.cpu_info()[0]} ({os.cpu_count()} cores)',
             'python': platform.python_version(), 'jax': jax.__version__}
   try:
-    _docs_figures().write_record(path, record)
+    doc_snippets.docs_figures().write_record(path, record)
   except ValueError as error:
     terminalreporter.write_line(f'--record-suite: {error}', red=True)
     return

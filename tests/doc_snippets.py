@@ -68,6 +68,17 @@ class Block:
     return code
 
 
+def docs_figures():
+  """scripts/docs_figures.py, which writes the measured figures the pages quote
+  from their records, loaded as a module."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location('docs_figures',
+                                                os.path.join(ROOT, 'scripts', 'docs_figures.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def pages() -> List[str]:
   """README.md and every Markdown page under docs/, relative to the root."""
   found = ['README.md']

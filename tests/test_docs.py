@@ -259,18 +259,10 @@ def test_an_assert_that_cannot_fail_is_refused_before_the_page_runs(test):
                                                     f'x = 2\nassert {test}\n')])
 
 
-def _docs_figures():
-  spec = importlib.util.spec_from_file_location('docs_figures',
-                                                os.path.join(ROOT, 'scripts', 'docs_figures.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_the_figures_the_docs_quote_are_their_records():
   """Every measured region of a page is its record's text (scripts/docs_figures.py),
   and every record is quoted."""
-  figures = _docs_figures()
+  figures = doc_snippets.docs_figures()
   quoted = set()
   for page in figures.pages():
     assert figures.stale_regions(page) == [], (
@@ -291,12 +283,12 @@ def test_a_recorded_session_is_quoted_as_it_ran(tmp_path):
   fields = json.loads(record.read_text())
   assert (fields['passed'], fields['failed'], fields['skipped']) == (1, 0, len(SKIPPED))
   assert '--record-suite' not in fields['command'] and '-k' in fields['command']
-  text = _docs_figures().suite_text(fields)
+  text = doc_snippets.docs_figures().suite_text(fields)
   assert text.startswith(f'On {fields["date"]}, `pytest ') and ' of pytest on ' in text, text
 
 
 def test_a_record_replaces_only_a_record_of_its_kind(tmp_path):
-  figures = _docs_figures()
+  figures = doc_snippets.docs_figures()
   path = tmp_path / 'notes.json'
   path.write_text('{"mine": 1}')
   with pytest.raises(ValueError, match='holds something other than a suite record'):
