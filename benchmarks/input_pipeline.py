@@ -1,7 +1,7 @@
 """Input-pipeline throughput: the Grain pipeline against tf.data, side by side, and
 against what a small ViT's training step consumes.
 
-    python benchmarks/input_pipeline.py [--seconds 20]
+    python benchmarks/data.py [--seconds 20]
 
 Measures, in one run on this machine, training-pipeline images/s (each pipeline
 twice, in the order A B C D D C B A, the mean of the two) on:
@@ -33,8 +33,7 @@ import numpy as np
 import PIL.Image
 
 from timing import train_step_and_batches
-from vit_jax import augment, cpu_devices, input_pipeline
-from vit_jax.datasets import fashion_mnist_idx
+from vit_jax import cpu_devices, data
 
 BATCH = 128
 JPEG_BATCH = 32
@@ -60,7 +59,7 @@ def jpeg_folder(root: str, num_images: int = 256) -> str:
   for i in range(num_images):
     directory = os.path.join(root, 'train', f'class_{i % 4}')
     os.makedirs(directory, exist_ok=True)
-    pixels = augment.resize(rng.uniform(0, 255, (12, 16, 3)), (375, 500))
+    pixels = data.resize(rng.uniform(0, 255, (12, 16, 3)), (375, 500))
     PIL.Image.fromarray(pixels.astype(np.uint8)).save(os.path.join(directory, f'{i}.jpg'),
                                                       quality=90)
   return root
@@ -70,10 +69,10 @@ def tf_fashion_records(tf, directory: str) -> str:
   """Fashion-MNIST's training images as PNG-encoded TFRecords written in `directory`
   (the former offline builder's format); their path."""
   path = os.path.join(directory, 'fashion_mnist-train.tfrecord')
-  images_file, labels_file = fashion_mnist_idx.FILES['train']
-  manual_dir = fashion_mnist_idx.FashionMnistIdx.local_files()
-  images = fashion_mnist_idx.read_idx(os.path.join(manual_dir, images_file))
-  labels = fashion_mnist_idx.read_idx(os.path.join(manual_dir, labels_file))
+  images_file, labels_file = data.FILES['train']
+  manual_dir = data.FashionMnistIdx.local_files()
+  images = data.read_idx(os.path.join(manual_dir, images_file))
+  labels = data.read_idx(os.path.join(manual_dir, labels_file))
   with tf.io.TFRecordWriter(path) as writer:
     for image, label in zip(images, labels):
       buffer = io.BytesIO()
@@ -171,15 +170,15 @@ def main():
   consumed = train_step_rate(config, args.seconds)  # first: no pipeline threads running yet
   tf = tensorflow()
   with tempfile.TemporaryDirectory() as root:
-    fashion = input_pipeline.get_source('fashion_mnist', 'train', process_index=0,
+    fashion = data.get_source('fashion_mnist', 'train', process_index=0,
                                         process_count=1)
-    folder = input_pipeline.get_source(f'folder:{jpeg_folder(root)}', 'train',
+    folder = data.get_source(f'folder:{jpeg_folder(root)}', 'train',
                                        process_index=0, process_count=1)
     pipelines = {
-        ('Fashion-MNIST, quick-start recipe', 'Grain'): lambda: input_pipeline.train_dataset(
+        ('Fashion-MNIST, quick-start recipe', 'Grain'): lambda: data.train_dataset(
             fashion, batch_size=BATCH, image_size=28, crop=False, process_count=1,
             local_devices=1),
-        ('JPEG folder, ViT-B/16 recipe, 224 px', 'Grain'): lambda: input_pipeline.train_dataset(
+        ('JPEG folder, ViT-B/16 recipe, 224 px', 'Grain'): lambda: data.train_dataset(
             folder, batch_size=JPEG_BATCH, image_size=224, process_count=1, local_devices=1),
     }
     if tf is not None:
@@ -196,16 +195,17 @@ def main():
       measured[key].append(pipeline_rate(pipelines[key](), args.seconds / 2))
     rates = {key: float(np.mean(values)) for key, values in measured.items()}
 
-  for (data, pipeline), rate in rates.items():
-    print(f'{pipeline:8s} {data:38s} {rate:8.0f} img/s')
+  for (dataset, pipeline), rate in rates.items():
+    print(f'{pipeline:8s} {dataset:38s} {rate:8.0f} img/s')
   print(f'train step, quick-start ViT (28 px): {consumed:8.0f} img/s')
   grain_rate = rates['Fashion-MNIST, quick-start recipe', 'Grain']
   print(f'Grain on Fashion-MNIST / train step: {grain_rate / consumed:8.1f}x (target >= 3)')
   if tf is None:
     print('tf.data not measured: TensorFlow is not installed (pip install tensorflow-cpu).')
-  for data in ('Fashion-MNIST, quick-start recipe', 'JPEG folder, ViT-B/16 recipe, 224 px'):
-    if (data, 'tf.data') in rates:
-      print(f'Grain / tf.data, {data}: {rates[data, "Grain"] / rates[data, "tf.data"]:.2f}x')
+  for dataset in ('Fashion-MNIST, quick-start recipe', 'JPEG folder, ViT-B/16 recipe, 224 px'):
+    if (dataset, 'tf.data') in rates:
+      print(f'Grain / tf.data, {dataset}: '
+            f'{rates[dataset, "Grain"] / rates[dataset, "tf.data"]:.2f}x')
 
 
 if __name__ == '__main__':

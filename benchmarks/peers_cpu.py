@@ -221,7 +221,7 @@ def timm_forward(model, images: np.ndarray, keep_blocks: bool = False,
 
 def timm_train_step(model, recipe: str) -> Callable:
   """A step as the recipe trains: its optimizer (decoupled weight decay for
-  Adam, as `vit_jax.steps` applies it), global-norm clipping, label smoothing."""
+  Adam, as `vit_jax.training.steps` applies it), global-norm clipping, label smoothing."""
   import importlib
   import torch
   import torch.nn.functional as F

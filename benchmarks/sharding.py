@@ -3,8 +3,8 @@ with the ViT's blocks unrolled or scanned (`scan_layers`): bytes of parameters a
 optimizer state per device, the memory XLA plans for the step, the compile time
 and the step time, measured in one run on the same devices.
 
-    python benchmarks/sharding.py                       # 8 simulated CPU devices
-    python benchmarks/sharding.py --models ViT-L_16 --image-size 224 --batch 64   # a GPU host
+    python benchmarks/training.py                       # 8 simulated CPU devices
+    python benchmarks/training.py --models ViT-L_16 --image-size 224 --batch 64   # a GPU host
 
 On a CPU host the devices are simulated (`--devices`), so step times show the
 cost of the collectives on one machine, not a speed-up. A replicated variant
@@ -26,10 +26,11 @@ def state_bytes_per_copy(config, num_classes: int) -> int:
   import jax
   import jax.numpy as jnp
 
-  from vit_jax import models, steps
-  model_cfg = steps.model_config(config, num_classes)
+  from vit_jax import models
+  from vit_jax import training
+  model_cfg = training.model_config(config, num_classes)
   model = models.build_model(model_cfg)
-  optimizer = steps.make_optimizer(config, 1000)
+  optimizer = training.make_optimizer(config, 1000)
 
   def state():
     params = model.init(jax.random.PRNGKey(0),
@@ -49,9 +50,9 @@ def measure(config, repeats: int):
   import jax
 
   from timing import program_bytes, seconds_per_call, train_step_and_batches
-  from vit_jax import sharding
+  from vit_jax import training
   step, state, (batch,) = train_step_and_batches(config, 1000)
-  state_bytes = sharding.bytes_per_device(state, jax.devices()[0])
+  state_bytes = training.bytes_per_device(state, jax.devices()[0])
   start = time.perf_counter()
   compiled = step.lower(state, batch).compile()
   compile_seconds = time.perf_counter() - start

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from vit_jax import models, steps
+from vit_jax import models, training
 
 
 def seconds_per_call(fn, *args, repeats: int) -> float:
@@ -98,7 +98,7 @@ def train_step_and_batches(config: ml_collections.ConfigDict, num_classes: int,
   every call after the first reuses one compilation; images are random, as
   all-zero ones run faster.
   """
-  setup = steps.build(config, num_classes, total_steps=1000)
+  setup = training.build_steps(config, num_classes, total_steps=1000)
   rng = np.random.RandomState(0)
   shape = (config.batch_size, config.image_size, config.image_size, 3)
   batches = [setup.shard_batch({'image': rng.uniform(-1, 1, shape).astype(np.float32),

@@ -3,7 +3,7 @@
     python benchmarks/train_step.py [--models ViT-B_16,BiT-M-R50x1] [--batch 256]
         [--dtypes bfloat16,float32] [--remat none|dots|full] [--attention auto]
 
-Times the project's own train step (`vit_jax.steps.build`: forward, backward,
+Times the project's own train step (`vit_jax.training.steps.build`: forward, backward,
 Adam update, replicated state, batch sharded over every device) on random
 images, after a matmul of each dtype in the same run. Model FLOPs are analytic
 (3x the forward pass's matmul and convolution FLOPs, read off its program), so

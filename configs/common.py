@@ -1,14 +1,14 @@
 """Fields every recipe has, with neutral defaults; recipes override what they set.
 
 Each field's default and what it allows are declared together in
-`vit_jax.settings.FIELDS`."""
+`vit_jax.training.settings.FIELDS`."""
 import ml_collections
 
-from vit_jax import settings
+from vit_jax import training
 
 
 def base_config() -> ml_collections.ConfigDict:
-  return settings.base_config()
+  return training.base_config()
 
 
 def vit_fine_tuning(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

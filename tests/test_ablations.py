@@ -15,8 +15,10 @@ import pytest
 from configs import ablations, papers
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, make_folder, \
     perturbed, tiny_sweep, tiny_vit
-from vit_jax import checkpoint, finetune, models, settings, sweep
+from vit_jax import checkpoint, models, sweep
+from vit_jax.files import fit
 from vit_jax.models import attention, vit
+from vit_jax.training import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -141,7 +143,7 @@ def test_fine_tuning_resizes_every_learned_kind(posemb, tmp_path):
   path = str(tmp_path / 'upstream.npz')
   checkpoint.save(path, flax.traverse_util.unflatten_dict(upstream, sep='/'))
   fresh = init(models.build_model(config), 48)['params']  # a 6x6 grid
-  fitted = flat(finetune.load_pretrained(path, fresh, config))
+  fitted = flat(fit.load_pretrained(path, fresh, config))
   for key, value in fitted.items():
     assert value.shape == flat(fresh)[key].shape, key
   if posemb == 'learn2d':

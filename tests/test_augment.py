@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from vit_jax import augment
+from vit_jax.data import augment
 
 SHAPES = [((7, 5), (12, 9)), ((12, 9), (7, 5)), ((28, 28), (28, 28)), ((30, 20), (4, 11)),
           ((16, 12), (8, 6))]

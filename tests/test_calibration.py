@@ -12,8 +12,8 @@ import pytest
 from analysis.measures import reliability
 from analysis.tools import TOOLS
 from helpers import init, tiny_vit
+from vit_jax.training import steps
 from vit_jax import calibration as bins
-from vit_jax import steps
 
 SOFTMAX = ml_collections.ConfigDict({'loss': 'softmax'})
 

@@ -9,7 +9,8 @@ import pytest
 
 from helpers import (AUGREG_ROWS, TINY_VIT, apply, images, init, perturbed,
                      tiny_family_config, tiny_vit, write_augreg_index)
-from vit_jax import augreg, checkpoint, finetune, models
+from vit_jax import checkpoint, models
+from vit_jax.files import augreg, fit
 from vit_jax.models import vit
 
 PUBLISHED_TO_CURRENT = {'LayerNorm_2': 'LayerNorm_1',
@@ -117,7 +118,7 @@ def test_load_pretrained_for_fine_tuning(tmp_path):
   config = models.get_config('ViT-Ti_16', num_classes=5, **{
       'hidden_size': 32, 'mlp_dim': 64, 'num_heads': 4, 'num_layers': 2, 'patch_size': 8})
   fresh = init(models.build_model(config), 48, seed=7)['params']
-  params = finetune.load_pretrained(path, fresh, config)
+  params = fit.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal_shapes(params, fresh)
   chex.assert_trees_all_equal(params['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
   assert 'pre_logits' not in params
@@ -139,7 +140,7 @@ def test_load_pretrained_for_fine_tuning(tmp_path):
   gap_config = config.copy_and_resolve_references()
   gap_config.classifier = 'gap'
   gap_fresh = init(models.build_model(gap_config), 32)['params']
-  gap = finetune.load_pretrained(path, gap_fresh, gap_config)
+  gap = fit.load_pretrained(path, gap_fresh, gap_config)
   assert 'cls' not in gap
   np.testing.assert_array_equal(gap['Transformer']['posembed_input']['pos_embedding'],
                                 old_pe[:, 1:])
@@ -152,7 +153,7 @@ def test_load_pretrained_bit_reinitialises_the_head(tmp_path):
   checkpoint.save(path, upstream)
   config.num_classes = 3
   fresh = init(models.build_model(config), 32)['params']
-  params = finetune.load_pretrained(path, fresh, config)
+  params = fit.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(params['resnet']['head'],
                               jax.tree_util.tree_map(np.asarray, fresh['resnet']['head']))
   chex.assert_trees_all_equal(params['resnet']['block2'], jax.tree_util.tree_map(
@@ -170,7 +171,7 @@ def test_mismatch_lists_missing_unexpected_and_misshaped_keys(tmp_path):
   path = str(tmp_path / 'broken.npz')
   np.savez(path, **{k: np.asarray(v) for k, v in broken.items()})
   with pytest.raises(checkpoint.CheckpointError) as e:
-    finetune.load_pretrained(path, fresh, config)
+    fit.load_pretrained(path, fresh, config)
   message = str(e.value)
   assert '1 missing: Transformer/encoder_norm/scale' in message
   assert '1 unexpected: Transformer/extra/kernel' in message
@@ -280,10 +281,10 @@ def test_a_siglip_image_tower_loads_and_fine_tunes_with_another_head(tmp_path):
   # A token-head model takes the body and drops the MAP head; a MAP model keeps it.
   config = models.get_config('ViT-Ti_16', num_classes=4, **{**TINY_VIT, 'classifier': 'token'})
   fresh = init(models.build_model(config), 32)['params']
-  token = finetune.load_pretrained(path, fresh, config)
+  token = fit.load_pretrained(path, fresh, config)
   assert 'MAPHead_0' not in token and 'cls' in token
   config.classifier = 'map'
-  kept = finetune.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
+  kept = fit.load_pretrained(path, init(models.build_model(config), 32)['params'], config)
   chex.assert_trees_all_close(kept['MAPHead_0'], jax.tree_util.tree_map(
       np.asarray, params['MAPHead_0']), rtol=0, atol=0)
 
@@ -291,7 +292,7 @@ def test_a_siglip_image_tower_loads_and_fine_tunes_with_another_head(tmp_path):
 def test_a_familys_tree_is_read_by_itself_alone(family_name):
   """At most one family owns a tiny model's tree, and only its own family; `published`
   gives the tree back as it is."""
-  from vit_jax import layout
+  from vit_jax.files import layout
   model = models.build_model(tiny_family_config(family_name))
   tree = layout.flatten(jax.eval_shape(lambda: init(model)))
   owners = [name for name, family in models.FAMILIES.items() if family.owns(tree)]

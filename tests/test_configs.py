@@ -12,8 +12,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import common
-from vit_jax import entry, errors, models, settings, steps, workdir
+from vit_jax import entry, errors, models
 from vit_jax.models.vit import TIMM_VARIANTS
+from vit_jax.training import settings, steps, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,8 @@ import pytest
 
 from helpers import damage, make_folder
 from xla_flags import with_devices
-from vit_jax import budget, console
+from vit_jax import console
+from vit_jax.training import budget
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT_LINE = re.compile(r'\d\d:\d\d:\d\d ')  # the project's loggers: the time, the message

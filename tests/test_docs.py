@@ -72,7 +72,8 @@ def _timm_file(name: str, folder: str) -> None:
   the classes of timm's file of a model of today (`TIMM_VARIANTS`: none for DINOv2
   and SigLIP), 1,000 for the others."""
   from safetensors.numpy import save_file
-  from vit_jax import models, timm_files
+  from vit_jax import models
+  from vit_jax.files import timm_files
   from vit_jax.models.vit import TIMM_VARIANTS
   model_name = name[:-len('.safetensors')]
   variant = TIMM_VARIANTS.get(model_name)
@@ -425,7 +426,7 @@ def _table_names(page: str, heading: str) -> set:
 
 
 def test_the_training_page_has_a_row_for_every_recipe_field():
-  from vit_jax import settings
+  from vit_jax.training import settings
   assert _table_names('training.md', 'Recipe fields') == set(settings.FIELDS)
 
 

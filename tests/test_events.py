@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from helpers import read_events
-from vit_jax import events
+from vit_jax.training import events
 
 
 @pytest.fixture

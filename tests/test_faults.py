@@ -17,7 +17,9 @@ import pytest
 
 from helpers import damage, make_folder, tiny_config
 from xla_flags import with_devices
-from vit_jax import checkpoint, entry, errors, finetune, loop, run_state, sweep, workdir
+from vit_jax import checkpoint, entry, errors, sweep
+from vit_jax.files import fit
+from vit_jax.training import loop, run_state, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,7 +126,7 @@ def test_a_pretrained_file_with_inf_is_named_with_its_array(tmp_path):
   with pytest.raises(checkpoint.CheckpointError,
                      match=r"inf.npz holds NaN or infinity in 1 array\(s\), first "
                            r"\['Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel'\]"):
-    finetune.load_pretrained(path, params, config)
+    fit.load_pretrained(path, params, config)
 
 
 def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tmp_path):
@@ -577,7 +579,7 @@ def test_a_second_ctrl_c_raised_where_python_drops_exceptions_comes_again(capsys
   traceback. It is delivered again instead, unprinted, and raises where the code
   runs."""
   import gc
-  from vit_jax import signals
+  from vit_jax.training import signals
   with signals.NotedSignals('stopping'):
     signal.raise_signal(signal.SIGINT)  # the first: noted
     with _ctrl_c_in_the_next_gc_callback() as landed:
@@ -594,7 +596,7 @@ def test_a_ctrl_c_to_come_again_is_not_sent_once_the_command_left_the_signals_co
   """The KeyboardInterrupt dropped just before the context closes: no Ctrl-C reaches
   the handler that was there before."""
   import gc
-  from vit_jax import signals
+  from vit_jax.training import signals
   received = []
   previous = signal.signal(signal.SIGINT, lambda *_: received.append('Ctrl-C'))
   try:
@@ -672,7 +674,8 @@ def test_an_analysis_out_is_locked_stopped_in_one_line_and_never_mixes_models(tm
 
 def _lock_taker(barrier, path, results, rounds):
   """A process that tries to take the lock at `path` each round, at once with another."""
-  from vit_jax import errors as errs, workdir as wd
+  from vit_jax import errors as errs
+  from vit_jax.training import workdir as wd
   for i in range(rounds):
     barrier.wait()
     try:
@@ -792,7 +795,7 @@ def test_a_download_folder_as_checkpoint_loads_its_weights_file(tmp_path):
   pytorch_model.bin) loads its .safetensors, and still does beside other weights
   files (`from_pretrained`'s names come first); a folder of several files of one
   kind, none of those names, names them."""
-  from vit_jax import timm_files
+  from vit_jax.files import timm_files
   from helpers import init, perturbed, tiny_vit
   params = perturbed(init(tiny_vit(num_classes=3), 16))['params']
   state = timm_files.to_timm(params, 'ViT-Ti_16')
@@ -822,7 +825,7 @@ def test_timm_files_with_ddp_names_or_bfloat16_load_and_other_keys_are_named(tmp
   import ml_dtypes
   import numpy as np
   from safetensors.numpy import load as reference_load, save_file
-  from vit_jax import timm_files
+  from vit_jax.files import timm_files
   from helpers import TINY_VIT, init, perturbed, tiny_vit
   params = perturbed(init(tiny_vit(num_classes=3), 16))['params']
   state = timm_files.to_timm(params, 'ViT-Ti_16')

@@ -12,7 +12,9 @@ import pytest
 
 from configs import finetune_cases
 from helpers import TINY_VIT, init, make_folder, perturbed, tiny_config, tiny_sweep, tiny_vit
-from vit_jax import checkpoint, finetune, models, steps, sweep
+from vit_jax import checkpoint, models, sweep
+from vit_jax.files import fit
+from vit_jax.training import steps
 
 BODY = finetune_cases.BODY
 
@@ -89,9 +91,9 @@ def test_keep_head_keeps_the_checkpoint_head(tmp_path):
   checkpoint.save(path, trained)
   config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT)
   fresh = init(models.build_model(config), 16, seed=5)['params']
-  kept = finetune.load_pretrained(path, fresh, config, keep_head=True)
+  kept = fit.load_pretrained(path, fresh, config, keep_head=True)
   chex.assert_trees_all_equal(kept['head'], jax.tree_util.tree_map(np.asarray, trained['head']))
-  new = finetune.load_pretrained(path, fresh, config)
+  new = fit.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(new['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
 
 
@@ -141,7 +143,7 @@ def test_adding_registers_folds_the_class_row_into_the_class_token_as_timm_does(
   target = tiny_vit(num_classes=5, classifier='token', num_registers=4)
   config = models.get_config('ViT-Ti_16', num_classes=5, classifier='token', num_registers=4,
                              **TINY_VIT)
-  fitted = finetune.load_pretrained(path, init(target, 16)['params'], config)
+  fitted = fit.load_pretrained(path, init(target, 16)['params'], config)
   table = np.asarray(source['Transformer']['posembed_input']['pos_embedding'])
   expected_cls = np.asarray(source['cls']) + table[:, 0][:, None]  # timm: cls + pos_embed[:, 0]
   np.testing.assert_allclose(fitted['cls'], expected_cls, rtol=1e-6)
@@ -159,7 +161,7 @@ def test_fine_tuning_names_what_it_drops(tmp_path, caplog):
   target = tiny_vit(num_classes=5, classifier='gap')
   config = models.get_config('ViT-Ti_16', num_classes=5, classifier='gap', **TINY_VIT)
   with caplog.at_level('WARNING'):
-    fitted = finetune.load_pretrained(path, init(target, 16)['params'], config)
+    fitted = fit.load_pretrained(path, init(target, 16)['params'], config)
   said = caplog.text
   assert 'no registers (num_registers 0): registers' in said
   assert "no class token (classifier 'gap'): cls" in said

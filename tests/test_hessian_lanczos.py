@@ -13,7 +13,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from analysis.measures import curvature, lanczos
 from analysis.runtime import features, objectives
 from helpers import assert_close_at_scale, tiny_bit
-from vit_jax import steps
+from vit_jax.training import steps
 
 pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 

@@ -1,7 +1,10 @@
 """The import graph of `vit_jax/` and `analysis/`, read from the code (every import
-statement, those inside functions too): which modules import which, the circles
-it holds, and what the analysis's pure measures may import."""
+statement, those inside functions and under `TYPE_CHECKING` too, and every
+`importlib.import_module` of a written name): which modules import which, the
+circles it holds, the rooms of `vit_jax/` and their floors, and what the analysis's
+pure measures may import."""
 import ast
+import importlib
 import os
 from typing import Dict, List, Set
 
@@ -14,6 +17,20 @@ PACKAGES = ('vit_jax', 'analysis')
 ORIGINAL_FACES = {'vit_jax.main', 'vit_jax.utils', 'vit_jax.test_utils', 'vit_jax.inference_time',
                   'vit_jax.preprocess', 'vit_jax.models_vit', 'vit_jax.models_lit',
                   'vit_jax.models_mixer', 'vit_jax.models_resnet'}
+# The rooms of `vit_jax/`: each is reached from outside only through its face.
+ROOMS = ('vit_jax.files', 'vit_jax.training', 'vit_jax.data')
+# The top of `vit_jax/`: what every room may use, the commands, and the old paths
+# (the original's, and the project's documented `checkpoint` and `input_pipeline`).
+BASE = {'vit_jax', 'vit_jax.errors', 'vit_jax.console', 'vit_jax.cpu_devices',
+        'vit_jax.calibration', 'vit_jax.faces', 'vit_jax.original'}
+COMMANDS = {'vit_jax.train', 'vit_jax.export', 'vit_jax.zeroshot', 'vit_jax.sweep',
+            'vit_jax.sweep_rows', 'vit_jax.entry'}
+OLD_PATHS = ORIGINAL_FACES | {'vit_jax.checkpoint', 'vit_jax.input_pipeline'}
+# The floors of `vit_jax/`, lowest first (prefixes, as `FLOORS`): the zoo, the files
+# it is read from and written to, the data, training; above them the commands, the
+# old paths and the original's adapters (every other module).
+VIT_FLOORS = (('vit_jax.models', 'vit_jax.configs'), ('vit_jax.files',), ('vit_jax.data',),
+              ('vit_jax.training',))
 # What the analysis's measures may import of the project: pure functions and names.
 PURE = {'vit_jax.errors', 'vit_jax.calibration', 'vit_jax.models.family'}
 # The analysis's floors, lowest first: a module imports only from its own floor and
@@ -23,7 +40,7 @@ FLOORS = (('analysis.measures',), ('analysis.runtime',), ('analysis.reporting',)
           ('analysis.cli', 'analysis.__main__'))
 # Modules that read or write files: the measures leave file formats to `runtime/`.
 FILE_FORMATS = {'json', 'pickle', 'safetensors', 'safetensors.numpy', 'zipfile', 'etils',
-                'orbax', 'vit_jax.torch_save', 'vit_jax.checkpoint'}
+                'orbax', 'vit_jax.files', 'vit_jax.checkpoint'}
 
 
 def _modules() -> Dict[str, str]:
@@ -43,10 +60,18 @@ MODULES = _modules()
 
 
 def imported(module: str) -> Set[str]:
-  """Every module `module` imports, wherever in the file, relative imports resolved."""
+  """Every module `module` imports, wherever in the file, relative imports resolved,
+  and those it names to `importlib.import_module`. The original's face
+  (`vit_jax.original`) is read for its statements only: its hooks import the
+  adapters, which sit above the whole project, when the original's names are asked
+  for (`test_the_project_imports_of_the_original_api_only_its_face`)."""
   names = set()
   for node in ast.walk(ast.parse(open(MODULES[module]).read())):
-    if isinstance(node, ast.Import):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == 'import_module' and node.args
+        and isinstance(node.args[0], ast.Constant) and module != 'vit_jax.original'):
+      names.add(node.args[0].value)
+    elif isinstance(node, ast.Import):
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ''
@@ -159,3 +184,94 @@ def test_no_analysis_import_climbs_a_floor(module):
 def test_a_climbing_import_is_found():
   assert floor('analysis.reporting.plots') < floor('analysis.tools.cka') < floor('analysis.cli')
   assert floor('analysis.reporting.verdict') < floor('analysis.tool') == floor('analysis.tool_options')
+
+
+def test_an_import_module_of_a_written_name_is_an_import():
+  assert 'vit_jax.original.lit' not in imported('vit_jax.original')
+  assert {'vit_jax.files.checkpoint', 'vit_jax.files.layout'} <= GRAPH['vit_jax.files']
+
+
+def room_of(module: str) -> str:
+  """The room `module` is in (`ROOMS`), or ''."""
+  return next((r for r in ROOMS if module.startswith(r + '.')), '')
+
+
+def vit_floor(module: str) -> int:
+  """The floor of a `vit_jax` module: 0 for `BASE`, then `VIT_FLOORS`'; the top
+  holds the rest."""
+  if module in BASE:
+    return 0
+  for level, prefixes in enumerate(VIT_FLOORS, 1):
+    if any(module == p or module.startswith(p + '.') for p in prefixes):
+      return level
+  return len(VIT_FLOORS) + 1
+
+
+@pytest.mark.parametrize('module', sorted(m for m in MODULES if not room_of(m) and m not in ROOMS))
+def test_a_room_is_entered_through_its_face(module):
+  """No module outside a room imports a module inside it: only its face."""
+  inner = {m for m in GRAPH[module] if room_of(m)}
+  assert not inner, f'{module} imports {sorted(inner)}: import their names from the face'
+
+
+def test_the_top_of_vit_jax_holds_the_commands_the_old_paths_and_the_base():
+  top = {m for m in MODULES if m.startswith('vit_jax.') and m.count('.') == 1
+         and not MODULES[m].endswith('__init__.py')}
+  assert top - BASE - COMMANDS - OLD_PATHS == set(), 'a module of a room at the top'
+  assert top >= COMMANDS | OLD_PATHS
+
+
+@pytest.mark.parametrize('module', sorted(m for m in MODULES if m.startswith('vit_jax')))
+def test_no_vit_jax_import_climbs_a_floor(module):
+  """The base, the zoo, the files, the data, training, each above the last, and the
+  commands and old paths over all: an import reaches down or along, never up (so no
+  room imports a command)."""
+  up = {m for m in GRAPH[module]
+        if m.startswith('vit_jax') and vit_floor(m) > vit_floor(module)}
+  assert not up, f'{module} (floor {vit_floor(module)}) imports {sorted(up)} above it'
+
+
+def test_a_climbing_vit_jax_import_is_found():
+  assert vit_floor('vit_jax.errors') < vit_floor('vit_jax.models.vit') < vit_floor(
+      'vit_jax.files.checkpoint') < vit_floor('vit_jax.data.pipeline') < vit_floor(
+          'vit_jax.training.loop') < vit_floor('vit_jax.train') == vit_floor('vit_jax.checkpoint')
+
+
+def face_table(room: str) -> Dict[str, Set[str]]:
+  """A face's names, as `faces.names` takes them: module -> 'inner as public'."""
+  tree = ast.parse(open(MODULES[room]).read())
+  call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and getattr(n.func, 'attr', '') == 'names')
+  return {key.value: {e.value for e in value.elts}
+          for key, value in zip(call.args[1].keys, call.args[1].values)}
+
+
+def face_imports(room: str) -> Dict[str, Set[str]]:
+  """A face's names, as its `if TYPE_CHECKING:` block imports them."""
+  tree = ast.parse(open(MODULES[room]).read())
+  block = next(n for n in tree.body if isinstance(n, ast.If)
+               and getattr(n.test, 'id', '') == 'TYPE_CHECKING')
+  return {node.module[len(room) + 1:]: {a.name + (f' as {a.asname}' if a.asname else '')
+                                       for a in node.names} for node in block.body}
+
+
+@pytest.mark.parametrize('room', ROOMS)
+def test_a_face_names_what_its_type_checking_block_imports(room):
+  """Each name of a face once for editors and once for `faces.names`, alike, and each
+  one there in its module."""
+  assert face_table(room) == face_imports(room)
+  face = importlib.import_module(room)
+  for entry in set().union(*face_table(room).values()):
+    assert getattr(face, entry.partition(' as ')[2] or entry) is not None
+  with pytest.raises(AttributeError, match='no attribute'):
+    getattr(face, 'not_a_name')
+
+
+def test_the_documented_names_stay_on_their_old_paths():
+  from vit_jax import checkpoint, input_pipeline
+  from vit_jax.data import pipeline
+  from vit_jax.files import checkpoint as files_checkpoint
+  for name in ('load', 'read', 'save', 'from_pretrained', 'weights_file', 'CheckpointError'):
+    assert getattr(checkpoint, name) is getattr(files_checkpoint, name)
+  for name in ('get_source', 'train_dataset', 'eval_dataset', 'DataError', 'read_image'):
+    assert getattr(input_pipeline, name) is getattr(pipeline, name)

@@ -10,8 +10,9 @@ import pytest
 import tensorflow_datasets as tfds
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import datasets, input_pipeline
-from vit_jax.datasets import fashion_mnist_idx
+from vit_jax import input_pipeline
+from vit_jax.data import datasets
+from vit_jax.data.datasets import fashion_mnist_idx
 
 from helpers import make_folder
 

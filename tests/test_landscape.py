@@ -47,7 +47,7 @@ def test_filter_normalisation_is_the_authors_in_timms_layout():
   """A ViT's direction mapped to timm's state dict (fused qkv, 1-D qkv bias,
   pos_embed), normalised there as the authors' code does, and mapped back."""
   from helpers import TINY_VIT, init, tiny_vit
-  from vit_jax import timm_files
+  from vit_jax.files import timm_files
   params = init(tiny_vit(5), 16)['params']
   rng = np.random.RandomState(0)
   params = jax.tree_util.tree_map(lambda x: x + rng.randn(*x.shape).astype(np.float32), params)

@@ -15,7 +15,8 @@ import pytest
 import sentencepiece
 
 from helpers import VOCAB, make_folder, perturbed
-from vit_jax import checkpoint, models, tokenizers, zeroshot
+from vit_jax import checkpoint, models, zeroshot
+from vit_jax.data import tokenizers
 from vit_jax.errors import ConfigError, UserError
 from vit_jax.models.family import CheckpointError
 

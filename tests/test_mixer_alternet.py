@@ -10,7 +10,8 @@ import pytest
 import reference
 from helpers import (TINY_ALTERNET, apply, apply_with_intermediates, images, init, param_shapes,
                      perturbed, tiny_alternet, tiny_mixer)
-from vit_jax import checkpoint, finetune, models
+from vit_jax import checkpoint, models
+from vit_jax.files import fit
 from vit_jax.models import alternet, mixer
 
 
@@ -173,12 +174,12 @@ def test_mixer_published_layout_round_trip_and_fine_tuning(tmp_path):
       k: getattr(model, k) for k in ('patch_size', 'hidden_dim', 'num_blocks', 'tokens_mlp_dim',
                                      'channels_mlp_dim')})
   fresh = init(models.build_model(config), 32)['params']
-  fitted = finetune.load_pretrained(path, fresh, config)
+  fitted = fit.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(fitted['MixerBlock_0'], checkpoint.load(path)['MixerBlock_0'])
   chex.assert_shape(fitted['head']['kernel'], (32, 3))
   bigger = init(models.build_model(config), 48)['params']
   with pytest.raises(checkpoint.CheckpointError, match='16 patches and the model has 36'):
-    finetune.load_pretrained(path, bigger, config)
+    fit.load_pretrained(path, bigger, config)
 
 
 def test_alternet_fine_tunes_at_another_resolution(tmp_path):
@@ -186,7 +187,7 @@ def test_alternet_fine_tunes_at_another_resolution(tmp_path):
   path = str(tmp_path / 'alternet.npz')
   checkpoint.save(path, params)
   config = models.get_config('AlterNet-18', num_classes=3, **TINY_ALTERNET)
-  fitted = finetune.load_pretrained(path, init(models.build_model(config), 64)['params'],
+  fitted = fit.load_pretrained(path, init(models.build_model(config), 64)['params'],
                                       config)
   chex.assert_trees_all_equal(fitted['stage2_unit2'], checkpoint.load(path)['stage2_unit2'])
   assert np.all(np.asarray(fitted['head']['kernel']) == 0)

@@ -9,7 +9,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from helpers import tiny_config
-from vit_jax import run_state, steps
+from vit_jax.training import run_state, steps
 
 TOTAL = 12
 

@@ -17,13 +17,15 @@ import optax
 import pytest
 
 from helpers import make_folder
-from vit_jax import checkpoint, finetune, input_pipeline, models, test_utils, train, utils
+from vit_jax import checkpoint, input_pipeline, models, test_utils, train, utils
 from vit_jax.configs import augreg as augreg_config
 from vit_jax.configs import common as common_config
 from vit_jax.configs import models as models_config
 from vit_jax.configs import vit as vit_config
-from vit_jax.layout import flatten
+from vit_jax.files.layout import flatten
 from vit_jax.original import fields as original_fields
+from vit_jax.files import fit
+from vit_jax.training import finetune
 
 # Every public name of the original package, module by module (its vit_jax/*.py
 # and vit_jax/configs/*.py at commit c6de1e5); none may go missing.
@@ -241,7 +243,7 @@ def test_load_pretrained_with_the_original_keywords(testing_checkpoint):
   params = checkpoint.load_pretrained(pretrained_path=testing_checkpoint, init_params=init,
                                       model_config=config)
   assert isinstance(params, flax.core.FrozenDict)
-  ours = finetune.load_pretrained(testing_checkpoint, flax.core.unfreeze(init),
+  ours = fit.load_pretrained(testing_checkpoint, flax.core.unfreeze(init),
                                   models.get_config('testing', num_classes=5))
   chex.assert_trees_all_equal(flax.core.unfreeze(params), ours)
   posemb = params['Transformer']['posembed_input']['pos_embedding']
@@ -497,7 +499,7 @@ def test_the_original_command_resumes_from_an_original_runs_checkpoint_and_keeps
   byte for byte; a run whose total_steps it already reaches trains nothing and
   writes no checkpoint_N of its own; one of another model is refused, kept."""
   import orbax.checkpoint as ocp
-  from vit_jax import run_state, steps
+  from vit_jax.training import run_state, steps
   from vit_jax.errors import WorkdirError
   root = str(tmp_path / 'images')
   make_folder(root, {'train': [20, 20], 'test': [8, 8]})

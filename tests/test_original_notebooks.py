@@ -23,7 +23,7 @@ FOLDER = os.path.join(ROOT, 'tests', 'original_notebooks')
 
 # The offline Fashion-MNIST, prepared from its local files, in place of a TFDS download:
 # as TFRecord (in the notebook's folder), which the notebook's own tf.data code reads.
-_FASHION_MNIST = """from vit_jax.datasets import FashionMnistIdx
+_FASHION_MNIST = """from vit_jax.data.datasets import FashionMnistIdx
 _builder = FashionMnistIdx(data_dir='tensorflow_datasets', file_format='tfrecord')
 _builder.download_and_prepare(
     download_config=tfds.download.DownloadConfig(manual_dir=FashionMnistIdx.local_files()))

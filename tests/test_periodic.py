@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from vit_jax import periodic
+from vit_jax.training import periodic
 
 EVERY = dict(log_every=5, checkpoint_every=20, eval_every=10)
 

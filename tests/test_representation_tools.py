@@ -567,7 +567,7 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   refused before any runs, naming the others; attention distances run."""
   from safetensors.numpy import save_file
   from analysis.cli import command
-  from vit_jax import timm_files
+  from vit_jax.files import timm_files
   small = dict(hidden_size=32, mlp_dim=64, num_heads=4, num_layers=2)
   config = models.get_config('DINOv2-S_14-reg4', num_classes=0, **small)
   params = perturbed(init(models.build_model(config), 28))['params']

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from safetensors import SafetensorError
 from safetensors.numpy import load as reference_load
 
-from vit_jax import checkpoint, timm_files
+from vit_jax import checkpoint
+from vit_jax.files import timm_files
 from vit_jax.models.family import CheckpointError
 
 # The dtypes safetensors' numpy reader reads (it has no bfloat16 or float8).

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_vit
-from vit_jax import checkpoint, finetune, models, timm_files
+from vit_jax import checkpoint, models
+from vit_jax.files import fit, timm_files
 from vit_jax.models import vit_layouts
 
 NAME = 'ViT-Ti_16'
@@ -100,7 +101,7 @@ def test_checkpoints_keep_the_published_per_block_names(tmp_path):
   def fine_tuned(scan):
     config = models.get_config(NAME, **TINY_VIT, num_classes=5, scan_layers=scan)
     fresh = init(models.build_model(config), image_size=48)['params']
-    return finetune.load_pretrained(str(tmp_path / 'unrolled.npz'), fresh, config)
+    return fit.load_pretrained(str(tmp_path / 'unrolled.npz'), fresh, config)
 
   chex.assert_trees_all_close(fine_tuned(True),
                               jax.device_get(_stacked(fine_tuned(False))), rtol=1e-6)

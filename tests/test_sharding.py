@@ -13,8 +13,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from configs import common
 from helpers import TINY_VIT, assert_close_at_scale, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, errors, finetune, run_state, sharding, steps
+from vit_jax import checkpoint, errors
 from vit_jax.models import vit_layouts
+from vit_jax.training import finetune, run_state, sharding, steps
 
 
 @pytest.mark.parametrize('make', [tiny_vit, tiny_bit])
@@ -36,7 +37,7 @@ def test_sharded_forward_equals_single_device(make):
   chex.assert_trees_all_close(np.asarray(sharded), np.asarray(single), rtol=1e-5, atol=1e-6)
 
 
-# Fully sharded training (`config.sharding='fsdp'`, vit_jax/sharding.py).
+# Fully sharded training (`config.sharding='fsdp'`, vit_jax/training/sharding.py).
 
 
 def test_fsdp_splits_the_largest_divisible_axis():
@@ -212,7 +213,7 @@ def test_the_train_command_runs_fully_sharded(model_parallel, tmp_path):
   mesh: trains, evaluates, and writes the whole parameters in the published
   layout."""
   from helpers import make_folder
-  from vit_jax import loop
+  from vit_jax.training import loop
   folder = make_folder(str(tmp_path / 'images'), {'train': [12, 12, 8], 'test': [5, 4, 4]},
                        size=(10, 10))
   config = _config(MODELS[0], sharding='fsdp', model_parallel=model_parallel, dataset=folder,

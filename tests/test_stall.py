@@ -8,7 +8,7 @@ import time
 import pytest
 
 from helpers import make_folder, tiny_config
-from vit_jax import loop, stall, steps
+from vit_jax.training import loop, stall, steps
 
 
 class Clocks:

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from helpers import TINY_VIT, apply, images, init, perturbed, tiny_bit, tiny_vit
-from vit_jax import checkpoint, finetune, models, timm_files
+from vit_jax import checkpoint, models
+from vit_jax.files import fit, timm_files
 from vit_jax.models.family import CheckpointError
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec('torch') is None,
@@ -214,7 +215,7 @@ def test_fine_tuning_starts_from_a_timm_file(tmp_path):
   save_file(timm_files.to_timm(params, 'ViT-Ti_16'), path)
   config = models.get_config('ViT-Ti_16', num_classes=5, **TINY_VIT)
   fresh = init(models.build_model(config), 48)['params']
-  fitted = finetune.load_pretrained(path, fresh, config)
+  fitted = fit.load_pretrained(path, fresh, config)
   chex.assert_trees_all_equal(fitted['Transformer']['encoderblock_1'],
                               jax.tree_util.tree_map(np.asarray,
                                                      params['Transformer']['encoderblock_1']))
@@ -234,7 +235,7 @@ def test_fine_tuning_starts_from_a_headless_dinov2_file_with_registers(tmp_path)
   save_file(timm_files.to_timm(params, 'DINOv2-S_14-reg4'), path)
   config = models.get_config('DINOv2-S_14-reg4', num_classes=5, **small)
   fresh = init(models.build_model(config), 56)['params']
-  fitted = finetune.load_pretrained(path, fresh, config)
+  fitted = fit.load_pretrained(path, fresh, config)
   for key in ('registers', 'cls'):
     np.testing.assert_array_equal(fitted[key], params[key])
   chex.assert_trees_all_equal(fitted['Transformer']['encoderblock_1'],

@@ -21,9 +21,9 @@ import safetensors.numpy
 
 from analysis.runtime import sae_files
 from helpers import write_saev_file
-from vit_jax import torch_save
+from vit_jax.files import torch_save
+from vit_jax.files.timm_files import read_state_dict
 from vit_jax.models.family import CheckpointError
-from vit_jax.timm_files import read_state_dict
 
 torch = pytest.importorskip('torch', reason='the files are written by torch (test-only: '
                             'requirements-timm.txt)')

@@ -19,9 +19,10 @@ import pytest
 
 from helpers import TINY_VIT, images, make_folder, read_events, tiny_config
 from xla_flags import with_devices
-from vit_jax import (budget, checkpoint, cpu_devices, finetune, input_pipeline, loop, models,
-                     run_state, steps, workdir as workdirs)
+from vit_jax import checkpoint, cpu_devices, input_pipeline, models
 from vit_jax.errors import WorkdirError
+from vit_jax.training import budget, finetune, loop, run_state, steps
+from vit_jax.training import workdir as workdirs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from helpers import make_folder, tiny_config
-from vit_jax import checkpoint, loop, settings
-from vit_jax import workdir as workdirs
+from vit_jax import checkpoint
 from vit_jax.errors import ConfigError
+from vit_jax.training import loop, settings
+from vit_jax.training import workdir as workdirs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

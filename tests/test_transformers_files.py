@@ -1,4 +1,4 @@
-"""Hugging Face `transformers` folders read here (`vit_jax.hf_files`): a model
+"""Hugging Face `transformers` folders read here (`vit_jax.files.hf_files`): a model
 `transformers` builds from a small config with random weights and saves with
 `save_pretrained` gives here the outputs `transformers`' PyTorch forward gives, and
 a folder with a field the project cannot express is refused naming it.
@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from doc_snippets import ROOT
 from helpers import images
-from vit_jax import checkpoint, entry, hf_files
+from vit_jax import checkpoint, entry
 from vit_jax.errors import UserError
+from vit_jax.files import hf_files
 from vit_jax.models.family import CheckpointError
 
 needs_transformers = pytest.mark.skipif(
@@ -242,17 +243,18 @@ def test_fine_tuning_from_a_folder_refuses_a_model_it_is_not_and_fits_one_it_is(
   weights would compute another function there, so the fit is refused naming the
   fields; with the folder's fields the head is replaced and the rest kept."""
   from helpers import init
-  from vit_jax import finetune, models
+  from vit_jax import models
+  from vit_jax.files import fit
   folder, _, _ = run_transformers(torch_python, tmp_path, config='ViTConfig',
                                   model='ViTForImageClassification',
                                   fields={**SMALL_VIT, 'num_labels': 5}, read='logits')
   sizes = dict(hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, patch_size=8)
   other = models.get_config('ViT-B_16', num_classes=3, **sizes)
   with pytest.raises(CheckpointError, match="activation 'gelu'.*layer_norm_eps 1e-12"):
-    finetune.load_pretrained(folder, init(models.build_model(other), 32)['params'], other)
+    fit.load_pretrained(folder, init(models.build_model(other), 32)['params'], other)
   same = models.get_config('ViT-B_16', num_classes=3, activation='gelu', layer_norm_eps=1e-12,
                            **sizes)
-  fitted = finetune.load_pretrained(folder, init(models.build_model(same), 32)['params'], same)
+  fitted = fit.load_pretrained(folder, init(models.build_model(same), 32)['params'], same)
   _, theirs = checkpoint.from_pretrained(folder)
   assert fitted['head']['kernel'].shape == (32, 3)
   np.testing.assert_array_equal(fitted['Transformer']['encoder_norm']['scale'],
@@ -280,7 +282,7 @@ def test_a_recipe_fine_tuning_from_a_folder_takes_the_folders_model(tmp_path, to
   sizes, registers, LayerScale, class token, epsilon), keeps the recipe's other model
   fields and the command line's, and the fit then keeps every weight of the folder's
   backbone; a field the command line sets otherwise than the folder is refused."""
-  from vit_jax import finetune
+  from vit_jax.training import finetune
   folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2WithRegistersConfig',
                                   model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
                                   read='pooler_output')
@@ -348,7 +350,7 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
   """One command, no model named: two steps from a DINOv2 folder on Fashion-MNIST,
   the run's recorded recipe holding the folder's model; then an analysis of the run
   from the same recipe flags."""
-  from vit_jax import workdir
+  from vit_jax.training import workdir
   folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2WithRegistersConfig',
                                   model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
                                   read='pooler_output')
@@ -536,7 +538,8 @@ def finished_run(tmp_path, **model):
   parameters and results."""
   from configs import quickstart_vit
   from helpers import init, perturbed
-  from vit_jax import models, steps, workdir
+  from vit_jax import models
+  from vit_jax.training import steps, workdir
   recipe = quickstart_vit.get_config()
   recipe.model.update(model)
   run = tmp_path / 'run'
@@ -583,7 +586,8 @@ def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(
     tmp_path, warm_python):
   """No results.json: refused, nothing written. A pooled quick-start ViT: the
   training command refuses it before training, its workdir left as it was."""
-  from vit_jax import export, workdir
+  from vit_jax import export
+  from vit_jax.training import workdir
   run, _, _, _ = finished_run(tmp_path, classifier='token')
   os.remove(os.path.join(run, workdir.RESULTS))
   with pytest.raises(UserError, match='has not finished'):

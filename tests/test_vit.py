@@ -10,7 +10,8 @@ import pytest
 
 import reference
 from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, perturbed, tiny_vit
-from vit_jax import augment, models
+from vit_jax import models
+from vit_jax.data import augment
 from vit_jax.models import vit
 from vit_jax.models.vit import sincos2d_posembed
 
@@ -267,13 +268,14 @@ def test_fine_tuning_at_twice_the_patch_size_on_twice_the_image_gives_the_same_l
   them (the same 4x4 grid, position embeddings unchanged). Enlarging the whole
   image instead blends neighbouring patches at their borders, so big_vision's
   "on 2x larger input image, the result will match" holds only roughly."""
-  from vit_jax import checkpoint, finetune
+  from vit_jax import checkpoint
+  from vit_jax.files import fit
   small = tiny_vit(patch_size=4)
   params = perturbed(init(small, 16))['params']
   checkpoint.save(str(tmp_path / 'p4.npz'), params)
   large = tiny_vit(patch_size=8)
   config = models.get_config('ViT-Ti_16', num_classes=10, **{**TINY_VIT, 'patch_size': 8})
-  fitted = finetune.load_pretrained(str(tmp_path / 'p4.npz'), init(large, 32)['params'], config,
+  fitted = fit.load_pretrained(str(tmp_path / 'p4.npz'), init(large, 32)['params'], config,
                                     keep_head=True)
   x = images(2, 16)
   patches = x.reshape(2, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 4, 4, 3)

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Sequence
 # and re-running a command's module as __main__ would define its flags twice.
 # A name ending in '.*' stands for every module of that package.
 PROJECT = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections',
-           'matplotlib.pyplot', 'scipy.stats', 'vit_jax.loop', 'vit_jax.models',
+           'matplotlib.pyplot', 'scipy.stats', 'vit_jax.training.loop', 'vit_jax.models',
            'analysis.tool', 'analysis.tool_options', 'analysis.measures.*',
            'analysis.reporting.*', 'analysis.runtime.*')
 # The other side of the comparisons with timm and `transformers`: torch, timm (and the

@@ -13,7 +13,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from vit_jax import console, finetune, settings
+from vit_jax import console, training
 from vit_jax.errors import ConfigError, Interrupted, UserError
 
 flags.DEFINE_bool('traceback', False, 'Show the traceback of a user error (a wrong setting, '
@@ -92,7 +92,7 @@ class RecipeParser(ConfigFileFlagParser):
     config = load_recipe(path)
     argv = sys.argv if self.argv is None else self.argv
     take_pretrained_model(config, argv, self.name)
-    settings.add_model_fields(config, settings.model_overrides(argv, config, self.name))
+    training.add_model_fields(config, training.model_overrides(argv, config, self.name))
     config.lock()
     return config
 
@@ -112,8 +112,8 @@ def take_pretrained_model(config: ml_collections.ConfigDict, argv: Sequence[str]
   """
   given = _flag_value(argv, f'{flag}.pretrained')
   path = config.get('pretrained') if given is None else given
-  if finetune.take_folder_model(config, path) is None:
-    finetune.take_recorded_model(config, path, _flag_value(argv, 'workdir'))
+  if training.take_folder_model(config, path) is None:
+    training.take_recorded_model(config, path, _flag_value(argv, 'workdir'))
 
 
 def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:
@@ -163,7 +163,7 @@ def check_recipe_overrides(argv: Sequence[str], config_flags: Sequence[str],
       recipe = load_recipe(spec)
       if fields:
         take_pretrained_model(recipe, argv, name)
-        settings.check_overrides(argv, recipe, name)
+        training.check_overrides(argv, recipe, name)
 
 
 def _say(error: UserError, traceback: bool) -> None:

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Sequence
 import ml_collections
 from absl import flags
 
-from vit_jax import checkpoint, entry, hf_files, steps, workdir
-from vit_jax.atomic import atomic_write
+from vit_jax import entry, files, training
 from vit_jax.errors import UserError
+from vit_jax.files import atomic_write
 
 FLAGS = flags.FLAGS
 
@@ -38,23 +38,23 @@ def transformers_folder(run: str, folder: str) -> str:
       before anything is written; a model `transformers` cannot express, or a
       folder it may not write (`hf_files.write`'s CheckpointError).
   """
-  results_path = os.path.join(run, workdir.RESULTS)
+  results_path = os.path.join(run, files.RESULTS)
   params_path = os.path.join(run, 'params.npz')
   for path in (results_path, params_path):
     if not os.path.isfile(path):
       raise UserError(f'{path} is missing: the run in {run} has not finished. Finish it (the '
                       'same training command) before exporting it.')
-  settings = workdir.recorded_settings(run)
+  settings = training.recorded_settings(run)
   if settings is None:
-    raise UserError(f'{run} holds no {workdir.RECORD}, the recipe of its run: it is not a '
+    raise UserError(f'{run} holds no {files.RECORD}, the recipe of its run: it is not a '
                     'workdir of the training command.')
   recipe = ml_collections.ConfigDict(settings)
   reads = (run, recipe.get('pretrained'))
-  hf_files.claim_folder(folder, reads)
-  data = workdir.recorded_data(run) or {}
+  files.claim_transformers_folder(folder, reads)
+  data = training.recorded_data(run) or {}
   labels = (data.get('train') or {}).get('classes')
   if not labels:
-    raise UserError(f'{run} records no classes of its training data ({workdir.DATA}): its '
+    raise UserError(f'{run} records no classes of its training data ({files.DATA}): its '
                     'head\'s classes are not known. Rerun the training command in it to record '
                     'them.')
   try:
@@ -67,12 +67,12 @@ def transformers_folder(run: str, folder: str) -> str:
     raise UserError(f'{results_path} holds no JSON object: rerun the training command in the '
                     'workdir to write it again.')
   # The run's model: one output per class of its training data, as the loop builds it.
-  config = steps.model_config(recipe, len(labels))
-  hf_files.write(folder, checkpoint.load(params_path), config, recipe.image_size, labels,
+  config = training.model_config(recipe, len(labels))
+  files.write_transformers(folder, files.load(params_path), config, recipe.image_size, labels,
                  reads=reads)
-  with open(os.path.join(folder, hf_files.CONFIG)) as f:
+  with open(os.path.join(folder, files.TRANSFORMERS_CONFIG)) as f:
     architecture = json.load(f)['architectures'][0]
-  path = os.path.join(folder, hf_files.CARD)
+  path = os.path.join(folder, files.TRANSFORMERS_CARD)
   with atomic_write(path) as f:
     f.write(model_card(recipe, data, results, architecture))
   return path
@@ -94,8 +94,8 @@ def check_recipe(recipe: ml_collections.ConfigDict, run: str, folder: str) -> No
     CheckpointError: naming what transformers cannot express, or what the folder
       holds.
   """
-  hf_files.claim_folder(folder, reads=(run, recipe.get('pretrained')))
-  hf_files.check_writable(steps.model_config(recipe, 2), recipe.image_size)
+  files.claim_transformers_folder(folder, reads=(run, recipe.get('pretrained')))
+  files.check_transformers_writable(training.model_config(recipe, 2), recipe.image_size)
 
 
 def model_card(recipe: Mapping[str, Any], data: Mapping[str, Any],

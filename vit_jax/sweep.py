@@ -28,11 +28,10 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from vit_jax import entry, loop, settings
-from vit_jax import workdir as workdirs
-from vit_jax.atomic import atomic_write
+from vit_jax import entry, training
 from vit_jax.cpu_devices import split_cpu_into_devices
 from vit_jax.errors import ConfigError, WorkdirError
+from vit_jax.files import atomic_write
 from vit_jax.sweep_rows import recipe_row, row_config, seeded_label
 
 RESULT = 'result.json'
@@ -89,7 +88,7 @@ def run_row(config: ml_collections.ConfigDict, label: str, workdir: str) -> Dict
   if source is not None:
     run_row(config, source, workdir)
   start = time.perf_counter()
-  summary = loop.train_and_evaluate(row, os.path.join(workdir, label))
+  summary = training.train_and_evaluate(row, os.path.join(workdir, label))
   # A row's fields may hold ConfigDicts (a recipe's `model`): stored as plain JSON.
   fields = json.loads(json.dumps(dict(config.sweep.rows)[label], default=lambda o: o.to_dict()))
   result = {'label': label, 'fields': fields,
@@ -109,9 +108,10 @@ def _earlier_result(path: str, row: ml_collections.ConfigDict, label: str, workd
   except (ValueError, KeyError, TypeError) as e:
     raise WorkdirError(f'{path} is not a sweep result ({type(e).__name__}: {e}); delete '
                        f'{os.path.dirname(path)} to train row {label!r} again.') from e
-  recorded = workdirs.recorded_settings(os.path.join(workdir, label))
+  recorded = training.recorded_settings(os.path.join(workdir, label))
   if recorded is not None:
-    changed = workdirs.differences(recorded, workdirs.settings_of(settings.check(row)))
+    changed = training.recipe_differences(
+        recorded, training.settings_of(training.check_settings(row)))
     if changed:
       raise WorkdirError(
           f'Sweep row {label!r} in {workdir} was trained with other settings '

@@ -1,4 +1,4 @@
-"""The training command: pretraining from scratch and fine-tuning (`vit_jax.loop`).
+"""The training command: pretraining from scratch and fine-tuning (`vit_jax.training.loop`).
 
     python -m vit_jax.train --config configs/quickstart_vit.py --workdir DIR \
         [--config.batch_size=256 ...]
@@ -13,7 +13,7 @@ from typing import Sequence
 import jax
 from absl import flags
 
-from vit_jax import entry, export, loop, original
+from vit_jax import entry, export, original, training
 from vit_jax.cpu_devices import split_cpu_into_devices
 
 FLAGS = flags.FLAGS
@@ -57,8 +57,8 @@ def main(argv: Sequence[str]) -> None:
     export.check_recipe(FLAGS.config, FLAGS.workdir, FLAGS.export_transformers)
   print(f'Process {jax.process_index()} of {jax.process_count()}, '
         f'{jax.device_count()} devices in all.', flush=True)
-  summary = loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)
-  print(f'Final {loop.evaluation_line(summary)}; the run\'s files are in {FLAGS.workdir}.')
+  summary = training.train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.reconfigure)
+  print(f'Final {training.evaluation_line(summary)}; the run\'s files are in {FLAGS.workdir}.')
   if FLAGS.export_transformers and jax.process_index() == 0:
     card = export.transformers_folder(FLAGS.workdir, FLAGS.export_transformers)
     print(f'Exported for transformers: {card} and the model beside it.')

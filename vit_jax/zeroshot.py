@@ -27,9 +27,9 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from vit_jax import augment, checkpoint, entry, input_pipeline, layout, models, tokenizers
-from vit_jax.atomic import atomic_write
+from vit_jax import data, entry, files, models
 from vit_jax.errors import ConfigError, DataError
+from vit_jax.files import atomic_write
 from vit_jax.models.family import CheckpointError
 
 # The short list of CLIP's ImageNet prompts that the LiT notebook uses by default.
@@ -50,7 +50,7 @@ def preprocess_image(image: np.ndarray, size: int, crop: bool = False) -> np.nda
   Returns:
     The (size, size, 3) float32 image.
   """
-  image = augment.eval_resize(augment.to_rgb(image), size, size if crop else None)
+  image = data.eval_resize(data.to_rgb(image), size, size if crop else None)
   return image.astype(np.uint8).astype(np.float32) / np.float32(127.5) - 1
 
 
@@ -78,11 +78,11 @@ def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dic
   Returns:
     The parameters.
   """
-  params = checkpoint.load(path, config.name)
+  params = files.load(path, config.name)
   images = jnp.zeros((1, config.image_size, config.image_size, 3))
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images=images,
                                              tokens=jnp.ones((1, config.max_len), jnp.int32)))
-  layout.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
+  files.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
                            flax.traverse_util.flatten_dict(shapes['params'], sep='/'),
                            f'{path} (for {config.name})')
   return params
@@ -209,10 +209,10 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
   model = models.build_model(config)
   params = load_params(checkpoint_path, model, config)
   vocab = vocab or default_vocab(checkpoint_path, config)
-  tokenizer = tokenizers.get_tokenizer(config.tokenizer, vocab, config.max_len, model_name)
+  tokenizer = data.get_tokenizer(config.tokenizer, vocab, config.max_len, model_name)
   _check_vocabulary(tokenizer, params, vocab, model_name)
 
-  source = input_pipeline.get_source(dataset, split, data_dir, process_index=0, process_count=1)
+  source = data.get_source(dataset, split, data_dir, process_index=0, process_count=1)
   names = list(class_names) if class_names is not None else list(source.class_names)
   check_class_names(names, f'{dataset} (its class names)')
   if len(names) != source.num_classes:
@@ -230,7 +230,7 @@ def zero_shot(model_name: str, checkpoint_path: str, dataset: str, *, split: str
 
   zclasses = class_embeddings(model, params, tokenizer, names, prompts)
   batches = grain.MapDataset.range(math.ceil(len(examples) / batch_size)).map(batch)
-  result = classify(model, params, input_pipeline.Batches(batches), zclasses)
+  result = classify(model, params, data.Batches(batches), zclasses)
   return dict(result, model=model_name, checkpoint=checkpoint_path, dataset=dataset, split=split,
               num_classes=len(names), prompts=list(prompts), crop=crop)
 

@@ -16,10 +16,9 @@ from analysis.cli import events, loading, out_folder, planning, report
 from analysis.cli.request import Request
 from analysis.reporting import runs
 from analysis.runtime import estimate, features, stopping
-from vit_jax import budget
-from vit_jax import workdir as workdirs
-from vit_jax.atomic import atomic_write
+from vit_jax import files, training
 from vit_jax.errors import ConfigError, DataError, UserError
+from vit_jax.files import atomic_write
 
 log = logging.getLogger('analysis')
 
@@ -44,7 +43,7 @@ def run(request: Request) -> Dict:
   check_amounts(request.num_images, request.batch_size)
   out_folder.check_out(request.out)
   try:
-    seconds = budget.parse_duration(request.time_budget) if request.time_budget else None
+    seconds = training.parse_duration(request.time_budget) if request.time_budget else None
   except ValueError as e:
     raise ConfigError(f'--{e}') from None
   if seconds is not None and seconds <= 0:
@@ -347,13 +346,13 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
     splits: the splits the tools read ('train', 'eval': `Tool.splits`).
     run_dirs: each model's training workdir, by label, where it came from one.
   """
-  from vit_jax import input_pipeline  # TFDS and Grain, only where data is read
+  from vit_jax import data  # TFDS and Grain, only where data is read
   for s in subjects:
     name = dataset or s.recipe.dataset
-    source = input_pipeline.get_source(name, s.recipe.eval_split, s.recipe.data_dir)
+    source = data.get_source(name, s.recipe.eval_split, s.recipe.data_dir)
     for split in [{'train': s.recipe.train_split, 'eval': s.recipe.eval_split}[k]
                   for k in ('train', 'eval') if k in splits]:
-      read = input_pipeline.get_source(name, split, s.recipe.data_dir)
+      read = data.get_source(name, split, s.recipe.data_dir)
       if read.num_examples < num_images:
         raise DataError(f'{name}:{split} has {read.num_examples} images, fewer than '
                         f'--num_images={num_images}: give --num_images={read.num_examples} '
@@ -364,12 +363,12 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
           f'{source.num_classes}: analyse it on the data it was trained on (its recipe\'s '
           'dataset, or --dataset).')
     run_dir = (run_dirs or {}).get(s.label)
-    recorded = workdirs.recorded_data(run_dir) if run_dir else None
+    recorded = training.recorded_data(run_dir) if run_dir else None
     trained = (recorded or {}).get('train', {}).get('classes')
     if trained and source.class_names and list(source.class_names) != trained:
       raise DataError(
           f'{s.label} was trained on the classes {trained} (its workdir\'s '
-          f'{workdirs.DATA}), but {source.name} names {list(source.class_names)}: its labels '
+          f'{files.DATA}), but {source.name} names {list(source.class_names)}: its labels '
           'would mean other classes. Analyse it on data with the classes it was trained on, '
           'in that order.')
     s.class_names = tuple(source.class_names)

@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from analysis import tool
-from vit_jax.events import EventWriter
+from vit_jax.training import EventWriter
 
 
 def write_events(results: Mapping[str, Mapping], logdirs: Mapping[str, str],

@@ -11,8 +11,7 @@ import ml_collections
 
 from analysis.cli.request import Request
 from analysis.runtime import features
-from vit_jax import settings, sweep_rows
-from vit_jax import workdir as workdirs
+from vit_jax import files, sweep_rows, training
 from vit_jax.errors import ConfigError, WorkdirError
 
 Loaded = Tuple[features.Subject, str, Optional[str]]  # the model, its source, its workdir
@@ -88,7 +87,8 @@ def _subject(request: Request, config: ml_collections.ConfigDict, workdir: Optio
     config, label = sweep_rows.row_config(config, row), f'{config.sweep.name}_{row}'
   elif row is not None:
     raise ConfigError(f'--row{which} needs a sweep recipe as --config{which}.')
-  settings.check(config)  # a field of the wrong type is one sentence, before the model loads
+  # a field of the wrong type is one sentence, before the model loads
+  training.check_settings(config)
   subject = features.load_subject(config.model_name, path, config.image_size,
                                   dict(config.model), label=label, recipe=config)
   if request.sharding == 'fsdp':
@@ -126,14 +126,14 @@ def _runs(request: Request, config: ml_collections.ConfigDict, workdir: Optional
                       f'them without --checkpoint{which}.')
   recorded = {}
   for d in dirs:
-    recorded[d] = workdirs.recorded_settings(d)
+    recorded[d] = training.recorded_settings(d)
     if recorded[d] is None:
       raise ConfigError(f'{d} recorded no training settings: --workdir{which} takes the '
                         'workdirs of training runs of one recipe (python -m vit_jax.sweep '
                         '--seeds 0,1,2 trains them).')
   seeds = {d: recorded[d].get('seed', 0) for d in dirs}
   for d in dirs[1:]:
-    changed = [line for line in workdirs.differences(recorded[dirs[0]], recorded[d])
+    changed = [line for line in training.recipe_differences(recorded[dirs[0]], recorded[d])
                if not line.startswith('seed:')]
     if changed:
       raise ConfigError(f'--workdir{which} holds runs of different recipes: {d} differs from '
@@ -191,24 +191,24 @@ def at_steps(loaded: Sequence[Loaded], words: Sequence[str], groups: Dict[str, T
                         'give --workdir, not --checkpoint.')
     recipe = subject.recipe
     # The run's own warm-up, where it recorded its settings.
-    warmup = (workdirs.recorded_settings(workdir) or {}).get('warmup_steps', recipe.warmup_steps)
+    warmup = (training.recorded_settings(workdir) or {}).get('warmup_steps', recipe.warmup_steps)
     for word in words:
       if word == LAST:
         path = os.path.join(workdir, 'params.npz')
-        results = os.path.join(workdir, workdirs.RESULTS)
+        results = os.path.join(workdir, files.RESULTS)
         step = LAST
         if os.path.exists(results):
           with open(results) as f:
             step = json.load(f)['step']
       else:
         try:
-          step, = workdirs.kept_steps(word, warmup)
+          step, = training.kept_steps(word, warmup)
         except ValueError as e:
           raise ConfigError(f'--steps: {e}; give \'warmup\', step numbers or '
                             f'{LAST!r}.') from None
-        path = workdirs.kept_params_path(workdir, step)
+        path = training.kept_params_path(workdir, step)
         if not os.path.exists(path):
-          kept = sorted(glob.glob(workdirs.kept_params_path(workdir, '*')))
+          kept = sorted(glob.glob(training.kept_params_path(workdir, '*')))
           raise WorkdirError(
               f'{path} does not exist: the run in {workdir} kept no parameters at step {step} '
               f'({word}). Kept there: {", ".join(map(os.path.basename, kept)) or "none"}. '

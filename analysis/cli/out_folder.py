@@ -12,9 +12,9 @@ from typing import Iterator, List, Mapping
 from analysis import tool
 from analysis.cli import report
 from analysis.reporting import plots
-from vit_jax import workdir as workdirs
-from vit_jax.atomic import atomic_write
+from vit_jax import files, training
 from vit_jax.errors import WorkdirError
+from vit_jax.files import atomic_write
 
 MANIFEST = 'analysis_files.json'  # the files this command wrote into --out
 
@@ -94,7 +94,7 @@ def check_out(out: str) -> None:
   """
   if os.path.exists(out) and not os.path.isdir(out):
     raise WorkdirError(f'--out {out} is a file; give a directory for the analysis.')
-  if os.path.isdir(out) and workdirs.is_run(out):
+  if os.path.isdir(out) and files.is_run(out):
     raise WorkdirError(f'--out {out} holds a training run (its config.json, parameters or '
                        'checkpoints); give the analysis a directory of its own.')
 
@@ -152,7 +152,7 @@ def holding(out: str) -> Iterator[None]:
     raise WorkdirError(f'--out {out} cannot be created ({e.strerror}); give a directory you '
                        'can write to.') from None
   lock = os.path.join(out, OUT_LOCK)
-  workdirs.take_lock(lock, 'the analysis', 'give this one another --out')
+  training.take_lock(lock, 'the analysis', 'give this one another --out')
   try:
     yield
   finally:

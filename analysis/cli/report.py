@@ -21,7 +21,7 @@ from analysis.cli import planning
 from analysis.measures import similarity
 from analysis.reporting import conventions, joint_figures, plots, runs, verdict
 from analysis.reporting.verdict import Z, Verdict
-from vit_jax.atomic import atomic_write
+from vit_jax.files import atomic_write
 
 SUBJECTS_FILE = 'subjects.json'
 FAILURES_FILE = 'failures.json'  # tool name -> why it failed

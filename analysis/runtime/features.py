@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis.runtime import progress
-from vit_jax import checkpoint, hf_files, layout, models, sharding, timm_files, workdir as workdirs
+from vit_jax import files, models, training
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -39,11 +39,11 @@ def shard_examples(x: Any, axis: int = 0, mesh: Optional[Mesh] = None) -> jax.Ar
   """
   size = x.shape[axis]
   spec = [None] * x.ndim
-  spec[axis] = sharding.AXIS
+  spec[axis] = training.AXIS
   if mesh is not None:
     return jax.device_put(x, NamedSharding(mesh, P(*spec) if size % mesh.size == 0 else P()))
   count = max(n for n in range(1, jax.device_count() + 1) if size % n == 0)
-  return jax.device_put(x, NamedSharding(sharding.make_mesh(jax.devices()[:count]), P(*spec)))
+  return jax.device_put(x, NamedSharding(training.make_mesh(jax.devices()[:count]), P(*spec)))
 
 
 @dataclasses.dataclass
@@ -194,7 +194,7 @@ class Subject:
 
 def split_parameters(subject: Subject) -> Subject:
   """`subject` with its parameters split over every device as fully sharded
-  training splits them (`vit_jax.sharding`, rule 'fsdp'): each device holds about
+  training splits them (`vit_jax.training.sharding`, rule 'fsdp'): each device holds about
   1/n of them; batches and Lanczos vectors follow onto the same mesh. The
   computations are those of whole parameters, up to the order of float sums.
 
@@ -204,8 +204,8 @@ def split_parameters(subject: Subject) -> Subject:
   Returns:
     A copy whose parameters are split, with their `mesh`.
   """
-  mesh = sharding.make_mesh()
-  params = jax.device_put(subject.params, sharding.state_shardings(subject.params, mesh, 'fsdp'))
+  mesh = training.make_mesh()
+  params = jax.device_put(subject.params, training.state_shardings(subject.params, mesh, 'fsdp'))
   return dataclasses.replace(subject, params=params, mesh=mesh, _compiled={})
 
 
@@ -248,7 +248,7 @@ def describe(subject: Subject, workdir: Optional[str] = None) -> Dict[str, Any]:
            'image_size': subject.image_size}
   if subject.recipe is not None and subject.recipe.get('tier'):
     about['tier'] = subject.recipe.tier
-  results = os.path.join(workdir, workdirs.RESULTS) if workdir else None
+  results = os.path.join(workdir, files.RESULTS) if workdir else None
   if results and os.path.exists(results):
     with open(results) as f:
       ended = json.load(f)
@@ -348,28 +348,28 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   Returns:
     The subject.
   """
-  folder = os.path.isdir(path) and hf_files.is_folder(path)  # read as checkpoint.load reads it
+  folder = os.path.isdir(path) and files.is_transformers_folder(path)  # read as files.load reads it
   if os.path.isdir(path) and not folder:  # a workdir's params.npz, or a download's weights
-    path = checkpoint.weights_file(path)
+    path = files.weights_file(path)
   config = models.get_config(model_name, **(overrides or {}))
   family = models.require(config, models.CLASSIFY)
   if family.can(models.SCAN) and config.scan_layers:
     # the tools read what each block sows, under its own name
     config.scan_layers = False
-  if not folder and path.endswith(timm_files.STATE_DICT_SUFFIXES):
+  if not folder and path.endswith(files.STATE_DICT_SUFFIXES):
     fields = {k: v for k, v in (overrides or {}).items() if k != 'scan_layers'}
-    params = checkpoint.load(path, model_name, **fields)
+    params = files.load(path, model_name, **fields)
   else:
-    params = checkpoint.load(path)
+    params = files.load(path)
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
   config.num_classes = int(head[0].shape[-1]) if head else 0
   expected = jax.eval_shape(models.build_model(config).init, jax.random.PRNGKey(0),
                             jnp.zeros((1, image_size, image_size, 3)))['params']
-  layout.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
-  broken = layout.non_finite(params)
+  files.check_matches(flat, flax.traverse_util.flatten_dict(expected, sep='/'), path)
+  broken = files.non_finite(params)
   if broken:
-    raise checkpoint.CheckpointError(
+    raise files.CheckpointError(
         f'{path} holds NaN or infinite parameters in {len(broken)} arrays (e.g. {broken[0]}): '
         'the run that wrote it diverged; analyse an earlier checkpoint.')
   return Subject(label or config.name, config, jax.tree_util.tree_map(jnp.asarray, params),
@@ -392,9 +392,9 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
   Returns:
     The batches.
   """
-  from vit_jax import input_pipeline  # Grain and TFDS, only where data is read
-  source = input_pipeline.get_source(dataset or recipe.dataset, split, recipe.data_dir)
-  batches = input_pipeline.train_dataset(
+  from vit_jax import data  # Grain and TFDS, only where data is read
+  source = data.get_source(dataset or recipe.dataset, split, recipe.data_dir)
+  batches = data.train_dataset(
       source, batch_size=batch_size, image_size=recipe.image_size, seed=recipe.seed,
       process_count=1, local_devices=1, **recipe.input)
   for batch in batches:
@@ -419,13 +419,13 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   Returns:
     The batches.
   """
-  from vit_jax import input_pipeline  # Grain and TFDS, only where data is read
-  source = input_pipeline.get_source(dataset, split, data_dir)
+  from vit_jax import data  # Grain and TFDS, only where data is read
+  source = data.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
     raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '
                      f'{num_images} asked for.')
   source = source.first(num_images)
-  batches = input_pipeline.eval_dataset(source, batch_size=batch_size, image_size=image_size,
+  batches = data.eval_dataset(source, batch_size=batch_size, image_size=image_size,
                                         process_count=1, local_devices=1)
   for batch in batches:
     if batch['mask'].all():

@@ -1,5 +1,5 @@
 """The objectives whose curvature the Hessian and landscape tools measure: a zoo
-model's training loss (`vit_jax.steps.loss_fn`) on fixed stacked batches, plus an
+model's training loss (`vit_jax.training.steps.loss_fn`) on fixed stacked batches, plus an
 explicit L2 term, as functions (params, batches) -> a scalar for
 `analysis.measures.curvature`'s products.
 """
@@ -11,7 +11,7 @@ import ml_collections
 import optax.tree_utils as otu
 
 from analysis.measures.curvature import Loss, sum_over_batches
-from vit_jax import cpu_devices, steps
+from vit_jax import cpu_devices, training
 
 
 def training_loss(model: Any, l2: float = 0., kind: str = 'softmax', label_smoothing: float = 0.,
@@ -36,7 +36,7 @@ def training_loss(model: Any, l2: float = 0., kind: str = 'softmax', label_smoot
     def batch_loss(batch):
       images, labels = batch
       logits = model.apply({'params': params}, images, train=False)
-      return steps.loss_fn(logits, labels, kind, label_smoothing).mean()
+      return training.loss_fn(logits, labels, kind, label_smoothing).mean()
     count = batches[0].shape[0]
     total = sum_over_batches(batch_loss, batches, jnp.zeros(()), unroll)
     mask = l2_mask(params) if l2_mask else jax.tree_util.tree_map(lambda _: True, params)
@@ -88,7 +88,7 @@ def recipe_objective(model: Any, recipe: ml_collections.ConfigDict, unroll: bool
     raise ValueError(f'Unknown L2 coverage {l2_on!r}; use one of {", ".join(L2_ON)}.')
   l2 = l2_coefficient(recipe)
   loss = training_loss(model, l2, recipe.loss, recipe.label_smoothing,
-                       steps.kernel_mask if l2_on == 'kernels' else None, unroll)
+                       training.kernel_mask if l2_on == 'kernels' else None, unroll)
   return loss, {'loss': recipe.loss, 'label_smoothing': recipe.label_smoothing, 'l2': l2,
                 'l2_on': l2_on}
 

@@ -32,7 +32,7 @@ import safetensors
 import safetensors.numpy
 
 from analysis.measures import sparse_autoencoder
-from vit_jax import torch_save
+from vit_jax import files
 
 PARAMS = ('W_enc', 'b_enc', 'W_dec', 'b_dec')  # a dictionary's arrays, in every format
 FORMATS = ('npz', 'safetensors')  # this project's files
@@ -67,14 +67,14 @@ _PRISMA_ACTIVATIONS = {'relu': 'relu_l1', 'topk': 'topk'}
 
 
 def _torch_load(data: Union[str, bytes], path: str) -> Any:
-  """What a `torch.save` file (or its bytes) holds, read by `vit_jax.torch_save`:
+  """What a `torch.save` file (or its bytes) holds, read by `vit_jax.files.torch_save`:
   tensors as numpy arrays and ViT-Prisma's classes as records of their fields,
   nothing the file names run. What cannot be read is a ValueError naming `path`."""
   try:
     if isinstance(data, bytes):
-      return torch_save.loads(data, records=('vit_prisma',))
-    return torch_save.load(data, records=('vit_prisma',))
-  except torch_save.UnsafeFileError as error:
+      return files.torch_loads(data, records=('vit_prisma',))
+    return files.torch_load(data, records=('vit_prisma',))
+  except files.UnsafeFileError as error:
     message = str(error)
     raise ValueError(message if message.startswith(path) else
                      f'{path} cannot be read: its weights {message}.') from None
@@ -277,7 +277,7 @@ def load(path: str) -> Tuple[sparse_autoencoder.Params, sparse_autoencoder.Spec,
         arrays = {k: data[k] for k in data.files if '/' not in k}
         written = {k[len('spec/'):]: data[k].item() for k in data.files if k.startswith('spec/')}
         about = {k[len('about/'):]: str(data[k]) for k in data.files if k.startswith('about/')}
-  except (*torch_save.ZIP_ERRORS, KeyError, safetensors.SafetensorError) as e:  # damaged
+  except (*files.ZIP_ERRORS, KeyError, safetensors.SafetensorError) as e:  # damaged
     raise ValueError(f'{path} is not a readable SAE dictionary ({type(e).__name__}: '
                      f'{" ".join(str(e).split())[:200]}).') from None
   if not isinstance(written, dict) or not isinstance(about, dict):

@@ -1,12 +1,12 @@
 """An analysis stopped by SIGTERM or Ctrl-C, as training is: the signal is noted
-(`vit_jax.signals`) and the analysis stops at the next safe point, after its running
+(`vit_jax.training.signals`) and the analysis stops at the next safe point, after its running
 batch, Hessian-vector product or tool (`check`), with one line (`Stopped`); the
 results of the tools that finished stay in --out. A second Ctrl-C stops at once
 (`errors.Interrupted`)."""
 import contextlib
 from typing import Iterator, List, Tuple
 
-from vit_jax import signals
+from vit_jax import training
 from vit_jax.errors import Interrupted, UserError
 
 
@@ -14,7 +14,7 @@ class Stopped(UserError):
   """An analysis stopped by SIGTERM or Ctrl-C at a safe point."""
 
 
-_NOTED: List[Tuple[signals.NotedSignals, str]] = []  # the open `on_signals`, innermost last
+_NOTED: List[Tuple[training.NotedSignals, str]] = []  # the open `on_signals`, innermost last
 
 
 @contextlib.contextmanager
@@ -25,7 +25,7 @@ def on_signals(out: str) -> Iterator[None]:
   Args:
     out: --out, named in the message.
   """
-  with signals.NotedSignals('stopping after the running batch or tool; the results of '
+  with training.NotedSignals('stopping after the running batch or tool; the results of '
                             f'the tools that finished stay in {out}') as noted:
     _NOTED.append((noted, out))
     try:

@@ -17,8 +17,8 @@ from analysis.tool import (Batches, Subject, Tool, each_model, figure_path, mode
 from analysis.runtime.estimate import Amounts, Work
 from analysis.tool_options import Budget, option
 from analysis.tools.common import check_lanczos, fixed_batches, lanczos_steps_option
-from vit_jax.steps import kernel_mask
 from vit_jax.models.family import CONVNET, TRANSFORMER
+from vit_jax.training import kernel_mask
 
 # An SLQ density is drawn down to 1e-8 of its peak, so that its extreme Ritz values,
 # whose quadrature weights are about 1e-6, show as bumps in the tails.

@@ -17,7 +17,7 @@ from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
 from analysis.tools.common import check_lanczos, fixed_batches, lanczos_steps_option
-from vit_jax.steps import kernel_mask
+from vit_jax.training import kernel_mask
 
 L2_TERMS = ('authors', 'objective')
 MIN_POINTS = 11  # the authors' `get_loss_landscape` default

@@ -26,7 +26,7 @@ from analysis.runtime.estimate import Work
 from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, per_model, register,
                            take)
 from analysis.tool_options import option
-from vit_jax import steps
+from vit_jax import training
 
 TRAIN_NLLS = ('training', 'plain')
 
@@ -82,7 +82,7 @@ def training_loss_and_accuracy(subject: Subject):
     logits = subject.model.apply({'params': params}, images, train=True,
                                  rngs={'dropout': key}).astype(jnp.float32)
     targets = labels if labels.ndim == 2 else jax.nn.one_hot(labels, logits.shape[-1])
-    loss = steps.loss_fn(logits, targets, recipe.loss, recipe.label_smoothing)
+    loss = training.loss_fn(logits, targets, recipe.loss, recipe.label_smoothing)
     correct = jnp.argmax(logits, -1) == jnp.argmax(targets, -1)
     return jnp.stack([loss.mean(), correct.mean()])
   return lambda images, labels, index: measure(

@@ -268,7 +268,7 @@ class Family:
   # fixes (head, classes) and the `image_size` its position embeddings are for.
   timm_fields: Optional[Callable[[Mapping[str, Any], ml_collections.ConfigDict],
                                  Dict[str, Any]]] = None
-  # Hugging Face `transformers` folders (`vit_jax.hf_files`): the model types the
+  # Hugging Face `transformers` folders (`vit_jax.files.hf_files`): the model types the
   # family reads; a config.json -> the fields it sets (refusing one it cannot
   # express); the weights (the files' names) and the config.json -> (timm's names, extra published
   # parameters timm has no place for, the fields those extra parameters fix); and

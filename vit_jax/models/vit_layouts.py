@@ -307,7 +307,7 @@ def _hybrid_backbone_to_timm(flat):
   return out
 
 
-# Hugging Face `transformers` ViT folders (`vit_jax.hf_files`): `hidden_act` -> the
+# Hugging Face `transformers` ViT folders (`vit_jax.files.hf_files`): `hidden_act` -> the
 # ViT's `activation`, and the one each activation is written as.
 TRANSFORMERS_ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                             'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}

@@ -1,5 +1,5 @@
 """The original vit_jax's checkpoint functions (docs/original.md), on the project's
-readers and fine-tuning (`vit_jax.finetune`); the original's `load` is the
+readers and fine-tuning (`vit_jax.training.finetune`); the original's `load` is the
 project's own `vit_jax.checkpoint.load`. Imported as `vit_jax.checkpoint.<name>`.
 """
 import logging
@@ -11,12 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 
-from vit_jax import augreg, finetune
-from vit_jax import models as zoo
-from vit_jax.atomic import atomic_write
-from vit_jax.layout import Params, unflatten
+from vit_jax import files
+from vit_jax.files import Params, atomic_write, unflatten
 from vit_jax.models.family import CheckpointError
 from vit_jax.original import fields
+from vit_jax import models as zoo
 
 ORIGINAL_NAMES = ('copy', 'get_augreg_df', 'inspect_params', 'interpolate_posembed',
                   'load_pretrained', 'recover_tree')
@@ -91,7 +90,7 @@ def copy(src: str, dst: str, progress: bool = True, block_size: int = 10 * 1024 
 
 def load_pretrained(*, pretrained_path: str, init_params: Any, model_config: Any) -> Any:
   """Fine-tuning's start, with the original's keywords: the checkpoint fitted to
-  the model of `model_config` (an original model config) by `finetune.load_pretrained`
+  the model of `model_config` (an original model config) by `files.load_pretrained`
   (new head from `init_params`, pre-logits dropped without a representation size,
   position embeddings resized to the new grid).
 
@@ -104,7 +103,7 @@ def load_pretrained(*, pretrained_path: str, init_params: Any, model_config: Any
     The parameters, a FrozenDict like `init_params`.
   """
   init = flax.core.unfreeze(init_params)
-  params = finetune.load_pretrained(pretrained_path, init, fields.project_config(model_config))
+  params = files.load_pretrained(pretrained_path, init, fields.project_config(model_config))
   return flax.core.freeze(params)
 
 
@@ -134,7 +133,7 @@ def interpolate_posembed(posemb: Any, num_tokens: int, has_class_token: bool) ->
   return jnp.array(np.concatenate([posemb[:, :head], grid], axis=1))
 
 
-def get_augreg_df(directory: str = augreg.AUGREG_DIR) -> Any:
+def get_augreg_df(directory: str = files.AUGREG_DIR) -> Any:
   """The AugReg index (`directory/index.csv`) as a pandas DataFrame: one row per
   fine-tuning of a pre-training checkpoint (name, ds, lr, aug, wd, do, sd,
   best_val, final_val, adapt_*, filename, adapt_filename, ...).
@@ -146,6 +145,6 @@ def get_augreg_df(directory: str = augreg.AUGREG_DIR) -> Any:
     The DataFrame.
   """
   import pandas as pd  # pylint: disable=import-outside-toplevel
-  augreg.index(directory)  # a missing or wrong index, in one sentence
+  files.augreg_index(directory)  # a missing or wrong index, in one sentence
   with epath.Path(directory, 'index.csv').open() as f:
     return pd.read_csv(f)

@@ -38,7 +38,7 @@ def inference_time(config: ml_collections.ConfigDict, workdir: str) -> Dict[str,
   Returns:
     The statistics.
   """
-  from vit_jax import events  # pylint: disable=import-outside-toplevel
+  from vit_jax import training  # pylint: disable=import-outside-toplevel
   model_config = (model_configs.MODEL_CONFIGS[config.model_name] if config.get('model_name')
                   else config.get('model'))
   if model_config is None:
@@ -68,7 +68,7 @@ def inference_time(config: ml_collections.ConfigDict, workdir: str) -> Dict[str,
            for k in ('min', 'max', 'mean', 'std')}
   for key, value in stats.items():
     logging.info('%s=%f', key, value)
-  writer = events.EventWriter(workdir, log=True)
+  writer = training.EventWriter(workdir, log=True)
   writer.write_hparams(config.to_dict())
   writer.write_scalars(0, stats)
   writer.close()

@@ -9,10 +9,9 @@ import grain
 import jax
 import numpy as np
 
-from vit_jax import augment
+from vit_jax.data import (Batches, EXAMPLE_DRAWS, FOLDER_PREFIX, Source, eval_resize, get_source,
+                          inception_crop, mirrored, model_input, one_hot, random_draws)
 from vit_jax.errors import DataError
-from vit_jax.input_pipeline import (EXAMPLE_DRAWS, FOLDER_PREFIX, Batches, Source, get_source,
-                                    model_input, one_hot, random_draws)
 
 ORIGINAL_NAMES = ('MAX_IN_MEMORY', 'get_data', 'get_data_from_directory', 'get_data_from_tfds',
                   'get_dataset_info', 'get_datasets', 'get_directory_info', 'get_tfds_info',
@@ -165,10 +164,10 @@ def get_data(*, data: Sequence[Dict[str, Any]], mode: str, num_classes: int,
     image = image_decoder(features['image'])
     if mode == 'train':
       draws = random_draws(seed, EXAMPLE_DRAWS, position)
-      image = augment.inception_crop(image, image_size, draws)
-      mirror = augment.mirrored(1, draws)
+      image = inception_crop(image, image_size, draws)
+      mirror = mirrored(1, draws)
     else:
-      image, mirror = augment.eval_resize(image, image_size), None
+      image, mirror = eval_resize(image, image_size), None
     return {'image': model_input([image], 1, image_size, mirror)[0],
             'label': one_hot(features['label'], num_classes)}
 

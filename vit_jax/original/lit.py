@@ -7,10 +7,10 @@ directory or the public bucket) and its preprocessing (`pp`: `tokenizer_name`,
 import os
 from typing import Any, Callable, Dict, Optional
 
-from vit_jax import checkpoint
+from vit_jax import files
 from vit_jax.models.lit import LIT_DIR, TOKENIZERS
-from vit_jax.original import checkpoint as original_checkpoint
 from vit_jax.original import preprocess
+from vit_jax.original import checkpoint as original_checkpoint
 
 
 def _local(model: Any, suffix: str) -> Optional[str]:
@@ -45,7 +45,7 @@ def load_variables(model: Any, path: Optional[str] = None, cache: bool = True) -
       if cache:
         original_checkpoint.copy(path, f'{name}.npz')
         path = f'{name}.npz'
-  return {'params': checkpoint.load(path, name)}
+  return {'params': files.load(path, name)}
 
 
 def vocab_path(model: Any) -> str:

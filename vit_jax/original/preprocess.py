@@ -1,5 +1,5 @@
 """The original vit_jax's LiT preprocessing: tokenizers by name, images resized
-to [-1, 1], and one `tf.data` map function for both (`vit_jax.tokenizers`,
+to [-1, 1], and one `tf.data` map function for both (`vit_jax.data.tokenizers`,
 `vit_jax.zeroshot.preprocess_image`). Its `tf.data` parts need TensorFlow, which
 the project does not install: they run the numpy code inside the graph."""
 import dataclasses
@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Sequence, Type
 
 import numpy as np
 
-from vit_jax.tokenizers import TOKENIZERS, BertTokenizer, SentencepieceTokenizer, tensorflow
+from vit_jax.data import BertTokenizer, SentencepieceTokenizer, TOKENIZERS, tensorflow
 from vit_jax.zeroshot import preprocess_image
 
 __all__ = ['BertTokenizer', 'PreprocessImages', 'SentencepieceTokenizer', 'get_pp',

@@ -5,7 +5,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from vit_jax import checkpoint
+from vit_jax import files
 from vit_jax.original import models as original
 
 
@@ -21,4 +21,4 @@ def create_checkpoint(model_config: Any, path: str) -> None:
   variables = model.init(jax.random.PRNGKey(0), jnp.ones([1, 16, 16, 3], jnp.float32),
                          train=False)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  checkpoint.save(path, variables['params'])
+  files.save(path, variables['params'])

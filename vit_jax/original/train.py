@@ -13,9 +13,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from vit_jax import (augreg, finetune, input_pipeline, layout, loop, models, run_state, settings,
-                     steps)
-from vit_jax import workdir as workdirs
+from vit_jax import data, files, models, training
 from vit_jax.configs import common as original_common
 from vit_jax.errors import ConfigError, WorkdirError
 from vit_jax.original import fields as original_fields
@@ -44,7 +42,7 @@ def make_update_fn(*, apply_fn: Callable[..., Any], accum_steps: int,
   def update_fn(params, opt_state, batch, rng):
     _, new_rng = jax.random.split(rng)
     dropout_rng = jax.random.fold_in(rng, jax.lax.axis_index('batch'))
-    params, opt_state, loss, _ = steps.update(
+    params, opt_state, loss, _ = training.update_step(
         params, opt_state, {'image': batch['image'], 'label': batch['label']},
         apply_fn=apply_fn, tx=tx, loss='softmax', label_smoothing=0.,
         accum_steps=accum_steps or 1, dropout_key=lambda index: dropout_rng,
@@ -62,12 +60,12 @@ def _pretrained_file(config: ml_collections.ConfigDict) -> str:
   if not name:
     return os.path.join(config.pretrained_dir, f'{config.model.model_name}.npz')
   if '-' not in name:
-    rows = [row for row in augreg.index(config.pretrained_dir)
+    rows = [row for row in files.augreg_index(config.pretrained_dir)
             if row['filename'].split('-')[0] == name and row['ds'] == 'i21k']
     if not rows:
       raise ConfigError(f'The AugReg index in {config.pretrained_dir} has no ImageNet-21k '
                         f'checkpoint of {name}; name the file with '
-                        '--config=.../augreg.py:<file name without .npz>.')
+                        '--config=.../files.py:<file name without .npz>.')
     name = max(rows, key=lambda row: row['final_val'])['filename']
   return os.path.join(config.pretrained_dir, f'{name}.npz')
 
@@ -100,7 +98,7 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   missing = [k for k in ('dataset', 'model', 'pp', 'total_steps') if not config.get(k)]
   if missing:
     raise ConfigError(f'The config sets no {", ".join(missing)}; set them, e.g. '
-                      '--config.dataset=cifar10 (augreg.py needs the dataset).')
+                      '--config.dataset=cifar10 (files.py needs the dataset).')
   defaults = original_common.get_config()
   ignored = [k for k in ('shuffle_buffer', 'prefetch', 'tfds_manual_dir')
              if config.get(k) not in (None, defaults.get(k))]
@@ -112,7 +110,7 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   fields = {k: v for k, v in model.to_dict().items() if k not in ('family', 'name', 'num_classes')}
   dataset = config.dataset
   if os.path.isdir(dataset):  # the original reads DIR/train and DIR/test, whatever pp says
-      dataset, train_split, eval_split = input_pipeline.FOLDER_PREFIX + dataset, 'train', 'test'
+      dataset, train_split, eval_split = data.FOLDER_PREFIX + dataset, 'train', 'test'
   else:
     splits = [k for k in ('train', 'test') if k not in config.pp]
     if splits:
@@ -121,7 +119,7 @@ def recipe(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                         'none: it reads its train/ and test/).')
     train_split, eval_split = config.pp['train'], config.pp['test']
   every = config.eval_every or config.total_steps
-  project = settings.base_config()
+  project = training.base_config()
   project.update(dict(
       model_name=model.name, model=fields, pretrained=_pretrained_file(config),
       dataset=dataset, data_dir=config.get('tfds_data_dir'), train_split=train_split,
@@ -139,10 +137,10 @@ def _project_tree(raw: Any, template: Any, model_name: str, fields: Any) -> Any:
   """A tree of the original's parameter names (its params, or its momentum) as the
   project's module tree `template` holds them."""
   config = models.get_config(model_name, **fields)
-  flat = models.family_of(config).to_published(layout.flatten(raw))
+  flat = models.family_of(config).to_published(files.flatten(raw))
   tree = flax.serialization.from_state_dict(
-      template, layout.unflatten(models.family_of(config).module_layout(flat, config)))
-  for (path, have), want in zip(layout.flatten(tree).items(), layout.flatten(template).values()):
+      template, files.unflatten(models.family_of(config).module_layout(flat, config)))
+  for (path, have), want in zip(files.flatten(tree).items(), files.flatten(template).values()):
     if np.shape(have) != np.shape(want):
       raise ValueError(f'{path} is {np.shape(have)} where the model has {np.shape(want)}')
   return tree
@@ -181,14 +179,14 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
   except (KeyError, TypeError, ValueError, IndexError, OSError) as e:  # msgpack's: ValueErrors
     raise WorkdirError(f'{found} is not a checkpoint of the original vit_jax\'s train.py '
                        f'(params, optimizer state, step): {e}. Give another --workdir.') from None
-  broken = layout.non_finite({'params': params, 'momentum': trace})
+  broken = files.non_finite({'params': params, 'momentum': trace})
   if broken:
     raise WorkdirError(f'{found}, left by an original vit_jax run, holds NaN or infinite values '
                        f'({", ".join(broken[:3])}): its run diverged. Give another --workdir, or '
                        'move the file away to train from the pretrained model (it is kept).')
-  source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
-  setup = steps.build(config, source.num_classes, config.total_steps,
-                      params=finetune.initial_params(config, source.num_classes))
+  source = data.get_source(config.dataset, config.train_split, config.data_dir)
+  setup = training.build_steps(config, source.num_classes, config.total_steps,
+                      params=training.initial_params(config, source.num_classes))
   state = jax.device_get(setup.state)
   try:
     ours = _project_tree(params, state.params, config.model_name, config.model.to_dict())
@@ -203,10 +201,11 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
   opt = _counted_to(optax.tree_utils.tree_set(state.opt_state, trace=trace), step)
   adopted = state.replace(step=step, params=ours, opt_state=opt)
   adopted = jax.device_put(adopted, jax.tree_util.tree_map(lambda x: x.sharding, setup.state))
-  with workdirs.claim(workdir, config, defaults=settings.defaults()) as record:  # held while written; then the run's
+  # The workdir, held while the adopted state is written, then recorded as the run's.
+  with training.claim_workdir(workdir, config, defaults=training.defaults()) as record:
     manager = ocp.CheckpointManager(held, options=ocp.CheckpointManagerOptions(
         enable_async_checkpointing=False))
-    run_state.save(manager, step, adopted)
+    training.save_state(manager, step, adopted)
     manager.close()
     record()
   logging.info('Resuming from %s, left by an original vit_jax run, at step %d.', found, step)
@@ -245,12 +244,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   if adopted is not None and adopted >= config.total_steps:
     logging.info('%s holds the original run\'s checkpoint_%d, at or past total_steps=%d: '
                  'nothing to train.', workdir, adopted, config.total_steps)
-  loop.train_and_evaluate(config, workdir, reconfigure=False)
-  source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
-  setup = steps.build(config, source.num_classes, config.total_steps,
-                      params=finetune.initial_params(config, source.num_classes))
+  training.train_and_evaluate(config, workdir, reconfigure=False)
+  source = data.get_source(config.dataset, config.train_split, config.data_dir)
+  setup = training.build_steps(config, source.num_classes, config.total_steps,
+                      params=training.initial_params(config, source.num_classes))
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'))
-  state, _ = run_state.resume(manager, setup.state)
+  state, _ = training.resume_state(manager, setup.state)
   params, opt_state = jax.device_get((state.params, state.opt_state))
   step = int(state.step)
   newest = flax_checkpoints.latest_checkpoint(workdir)

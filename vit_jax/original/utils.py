@@ -9,7 +9,7 @@ import ml_collections
 from absl import logging
 from etils import epath
 
-from vit_jax import steps
+from vit_jax import training
 
 
 class GFileHandler(python_logging.StreamHandler):
@@ -60,7 +60,7 @@ def create_learning_rate_schedule(total_steps: int, base: float, decay_type: str
     raise ValueError(f'Unknown lr type {decay_type}')
   config = ml_collections.ConfigDict(dict(lr=base, warmup_steps=warmup_steps, decay=decay_type,
                                           linear_end=linear_end))
-  schedule = steps.learning_rate_schedule(config, total_steps)
+  schedule = training.learning_rate_schedule(config, total_steps)
   return lambda step: jnp.asarray(schedule(jnp.asarray(step, jnp.float32) / total_steps),
                                   jnp.float32)
 
@@ -80,7 +80,7 @@ def accumulate_gradient(loss_and_grad_fn: Callable[[Any, Any, Any], Tuple[Any, A
   Returns:
     (loss, gradient).
   """
-  return steps.accumulate_gradient(
+  return training.accumulate_gradient(
       lambda p, piece, index: loss_and_grad_fn(p, piece['image'], piece['label']),
       params, {'image': images, 'label': labels}, accum_steps or 1)
 

@@ -14,12 +14,12 @@ import ml_dtypes
 import numpy as np
 from etils import epath
 
-from vit_jax import models, torch_save
-from vit_jax.layout import (Params, check_matches, flatten, published, published_float32,
-                            unflatten)
-from vit_jax.models.family import Flat
-from vit_jax.models.family import CheckpointError
-from vit_jax.torch_save import UnsafeFileError
+from vit_jax import models
+from vit_jax.files import torch_save
+from vit_jax.files.layout import (Params, check_matches, flatten, published, published_float32,
+                                  unflatten)
+from vit_jax.files.torch_save import UnsafeFileError
+from vit_jax.models.family import CheckpointError, Flat
 
 # A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
 TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')

@@ -16,9 +16,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import ml_collections
 from ml_collections import config_dict
 
-from vit_jax import budget, models
-from vit_jax import workdir as workdirs
+from vit_jax import models
 from vit_jax.errors import ConfigError
+from vit_jax.training import budget
+from vit_jax.training import workdir as workdirs
 
 MIN_BUDGET_SECONDS = 30.  # data, compilation and the speed probe take tens of seconds on CPU
 
@@ -153,7 +154,7 @@ FIELDS: Dict[str, Field] = {
     'lr_mults': Field((), _lr_mults, '(regex, factor >= 0) pairs, each regex valid'),
 
     # Where the state lives on the mesh: 'data' replicates it, 'fsdp' splits every
-    # leaf over the devices (vit_jax.sharding).
+    # leaf over the devices (vit_jax.training.sharding).
     'sharding': Field('data', *_one_of('data', 'fsdp')),
     # Devices on the mesh's model axis, which splits attention heads and MLP hidden
     # units (tensor parallelism); the batch is split over the rest.

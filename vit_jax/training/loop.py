@@ -25,16 +25,15 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vit_jax import (augreg, budget, calibration, checkpoint, console, finetune, models,
-                     periodic, run_state, settings, signals, stall, steps)
-from vit_jax import workdir as workdirs
-from vit_jax.atomic import atomic_write
+from vit_jax import calibration, console, files, models
 from vit_jax.errors import ConfigError, DataError, WorkdirError
-from vit_jax.layout import flatten
-from vit_jax.steps import TrainingError
+from vit_jax.files import atomic_write, flatten
+from vit_jax.training import budget, finetune, periodic, run_state, settings, signals, stall, steps
+from vit_jax.training.steps import TrainingError
+from vit_jax.training import workdir as workdirs
 
 if TYPE_CHECKING:  # the data's module imports TFDS and Grain, which take seconds
-  from vit_jax.input_pipeline import Source
+  from vit_jax.data import Source
 
 log = logging.getLogger(__name__)
 
@@ -71,18 +70,18 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   Raises:
     TrainingError: naming all that is missing and what to do.
   """
-  from vit_jax import input_pipeline  # TFDS and Grain: imported once the settings are checked
-  augreg_dir = config.augreg_dir or augreg.AUGREG_DIR
-  if (str(config.pretrained).startswith(augreg.AUGREG_PREFIX) and '://' in augreg_dir
-      and not input_pipeline.can_download()):
+  from vit_jax import data  # TFDS and Grain: imported once the settings are checked
+  augreg_dir = config.augreg_dir or files.AUGREG_DIR
+  if (str(config.pretrained).startswith(files.AUGREG_PREFIX) and '://' in augreg_dir
+      and not data.can_download()):
     missing = (f'{config.pretrained} needs the AugReg index in {augreg_dir}, which cannot be '
-               f'reached. Copy {augreg.AUGREG_DIR}/index.csv and the files you need to a '
+               f'reached. Copy {files.AUGREG_DIR}/index.csv and the files you need to a '
                'directory and set --config.augreg_dir=<directory>.')
   else:
     missing = finetune.missing_pretrained(config)
   if missing and resumes_without_pretrained(config, workdir):
     missing = None
-  problems = [missing, input_pipeline.unavailable(config.dataset, config.data_dir)]
+  problems = [missing, data.unavailable(config.dataset, config.data_dir)]
   try:
     os.makedirs(workdir, exist_ok=True)
     with tempfile.TemporaryFile(dir=workdir):
@@ -112,7 +111,7 @@ def resumes_without_pretrained(config: ml_collections.ConfigDict, workdir: str) 
   """
   path = config.pretrained
   checkpoints = os.path.join(workdir, 'checkpoints')
-  return bool(path and '://' not in str(path) and not str(path).startswith(augreg.AUGREG_PREFIX)
+  return bool(path and '://' not in str(path) and not str(path).startswith(files.AUGREG_PREFIX)
               and not os.path.exists(path) and os.path.isdir(checkpoints)
               and os.listdir(checkpoints))
 
@@ -134,11 +133,11 @@ def device_batches(config: ml_collections.ConfigDict, source: 'Source', sharding
   Returns:
     An iterator of batches on the devices.
   """
-  from vit_jax import input_pipeline
-  batches = input_pipeline.train_dataset(
+  from vit_jax import data
+  batches = data.train_dataset(
       source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
       start_step=start_step, **config.input)
-  return input_pipeline.prefetch_to_devices(iter(batches), sharding)
+  return data.prefetch_to_devices(iter(batches), sharding)
 
 
 def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: steps.Setup,
@@ -166,13 +165,13 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
       record = json.load(f)
     if 'train_seconds' in record:
       return record
-  from vit_jax import input_pipeline
+  from vit_jax import data
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
-  eval_batches = input_pipeline.eval_dataset(eval_source, batch_size=config.eval_batch_size,
+  eval_batches = data.eval_dataset(eval_source, batch_size=config.eval_batch_size,
                                              image_size=config.image_size)
-  eval_batch = next(input_pipeline.prefetch_to_devices(iter(eval_batches), data_sharded))
+  eval_batch = next(data.prefetch_to_devices(iter(eval_batches), data_sharded))
   timing = budget.time_steps(
       setup.train_step, setup.state, probe,
       lambda: jax.block_until_ready(setup.eval_step(setup.state.params, eval_batch)),
@@ -230,13 +229,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     return _train(config, workdir, started, preemption, record, reconfigure)
 
 
-def check_data(workdir: str, data: Dict[str, Any], reconfigure: bool) -> List[str]:
-  """The changes between the data the run in `workdir` recorded and `data`, refused
+def check_data(workdir: str, identity: Dict[str, Any], reconfigure: bool) -> List[str]:
+  """The changes between the data the run in `workdir` recorded and `identity`, refused
   unless `reconfigure`.
 
   Args:
     workdir: the run's directory.
-    data: split -> the identity of the data given now (`Source.identity`).
+    identity: split -> the identity of the data given now (`Source.identity`).
     reconfigure: accept the changes (they are recorded with the data).
 
   Returns:
@@ -246,7 +245,7 @@ def check_data(workdir: str, data: Dict[str, Any], reconfigure: bool) -> List[st
     DataError: the data differs from the run's, without `reconfigure`.
   """
   recorded = workdirs.recorded_data(workdir)
-  changes = workdirs.data_changes(recorded, data) if recorded else []
+  changes = workdirs.data_changes(recorded, identity) if recorded else []
   if changes and not reconfigure:
     raise DataError(f'The data is not what the run in {workdir} trained on: '
                     f'{"; ".join(changes)}. Train into a new workdir, or rerun with '
@@ -269,18 +268,18 @@ def _sources(config: ml_collections.ConfigDict, workdir: str, reconfigure: bool
   """The training and evaluation splits, checked against each other and against the
   data the run in `workdir` recorded: (train, eval, the data's identity, the
   changes `reconfigure` accepted)."""
-  from vit_jax import input_pipeline
-  train_source = input_pipeline.get_source(config.dataset, config.train_split, config.data_dir)
-  eval_source = input_pipeline.get_source(config.dataset, config.eval_split, config.data_dir)
-  input_pipeline.check_same_classes(train_source, eval_source)
+  from vit_jax import data
+  train_source = data.get_source(config.dataset, config.train_split, config.data_dir)
+  eval_source = data.get_source(config.dataset, config.eval_split, config.data_dir)
+  data.check_same_classes(train_source, eval_source)
   if train_source.num_classes < 2:
     raise DataError(f'{config.dataset} has {train_source.num_classes} class: a classifier '
                     'needs at least two (a folder dataset has one folder per class).')
-  data = {'train': train_source.identity, 'eval': eval_source.identity}
-  accepted = check_data(workdir, data, reconfigure) if '://' not in workdir else []
+  identity = {'train': train_source.identity, 'eval': eval_source.identity}
+  accepted = check_data(workdir, identity, reconfigure) if '://' not in workdir else []
   for source, split in ((train_source, config.train_split), (eval_source, config.eval_split)):
     log.info(_describe(source, split))
-  return train_source, eval_source, data, accepted
+  return train_source, eval_source, identity, accepted
 
 
 def _steps(config: ml_collections.ConfigDict, train_source: 'Source'
@@ -342,7 +341,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, started: float,
   Returns:
     The run before its first step.
   """
-  train_source, eval_source, data, accepted = _sources(config, workdir, reconfigure)
+  train_source, eval_source, identity, accepted = _sources(config, workdir, reconfigure)
   total_steps, kept = _steps(config, train_source)
   params = _initial_params(config, workdir, train_source.num_classes)
   setup = steps.build(config, train_source.num_classes, total_steps, params=params)
@@ -367,7 +366,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str, started: float,
         f'{os.path.join(workdir, "params.npz")}, or give more total_steps to go on.')
   record()  # the settings are the run's from here on
   if jax.process_index() == 0 and '://' not in workdir:
-    workdirs.record_data(workdir, data, accepted)
+    workdirs.record_data(workdir, identity, accepted)
   sizes = workdirs.sizes(state)
   if jax.process_index() == 0:
     workdirs.check_space(workdir, *sizes, config.keep_checkpoints)
@@ -383,7 +382,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, started: float,
            reconfigure: bool = False) -> Dict[str, float]:
   """The loop: a step, then the actions due after it (`periodic`), until the run's
   last step or its clock's end."""
-  from vit_jax import events
+  from vit_jax.training import events
   built = build_run(config, workdir, started, record, reconfigure)
   writer = events.EventWriter(workdir if jax.process_index() == 0 else None, log=True)
   try:  # the writer is closed on every way out, so its files are released
@@ -493,7 +492,7 @@ class Run:
     params = jax.device_get(steps.gather(self.state.params, self.setup.mesh))
     if jax.process_index() == 0:
       with workdirs.guard_disk(self.workdir, f'params_{step}.npz', self.params_bytes, self.saved):
-        checkpoint.save(workdirs.kept_params_path(self.workdir, step), params)
+        files.save(workdirs.kept_params_path(self.workdir, step), params)
 
   def stop(self, step: int) -> None:
     """Stops for a preemption, naming the checkpoint just saved."""
@@ -512,16 +511,16 @@ class Run:
 
   def evaluation(self) -> Dict[str, float]:
     """The weights' metrics, and with `ema_decay` their average's, prefixed 'ema_'."""
-    from vit_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+    from vit_jax import data  # pylint: disable=import-outside-toplevel
     summary = {}
     for prefix, params in (('', self.state.params), ('ema_', self.state.ema_params)):
       if params is None:
         continue
-      batches = input_pipeline.eval_dataset(self.eval_source,
+      batches = data.eval_dataset(self.eval_source,
                                             batch_size=self.config.eval_batch_size,
                                             image_size=self.config.image_size)
       sums = None
-      for batch in input_pipeline.prefetch_to_devices(iter(batches), self.data_sharded):
+      for batch in data.prefetch_to_devices(iter(batches), self.data_sharded):
         # Summed on the host: eager sums of arrays on several CPU devices, queued
         # behind the steps, can leave XLA:CPU's collectives waiting on each other.
         out = jax.device_get(self.setup.eval_step(params, batch))
@@ -545,7 +544,7 @@ class Run:
       params = steps.gather(tree, self.setup.mesh)
       if jax.process_index() == 0:
         with workdirs.guard_disk(workdir, name, self.params_bytes, self.saved):
-          checkpoint.save(os.path.join(workdir, name), jax.device_get(params))
+          files.save(os.path.join(workdir, name), jax.device_get(params))
         log.info('step %d: %s written to %s', int(state.step),
                  'parameters' if tree is state.params else 'their moving average',
                  os.path.join(workdir, name))

@@ -22,7 +22,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from vit_jax import workdir
+from vit_jax.training import workdir
 
 _FILES = itertools.count()  # tells apart the event files one process opens in a second
 

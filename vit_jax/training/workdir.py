@@ -27,17 +27,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import jax
 import ml_collections
 
-from vit_jax.atomic import atomic_write
 from vit_jax.errors import WorkdirError
+from vit_jax.files import DATA, LOCK, RECORD, atomic_write, has_results
 
 log = logging.getLogger(__name__)
 
-LOCK = 'lock.json'
-RECORD = 'config.json'
-DATA = 'data.json'  # the identity of the data the run trains on (`record_data`)
-# A finished run's final step, evaluation and wall seconds (those of the workdir's
-# runs, resumed ones included, up to its last checkpoint and after); train.py writes it.
-RESULTS = 'results.json'
 EMA_PARAMS = 'params_ema.npz'  # the weights' moving average, beside params.npz (ema_decay)
 WARMUP = 'warmup'  # in a list of steps: the recipe's last warm-up step
 
@@ -196,34 +190,6 @@ def differences(recorded: Dict[str, Any], new: Dict[str, Any],
   return [f'{k}: {recorded.get(k)!r} -> {new.get(k)!r}'
           for k in sorted(set(recorded) | set(new))
           if k not in FREE_FIELDS and recorded.get(k) != new.get(k)]
-
-
-def has_results(workdir: str) -> bool:
-  """Whether a run left checkpoints or parameters in `workdir`.
-
-  Args:
-    workdir: the directory.
-
-  Returns:
-    Whether it holds results.
-  """
-  checkpoints = os.path.join(workdir, 'checkpoints')
-  return (os.path.exists(os.path.join(workdir, 'params.npz'))
-          or (os.path.isdir(checkpoints) and any(os.scandir(checkpoints))))
-
-
-def is_run(path: str) -> bool:
-  """Whether `path` holds a training run: its record, lock, results, checkpoints or
-  parameters.
-
-  Args:
-    path: a directory.
-
-  Returns:
-    Whether it holds one.
-  """
-  return has_results(path) or any(os.path.exists(os.path.join(path, name))
-                                  for name in (RECORD, LOCK, RESULTS))
 
 
 def recorded_settings(workdir: str) -> Optional[Dict[str, Any]]:

@@ -21,12 +21,13 @@ import ml_collections
 import numpy as np
 from safetensors.numpy import save as safetensors_bytes
 
-from vit_jax import models, workdir
-from vit_jax.atomic import atomic_write
+from vit_jax import models
+from vit_jax.files import run_folder
+from vit_jax.files.atomic import atomic_write
+from vit_jax.files.layout import flatten, published, published_float32
+from vit_jax.files.timm_files import (published_from_timm, read_state_dict, safetensors_header,
+                                      state_dict_shapes)
 from vit_jax.models.family import CheckpointError, Family, Flat
-from vit_jax.layout import flatten, published, published_float32
-from vit_jax.timm_files import (published_from_timm, read_state_dict, safetensors_header,
-                                state_dict_shapes)
 
 CONFIG = 'config.json'
 PREPROCESSOR = 'preprocessor_config.json'
@@ -369,7 +370,7 @@ def claim_folder(folder: str, reads: Sequence[str] = ()) -> None:
            'empty folder.'
   if WEIGHTS in names and not ours:
     raise CheckpointError(theirs)
-  if not ours and workdir.is_run(folder):  # a run records its settings in a config.json too
+  if not ours and run_folder.is_run(folder):  # a run records its settings in a config.json too
     raise CheckpointError(f'{folder} holds a training run: give a new or empty folder, not a '
                           'workdir.')
   foreign = [n for n in names if n not in WRITTEN]

@@ -20,8 +20,9 @@ import optax.tree_utils as otu
 from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vit_jax import calibration, cpu_devices, models, sharding
+from vit_jax import calibration, cpu_devices, models
 from vit_jax.errors import ConfigError, UserError
+from vit_jax.training import sharding
 
 class TrainingError(UserError, RuntimeError):
   """A run that cannot go on (a non-finite loss, a missing checkpoint, ...)."""
@@ -465,7 +466,7 @@ def create_train_state(config: ml_collections.ConfigDict, model: nn.Module,
 def compile_steps(model: nn.Module, config: ml_collections.ConfigDict, mesh: Mesh,
                   state_sharding: Any) -> Tuple[Callable, Callable]:
   """The jitted train and eval steps: batch sharded over `mesh`, the state as
-  `state_sharding` (a sharding per leaf, `vit_jax.sharding.state_shardings`); on CPU
+  `state_sharding` (a sharding per leaf, `vit_jax.training.sharding.state_shardings`); on CPU
   devices the train step is compiled with `cpu_devices.gradient_compiler_options`.
 
   Args:
@@ -495,7 +496,7 @@ class Setup:
   model: nn.Module
   model_cfg: ml_collections.ConfigDict
   schedule: Schedule
-  state: TrainState            # on `mesh` as `config.sharding` says (`vit_jax.sharding`)
+  state: TrainState            # on `mesh` as `config.sharding` says (`vit_jax.training.sharding`)
   mesh: Mesh
   train_step: Callable         # (state, batch) -> (state, metrics); donates the state
   eval_step: Callable          # (params, batch) -> sums of correct, loss, count

@@ -1,58 +1,17 @@
-"""Fine-tuning's start: a checkpoint fitted to a new model (a new head, position
-embeddings resized to a new grid: `Family.fit`), and what is wrong
-with a recipe's `pretrained` before any work."""
+"""Fine-tuning's start: the parameters a run starts from (a checkpoint fitted to the
+run's model, `files.load_pretrained`, or fresh ones), the model a recipe takes from a
+`transformers` folder or a recorded run, and what is wrong with a recipe's
+`pretrained` before any work."""
 import os
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 import ml_collections
-import numpy as np
 
-from vit_jax import augreg, checkpoint, hf_files, models, settings, steps
-from vit_jax import workdir as workdirs
-from vit_jax.layout import Params, check_matches, flatten, non_finite, unflatten
+from vit_jax import files, models
+from vit_jax.files import Params
 from vit_jax.models.family import CheckpointError
-
-
-def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any,
-                    grid_shape: Optional[Sequence[int]] = None, keep_head: bool = False
-                    ) -> Params:
-  """Parameters for fine-tuning: the checkpoint at `path` fitted to a new model.
-
-  `init_params` are the new model's freshly initialised parameters and
-  `model_config` its config (`vit_jax.models.get_config`); `path` is an `.npz`
-  or a timm state dict of that model (`checkpoint.load`). The head is taken
-  from `init_params`; the family fits the rest (`Family.fit`, its named rules: for a
-  ViT, `pre_logits` dropped without a representation size and position
-  embeddings resized to the new grid, `grid_shape` inferred when square).
-  Anything else that differs raises a CheckpointError listing missing,
-  unexpected and wrongly shaped keys, and so does an array the new model takes
-  from the checkpoint with NaN or infinity. `keep_head` keeps the checkpoint's head
-  instead (a second stage of fine-tuning on the same classes).
-
-  Args:
-    path: the checkpoint (`.npz`, or a timm file of the same model).
-    init_params: the new model's initialised parameters.
-    model_config: the new model's config.
-    grid_shape: the new patch grid, when not square.
-    keep_head: keep the checkpoint's head instead of the new one.
-
-  Returns:
-    The new model's parameters, in its dtypes.
-  """
-  if hf_files.is_folder(str(path)):
-    hf_files.check_fits(str(path), model_config)
-  fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
-  restored = checkpoint.read(path, model_config.name, **fields)  # fields: for a timm file
-  init = flatten(init_params)
-  restored = models.family_of(model_config).fit(restored, init, model_config, grid_shape,
-                                                str(path), keep_head)
-  broken = non_finite(restored)
-  if broken:
-    raise CheckpointError(
-        f'{path} holds NaN or infinity in {len(broken)} array(s), first {broken[0]}: it is '
-        'damaged or from a diverged run; fine-tune from another checkpoint.')
-  check_matches(restored, init, str(path))
-  return unflatten({k: np.asarray(v, dtype=init[k].dtype) for k, v in restored.items()})
+from vit_jax.training import settings, steps
+from vit_jax.training import workdir as workdirs
 
 
 def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) -> Optional[str]:
@@ -78,9 +37,9 @@ def take_folder_model(config: ml_collections.ConfigDict, path: Optional[str]) ->
   """
   if not (isinstance(path, str) and 'pretrained' in config and 'model_name' in config
           and isinstance(config.get('model'), ml_collections.ConfigDict)
-          and hf_files.is_folder(path)):
+          and files.is_transformers_folder(path)):
     return None
-  name, fields = hf_files.model_of(path, checkpoint.weights_file(path))
+  name, fields = files.transformers_model(path, files.weights_file(path))
   family_fields = models.get_config(name)
   kept = {k: v for k, v in config.model.items() if k in family_fields and k not in fields}
   set_model(config, name, {**kept, **fields})
@@ -143,18 +102,18 @@ def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
   path = config.pretrained
   if not path:
     return None
-  if path.startswith(augreg.AUGREG_PREFIX):
+  if path.startswith(files.AUGREG_PREFIX):
     try:
-      path, row = augreg.lookup(path[len(augreg.AUGREG_PREFIX):], config.augreg_dir)
+      path, row = files.augreg_lookup(path[len(files.AUGREG_PREFIX):], config.augreg_dir)
     except CheckpointError as e:
       return str(e)
-    expected = augreg.model_name(row['name'])
+    expected = files.augreg_model_name(row['name'])
     if expected != config.model_name:
       return (f'{config.pretrained} is a {expected} checkpoint but the recipe builds '
               f'{config.model_name}; set --config.model_name={expected}.')
   if '://' in path or os.path.exists(path):
     return None
-  return (f'the pretrained checkpoint {path} does not exist. {checkpoint.WHERE_PUBLIC}; download '
+  return (f'the pretrained checkpoint {path} does not exist. {files.WHERE_PUBLIC}; download '
           'one and set --config.pretrained=<path>, or --config.pretrained=None to train from '
           'scratch.')
 
@@ -162,7 +121,7 @@ def missing_pretrained(config: ml_collections.ConfigDict) -> Optional[str]:
 def initial_params(config: ml_collections.ConfigDict, num_classes: int) -> Params:
   """The parameters a run of `config` starts from (`steps.build`'s `params`): fresh
   ones from its seed, with `config.pretrained`, when it names a checkpoint, read and
-  fitted to the model once (`load_pretrained`: the new head, the resized grid).
+  fitted to the model once (`files.load_pretrained`: the new head, the resized grid).
 
   Args:
     config: the recipe (seed, image_size, pretrained, augreg_dir, keep_head).
@@ -181,5 +140,5 @@ def initial_params(config: ml_collections.ConfigDict, num_classes: int) -> Param
   problem = missing_pretrained(config)
   if problem:
     raise steps.TrainingError(problem)
-  return load_pretrained(augreg.resolve(config.pretrained, config.augreg_dir), params, model_cfg,
-                         keep_head=config.keep_head)
+  return files.load_pretrained(files.augreg_resolve(config.pretrained, config.augreg_dir), params,
+                               model_cfg, keep_head=config.keep_head)

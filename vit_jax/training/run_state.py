@@ -21,9 +21,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from vit_jax import layout
+from vit_jax import files
 from vit_jax.models.family import CheckpointError
-from vit_jax.sharding import path_string
+from vit_jax.training.sharding import path_string
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _problem(restored, expected: Optional[Dict[str, int]]) -> Optional[str]:
     altered = [k for k, v in checksums(restored).items() if expected.get(_normal(k)) != v]
     if altered:
       return f'{len(altered)} arrays differ from what was saved (e.g. {altered[0]})'
-  bad = layout.non_finite(restored)
+  bad = files.non_finite(restored)
   return f'{len(bad)} arrays hold NaN or infinity (e.g. {bad[0]})' if bad else None
 
 
