@@ -171,9 +171,9 @@ def main():
   tf = tensorflow()
   with tempfile.TemporaryDirectory() as root:
     fashion = data.get_source('fashion_mnist', 'train', process_index=0,
-                                        process_count=1)
+                              process_count=1)
     folder = data.get_source(f'folder:{jpeg_folder(root)}', 'train',
-                                       process_index=0, process_count=1)
+                             process_index=0, process_count=1)
     pipelines = {
         ('Fashion-MNIST, quick-start recipe', 'Grain'): lambda: data.train_dataset(
             fashion, batch_size=BATCH, image_size=28, crop=False, process_count=1,

@@ -18,7 +18,7 @@ from helpers import TINY_VIT, apply, apply_with_intermediates, images, init, mak
 from vit_jax import checkpoint, models, sweep
 from vit_jax.files import fit
 from vit_jax.models import attention, vit
-from vit_jax.training import settings
+from vit_jax.training import loop, settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -182,7 +182,7 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
 
   def no_training(*args, **kwargs):
     raise AssertionError('a finished row was trained again')
-  monkeypatch.setattr(sweep.loop, 'train_and_evaluate', no_training)
+  monkeypatch.setattr(loop, 'train_and_evaluate', no_training)
   assert sweep.run_sweep(tiny_sweep(folder), workdir) == results
 
   # The analysis command reads a row's model from the sweep recipe and its workdir.
@@ -213,7 +213,7 @@ def test_sweep_trains_each_row_writes_its_table_and_resumes(tmp_path, monkeypatc
 def test_row_fields_from_a_recipe_are_stored_as_plain_json(tmp_path, monkeypatch):
   # The data sweep's ResNet rows carry the ResNet recipe's `model`, a ConfigDict.
   config = ablations.get_config('data')
-  monkeypatch.setattr(sweep.loop, 'train_and_evaluate',
+  monkeypatch.setattr(loop, 'train_and_evaluate',
                       lambda row, workdir: {'eval_accuracy': 0.5, 'eval_loss': 1.,
                                            'eval_ece': 0.1, 'eval_brier': 0.6})
   result = sweep.run_row(config, 'resnet-6%', str(tmp_path))

@@ -71,7 +71,7 @@ def test_without_a_logdir_nothing_is_written(tmp_path):
 def test_writing_events_never_imports_tensorflow(tmp_path):
   """Where TensorFlow is installed, TensorBoard's own writer imports it (seconds, and its
   start-up lines on the console); ours does not."""
-  script = ('import sys; from vit_jax import events; '
+  script = ('import sys; from vit_jax.training import events; '
             f'writer = events.EventWriter({str(tmp_path)!r}); '
             "writer.write_scalars(1, {'loss': 1.0}); writer.write_hparams({'lr': 0.1}); "
             "writer.close(); print('tensorflow' in sys.modules)")

@@ -18,7 +18,7 @@ import pytest
 from helpers import damage, make_folder, tiny_config
 from xla_flags import with_devices
 from vit_jax import checkpoint, entry, errors, sweep
-from vit_jax.files import fit
+from vit_jax.files import fit, run_folder
 from vit_jax.training import loop, run_state, workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,7 +160,7 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
                                      reconfigure=True)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['3', '6', '9']
   assert 0 <= summary['eval_accuracy'] <= 1
-  assert json.loads((tmp_path / workdir.RECORD).read_text())['total_steps'] == 9
+  assert json.loads((tmp_path / run_folder.RECORD).read_text())['total_steps'] == 9
   # A finished run trains nothing more: --reconfigure would only record settings its
   # parameters were not trained with.
   before = _files(tmp_path)
@@ -169,7 +169,7 @@ def test_changed_settings_are_refused_naming_them_and_nothing_changes(folder, tm
                              reconfigure=True)
   assert _files(tmp_path) == before
   # Without its record, a run's files are refused, unless --reconfigure records anew.
-  (tmp_path / workdir.RECORD).unlink()
+  (tmp_path / run_folder.RECORD).unlink()
   before = _files(tmp_path)
   with pytest.raises(errors.WorkdirError, match='no record of the settings'):
     loop.train_and_evaluate(tiny_config(folder, total_steps=9, lr=2e-2), str(tmp_path))
@@ -331,7 +331,7 @@ def test_a_second_trainer_is_refused_and_sigterm_saves_a_checkpoint_to_resume(fo
                '--config.total_steps=600', '--config.warmup_steps=2', '--config.log_every=1',
                '--config.eval_every=1000', '--config.checkpoint_every=1000']
   first = _train_command(tmp_path / 'run', *overrides)
-  lock = tmp_path / 'run' / workdir.LOCK
+  lock = tmp_path / 'run' / run_folder.LOCK
   events = tmp_path / 'run'
   deadline = time.time() + 120
   while not (lock.exists() and any(n.startswith('events') for n in os.listdir(events))):
@@ -473,11 +473,11 @@ def test_an_out_keeps_what_the_analysis_did_not_write(tmp_path):
       'my_figure.png', 'notes.json', 'notes2.json']
   run = tmp_path / 'run'
   run.mkdir()
-  (run / workdir.RECORD).write_text('{}')
+  (run / run_folder.RECORD).write_text('{}')
   (run / 'results.json').write_text('{}')
   with pytest.raises(errors.WorkdirError, match='holds a training run'):
     out_folder.claim_out(str(run), about, overwrite=True)
-  assert (run / workdir.RECORD).exists() and (run / 'results.json').exists()
+  assert (run / run_folder.RECORD).exists() and (run / 'results.json').exists()
   (tmp_path / 'file').write_text('')
   with pytest.raises(errors.WorkdirError, match='is a file'):
     out_folder.claim_out(str(tmp_path / 'file'), about, overwrite=False)
@@ -696,7 +696,7 @@ def test_two_processes_taking_a_stale_lock_at_once_one_gets_it(tmp_path):
   ended = subprocess.Popen([sys.executable, '-c', 'pass'])
   ended.wait()
   stale = json.dumps({'host': socket.gethostname(), 'pid': ended.pid, 'since': 'earlier'})
-  path = str(tmp_path / workdir.LOCK)
+  path = str(tmp_path / run_folder.LOCK)
   rounds = 500
   context = multiprocessing.get_context('fork')
   barrier, results = context.Barrier(3), context.Queue()
@@ -720,25 +720,25 @@ def test_two_processes_taking_a_stale_lock_at_once_one_gets_it(tmp_path):
       w.join(timeout=10)
       if w.is_alive():
         w.kill()
-  assert sorted(os.listdir(tmp_path)) == [workdir.LOCK]
+  assert sorted(os.listdir(tmp_path)) == [run_folder.LOCK]
 
 
 def test_a_lock_whose_process_has_ended_is_taken_over(tmp_path, caplog):
   import socket
   ended = subprocess.Popen([sys.executable, '-c', 'pass'])
   ended.wait()
-  (tmp_path / workdir.LOCK).write_text(json.dumps(
+  (tmp_path / run_folder.LOCK).write_text(json.dumps(
       {'host': socket.gethostname(), 'pid': ended.pid, 'since': 'earlier'}))
   with workdir.claim(str(tmp_path), tiny_config('fashion_mnist')) as record:
-    held = json.loads((tmp_path / workdir.LOCK).read_text())
+    held = json.loads((tmp_path / run_folder.LOCK).read_text())
     assert held['pid'] == os.getpid()
     record()
   assert 'Taking over the stale lock' in caplog.text
-  assert not (tmp_path / workdir.LOCK).exists()
-  assert json.loads((tmp_path / workdir.RECORD).read_text())['lr'] == 1e-2
+  assert not (tmp_path / run_folder.LOCK).exists()
+  assert json.loads((tmp_path / run_folder.RECORD).read_text())['lr'] == 1e-2
   # Another host's lock cannot be checked: refused, naming the file to delete.
-  (tmp_path / workdir.LOCK).write_text(json.dumps({'host': 'elsewhere', 'pid': 1, 'since': 'x'}))
-  with pytest.raises(errors.WorkdirError, match=f'delete {tmp_path}/{workdir.LOCK}'):
+  (tmp_path / run_folder.LOCK).write_text(json.dumps({'host': 'elsewhere', 'pid': 1, 'since': 'x'}))
+  with pytest.raises(errors.WorkdirError, match=f'delete {tmp_path}/{run_folder.LOCK}'):
     with workdir.claim(str(tmp_path), tiny_config('fashion_mnist')):
       pass
 

@@ -188,6 +188,6 @@ def test_alternet_fine_tunes_at_another_resolution(tmp_path):
   checkpoint.save(path, params)
   config = models.get_config('AlterNet-18', num_classes=3, **TINY_ALTERNET)
   fitted = fit.load_pretrained(path, init(models.build_model(config), 64)['params'],
-                                      config)
+                               config)
   chex.assert_trees_all_equal(fitted['stage2_unit2'], checkpoint.load(path)['stage2_unit2'])
   assert np.all(np.asarray(fitted['head']['kernel']) == 0)

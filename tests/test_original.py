@@ -244,7 +244,7 @@ def test_load_pretrained_with_the_original_keywords(testing_checkpoint):
                                       model_config=config)
   assert isinstance(params, flax.core.FrozenDict)
   ours = fit.load_pretrained(testing_checkpoint, flax.core.unfreeze(init),
-                                  models.get_config('testing', num_classes=5))
+                             models.get_config('testing', num_classes=5))
   chex.assert_trees_all_equal(flax.core.unfreeze(params), ours)
   posemb = params['Transformer']['posembed_input']['pos_embedding']
   assert posemb.shape == (1, 1 + 9, 10)  # 1x1 grid at 16 px resized to 3x3 at 48 px

@@ -121,7 +121,7 @@ def test_a_stuck_process_ends_with_its_message_and_the_retry_code():
   import sys
   from doc_snippets import ROOT
   script = ('import time\n'
-            'from vit_jax import stall\n'
+            'from vit_jax.training import stall\n'
             'stall.SECONDS, stall.CHECK_EVERY = 0.2, 0.05\n'
             'with stall.Watchdog(2, lambda: 12, cpu=lambda: 0.):\n'
             '  time.sleep(30)\n')

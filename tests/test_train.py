@@ -20,7 +20,9 @@ import pytest
 from helpers import TINY_VIT, images, make_folder, read_events, tiny_config
 from xla_flags import with_devices
 from vit_jax import checkpoint, cpu_devices, input_pipeline, models
+from vit_jax.data import pipeline
 from vit_jax.errors import WorkdirError
+from vit_jax.files import run_folder
 from vit_jax.training import budget, finetune, loop, run_state, steps
 from vit_jax.training import workdir as workdirs
 
@@ -128,7 +130,7 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   params = checkpoint.load(str(tmp_path / 'params.npz'))
   chex.assert_shape(params['head']['kernel'], (32, 3))
   # What the run ended with, for the analysis report and summaries.
-  ended = json.loads((tmp_path / workdirs.RESULTS).read_text())
+  ended = json.loads((tmp_path / run_folder.RESULTS).read_text())
   assert ended['step'] == ended['total_steps'] == 6 and ended['wall_seconds'] > 0
   assert ended['eval_accuracy'] == summary['eval_accuracy']
   # How busy the machine was: the cores, the run's share of them, the load average.
@@ -139,7 +141,7 @@ def test_train_and_evaluate_writes_everything(folder, tmp_path):
   # Its wall time is the training's, up to the last checkpoint, and the rerun's.
   trained = ocp.CheckpointManager(tmp_path / 'checkpoints').restore(6, args=ocp.args.Composite(
       **{run_state.CLOCK: ocp.args.JsonRestore()}))[run_state.CLOCK]['train_seconds']
-  rerun = json.loads((tmp_path / workdirs.RESULTS).read_text())['wall_seconds']
+  rerun = json.loads((tmp_path / run_folder.RESULTS).read_text())['wall_seconds']
   assert 0 < trained <= ended['wall_seconds'] and rerun > trained
   chex.assert_trees_all_equal(checkpoint.load(str(tmp_path / 'params.npz')), params)
 
@@ -164,7 +166,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(folder, tmp_path, monkeypa
       if i == 3:
         raise Interrupted
       yield batch
-  monkeypatch.setattr(input_pipeline, 'prefetch_to_devices', killed_after_three)
+  monkeypatch.setattr(pipeline, 'prefetch_to_devices', killed_after_three)
   with pytest.raises(Interrupted):
     loop.train_and_evaluate(config, str(tmp_path / 'resumed'))
   monkeypatch.undo()
@@ -203,9 +205,9 @@ def test_the_moving_average_with_timms_warm_up_follows_its_formula():
 
 def test_a_workdir_recorded_before_a_field_existed_resumes_at_its_default(folder, tmp_path):
   loop.train_and_evaluate(tiny_config(folder), str(tmp_path))
-  record = json.loads((tmp_path / workdirs.RECORD).read_text())
+  record = json.loads((tmp_path / run_folder.RECORD).read_text())
   del record['ema_warmup']  # a run recorded before the field existed
-  (tmp_path / workdirs.RECORD).write_text(json.dumps(record))
+  (tmp_path / run_folder.RECORD).write_text(json.dumps(record))
   loop.train_and_evaluate(tiny_config(folder), str(tmp_path))  # nothing refused
   with pytest.raises(WorkdirError, match=r"ema_warmup: False -> True"):
     loop.train_and_evaluate(tiny_config(folder, ema_warmup=True), str(tmp_path))
@@ -233,7 +235,7 @@ def test_the_moving_average_of_the_weights_follows_its_formula(folder, tmp_path)
   summary = loop.train_and_evaluate(tiny_config(folder, ema_decay=0.8), str(tmp_path))
   assert {'ema_eval_accuracy', 'ema_eval_loss', 'ema_eval_ece', 'ema_eval_brier'} <= set(summary)
   assert summary['ema_eval_examples'] == summary['eval_examples']
-  ended = json.loads((tmp_path / workdirs.RESULTS).read_text())
+  ended = json.loads((tmp_path / run_folder.RESULTS).read_text())
   assert ended['ema_eval_accuracy'] == summary['ema_eval_accuracy']
   assert 'their moving average: accuracy' in loop.evaluation_line(summary)
   averaged = checkpoint.load(str(tmp_path / workdirs.EMA_PARAMS))
@@ -327,7 +329,7 @@ def test_fine_tune_from_an_augreg_name(folder, tmp_path, monkeypatch):
   assert 'Ti_16-i1k.npz does not exist' in finetune.missing_pretrained(config('Ti/16@i1k'))
   assert 'set --config.model_name=R26+ViT-S_32' in finetune.missing_pretrained(config('R26+S/32'))
   assert 'No AugReg checkpoint' in finetune.missing_pretrained(config('B/16'))
-  monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
+  monkeypatch.setattr(pipeline, 'can_download', lambda timeout=3.: False)
   with pytest.raises(loop.TrainingError, match='index in gs://vit_models/augreg, which '
                      'cannot be reached'):
     loop.check_inputs(config('Ti/16', augreg_dir=None), str(tmp_path / 'offline'))
@@ -488,11 +490,11 @@ def test_wrong_config_key_is_named(tmp_path, warm_python):
 
 
 def test_a_run_without_its_inputs_names_all_of_them_before_any_work(tmp_path, monkeypatch):
-  monkeypatch.setattr(input_pipeline, 'can_download', lambda timeout=3.: False)
+  monkeypatch.setattr(pipeline, 'can_download', lambda timeout=3.: False)
 
   def no_work(*args, **kwargs):
     raise AssertionError('data was read or a download started before the inputs were checked')
-  monkeypatch.setattr(input_pipeline, 'get_source', no_work)
+  monkeypatch.setattr(pipeline, 'get_source', no_work)
   monkeypatch.setattr(steps, 'build', no_work)
   config = tiny_config('cifar10', pretrained=str(tmp_path / 'ViT-B_16.npz'),
                        data_dir=str(tmp_path / 'tfds'))
@@ -684,7 +686,8 @@ import sys
 sys.modules['tensorflow'] = None  # any import of TensorFlow now fails
 import numpy as np
 from configs import common
-from vit_jax import checkpoint, finetune, models, steps
+from vit_jax import checkpoint, models
+from vit_jax.training import finetune, steps
 config = common.base_config()
 config.update(model_name='ViT-Ti_16', image_size=8, batch_size=16, optimizer='adam', lr=1e-2)
 config.model.update({dict(TINY_VIT, patch_size=4)!r})

@@ -350,7 +350,7 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
   """One command, no model named: two steps from a DINOv2 folder on Fashion-MNIST,
   the run's recorded recipe holding the folder's model; then an analysis of the run
   from the same recipe flags."""
-  from vit_jax.training import workdir
+  from vit_jax.files import run_folder
   folder, _, _ = run_transformers(torch_python, tmp_path, config='Dinov2WithRegistersConfig',
                                   model='Dinov2WithRegistersModel', fields=SMALL_DINOV2_28,
                                   read='pooler_output')
@@ -361,11 +361,11 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
            f'--workdir={run}']
   done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT)
   assert done.returncode == 0, done.stderr[-3000:]
-  recorded = json.loads((run / workdir.RECORD).read_text())
+  recorded = json.loads((run / run_folder.RECORD).read_text())
   name, fields = hf_files.model_of(folder, checkpoint.weights_file(folder))
   assert recorded['model_name'] == name
   assert recorded['model']['num_registers'] == 4 and recorded['model']['hidden_size'] == 32
-  assert (run / workdir.RESULTS).exists()
+  assert (run / run_folder.RESULTS).exists()
   # The analysis, given the same recipe flags, builds the run's model and reads its weights.
   out = tmp_path / 'out'
   done = subprocess.run(
@@ -382,7 +382,7 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
   done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT)
   assert done.returncode == 0, done.stderr[-3000:]
   assert f'The pretrained checkpoint {folder} is gone' in done.stderr + done.stdout
-  assert json.loads((run / workdir.RECORD).read_text()) == recorded
+  assert json.loads((run / run_folder.RECORD).read_text()) == recorded
   assert (run / 'params.npz').read_bytes() == params
 
 
@@ -539,18 +539,19 @@ def finished_run(tmp_path, **model):
   from configs import quickstart_vit
   from helpers import init, perturbed
   from vit_jax import models
-  from vit_jax.training import steps, workdir
+  from vit_jax.files import run_folder
+  from vit_jax.training import steps
   recipe = quickstart_vit.get_config()
   recipe.model.update(model)
   run = tmp_path / 'run'
   run.mkdir()
-  (run / workdir.RECORD).write_text(json.dumps(recipe.to_dict()))
+  (run / run_folder.RECORD).write_text(json.dumps(recipe.to_dict()))
   classes = [f'class {i}' for i in range(10)]
-  (run / workdir.DATA).write_text(json.dumps({'splits': {
+  (run / run_folder.DATA).write_text(json.dumps({'splits': {
       'train': {'name': 'fashion_mnist', 'split': 'train', 'examples': 60000, 'classes': classes},
       'eval': {'name': 'fashion_mnist', 'split': 'test', 'examples': 10000, 'classes': classes}},
       'accepted': []}))
-  (run / workdir.RESULTS).write_text(json.dumps({
+  (run / run_folder.RESULTS).write_text(json.dumps({
       'step': 2, 'total_steps': 2, 'eval_accuracy': 0.8125, 'eval_loss': 0.5, 'eval_examples': 10000}))
   model = models.build_model(steps.model_config(recipe, 10))
   params = perturbed(init(model, recipe.image_size), scale=0.02)['params']
@@ -587,13 +588,13 @@ def test_an_unfinished_run_or_a_model_transformers_cannot_hold_is_not_exported(
   """No results.json: refused, nothing written. A pooled quick-start ViT: the
   training command refuses it before training, its workdir left as it was."""
   from vit_jax import export
-  from vit_jax.training import workdir
+  from vit_jax.files import run_folder
   run, _, _, _ = finished_run(tmp_path, classifier='token')
-  os.remove(os.path.join(run, workdir.RESULTS))
+  os.remove(os.path.join(run, run_folder.RESULTS))
   with pytest.raises(UserError, match='has not finished'):
     export.transformers_folder(run, str(tmp_path / 'hf'))
   assert not (tmp_path / 'hf').exists()
-  with open(os.path.join(run, workdir.RESULTS), 'w') as f:
+  with open(os.path.join(run, run_folder.RESULTS), 'w') as f:
     f.write('{"step": 2, ')  # cut short
   with pytest.raises(UserError, match='is not readable JSON'):
     export.transformers_folder(run, str(tmp_path / 'hf'))

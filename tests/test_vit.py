@@ -276,7 +276,7 @@ def test_fine_tuning_at_twice_the_patch_size_on_twice_the_image_gives_the_same_l
   large = tiny_vit(patch_size=8)
   config = models.get_config('ViT-Ti_16', num_classes=10, **{**TINY_VIT, 'patch_size': 8})
   fitted = fit.load_pretrained(str(tmp_path / 'p4.npz'), init(large, 32)['params'], config,
-                                    keep_head=True)
+                               keep_head=True)
   x = images(2, 16)
   patches = x.reshape(2, 4, 4, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 4, 4, 3)
   enlarged = _pipeline_resize(patches, (8, 8)).reshape(2, 4, 4, 8, 8, 3).transpose(

@@ -37,13 +37,14 @@ from typing import Dict, List, Optional, Sequence
 
 # What the server of the project's commands imports: their heavy dependencies and
 # the project's modules below the commands, every module of the packages named; none that
-# defines an absl flag as it is imported (`vit_jax.entry`, `vit_jax.input_pipeline`'s
-# grain and TFDS, `analysis.tools`, the commands) beyond those every command
+# defines an absl flag as it is imported (`vit_jax.entry`, the data's grain and TFDS,
+# orbax, which the training loop imports once the flags are read, `analysis.tools`,
+# the commands) beyond those every command
 # defines (`FLAGS_OF_EVERY_COMMAND`): a command sees the flags its own imports define,
 # and re-running a command's module as __main__ would define its flags twice.
 # A name ending in '.*' stands for every module of that package.
-PROJECT = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'orbax.checkpoint', 'ml_collections',
-           'matplotlib.pyplot', 'scipy.stats', 'vit_jax.training.loop', 'vit_jax.models',
+PROJECT = ('jax', 'jax.numpy', 'flax.linen', 'optax', 'ml_collections',
+           'matplotlib.pyplot', 'scipy.stats', 'vit_jax.models',
            'analysis.tool', 'analysis.tool_options', 'analysis.measures.*',
            'analysis.reporting.*', 'analysis.runtime.*')
 # The other side of the comparisons with timm and `transformers`: torch, timm (and the
@@ -55,8 +56,7 @@ TORCH_SIDE = ('numpy', 'torch', 'timm', 'safetensors.torch', 'transformers.model
                 for kind in ('vit', 'dinov2', 'dinov2_with_registers', 'clip', 'siglip', 'siglip2',
                              'vit_mae', 'bit')),
               'transformers.models.siglip2.image_processing_siglip2')
-FLAGS_OF_EVERY_COMMAND = frozenset({'absl.app', 'absl.logging',
-                                    'orbax.checkpoint._src.multihost.multihost'})
+FLAGS_OF_EVERY_COMMAND = frozenset({'absl.app', 'absl.logging'})
 # The variables a preloaded module or the interpreter reads as it starts (JAX's
 # configuration, matplotlib's, the BLAS threads, Python's own): a command whose
 # value differs needs a new interpreter. Any other variable (what TensorFlow, cv2

@@ -69,7 +69,7 @@ def transformers_folder(run: str, folder: str) -> str:
   # The run's model: one output per class of its training data, as the loop builds it.
   config = training.model_config(recipe, len(labels))
   files.write_transformers(folder, files.load(params_path), config, recipe.image_size, labels,
-                 reads=reads)
+                           reads=reads)
   with open(os.path.join(folder, files.TRANSFORMERS_CONFIG)) as f:
     architecture = json.load(f)['architectures'][0]
   path = os.path.join(folder, files.TRANSFORMERS_CARD)

@@ -8,7 +8,7 @@
 The recipe is a training recipe plus `sweep.name` and `sweep.rows`, (label,
 fields) pairs in table order whose fields override the recipe's
 (`sweep_rows.row_config`). Each row trains into
-DIR/<label> with `loop.train_and_evaluate` and leaves DIR/<label>/result.json
+DIR/<label> with `training.train_and_evaluate` and leaves DIR/<label>/result.json
 (test accuracy and loss, Park & Kim's ECE and Brier score); a row with a result is not trained again, and an interrupted one resumes from
 its checkpoint; `--rows a,b` trains only those. DIR/<name>.md, DIR/<name>.csv
 and DIR/<name>.png hold the table of every row with a result. `--seeds` trains

@@ -83,8 +83,8 @@ def load_params(path: str, model: Any, config: ml_collections.ConfigDict) -> Dic
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), images=images,
                                              tokens=jnp.ones((1, config.max_len), jnp.int32)))
   files.check_matches(flax.traverse_util.flatten_dict(params, sep='/'),
-                           flax.traverse_util.flatten_dict(shapes['params'], sep='/'),
-                           f'{path} (for {config.name})')
+                      flax.traverse_util.flatten_dict(shapes['params'], sep='/'),
+                      f'{path} (for {config.name})')
   return params
 
 

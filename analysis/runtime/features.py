@@ -426,7 +426,7 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
                      f'{num_images} asked for.')
   source = source.first(num_images)
   batches = data.eval_dataset(source, batch_size=batch_size, image_size=image_size,
-                                        process_count=1, local_devices=1)
+                              process_count=1, local_devices=1)
   for batch in batches:
     if batch['mask'].all():
       yield batch['image'], batch['label'].argmax(-1)

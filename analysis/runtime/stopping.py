@@ -26,7 +26,7 @@ def on_signals(out: str) -> Iterator[None]:
     out: --out, named in the message.
   """
   with training.NotedSignals('stopping after the running batch or tool; the results of '
-                            f'the tools that finished stay in {out}') as noted:
+                             f'the tools that finished stay in {out}') as noted:
     _NOTED.append((noted, out))
     try:
       yield

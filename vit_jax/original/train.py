@@ -186,7 +186,7 @@ def adopt_original_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
                        'move the file away to train from the pretrained model (it is kept).')
   source = data.get_source(config.dataset, config.train_split, config.data_dir)
   setup = training.build_steps(config, source.num_classes, config.total_steps,
-                      params=training.initial_params(config, source.num_classes))
+                               params=training.initial_params(config, source.num_classes))
   state = jax.device_get(setup.state)
   try:
     ours = _project_tree(params, state.params, config.model_name, config.model.to_dict())
@@ -247,7 +247,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> Any:
   training.train_and_evaluate(config, workdir, reconfigure=False)
   source = data.get_source(config.dataset, config.train_split, config.data_dir)
   setup = training.build_steps(config, source.num_classes, config.total_steps,
-                      params=training.initial_params(config, source.num_classes))
+                               params=training.initial_params(config, source.num_classes))
   manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'))
   state, _ = training.resume_state(manager, setup.state)
   params, opt_state = jax.device_get((state.params, state.opt_state))

@@ -170,7 +170,7 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
   data_sharded = NamedSharding(setup.mesh, P('data'))
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
   eval_batches = data.eval_dataset(eval_source, batch_size=config.eval_batch_size,
-                                             image_size=config.image_size)
+                                   image_size=config.image_size)
   eval_batch = next(data.prefetch_to_devices(iter(eval_batches), data_sharded))
   timing = budget.time_steps(
       setup.train_step, setup.state, probe,
@@ -517,8 +517,8 @@ class Run:
       if params is None:
         continue
       batches = data.eval_dataset(self.eval_source,
-                                            batch_size=self.config.eval_batch_size,
-                                            image_size=self.config.image_size)
+                                  batch_size=self.config.eval_batch_size,
+                                  image_size=self.config.image_size)
       sums = None
       for batch in data.prefetch_to_devices(iter(batches), self.data_sharded):
         # Summed on the host: eager sums of arrays on several CPU devices, queued
@@ -552,7 +552,7 @@ class Run:
       self.summary = self.evaluation()
     wall = self.clock.elapsed()  # the workdir's runs together, so that a resumed run counts all
     if jax.process_index() == 0:  # what the run ended with, for the analysis and summaries
-      with atomic_write(os.path.join(workdir, workdirs.RESULTS)) as f:
+      with atomic_write(os.path.join(workdir, files.RESULTS)) as f:
         json.dump({'step': int(state.step), 'total_steps': self.total_steps, **self.summary,
                    'wall_seconds': round(wall, 1),
                    **busy_record(self.loads, self.cores, self.cpu_began, self.wall_began)},
