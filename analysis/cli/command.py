@@ -16,7 +16,7 @@ from analysis.cli import events, loading, out_folder, planning, report
 from analysis.cli.request import Request
 from analysis.reporting import runs
 from analysis.runtime import estimate, features, stopping
-from vit_jax import files, training
+from vit_jax import data, files, training
 from vit_jax.errors import ConfigError, DataError, UserError
 from vit_jax.files import atomic_write
 
@@ -346,7 +346,6 @@ def check_data(subjects: Sequence[features.Subject], dataset: Optional[str], num
     splits: the splits the tools read ('train', 'eval': `Tool.splits`).
     run_dirs: each model's training workdir, by label, where it came from one.
   """
-  from vit_jax import data  # TFDS and Grain, only where data is read
   for s in subjects:
     name = dataset or s.recipe.dataset
     source = data.get_source(name, s.recipe.eval_split, s.recipe.data_dir)

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from analysis.runtime import progress
-from vit_jax import files, models, training
+from vit_jax import data, files, models, training
 from vit_jax.models.family import Family, Layers
 
 TRAIN_AUGMENTED = 'train_augmented'  # the split name of training batches as the recipe draws them
@@ -392,7 +392,6 @@ def training_batches(recipe: ml_collections.ConfigDict, split: str, batch_size: 
   Returns:
     The batches.
   """
-  from vit_jax import data  # Grain and TFDS, only where data is read
   source = data.get_source(dataset or recipe.dataset, split, recipe.data_dir)
   batches = data.train_dataset(
       source, batch_size=batch_size, image_size=recipe.image_size, seed=recipe.seed,
@@ -419,7 +418,6 @@ def dataset_batches(dataset: str, split: str, image_size: int, batch_size: int,
   Returns:
     The batches.
   """
-  from vit_jax import data  # Grain and TFDS, only where data is read
   source = data.get_source(dataset, split, data_dir)
   if num_images > source.num_examples:
     raise ValueError(f'{dataset}:{split} has {source.num_examples} examples, fewer than the '

@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from vit_jax import training
 from vit_jax.configs import models as model_configs
 from vit_jax.errors import ConfigError
 from vit_jax.original import models as original
@@ -38,7 +39,6 @@ def inference_time(config: ml_collections.ConfigDict, workdir: str) -> Dict[str,
   Returns:
     The statistics.
   """
-  from vit_jax import training  # pylint: disable=import-outside-toplevel
   model_config = (model_configs.MODEL_CONFIGS[config.model_name] if config.get('model_name')
                   else config.get('model'))
   if model_config is None:

@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from vit_jax import calibration, console, files, models
+from vit_jax import calibration, console, data, files, models
 from vit_jax.errors import ConfigError, DataError, WorkdirError
 from vit_jax.files import atomic_write, flatten
 from vit_jax.training import budget, finetune, periodic, run_state, settings, signals, stall, steps
@@ -70,7 +70,6 @@ def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
   Raises:
     TrainingError: naming all that is missing and what to do.
   """
-  from vit_jax import data  # TFDS and Grain: imported once the settings are checked
   augreg_dir = config.augreg_dir or files.AUGREG_DIR
   if (str(config.pretrained).startswith(files.AUGREG_PREFIX) and '://' in augreg_dir
       and not data.can_download()):
@@ -133,7 +132,6 @@ def device_batches(config: ml_collections.ConfigDict, source: 'Source', sharding
   Returns:
     An iterator of batches on the devices.
   """
-  from vit_jax import data
   batches = data.train_dataset(
       source, batch_size=config.batch_size, image_size=config.image_size, seed=seed,
       start_step=start_step, **config.input)
@@ -165,7 +163,6 @@ def budgeted_seconds(config: ml_collections.ConfigDict, workdir: str, setup: ste
       record = json.load(f)
     if 'train_seconds' in record:
       return record
-  from vit_jax import data
   seconds = budget.parse_duration(config.time_budget)
   data_sharded = NamedSharding(setup.mesh, P('data'))
   probe = device_batches(config, train_source, data_sharded, config.seed + 1)
@@ -268,7 +265,6 @@ def _sources(config: ml_collections.ConfigDict, workdir: str, reconfigure: bool
   """The training and evaluation splits, checked against each other and against the
   data the run in `workdir` recorded: (train, eval, the data's identity, the
   changes `reconfigure` accepted)."""
-  from vit_jax import data
   train_source = data.get_source(config.dataset, config.train_split, config.data_dir)
   eval_source = data.get_source(config.dataset, config.eval_split, config.data_dir)
   data.check_same_classes(train_source, eval_source)
@@ -511,7 +507,6 @@ class Run:
 
   def evaluation(self) -> Dict[str, float]:
     """The weights' metrics, and with `ema_decay` their average's, prefixed 'ema_'."""
-    from vit_jax import data  # pylint: disable=import-outside-toplevel
     summary = {}
     for prefix, params in (('', self.state.params), ('ema_', self.state.ema_params)):
       if params is None:
