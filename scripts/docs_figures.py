@@ -22,6 +22,9 @@ import re
 import sys
 from typing import Dict, List
 
+from vit_jax.errors import WorkdirError
+from vit_jax.files import atomic_write
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEASURED = os.path.join(ROOT, 'docs', 'measured')
 REGION = re.compile(r'(<!-- measured: (?P<name>[\w.-]+) -->\n)(?P<text>.*?)(<!-- /measured -->)',
@@ -121,13 +124,12 @@ def write_record(path: str, record: Dict) -> None:
 
   Raises:
     ValueError: `path` holds something else.
+    WorkdirError: the disk is full (`atomic_write`), the record left as it was.
   """
   check_record_path(path, record['kind'])
-  partial = path + '.partial'
-  with open(partial, 'w') as f:
+  with atomic_write(path) as f:
     json.dump(record, f, indent=1)
     f.write('\n')
-  os.replace(partial, path)
 
 
 def pages() -> List[str]:
@@ -151,7 +153,7 @@ def rewrite(path: str) -> bool:
     text = f.read()
   new = REGION.sub(lambda m: m[1] + region_text(m['name']) + m[4], text)
   if new != text:
-    with open(path, 'w') as f:
+    with atomic_write(path) as f:
       f.write(new)
   return new != text
 
@@ -163,7 +165,7 @@ def main(argv: List[str]) -> int:
   args = parser.parse_args(argv)
   try:
     return _check() if args.check else _rewrite()
-  except (OSError, ValueError) as error:
+  except (OSError, ValueError, WorkdirError) as error:
     print(f'Error: {error}', file=sys.stderr)
     return 2
 
