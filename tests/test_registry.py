@@ -174,3 +174,25 @@ def test_slash_names_and_overrides():
   config = models.get_config('ViT-B/16', num_classes=10, classifier='gap')
   assert config.name == 'ViT-B_16' and config.num_classes == 10 and config.classifier == 'gap'
   chex.assert_equal(models.get_model('ViT-B/16').patch_size, 16)
+
+
+def test_a_config_takes_fields_as_its_name_does(any_family_name):
+  """`with_fields` sets fields on a config as `get_config` sets them on its name,
+  leaving the config given as it was; `config_of` takes either."""
+  name, fields = models.FAMILIES[any_family_name].tiny
+  config = models.get_config(name)
+  made = models.get_config(name, **fields).to_dict()
+  assert models.with_fields(config, **fields).to_dict() == made
+  assert models.config_of(name, **fields).to_dict() == made
+  assert config.to_dict() == models.get_config(name).to_dict()
+  assert models.config_of(config) is config
+  with pytest.raises(ValueError, match=r"no field\(s\) \['hiden_size'\]"):
+    models.with_fields(config, hiden_size=10)
+  with pytest.raises(ValueError, match='dtype'):
+    models.with_fields(config, dtype='int8')
+
+
+def test_a_lit_config_keeps_its_towers_fields():
+  config = models.get_config('LiT-testing', image={'num_classes': 5})
+  assert models.with_fields(config, image={'hidden_size': 8}).image.to_dict() == (
+      models.get_config('LiT-testing', image={'num_classes': 5, 'hidden_size': 8}).image.to_dict())

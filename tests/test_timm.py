@@ -198,6 +198,12 @@ def test_load_reads_a_safetensors_file_and_asks_for_the_model(tmp_path):
   save_file(timm_files.to_timm(params, 'ViT-Ti_16'), path)
   chex.assert_trees_all_equal(checkpoint.load(path, 'ViT-Ti_16', **TINY_VIT),
                               jax.tree_util.tree_map(np.asarray, params))
+  # The model's config whole reads the same tree as its name and fields.
+  config = models.get_config('ViT-Ti_16', **TINY_VIT)
+  chex.assert_trees_all_equal(checkpoint.load(path, config),
+                              jax.tree_util.tree_map(np.asarray, params))
+  chex.assert_trees_all_equal(timm_files.to_timm(params, config),
+                              timm_files.to_timm(params, 'ViT-Ti_16'))
   with pytest.raises(CheckpointError, match="name the model it holds, "
                      "checkpoint.load\\(path, model_name='ViT-B_16'\\)"):
     checkpoint.load(path)

@@ -832,7 +832,7 @@ def test_a_sharded_folder_is_read_through_its_index_and_the_hubs_folders_are_poi
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, whole)
   # The analysis reads a folder as checkpoint.load does.
   from analysis.runtime import features
-  name, fields, _ = hf_files.read(str(sharded), checkpoint.weights_file(str(sharded)))
+  name, fields = hf_files.model_of(str(sharded), checkpoint.weights_file(str(sharded)))
   subject = features.load_subject(name, str(sharded), 32, overrides=fields)
   jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(subject.params), whole)
   os.remove(sharded / shards[-1])

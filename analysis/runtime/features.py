@@ -356,11 +356,8 @@ def load_subject(model_name: str, path: str, image_size: int, overrides: Optiona
   if family.can(models.SCAN) and config.scan_layers:
     # the tools read what each block sows, under its own name
     config.scan_layers = False
-  if not folder and path.endswith(files.STATE_DICT_SUFFIXES):
-    fields = {k: v for k, v in (overrides or {}).items() if k != 'scan_layers'}
-    params = files.load(path, model_name, **fields)
-  else:
-    params = files.load(path)
+  params = (files.load(path, config) if not folder and path.endswith(files.STATE_DICT_SUFFIXES)
+            else files.load(path))
   flat = flax.traverse_util.flatten_dict(params, sep='/')
   head = [v for k, v in flat.items() if k.startswith(family.head) and k.endswith('kernel')]
   config.num_classes = int(head[0].shape[-1]) if head else 0

@@ -24,7 +24,7 @@ from vit_jax import models
 from vit_jax.files import hf_files, torch_save
 from vit_jax.files.atomic import atomic_write
 from vit_jax.files.layout import Params, flatten, published, unflatten
-from vit_jax.files.timm_files import (INDEX_SUFFIX, STATE_DICT_SUFFIXES, TORCH_SUFFIXES,
+from vit_jax.files.timm_files import (INDEX_SUFFIX, STATE_DICT_SUFFIXES, TORCH_SUFFIXES, Model,
                                       published_from_timm, read_state_dict)
 from vit_jax.models.family import CheckpointError, Flat
 
@@ -100,7 +100,7 @@ def check_not_hub_cache(directory: str) -> None:
                                             f'a folder under {snapshots}') + '.')
 
 
-def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Params:
+def load(path: str, model_name: Optional[Model] = None, **overrides: Any) -> Params:
   """`read` as a nested parameter dict of numpy arrays.
 
   Args:
@@ -114,23 +114,22 @@ def load(path: str, model_name: Optional[str] = None, **overrides: Any) -> Param
   return unflatten(read(path, model_name, **overrides))
 
 
-def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
+def read(path: str, model_name: Optional[Model] = None, **overrides: Any) -> Flat:
   """Reads a published (or our) `.npz` as flat parameters ('a/b/kernel' -> numpy array).
 
   Files in a family's other layouts (current-Flax block names, big_vision ViT
   files) load under the published names. Pickled objects are refused. A timm
   state dict (`.safetensors`, or `.pth`/`.pth.tar`/`.pt`/`.bin` with torch
-  installed) loads through `published_from_timm`, which needs the `model_name` it holds
-  and `overrides` of its architecture fields. A LiT file loads whole with a LiT
-  `model_name`; without one (or with a ViT's), its image tower loads alone.
-  With `model_name`, the tree is
-  that of the model's module (`Family.module_layout`: a ViT with
-  `scan_layers=True` gets its blocks stacked).
+  installed) loads through `published_from_timm`, which needs the model it holds:
+  its name and `overrides` of its architecture fields, or its config whole. A LiT
+  file loads whole with a LiT model; without one (or with a ViT), its image tower
+  loads alone. With a model, the tree is that of the model's module
+  (`Family.module_layout`: a ViT with `scan_layers=True` gets its blocks stacked).
 
   Args:
     path: the file, local or gs://; or a folder holding one (`weights_file`).
-    model_name: the model it holds (`models.get_config` names); needed for a
-      timm file and a whole LiT file.
+    model_name: the model it holds, a `models.get_config` name or a config from
+      it; needed for a timm file and a whole LiT file.
     **overrides: architecture fields of that model (a CIFAR model's
       `patch_size`).
 
@@ -151,7 +150,7 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
     raise CheckpointError(f'Checkpoint {path} does not exist. {WHERE_PUBLIC}; download one or '
                           'point to your own .npz.')
   if path.is_dir() and hf_files.is_folder(os.fspath(path)):
-    config, flat = _transformers_folder(os.fspath(path))
+    config, flat = hf_files.read(os.fspath(path), weights_file(os.fspath(path)))
     return models.family_of(config).module_layout(flat, config)
   if path.is_dir():
     path = epath.Path(weights_file(os.fspath(path)))
@@ -161,17 +160,11 @@ def read(path: str, model_name: Optional[str] = None, **overrides: Any) -> Flat:
       raise CheckpointError(f'{path} is a PyTorch state dict: name the model it holds, '
                             f"checkpoint.load(path, model_name='ViT-B_16').")
     return published(_read_npz(path))
-  config = models.get_config(model_name, **overrides)
+  config = models.config_of(model_name, **overrides)
   family = models.family_of(config)
-  flat = (published_from_timm(read_state_dict(path), model_name, **overrides) if torch
+  flat = (published_from_timm(read_state_dict(path), config) if torch
           else family.to_published(_read_npz(path)))
   return family.module_layout(flat, config)
-
-
-def _transformers_folder(folder: str) -> Tuple[ml_collections.ConfigDict, Flat]:
-  """A `transformers` folder's model config (its own fields) and flat parameters."""
-  name, fields, flat = hf_files.read(folder, weights_file(folder))
-  return models.get_config(name, **fields), flat
 
 
 def from_pretrained(folder: str) -> Tuple[nn.Module, Params]:
@@ -188,7 +181,7 @@ def from_pretrained(folder: str) -> Tuple[nn.Module, Params]:
     check_not_hub_cache(folder)
     raise CheckpointError(f'{folder} is not a transformers model folder (no {hf_files.CONFIG} '
                           'naming a model_type); give the folder save_pretrained wrote.')
-  config, flat = _transformers_folder(folder)
+  config, flat = hf_files.read(folder, weights_file(folder))
   return (models.build_model(config),
           unflatten(models.family_of(config).module_layout(flat, config)))
 

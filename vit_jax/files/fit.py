@@ -39,8 +39,7 @@ def load_pretrained(path: str, init_params: Mapping[str, Any], model_config: Any
   """
   if hf_files.is_folder(str(path)):
     hf_files.check_fits(str(path), model_config)
-  fields = {k: v for k, v in model_config.items() if k not in ('family', 'name', 'num_classes')}
-  restored = read(path, model_config.name, **fields)  # fields: for a timm file
+  restored = read(path, model_config)
   init = flatten(init_params)
   restored = models.family_of(model_config).fit(restored, init, model_config, grid_shape,
                                                 str(path), keep_head)

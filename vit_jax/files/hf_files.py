@@ -144,8 +144,8 @@ def check_fits(folder: str, config: Mapping[str, Any]) -> None:
                           'fine-tune from it.')
 
 
-def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
-  """A `transformers` folder as (model name, its fields, flat parameters in the
+def read(folder: str, weights: str) -> Tuple[ml_collections.ConfigDict, Flat]:
+  """A `transformers` folder as (its model's config, flat parameters in the
   published layout).
 
   Args:
@@ -153,17 +153,17 @@ def read(folder: str, weights: str) -> Tuple[str, Dict[str, Any], Flat]:
     weights: its weights file (`checkpoint.weights_file`).
 
   Returns:
-    (a model name of the zoo, the fields that make it the folder's model, the
-    parameters).
+    (the zoo config of the folder's model, its parameters).
 
   Raises:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
   family, name, fields, hf_config = _described(folder)  # checked before the weights are read
-  timm_state, extra, weight_fields = _as_timm(family, name, fields, hf_config,
+  config = models.get_config(name, **fields)
+  timm_state, extra, weight_fields = _as_timm(family, config, hf_config,
                                               read_state_dict(weights))
-  flat = published_from_timm(timm_state, name, **fields)
-  return name, {**fields, **weight_fields}, {**flat, **extra}
+  flat = published_from_timm(timm_state, config)
+  return models.with_fields(config, **weight_fields), {**flat, **extra}
 
 
 # The fields of a model's head: fine-tuning makes it anew for the data's classes.
@@ -187,7 +187,8 @@ def model_of(folder: str, weights: str) -> Tuple[str, Dict[str, Any]]:
     CheckpointError: a model type, or a field of it, that the project cannot express.
   """
   family, name, fields, hf_config = _described(folder)
-  _, _, weight_fields = _as_timm(family, name, fields, hf_config, state_dict_shapes(weights))
+  _, _, weight_fields = _as_timm(family, models.get_config(name, **fields), hf_config,
+                                 state_dict_shapes(weights))
   return name, {k: v for k, v in {**fields, **weight_fields}.items() if k not in HEAD_FIELDS}
 
 
@@ -205,9 +206,8 @@ def _described(folder: str) -> Tuple[Family, str, Dict[str, Any], Dict[str, Any]
   return family, name, {**fields, **pixels}, config
 
 
-def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
-             hf_config: Mapping[str, Any], state: Mapping[str, Any]
-             ) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
+def _as_timm(family: Family, config: ml_collections.ConfigDict, hf_config: Mapping[str, Any],
+             state: Mapping[str, Any]) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
   """The folder's weights under timm's names, the parameters timm has no place for,
   and the fields the weights fix (the head, the classes, ...: `Family.timm_fields`,
   as a timm file's do, but the image size). A classifier (`architectures` naming
@@ -215,7 +215,7 @@ def _as_timm(family: Family, name: str, fields: Mapping[str, Any],
   random; so are an `image_size` other than the position embeddings', and labels
   of another number than the head's outputs, which it refuses (a size mismatch)."""
   timm_state, extra, extra_fields = family.from_transformers(state, hf_config)
-  fixed = family.timm_fields(timm_state, models.get_config(name, **fields))
+  fixed = family.timm_fields(timm_state, config)
   held = fixed.pop('image_size')
   written = hf_config.get('image_size')
   if ('pos_embed' in timm_state and isinstance(written, int) and not isinstance(written, bool)

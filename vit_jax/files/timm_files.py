@@ -6,10 +6,11 @@ name mapping (`Family.to_timm`, `Family.timm_fields`)."""
 import json
 import math
 import os
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import ml_dtypes
 import numpy as np
 from etils import epath
@@ -19,7 +20,7 @@ from vit_jax.files import torch_save
 from vit_jax.files.layout import (Params, check_matches, flatten, published, published_float32,
                                   unflatten)
 from vit_jax.files.torch_save import UnsafeFileError
-from vit_jax.models.family import CheckpointError, Flat
+from vit_jax.models.family import CheckpointError, Family, Flat
 
 # A timm state dict saved by torch.save (with `.safetensors`, the files `checkpoint.load` reads).
 TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
@@ -27,53 +28,54 @@ TORCH_SUFFIXES = ('.pth', '.pth.tar', '.pt', '.bin')
 # (`model.safetensors.index.json`, `pytorch_model.bin.index.json`): name -> shard file.
 INDEX_SUFFIX = '.index.json'
 STATE_DICT_SUFFIXES = TORCH_SUFFIXES + ('.safetensors', INDEX_SUFFIX)
+# A model, as a zoo name or as its config whole (`models.config_of`).
+Model = Union[str, ml_collections.ConfigDict]
 
 
-def to_timm(params: Mapping[str, Any], model_name: str) -> Dict[str, np.ndarray]:
+def to_timm(params: Mapping[str, Any], model: Model) -> Dict[str, np.ndarray]:
   """A parameter tree as the state dict timm builds for the same model.
 
   Args:
-    params: the tree of a `model_name` model (any layout `checkpoint.load` reads).
-    model_name: a ViT, hybrid or BiT name.
+    params: the tree of the model (any layout `checkpoint.load` reads).
+    model: a ViT, hybrid or BiT name, or its config (`models.get_config`).
 
   Returns:
     name -> float32 array in PyTorch's layout, from the family's `to_timm`:
     what timm's own `.npz` loader makes of our saved file. Wrap the arrays with
     `torch.from_numpy` to load them.
   """
-  state = _timm_family(model_name).to_timm(published_float32(params))
+  state = _timm_family(models.config_of(model)).to_timm(published_float32(params))
   # C order, as file writers that take the raw buffer (safetensors) need.
   return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
 
-def from_timm(state_dict: Mapping[str, Any], model_name: str, **overrides: Any) -> Params:
+def from_timm(state_dict: Mapping[str, Any], model: Model, **overrides: Any) -> Params:
   """`published_from_timm` as a nested tree.
 
   Args:
     state_dict: name -> array or CPU tensor.
-    model_name: the model it holds.
+    model: the model it holds: its name, or its config (`models.get_config`).
     **overrides: architecture fields the state dict does not fix.
 
   Returns:
     The nested parameter tree in the published layout.
   """
-  return unflatten(published_from_timm(state_dict, model_name, **overrides))
+  return unflatten(published_from_timm(state_dict, model, **overrides))
 
 
-def published_from_timm(state_dict: Mapping[str, Any], model_name: str,
-                        **overrides: Any) -> Flat:
-  """The flat published parameter tree of `model_name` from a timm `state_dict` (name ->
+def published_from_timm(state_dict: Mapping[str, Any], model: Model, **overrides: Any) -> Flat:
+  """The flat published parameter tree of `model` from a timm `state_dict` (name ->
   array or CPU tensor, PyTorch layout): the exact inverse of `to_timm`.
 
   The head (class token, attention pooling or mean), the classes and the image
-  size come from the state dict; `overrides` set the other architecture fields
-  (a CIFAR model's `patch_size`). A qkv bias the state dict lacks (timm's
+  size come from the state dict; the config given, or `overrides` of a name's,
+  set the other architecture fields (a CIFAR model's `patch_size`). A qkv bias the state dict lacks (timm's
   `qkv_bias=False`) loads as zeros; any other difference from the model is a
   CheckpointError listing the keys.
 
   Args:
     state_dict: name -> array or CPU tensor.
-    model_name: the model it holds.
+    model: the model it holds: its name, or its config (`models.get_config`).
     **overrides: architecture fields the state dict does not fix.
 
   Returns:
@@ -81,16 +83,17 @@ def published_from_timm(state_dict: Mapping[str, Any], model_name: str,
   """
   state = {k: np.asarray(v, np.float32) for k, v in state_dict.items()
            if not k.endswith('num_batches_tracked')}
-  family = _timm_family(model_name)
+  config = models.config_of(model, **overrides)
+  family = _timm_family(config)
   try:
-    fields = family.timm_fields(state, models.get_config(model_name, **overrides))
+    fields = family.timm_fields(state, config)
   except KeyError as e:
     raise CheckpointError(
-        f'The state dict has no {e.args[0]!r}, which a timm file of {model_name} has: it holds '
+        f'The state dict has no {e.args[0]!r}, which a timm file of {config.name} has: it holds '
         f'another model, or not a timm state dict (its first keys: '
         f'{", ".join(list(state)[:5])}).') from None
   image_size = fields.pop('image_size')
-  config = models.get_config(model_name, **{**overrides, **fields})
+  config = models.with_fields(config, **fields)
   model = models.build_model(config)
   shapes = jax.eval_shape(lambda: published(flatten(model.init(
       jax.random.PRNGKey(0), jnp.zeros((1, image_size, image_size, 3)))['params'])))
@@ -103,7 +106,7 @@ def published_from_timm(state_dict: Mapping[str, Any], model_name: str,
   template = family.to_timm(numbered)
   # timm's qkv_bias=False: the biases are zeros.
   expected = {k: v for k, v in template.items() if k in state or not k.endswith('qkv.bias')}
-  check_matches(state, expected, f'The state dict of {model_name} '
+  check_matches(state, expected, f'The state dict of {config.name} '
                 f'({models.family_of(config).describe(config)})')
   values = np.zeros(starts[-1], np.float32)
   for key, where in template.items():
@@ -387,10 +390,10 @@ def _unwrapped(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
   return state
 
 
-def _timm_family(model_name: str):
-  family = models.family_of(models.get_config(model_name))
+def _timm_family(config: ml_collections.ConfigDict) -> Family:
+  family = models.family_of(config)
   if family.to_timm is None:
     exported = [f.title for f in models.FAMILIES.values() if f.to_timm is not None]
     raise ValueError(f'timm layouts cover the {" and ".join(exported)} families, not '
-                     f'{model_name}.')
+                     f'{config.name}.')
   return family

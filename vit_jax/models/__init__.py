@@ -8,7 +8,7 @@ declare what their models can do (`Family.capabilities`).
 
     lit = get_model('LiT-B16B')  # lit.apply(variables, images=..., tokens=...)
 """
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import flax
 import flax.linen as nn
@@ -148,6 +148,42 @@ def get_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
     _check_dtype(overrides['dtype'])
   config = dict(MODELS[key], name=key, **family.defaults, dtype='float32')
   return ml_collections.ConfigDict(family.make_config(config, overrides))
+
+
+def with_fields(config: ml_collections.ConfigDict, **fields: Any) -> ml_collections.ConfigDict:
+  """A new config: `config` with `fields` set as `get_config` sets its overrides
+  (by the family's `make_config`: a field the model lacks is refused; a LiT
+  tower's dict of fields, `image` or `text`, is updated).
+
+  Args:
+    config: a zoo config (`get_config`), left as it is.
+    **fields: the fields to set.
+
+  Returns:
+    The new config.
+
+  Raises:
+    ValueError: a field the model lacks, or a dtype it cannot compute in.
+  """
+  if 'dtype' in fields:
+    _check_dtype(fields['dtype'])
+  return ml_collections.ConfigDict(family_of(config).make_config(config.to_dict(), fields))
+
+
+def config_of(model: Union[str, ml_collections.ConfigDict], **overrides: Any) -> ml_collections.ConfigDict:
+  """The config of `model`, given as a zoo name (`get_config`'s) or as a config
+  whole, with `overrides` set.
+
+  Args:
+    model: a published name, or a config from `get_config`.
+    **overrides: fields to set.
+
+  Returns:
+    The config (`model` itself where it is a config and nothing is set).
+  """
+  if isinstance(model, str):
+    return get_config(model, **overrides)
+  return with_fields(model, **overrides) if overrides else model
 
 
 COMPUTE_DTYPES = ('float32', 'bfloat16', 'float16', 'float64')  # what a model may compute in

@@ -232,8 +232,9 @@ class Family:
   do what the test needs.
 
   `make_config(fields, overrides)` makes a variant's config: `fields` are its
-  architecture fields with `family`, `name`, the family's `defaults` and `dtype`;
-  the default replaces fields by the overrides (`override`).
+  architecture fields with `family`, `name`, the family's `defaults` and `dtype`,
+  or a config it made before (`models.with_fields`); the default replaces fields
+  by the overrides (`override`).
   """
   name: str
   title: str  # how people call the family's models: 'ViT, hybrid', 'BiT', ...

@@ -269,7 +269,8 @@ def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[st
   overrides update those dicts, the other fields are replaced.
 
   Args:
-    config: the variant's fields with `family`, `name` and `dtype`.
+    config: the variant's fields with `family`, `name` and `dtype`, or a config
+      made here before (whose `image` is kept).
     overrides: fields to set.
 
   Returns:
@@ -278,9 +279,9 @@ def make_config(config: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[st
   Raises:
     ValueError: an unknown field, text model or tokenizer.
   """
-  config['image'] = dict(vit.FAMILY.variants[config['image_model']],
-                         **vit.FAMILY.defaults)
-  config['model_name'] = config['name']  # its files' names (`vit_jax.original.lit`)
+  if 'image' not in config:  # a variant's fields, not a config made here
+    config['image'] = dict(vit.FAMILY.variants[config['image_model']], **vit.FAMILY.defaults)
+    config['model_name'] = config['name']  # its files' names (`vit_jax.original.lit`)
   config = override(config, overrides, nested=('image', 'text'))
   if config['text_model'] not in TEXT_MODELS or config['tokenizer'] not in TOKENIZERS:
     raise ValueError(f'{config["name"]}: text_model must be one of {TEXT_MODELS} and tokenizer '
