@@ -79,8 +79,11 @@ class Tool:
   ALL_MODELS, `run(subjects, batches, out, options)` returns the whole JSON) and
   writes its figures into `out`; a tool without `options` is run without them. A
   tool whose figures are drawn from its numbers alone declares `draw(entry,
-  subject, out, options)`, and then `run(subject, batches, options)` measures only
-  (`run_one` calls both: the JSON's 'figures' are `draw`'s).
+  subject, out, options)` (`no_figures` where it draws none of one model), and
+  then `run(subject, batches, options)` measures only, writing nothing (`run_one`
+  calls both: the JSON's 'figures' are `draw`'s, and drawing again from the JSON
+  gives the same figures). Each such tool's module names the two `measure` and
+  `draw`.
   `findings(result, quote)` is what the models show, per caption key, as text
   fragments and quotes of the JSON; `scalars(result, label)` a model's TensorBoard
   series; `joint(result, colour_of, out)` the figures that put every model in one
@@ -257,6 +260,21 @@ def each_model(findings_of: Callable[[str, Mapping, QuoteFn], List[Fragment]]
     return {label: findings_of(label, r, lambda *path, **kw: quote(label, *path, **kw))
             for label, r in per_model(result).items()}
   return findings
+
+
+def no_figures(entry: Mapping, subject: Subject, out: str, *options: Any) -> List[str]:
+  """The `draw` of a tool that draws no figure of one model (its figures are joint).
+
+  Args:
+    entry: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    *options: the tool's options.
+
+  Returns:
+    No figures.
+  """
+  return []
 
 
 def model_scalars(series_of: Callable[[Mapping], Series]) -> Callable[[Result, str], Series]:

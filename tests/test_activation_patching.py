@@ -64,7 +64,7 @@ def test_the_tools_shares_follow_the_formula(subjects, monkeypatch, tmp_path):
   def labelled(split):
     for x, _ in batches(split):
       yield x, np.asarray(subject.logits(x)).argmax(-1)
-  result = TOOLS['activation_patching'].run(subject, labelled, str(tmp_path))
+  result = TOOLS['activation_patching'].run_one(subject, labelled, str(tmp_path))
   json.dumps(result)
   assert all(os.path.exists(f) for f in result['figures'])
   every = patching.sites(subject)
@@ -96,7 +96,7 @@ def test_ratio_of_means_standard_error():
 def test_patching_refuses_to_measure_when_the_corruption_flips_nothing(subjects, monkeypatch, tmp_path):
   monkeypatch.setattr(patching.corruptions, 'corrupt',
                       lambda x, name, severity, seed, parameters: x)
-  result = TOOLS['activation_patching'].run(subjects['vit'], batches, str(tmp_path))
+  result = TOOLS['activation_patching'].run_one(subjects['vit'], batches, str(tmp_path))
   assert 'restored' not in result and result['pairs'] == 0
   assert 'on 0 of 36 evaluation images' in result['refused']
   text = TOOLS['activation_patching'].findings({'vit': result}, lambda *path, **kw: '')

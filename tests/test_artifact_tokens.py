@@ -17,7 +17,7 @@ pytestmark = pytest.mark.numerics  # run again on XLA:CPU limited to AVX2 in CI
 def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
   subject = subject_of(tiny_family_config('vit', num_registers=registers), 'vit')
   layers = subject.layers
-  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+  result = TOOLS['artifact_tokens'].run_one(subject, batches, str(tmp_path), Options(
       artifact_rule='relative', artifact_factor=1.2))
   json.dumps(result)
   last = layers.attention_weights[-1]
@@ -44,7 +44,7 @@ def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
   np.testing.assert_allclose(result['cls_attention_outliers'], from_cls[outlier].mean(),
                              rtol=1e-6)
   # The paper's absolute rule: no token of a fresh tiny model reaches a norm of 150.
-  paper = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path))
+  paper = TOOLS['artifact_tokens'].run_one(subject, batches, str(tmp_path))
   assert paper['threshold'][-1] == 150. and paper['share'][-1] == 0.
   assert paper['first_outlier_layer'] is None
   assert paper['neighbour_similarity_outliers'] is None
@@ -57,7 +57,7 @@ def test_massive_activations_are_the_authors_statistics(tmp_path):
   count); then the mean over images, `np.mean(stats, axis=0)`."""
   subject = subject_of(tiny_family_config('vit', num_registers=2), 'vit')
   layers = subject.layers
-  result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path))
+  result = TOOLS['artifact_tokens'].run_one(subject, batches, str(tmp_path))
   json.dumps(result)
   sown = [subject.intermediates(x, list(layers.stream)) for x, _ in batches('eval')]
   stats = []
@@ -132,7 +132,7 @@ def test_the_neighbour_similarity_compares_patch_embeddings_as_the_paper_does(tm
   embedded = pixel_patches(images, side) @ kernel.reshape(-1, kernel.shape[-1]) + bias
   expected = _cosine_to_neighbours(embedded)
   for rule, factor in (('relative', 1.05),):
-    result = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+    result = TOOLS['artifact_tokens'].run_one(subject, batches, str(tmp_path), Options(
         artifact_rule=rule, artifact_factor=factor))
     assert result['similarity'] == 'embedding'
     # Which tokens are outliers the model's norms decide; over all patches the
@@ -141,7 +141,7 @@ def test_the_neighbour_similarity_compares_patch_embeddings_as_the_paper_does(tm
     overall = (outlier_share * result['neighbour_similarity_outliers'] +
                (1 - outlier_share) * result['neighbour_similarity_others'])
     np.testing.assert_allclose(overall, expected.mean(), rtol=1e-5)
-  pixels = TOOLS['artifact_tokens'].run(subject, batches, str(tmp_path), Options(
+  pixels = TOOLS['artifact_tokens'].run_one(subject, batches, str(tmp_path), Options(
       artifact_rule='relative', artifact_factor=1.05, artifact_similarity='pixels'))
   assert pixels['similarity'] == 'pixels'
   overall = (pixels['share'][-1] * pixels['neighbour_similarity_outliers'] +
@@ -154,7 +154,7 @@ def test_artifact_tokens_refuse_a_model_without_attention(subjects, tmp_path):
   resnet = next(s for s in subjects.values() if not s.layers.attention_weights)
   assert not TOOLS['artifact_tokens'].applies_to(resnet)
   with pytest.raises(ValueError, match='artifact tokens need a ViT'):
-    TOOLS['artifact_tokens'].run(resnet, batches, str(tmp_path))
+    TOOLS['artifact_tokens'].run_one(resnet, batches, str(tmp_path))
 
 
 def test_the_registers_verdict_pairs_a_model_without_registers_with_one_with_them():

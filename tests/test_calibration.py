@@ -91,10 +91,10 @@ def test_brier_is_the_squared_distance_to_the_one_hot_label():
 def test_the_calibration_tool(tmp_path):
   from helpers import TINY_VIT, batches, subject
   s = subject('ViT-Ti_16', 'vit', **TINY_VIT)
-  result = TOOLS['calibration'].run(s, batches, str(tmp_path))
+  result = TOOLS['calibration'].run_one(s, batches, str(tmp_path))
   json.dumps(result)
   assert result['num_images'] == 36 and sum(result['bin_count']) == 36
-  nll = TOOLS['nll'].run(s, batches, str(tmp_path))  # the same NLL by optax
+  nll = TOOLS['nll'].run_one(s, batches, str(tmp_path))  # the same NLL by optax
   assert result['nll'] == pytest.approx(nll['test_nll'], rel=1e-5)
   assert result['accuracy'] == pytest.approx(1 - nll['test_error'])
   assert 0 <= result['ece'] <= 1 and result['ece_stderr'] > 0

@@ -49,7 +49,7 @@ def test_a_head_whose_output_the_model_never_reads_costs_nothing(tmp_path):
   np.testing.assert_allclose(logits[0], np.asarray(subject.logits(x)), rtol=1e-4, atol=1e-5)
   np.testing.assert_array_equal(logits[1 + removed.index((0, 1))], logits[0])
   assert np.abs(logits[1 + removed.index((0, 0))] - logits[0]).max() > 1e-4
-  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path))
+  result = TOOLS['head_ablation'].run_one(subject, _labelled_by(subject), str(tmp_path))
   assert result['accuracy'] == 1. and result['heads'] == [4, 4]
   assert result['drop'][0][1] == 0. and result['drop_stderr'][0][1] == 0.
   distance = np.asarray(result['distance'])
@@ -77,7 +77,7 @@ def test_removing_the_only_head_a_model_uses_leaves_a_constant_prediction(tmp_pa
   head[17::2] = -head[16::2]  # pairs of channels read with opposite signs
   flat['Transformer/encoder_norm/scale'][16:] = 1.
   subject = _subject(flat, classifier='gap', num_layers=1)
-  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path))
+  result = TOOLS['head_ablation'].run_one(subject, _labelled_by(subject), str(tmp_path))
   labels = np.concatenate([y for _, y in _labelled_by(subject)('eval')])
   assert len(np.unique(labels)) > 1  # the intact model tells images apart
   cases, removed = ablations(subject)
@@ -111,6 +111,6 @@ def test_mean_ablating_a_head_whose_output_never_changes_changes_nothing(tmp_pat
     apply = lambda edits: np.asarray(subject.model.apply({'params': subject.params, **edits}, x))
     difference = np.abs(apply(cases[1 + removed.index((0, 2))]) - apply(cases[0])).max()
     assert (difference > 1e-4) if changes else (difference < 1e-5)
-  result = TOOLS['head_ablation'].run(subject, _labelled_by(subject), str(tmp_path),
+  result = TOOLS['head_ablation'].run_one(subject, _labelled_by(subject), str(tmp_path),
                                       Options(head_ablation='mean'))
   assert result['mode'] == 'mean' and result['drop'][0][2] == 0.

@@ -32,7 +32,7 @@ def test_the_lens_on_the_last_entry_is_the_models_output(subjects, label, tmp_pa
   np.testing.assert_allclose(np.asarray(final), np.asarray(subject.logits(x)),
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(read[-1]), np.asarray(final), rtol=1e-5, atol=1e-5)
-  result = TOOLS['logit_lens'].run(subject, batches, str(tmp_path))
+  result = TOOLS['logit_lens'].run_one(subject, batches, str(tmp_path))
   json.dumps(result)
   assert os.path.exists(result['figures'][0])
   assert result['agreement'][-1] == 1. and result['kl'][-1] == pytest.approx(0., abs=1e-5)

@@ -84,23 +84,25 @@ def analysed(made_once):
   return out, {kind: str(out / f'report.{kind}') for kind in ('html', 'md')}
 
 
+_OPTIONS = {  # Lanczos and SLQ of one length: one program for both.
+    'hessian': hessian.Options(hessian_batches=2, lanczos_steps=4, density_steps=4,
+                               trace_probes=2, block_steps=2),
+    'landscape': landscape.Options(landscape_points=5),
+    # Gaussian noise changes 1 of the random Mixer's 36 predictions.
+    'activation_patching': activation_patching.Options(patching_corruption='contrast'),
+    'sae': sae.Options(sae_steps=20, sae_features=2),
+    **{name: TOOLS[name].options(similarity_resamples=3)
+       for name in ('similarities', 'head_similarities', 'localisation_similarities')}}
+
+
+def _subjects():
+  return [subject('ViT-Ti_16', 'vit', **TINY_VIT), subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
+
+
 def _analyse(out):
   out.mkdir(exist_ok=True)
-  subjects = [subject('ViT-Ti_16', 'vit', **TINY_VIT),
-              subject('Mixer-B_16', 'mixer', **TINY_MIXER)]
-  _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out),
-                           # Lanczos and SLQ of one length: one program for both.
-                           {'hessian': hessian.Options(hessian_batches=2, lanczos_steps=4,
-                                                       density_steps=4, trace_probes=2,
-                                                       block_steps=2),
-                            'landscape': landscape.Options(landscape_points=5),
-                            # Gaussian noise changes 1 of the random Mixer's 36 predictions.
-                            'activation_patching': activation_patching.Options(
-                                patching_corruption='contrast'),
-                            'sae': sae.Options(sae_steps=20, sae_features=2),
-                            **{name: TOOLS[name].options(similarity_resamples=3) for name in (
-                                'similarities', 'head_similarities',
-                                'localisation_similarities')}})
+  subjects = _subjects()
+  _, _, failed = run_tools(list(TOOLS), subjects, lambda s: batches, str(out), _OPTIONS)
   assert not failed, failed
   about = {s.label: {**features.describe(s), 'source': 'generated',
                      'tensorboard': str(out / 'tb' / s.label)} for s in subjects}
@@ -145,6 +147,28 @@ def test_caption_numbers_equal_the_json(analysed):
     # Captions print three significant digits.
     np.testing.assert_allclose(float(text), expected, rtol=5e-3, atol=1e-12,
                                err_msg=f'{section} {attrs}')
+
+
+@pytest.mark.slow
+def test_a_tools_figures_are_drawn_again_from_its_json(analysed, tmp_path):
+  """Every tool that measures then draws gives, from its JSON file alone, the very
+  figures (the same bytes) the analysis drew."""
+  out, _ = analysed
+  drawn = [name for name, record in TOOLS.items() if record.draw is not None]
+  assert {'attention_distance', 'norm_ratio', 'calibration', 'probes', 'fourier'} <= set(drawn)
+  for s in _subjects():
+    for name in drawn:
+      result = json.loads((out / f'{name}.json').read_text())
+      if s.label not in result:
+        continue
+      record = TOOLS[name]
+      given = (_OPTIONS.get(name, record.options()),) if record.options else ()
+      figures = record.draw(result[s.label], s, str(tmp_path), *given)
+      assert [os.path.basename(f) for f in figures] == [
+          os.path.basename(f) for f in result[s.label]['figures']], name
+      for f in figures:
+        assert (tmp_path / os.path.basename(f)).read_bytes() == (
+            out / os.path.basename(f)).read_bytes(), f
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ def test_head_cka_against_another_model_and_a_twin(subjects, tmp_path):
   assert np.array(r['cka']).shape == (2, 4, 3) and np.array(r['distance']).shape == (2, 4)
   assert np.all((np.array(r['cka']) > -0.2) & (np.array(r['cka']) <= 1 + 1e-6))
   np.testing.assert_allclose(r['cka_lower'], np.array(r['cka'])[:, :, :2].mean(-1), rtol=1e-6)
-  distances = TOOLS['attention_distance'].run(vit, batches, str(tmp_path))
+  distances = TOOLS['attention_distance'].run_one(vit, batches, str(tmp_path))
   np.testing.assert_allclose(r['distance'], distances['distance_per_layer_head'], rtol=1e-5)
   assert os.path.exists(r['figures'][0]) and set(result) == {'vit vs bit'}
   # With a third model (the GAP twin, whose heads are compared too) the pairs of the
@@ -83,7 +83,7 @@ def test_nll_tool_and_its_joint_figure(subjects, tmp_path):
     while split == features.TRAIN_AUGMENTED:
       yield from batches(split)
     yield from batches(split)
-  results = {s.label: TOOLS['nll'].run(s, endless, str(tmp_path)) for s in (subjects[k] for k in ('vit', 'vit_gap', 'bit'))}
+  results = {s.label: TOOLS['nll'].run_one(s, endless, str(tmp_path)) for s in (subjects[k] for k in ('vit', 'vit_gap', 'bit'))}
   json.dumps(results)
   for r in results.values():
     assert r['train_nll'] > 0 and 0 <= r['test_error'] <= 1
@@ -111,7 +111,7 @@ def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
   lam = 0.8 does; this ViT has no dropout, so train mode gives the evaluation
   logits; a ViT with dropout must differ from them."""
   s = subjects['vit']
-  result = TOOLS['nll'].run(s, batches, str(tmp_path))
+  result = TOOLS['nll'].run_one(s, batches, str(tmp_path))
   assert result['train_nll_kind'] == 'training' and result['train_loss']['mode'] == 'train'
   losses, sizes = [], []
   for images, _ in batches(features.TRAIN_AUGMENTED):
@@ -122,16 +122,16 @@ def test_the_training_nll_is_the_loss_the_authors_log(subjects, tmp_path):
     losses.append(np.mean(np.sum(-targets * log_softmax, axis=-1)))
     sizes.append(len(images))
   assert result['train_nll'] == pytest.approx(np.average(losses, weights=sizes), rel=1e-5)
-  plain = TOOLS['nll'].run(s, batches, str(tmp_path), nll.Options(nll_train='plain'))
+  plain = TOOLS['nll'].run_one(s, batches, str(tmp_path), nll.Options(nll_train='plain'))
   assert plain['train_nll'] < result['train_nll']  # smoothing penalises confident fits
   assert plain['test_nll'] == result['test_nll']
   noisy = subject('ViT-Ti_16', 'vit', **{**TINY_VIT, 'dropout_rate': 0.5})
   noisy = features.Subject(noisy.label, noisy.config, s.params, 32, s.recipe)
-  assert TOOLS['nll'].run(noisy, batches, str(tmp_path))['train_nll'] != pytest.approx(
+  assert TOOLS['nll'].run_one(noisy, batches, str(tmp_path))['train_nll'] != pytest.approx(
       result['train_nll'], rel=1e-3)
   no_recipe = features.Subject('bare', s.config, s.params, 32)
   with pytest.raises(ValueError, match='needs the recipe'):
-    TOOLS['nll'].run(no_recipe, batches, str(tmp_path))
+    TOOLS['nll'].run_one(no_recipe, batches, str(tmp_path))
 
 
 def test_a_head_compared_with_itself_has_cka_one():
@@ -152,13 +152,13 @@ def test_attention_tools_refuse_models_without_global_attention(subjects, family
     return
   assert not TOOLS['attention_distance'].applies_to(s)
   with pytest.raises(ValueError, match='sows no global attention'):
-    TOOLS['attention_distance'].run(s, batches, str(tmp_path))
+    TOOLS['attention_distance'].run_one(s, batches, str(tmp_path))
 
 
 @pytest.mark.parametrize('tool', ['attention_distance', 'vit_figures'])
 @pytest.mark.parametrize('label', ['vit', 'vit_gap'])
 def test_vit_tools(subjects, tool, label, tmp_path):
-  result = TOOLS[tool].run(subjects[label], batches, str(tmp_path))
+  result = TOOLS[tool].run_one(subjects[label], batches, str(tmp_path))
   json.dumps(result)
   assert result['figures'] and all(os.path.exists(f) for f in result['figures'])
   if tool == 'attention_distance':
@@ -175,13 +175,13 @@ def test_vit_tools(subjects, tool, label, tmp_path):
 
 def test_vit_figures_says_how_much_of_the_filters_gray_images_reach(subjects, tmp_path):
   s = subjects['vit']
-  assert 'gray_reached_share' not in TOOLS['vit_figures'].run(s, batches, str(tmp_path))
+  assert 'gray_reached_share' not in TOOLS['vit_figures'].run_one(s, batches, str(tmp_path))
 
   def gray(split):
     for images, labels in batches(split):
       yield np.repeat(images.mean(-1, keepdims=True), 3, -1), labels
 
-  result = TOOLS['vit_figures'].run(s, gray, str(tmp_path))
+  result = TOOLS['vit_figures'].run_one(s, gray, str(tmp_path))
   # A gray image g meets a filter w as g * sum_c w_c: the nearest filter that is the same in
   # every channel is sum_c w_c / C, of squared norm sum (sum_c w_c)^2 / C.
   kernel = np.asarray(s.parameter(s.layers.embedding), np.float64)
@@ -244,7 +244,7 @@ def test_registers_never_reach_a_spatial_analysis(classifier, tmp_path):
     ours, theirs = ({k: r[k] for k in keys} for r in (
         TOOLS[tool].run_one(s, one_batch, str(tmp_path)) for s in (with_registers, hidden)))
     chex.assert_trees_all_close(ours, theirs, rtol=1e-5, atol=1e-6)
-  probes = [TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5))[
+  probes = [TOOLS['probes'].run(s, batches, shots=(1, 5))[
       'few_shot_per_token']['accuracy'] for s in (with_registers, hidden)]
   np.testing.assert_allclose(*probes, atol=1e-6)
 
@@ -257,14 +257,14 @@ def test_localisation_on_every_family(subjects, label, tmp_path):
   of one batch is the unbiased linear CKA of that batch)."""
   s = (subject('R+ViT-Ti_16', 'hybrid', **{**TINY_VIT, 'patch_size': 2})
        if label == 'hybrid' else subjects[label])
-  result = TOOLS['localisation'].run(s, batches, str(tmp_path))
+  result = TOOLS['localisation'].run_one(s, batches, str(tmp_path))
   json.dumps(result)
   h, w = result['grid']
   assert np.array(result['maps']).shape == (5, h, w) and result['num_images'] == 36
   assert result['patch_pixels'] == [32 // h, 32 // w]
   assert np.isfinite(result['own_margin']) and result['own_margin_stderr'] > 0
   one_batch = lambda split: iter([next(batches(split))])
-  single = TOOLS['localisation'].run(s, one_batch, str(tmp_path))
+  single = TOOLS['localisation'].run_one(s, one_batch, str(tmp_path))
   images, _ = next(batches('eval'))
   last = s.layers.stream[-1]
   final = np.asarray(features.spatial_map(s, s.intermediates(images, [last])[last]),
@@ -316,7 +316,7 @@ def test_a_patch_without_cka_is_no_rival_in_the_localisation_margin():
 
 def test_localisation_finds_positions_a_model_keeps(subjects, tmp_path):
   copying = CopyingModel('copying', subjects['bit'].config, subjects['bit'].params, 32)
-  result = TOOLS['localisation'].run(copying, batches, str(tmp_path))
+  result = TOOLS['localisation'].run_one(copying, batches, str(tmp_path))
   assert result['grid'] == [4, 4] and result['peak_at_query'] == [1.] * 5
   for (i, j), m in zip(result['queries'], result['maps']):
     assert m[i][j] == pytest.approx(1., abs=1e-5)  # the patch itself
@@ -325,18 +325,19 @@ def test_localisation_finds_positions_a_model_keeps(subjects, tmp_path):
 
 def test_norm_ratio_erf_probes(subjects, family_name, tmp_path):
   s = subjects[family_name]
-  ratios = TOOLS['norm_ratio'].run(s, batches, str(tmp_path))['ratios']
+  ratios = TOOLS['norm_ratio'].run_one(s, batches, str(tmp_path))['ratios']
   assert list(ratios) == [b.label for b in s.layers.branches]
   counted = {'vit': 4, 'mixer': 4, 'bit': 2, 'alternet': 3}  # by hand, for these families
   assert len(ratios) == counted.get(s.label, len(s.layers.branches))
   assert all(v > 0 for row in ratios.values() for v in row.values())
   assert all(('cls' in row) == s.has_cls for row in ratios.values())
-  fields = TOOLS['erf'].run(s, batches, str(tmp_path), num_images=4)
+  fields = TOOLS['erf'].run(s, batches, num_images=4)
   assert len(fields['fields']) == len(s.layers.stream)
   # A patch model's embedding sees one 8x8 patch; later layers see at least as much.
   if s.config.get('patch_size') == 8:
     assert fields['half_mass_pixels'][0] <= 64 <= fields['half_mass_pixels'][-1]
-  result = TOOLS['probes'].run(s, batches, str(tmp_path), shots=(1, 5, 20))
+  result = TOOLS['probes'].run(s, batches, shots=(1, 5, 20))
+  result['figures'] = TOOLS['probes'].draw(result, s, str(tmp_path))
   json.dumps(result)
   assert set(result['few_shot_pre_logits']) == {1, 5} and result['shots_left_out'] == [20]
   # 12 images per class: a 10-shot probe on each final-layer token, drawn as a grid.
@@ -384,7 +385,7 @@ def test_landscape_tools(subjects, family_name, tmp_path):
   assert all(c[0] == 0. and c[-1] == h for c, h in zip(curves, result['high_frequency']))
   assert np.all(np.array(result['variance']) > 0)
   assert result['attention_layers'] == {'vit': [1, 3], 'alternet': [3]}.get(s.label, [])
-  result = TOOLS['robustness'].run(s, batches, str(tmp_path), robustness.Options(
+  result = TOOLS['robustness'].run_one(s, batches, str(tmp_path), robustness.Options(
       noise_epsilons=(0.1, 1.), noise_frequencies=(0., 1.5), noise_band_width=0.1))
   json.dumps(result)
   assert np.array(result['accuracy']).shape == (2, 2)
@@ -582,7 +583,7 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   command.check_heads([s], ['attention_distance', 'cka', 'sae'])
   small_batches = lambda split: iter(
       [(images[:, :28, :28], labels) for images, labels in batches(split)])
-  result = TOOLS['attention_distance'].run(s, small_batches, str(tmp_path))
+  result = TOOLS['attention_distance'].run_one(s, small_batches, str(tmp_path))
   assert np.array(result['distance_per_layer_head']).shape == (2, 4)
   # An SAE without a head: its quality and top images, no loss and no logit effects.
   from analysis.tools import sae

@@ -15,7 +15,7 @@ over the pairs whose prediction the corruption changes; 0 where the site
 carries nothing of it, 1 where it alone restores the clean run.
 """
 import dataclasses
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import flax
 import numpy as np
@@ -121,8 +121,7 @@ def logit_difference(logits: np.ndarray, label: np.ndarray, other: np.ndarray) -
   return logits[rows, label] - logits[rows, other]
 
 
-def run_activation_patching(subject: Subject, batches: Batches, out: str,
-                            options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """Per site, the share of the clean logit difference that patching its clean
   activation into the corrupted run restores, ± its delta-method standard error
   over the pairs (`uncertainty.ratio_of_means`), on the evaluation images whose
@@ -131,12 +130,11 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options: `patching_corruption`, one of
       `corruptions.CORRUPTIONS`, at `patching_severity` 1-5.
 
   Returns:
-    The model's JSON; where the corruption changes fewer than `MIN_PAIRS`
+    The model's JSON but its figures (`draw`'s); where the corruption changes fewer than `MIN_PAIRS`
     predictions, no share, and under 'refused' why and what to change.
   """
   every = sites(subject)
@@ -145,17 +143,15 @@ def run_activation_patching(subject: Subject, batches: Batches, out: str,
   about = {'corruption': options.patching_corruption, 'severity': options.patching_severity,
            'pairs': pairs, 'num_images': seen}
   if pairs < MIN_PAIRS:
-    return {**about, 'figures': [], 'refused': (
+    return {**about, 'refused': (
         f'{options.patching_corruption} at severity {options.patching_severity} changes the '
         f'prediction on {pairs} of {seen} '
         f'evaluation images; patching needs at least {MIN_PAIRS}: raise '
         '--patching_severity, pick another --patching_corruption, or analyse more images')}
   share, stderr = uncertainty.ratio_of_means(np.concatenate(restored, axis=1),
                                              np.concatenate(full))
-  figures = _figures(subject, every, share, stderr, out, options)
   return {**about, 'sites': [s.label for s in every], 'kinds': [s.kind for s in every],
-          'restored': share.tolist(), 'restored_stderr': stderr.tolist(),
-          'figures': figures}
+          'restored': share.tolist(), 'restored_stderr': stderr.tolist()}
 
 
 def _patched(subject: Subject, batches: Batches, every: Sequence[Site], options: Options
@@ -184,17 +180,30 @@ def _patched(subject: Subject, batches: Batches, every: Sequence[Site], options:
   return restored, full, seen
 
 
-def _figures(subject: Subject, every: Sequence[Site], share: np.ndarray, stderr: np.ndarray,
-             out: str, options: Options) -> List[str]:
-  """The share restored per branch, and per head where every attention layer has as
-  many heads."""
-  branches = [k for k, s in enumerate(every) if s.kind != 'head']
-  heads = [k for k, s in enumerate(every) if s.kind == 'head']
-  figures = [plots.bars(share[branches], stderr[branches], [every[k].label for k in branches],
-                        [every[k].kind for k in branches],
+def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()) -> List[str]:
+  """The figures of the tool's numbers (`measure`): the share restored per branch,
+  and per head where every attention layer has as many heads; none where it refused.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  if 'refused' in result:
+    return []
+  share, stderr = np.asarray(result['restored']), np.asarray(result['restored_stderr'])
+  labels, kinds = result['sites'], result['kinds']
+  branches = [k for k, kind in enumerate(kinds) if kind != 'head']
+  heads = [k for k, kind in enumerate(kinds) if kind == 'head']
+  figures = [plots.bars(share[branches], stderr[branches], [labels[k] for k in branches],
+                        [kinds[k] for k in branches],
                         figure_path(out, 'activation_patching', subject),
-                        f'Activation patching ({options.patching_corruption} '
-                        f'{options.patching_severity}): {subject.label}',
+                        f'Activation patching ({result["corruption"]} '
+                        f'{result["severity"]}): {subject.label}',
                         'clean logit difference restored')]
   counts = head_counts(subject) if subject.layers.head_outputs else []
   if heads and len(set(counts)) == 1:
@@ -239,7 +248,7 @@ TOOL = register(Tool(
           'per head.',
     reads_logits=True,
     options=Options,
-    run=run_activation_patching, findings=each_model(_findings),
+    run=measure, draw=draw, findings=each_model(_findings),
     scalars=lambda result, label: ({'activation_patching/restored': result[label]['restored']}
                                    if 'restored' in result.get(label, {}) else {}),
     # The clean and corrupted runs, the clean intermediates and one run per site;

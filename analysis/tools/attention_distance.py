@@ -12,7 +12,7 @@ from analysis.tool import (ATTENTION, Batches, Subject, Tool, batch_mean, each_m
                            figure_path, model_scalars, per_model, register)
 
 
-def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Mean attention distance in pixels per layer and head, averaged over images:
   spatial queries, the class-token key dropped and the rest renormalised; for
   class-token models also with that key kept as it is (weight at distance 0). The
@@ -21,10 +21,9 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   names = features.attention_names(subject)
   grid, pixels = subject.token_grid()
@@ -42,16 +41,32 @@ def run_attention_distance(subject: Subject, batches: Batches, out: str) -> Dict
 
   distances, stderr = batch_mean(batches('eval'), per_layer)
   uniform = float(attention.patch_distances(grid, pixels).mean())
-  figure = plots.scatter_by_layer(
-      distances[0], figure_path(out, 'attention_distance', subject),
-      f'Mean attention distance: {subject.label}', 'mean attention distance (pixels)',
-      errors=stderr[0], reference=uniform, reference_label='uniform attention')
   result = {'distance_per_layer_head': distances[0].tolist(),
             'distance_stderr': stderr[0].tolist(), 'uniform_distance': uniform,
-            'pixels_per_token': pixels, 'figures': [figure]}
+            'pixels_per_token': pixels}
   if subject.has_cls:
     result['distance_with_class_key_per_layer_head'] = distances[1].tolist()
   return result
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): each head's distance per layer,
+  with its standard error and the distance of uniform attention.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  return [plots.scatter_by_layer(
+      np.asarray(result['distance_per_layer_head']),
+      figure_path(out, 'attention_distance', subject),
+      f'Mean attention distance: {subject.label}', 'mean attention distance (pixels)',
+      errors=np.asarray(result['distance_stderr']), reference=result['uniform_distance'],
+      reference_label='uniform attention')]
 
 
 def _findings(label, r, q):
@@ -105,7 +120,7 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 3), ViT paper (Fig. 7): lower layers hold local and global '
           'heads, higher layers attend globally; with less pre-training data the local heads '
           'of lower layers disappear.',
-    run=run_attention_distance, runs_on=ATTENTION, findings=each_model(_findings),
+    run=measure, draw=draw, runs_on=ATTENTION, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'attention_distance/mean_over_heads_px': np.mean(
         r['distance_per_layer_head'], axis=1).tolist()}),
     verdicts=verdicts))

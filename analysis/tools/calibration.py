@@ -12,7 +12,7 @@ from analysis.runtime.estimate import Work
 from analysis.tool import Batches, Subject, Tool, each_model, figure_path, per_model, register
 
 
-def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Softmax predictions on the evaluation split: accuracy (± binomial standard
   error), NLL and Brier score (± standard error of their means over images), the
   ECE and signed ECE over the authors' 10 confidence bins (± bootstrap standard
@@ -22,10 +22,9 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   confidence, correct, nll, brier = [], [], [], []
   for images, labels in batches('eval'):
@@ -42,10 +41,6 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
   spread = reliability.bootstrap_stderr(confidence, correct)
   accuracy = float(correct.mean())
   mean_stderr = lambda x: float(np.std(x, ddof=1) / np.sqrt(n)) if n > 1 else float('nan')
-  figure = plots.reliability(binned['count'], binned['accuracy'], reliability.EDGES,
-                             figure_path(out, 'calibration', subject),
-                             f'Calibration: {subject.label}',
-                             plots.KIND_COLOURS[subject.layers.architecture])
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
           'nll': float(nll.mean()), 'nll_stderr': mean_stderr(nll),
@@ -55,8 +50,25 @@ def run_calibration(subject: Subject, batches: Batches, out: str) -> Dict:
           'signed_ece_stderr': spread['signed_ece'],
           'bin_edges': reliability.EDGES.tolist(), 'bin_count': binned['count'].tolist(),
           'bin_accuracy': binned['accuracy'].tolist(),
-          'bin_confidence': binned['confidence'].tolist(), 'num_images': n,
-          'figures': [figure]}
+          'bin_confidence': binned['confidence'].tolist(), 'num_images': n}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): the reliability diagram of its bins.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  return [plots.reliability(np.asarray(result['bin_count']), np.asarray(result['bin_accuracy']),
+                            np.asarray(result['bin_edges']),
+                            figure_path(out, 'calibration', subject),
+                            f'Calibration: {subject.label}',
+                            plots.KIND_COLOURS[subject.layers.architecture])]
 
 
 def joint(result: Mapping, colour_of: Mapping[str, str], out: str) -> List[str]:
@@ -92,7 +104,7 @@ TOOL = register(Tool(
           'every model; the paper argues from NLL that ViTs underfit small training sets '
           'rather than overfit them.',
     reads_logits=True,
-    run=run_calibration, joint=joint,
+    run=measure, draw=draw, joint=joint,
     findings=each_model(lambda label, r, q: [
         f'{label}: accuracy ', q('accuracy'), ', NLL ', q('nll'), ' ± ', q('nll_stderr'),
         ', Brier ', q('brier'), ', ECE ', q('ece'), ' ± ', q('ece_stderr'), ' (signed ',

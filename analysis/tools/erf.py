@@ -28,7 +28,7 @@ def half_mass_area(field: np.ndarray) -> int:
   return int(np.searchsorted(np.cumsum(np.sort(field.ravel())[::-1]), 0.5 * field.sum()) + 1)
 
 
-def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_IMAGES) -> Dict:
+def measure(subject: Subject, batches: Batches, num_images: int = ERF_IMAGES) -> Dict:
   """Effective receptive field of the centre location of every block output, and
   the area holding half its mass, with its standard error over ERF_GROUPS groups
   of the images.
@@ -36,11 +36,10 @@ def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     num_images: images the fields are averaged over.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   images = np.concatenate([b for b, _ in take(batches('eval'), num_images)])[:num_images]
   groups = np.array_split(images, min(ERF_GROUPS, len(images)))
@@ -58,13 +57,26 @@ def run_erf(subject: Subject, batches: Batches, out: str, num_images: int = ERF_
     half_mass.append(half_mass_area(fields[-1]))
     stderr.append(float(uncertainty.weighted_mean_stderr(
         [half_mass_area(f) for f in per_group], [len(g) for g in groups])))
-  figure = plots.image_grid(np.stack(fields), figure_path(out, 'erf', subject),
-                            f'Effective receptive fields (|gradient|): {subject.label}',
-                            labels=list(subject.layers.labels), cmap='viridis', vmin=0., vmax=1.,
-                            colorbar_label='of the maximum')
   return {'layers': list(subject.layers.labels), 'half_mass_pixels': half_mass,
           'half_mass_stderr': stderr, 'num_images': len(images),
-          'fields': [f.tolist() for f in fields], 'figures': [figure]}
+          'fields': [f.tolist() for f in fields]}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): each block's field, scaled to its maximum.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  return [plots.image_grid(np.asarray(result['fields']), figure_path(out, 'erf', subject),
+                           f'Effective receptive fields (|gradient|): {subject.label}',
+                           labels=result['layers'], cmap='viridis', vmin=0., vmax=1.,
+                           colorbar_label='of the maximum')]
 
 
 def _findings(label, r, q):
@@ -139,6 +151,6 @@ TOOL = register(Tool(
              '± its standard error over four groups of the images.',
     paper='Raghu et al. (Fig. 6): ViT\'s receptive fields are larger in its lower layers than '
           'ResNet\'s, which grow gradually with depth.',
-    run=run_erf, findings=each_model(_findings),
+    run=measure, draw=draw, findings=each_model(_findings),
     scalars=model_scalars(lambda r: {'erf/half_mass_pixels': list(r['half_mass_pixels'])}),
     joint=joint, verdicts=verdicts, work=work, shortened_by=()))

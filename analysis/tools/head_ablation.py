@@ -4,7 +4,7 @@ at inference, head by head, drawn against the head's mean attention distance
 "Are Sixteen Heads Really Better than One?") mask them: the head's output is
 multiplied by 0 before the output projection."""
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -89,8 +89,7 @@ def mean_head_outputs(subject: Subject, batches: Batches) -> List[np.ndarray]:
   return [(s / count).astype(np.float32) for s in sums]
 
 
-def run_head_ablation(subject: Subject, batches: Batches, out: str,
-                      options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """Accuracy on the evaluation split with each attention head removed in turn,
   against the intact model; the drop's standard error is that of a paired
   difference over images. Each head's mean attention distance (spatial keys,
@@ -100,13 +99,12 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str,
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options: `head_ablation` 'zero' (the head's output times 0,
       Michel et al.'s masking) or 'mean' (replaced by its mean over the evaluation
       images, per token).
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   if not subject.layers.head_outputs:
     raise ValueError(f'{subject.label} ({subject.config.name}) sows no per-head outputs of '
@@ -136,18 +134,33 @@ def run_head_ablation(subject: Subject, batches: Batches, out: str,
                              for layer in range(len(counts))]
   accuracy = float(correct[0].mean())
   layer_names = [b.label for b in subject.layers.branches if b.kind == 'attention']
-  figure = plots.scatter(
-      {name: (distance[layer], np.array(by_layer(100 * drop)[layer]))
-       for layer, name in enumerate(layer_names)},
-      figure_path(out, 'head_ablation', subject),
-      f'Head ablation ({options.head_ablation}): {subject.label} (intact {100 * accuracy:.1f}%)',
-      'mean attention distance (pixels)', 'accuracy lost (points)')
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
           'mode': options.head_ablation, 'layers': layer_names, 'heads': counts,
           'drop': by_layer(drop), 'drop_stderr': by_layer(drop_stderr),
           'distance': [d.tolist() for d in distance],
-          'num_images': n, 'figures': [figure]}
+          'num_images': n}
+
+
+def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()) -> List[str]:
+  """The figure of the tool's numbers (`measure`): each head's accuracy lost against its mean attention distance, a colour per layer.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  return [plots.scatter(
+      {name: (np.asarray(result['distance'][layer]), 100 * np.asarray(result['drop'][layer]))
+       for layer, name in enumerate(result['layers'])},
+      figure_path(out, 'head_ablation', subject),
+      f'Head ablation ({result["mode"]}): {subject.label} '
+      f'(intact {100 * result["accuracy"]:.1f}%)',
+      'mean attention distance (pixels)', 'accuracy lost (points)')]
 
 
 def _findings(label, r, q):
@@ -170,7 +183,7 @@ TOOL = register(Tool(
           'distance (the axis of their Fig. 5); this asks which of them the prediction '
           'needs.',
     reads_logits=True, options=Options,
-    run=run_head_ablation, runs_on=ATTENTION, findings=each_model(_findings),
+    run=measure, draw=draw, runs_on=ATTENTION, findings=each_model(_findings),
     scalars=lambda result, label: ({'head_ablation/drop': [
         d for row in result[label]['drop'] for d in row]} if label in result else {}),
     # One forward pass over the evaluation split per head, the intact one, the

@@ -1,6 +1,6 @@
 """Lesion study (Park & Kim, Sec. 4): the accuracy a trained model keeps with one
 residual branch removed at inference, branch by branch."""
-from typing import Dict, List
+from typing import Dict, List, Mapping
 
 import flax
 import numpy as np
@@ -29,7 +29,7 @@ def lesions(subject: Subject) -> List[Dict]:
   return [flax.traverse_util.unflatten_dict(scales) for scales in out]
 
 
-def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Accuracy on the evaluation split with each residual branch f(z) removed in
   turn (the stream goes on with its shortcut z, or the projection of z where the
   branch changes the shape), against the intact model. The drop's standard error
@@ -39,10 +39,9 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   branches = subject.layers.branches
   cases = lesions(subject)
@@ -56,10 +55,6 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
   drop, drop_stderr = uncertainty.paired_drops(correct)
   ends = stage_ends(len(branches), subject.layers.branch_stages)
   accuracy = float(correct[0].mean())
-  figure = plots.bars(100 * drop, 100 * drop_stderr, [b.label for b in branches],
-                      [b.kind for b in branches], figure_path(out, 'lesion', subject),
-                      f'Lesion: {subject.label} (intact {100 * accuracy:.1f}%)',
-                      'accuracy lost (points)', separators=subject.layers.branch_stages)
   return {'accuracy': accuracy,
           'accuracy_stderr': float(uncertainty.binomial_stderr(accuracy, n)),
           'branches': [b.label for b in branches], 'kinds': [b.kind for b in branches],
@@ -67,7 +62,24 @@ def run_lesion(subject: Subject, batches: Batches, out: str) -> Dict:
           'drop': drop.tolist(), 'drop_stderr': drop_stderr.tolist(),
           'stage_end_drop': float(drop[ends].mean()),
           'other_drop': float(np.delete(drop, ends).mean()) if len(ends) < len(drop) else None,
-          'num_images': n, 'figures': [figure]}
+          'num_images': n}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): the accuracy each branch's removal costs, in points.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  return [plots.bars(100 * np.asarray(result['drop']), 100 * np.asarray(result['drop_stderr']),
+                     result['branches'], result['kinds'], figure_path(out, 'lesion', subject),
+                     f'Lesion: {subject.label} (intact {100 * result["accuracy"]:.1f}%)',
+                     'accuracy lost (points)', separators=subject.layers.branch_stages)]
 
 
 def stage_ends(num_branches: int, branch_stages) -> List[int]:
@@ -107,7 +119,7 @@ TOOL = register(Tool(
           'small models; the blocks at the end of a stage are the ones the accuracy depends '
           'on, which is where AlterNet puts its attention.',
     reads_logits=True,
-    run=run_lesion, findings=each_model(_findings),
+    run=measure, draw=draw, findings=each_model(_findings),
     scalars=lambda result, label: ({'lesion/drop': result[label]['drop']}
                                    if label in result else {}),
     # One forward pass over the evaluation split per branch, and the intact one.

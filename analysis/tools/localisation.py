@@ -92,7 +92,7 @@ def final_positions(subject: Subject, images: np.ndarray) -> Positions:
   return Positions(tokens, patches, (h, w), queries, own)
 
 
-def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Linear CKA (minibatch, unbiased HSIC, as the cka tool) over the evaluation
   images between the final-layer representation at five query positions of its
   (h, w) grid (spatial tokens of a ViT or Mixer, positions of a ResNet's or
@@ -104,10 +104,9 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   stream, sizes, grid = similarity.MinibatchCKA(), [], None
   for images, _ in batches('eval'):
@@ -127,19 +126,34 @@ def run_localisation(subject: Subject, batches: Batches, out: str) -> Dict:
 
   mean_maps = maps_of(stream.result())
   per_batch = [own_margin(maps_of(m), own) for m in stream.per_batch]
-  figure = plots.image_grid(
-      mean_maps, figure_path(out, 'localisation', subject),
-      f'Final positions vs input patches: {subject.label}', cols=5,
-      labels=[f'query (row {i}, col {j})' for i, j in queries], cmap='viridis',
-      colorbar_label='linear CKA', vmin=float(mean_maps.min()), vmax=float(mean_maps.max()),
-      marks=queries)
   return {'queries': queries, 'grid': list(grid), 'class_token': subject.has_cls,
           'patch_pixels': pixels,
           'maps': mean_maps.tolist(),
           'peak_at_query': [float(np.argmax(m) == k) for m, k in zip(mean_maps, own)],
           'own_margin': own_margin(mean_maps, own),
           'own_margin_stderr': float(uncertainty.weighted_mean_stderr(per_batch, sizes)),
-          'num_images': stream.num_examples, 'figures': [figure]}
+          'num_images': stream.num_examples}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): each query's map of CKA over the
+  input patches, the query marked.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  maps, queries = np.asarray(result['maps']), [tuple(q) for q in result['queries']]
+  return [plots.image_grid(
+      maps, figure_path(out, 'localisation', subject),
+      f'Final positions vs input patches: {subject.label}', cols=5,
+      labels=[f'query (row {i}, col {j})' for i, j in queries], cmap='viridis',
+      colorbar_label='linear CKA', vmin=float(maps.min()), vmax=float(maps.max()),
+      marks=queries)]
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
@@ -186,7 +200,7 @@ TOOL = register(Tool(
              'with its standard error over batches.',
     paper='Raghu et al. (Fig. 9, 10): ViT\'s final tokens stay most similar to the input patch '
           'at their own position; ResNet\'s final positions and GAP models\' tokens less so.',
-    run=run_localisation,
+    run=measure, draw=draw,
     findings=each_model(lambda label, r, q: [
         f'{label}: own-patch CKA margin ', q('own_margin'), ' ± ', q('own_margin_stderr'),
         '; the mean maps peak at the query\'s own patch for ',

@@ -10,7 +10,7 @@ head. An entry is read where it has the last entry's shape: every layer of a
 ViT or a Mixer, the units of a ResNet's or AlterNet's last stage (earlier
 stages have other widths and resolutions, and the head reads none of them).
 """
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import flax
 import jax
@@ -87,7 +87,7 @@ def lens_logits(subject: Subject, entries: Sequence[int]
   return lens
 
 
-def run_logit_lens(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """Per readable stream entry, the accuracy of the model's readout applied to it,
   the share of images where it agrees with the model's prediction and the KL
   divergence from the model's output distribution to it, on the evaluation
@@ -96,11 +96,10 @@ def run_logit_lens(subject: Subject, batches: Batches, out: str) -> Dict:
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON: per stream entry (`layers`), its numbers, or null where
-    the readout cannot take it.
+    The model's JSON but its figures (`draw`'s): per stream entry (`layers`), its
+    numbers, or null where the readout cannot take it.
   """
   stream, entries = subject.layers.stream, readable(subject)
   lens = lens_logits(subject, entries)
@@ -125,19 +124,33 @@ def run_logit_lens(subject: Subject, batches: Batches, out: str) -> Dict:
     agreement_se[i] = float(uncertainty.binomial_stderr(agreement[i], n))
     divergence[i] = float(kl[k].mean())
     divergence_se[i] = float(kl[k].std(ddof=1) / np.sqrt(n)) if n > 1 else 0.
-  nan = lambda values: np.array([np.nan if v is None else v for v in values])
-  figure = plots.curves(
-      {'accuracy': nan(accuracy), 'agreement with the output': nan(agreement)},
-      figure_path(out, 'logit_lens', subject), f'Logit lens: {subject.label}', 'layer',
-      'share of images', xlabels=subject.layers.labels, stages=subject.layers.stages,
-      errors={'accuracy': nan(accuracy_se), 'agreement with the output': nan(agreement_se)})
   return {'layers': list(subject.layers.labels),
           'accuracy': accuracy, 'accuracy_stderr': accuracy_se,
           'agreement': agreement, 'agreement_stderr': agreement_se,
           'kl': divergence, 'kl_stderr': divergence_se,
           'first_agreeing_layer': next((subject.layers.labels[i] for i in entries
                                         if agreement[i] >= 0.5), None),
-          'num_images': n, 'figures': [figure]}
+          'num_images': n}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): each entry's accuracy and agreement with the output, none where the readout cannot take it.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  nan = lambda key: np.array([np.nan if v is None else v for v in result[key]])
+  return [plots.curves(
+      {'accuracy': nan('accuracy'), 'agreement with the output': nan('agreement')},
+      figure_path(out, 'logit_lens', subject), f'Logit lens: {subject.label}', 'layer',
+      'share of images', xlabels=subject.layers.labels, stages=subject.layers.stages,
+      errors={'accuracy': nan('accuracy_stderr'),
+              'agreement with the output': nan('agreement_stderr')})]
 
 
 def _findings(label, r, q):
@@ -165,7 +178,7 @@ TOOL = register(Tool(
           '12), which train a new readout per layer, this reads each layer through the one '
           'the model trained (nostalgebraist 2020, "interpreting GPT: the logit lens").',
     reads_logits=True,
-    run=run_logit_lens, findings=each_model(_findings),
+    run=measure, draw=draw, findings=each_model(_findings),
     scalars=lambda result, label: ({'logit_lens/agreement': [
         a for a in result[label]['agreement'] if a is not None]} if label in result else {}),
     # The intact pass, then one pass per readable entry, all in one program.

@@ -23,8 +23,8 @@ from analysis.measures import uncertainty
 from analysis.reporting import plots
 from analysis.runtime import features
 from analysis.runtime.estimate import Work
-from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, per_model, register,
-                           take)
+from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, no_figures, per_model,
+                           register, take)
 from analysis.tool_options import option
 from vit_jax import training
 
@@ -90,7 +90,7 @@ def training_loss_and_accuracy(subject: Subject):
       jax.random.fold_in(jax.random.PRNGKey(0), index))
 
 
-def run_nll(subject: Subject, batches: Batches, out: str, options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """NLL and accuracy on the evaluation split (plain cross-entropy, evaluation mode)
   and on as many training images drawn through the recipe's training pipeline (its
   augmentation and mixup, as the model trained on them), each with its standard
@@ -101,11 +101,10 @@ def run_nll(subject: Subject, batches: Batches, out: str, options: Options = Opt
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options (`nll_train`).
 
   Returns:
-    The model's JSON.
+    The model's JSON (the tool draws its figure of every model, `joint`).
   """
   if options.nll_train not in TRAIN_NLLS:
     raise ValueError(f'Unknown training NLL {options.nll_train!r}; use one of '
@@ -133,7 +132,7 @@ def run_nll(subject: Subject, batches: Batches, out: str, options: Options = Opt
           'train_accuracy': float(train[1]), 'test_nll': float(test[0]),
           'test_nll_stderr': float(test_stderr[0]), 'test_error': float(1 - test[1]),
           'test_error_stderr': float(uncertainty.binomial_stderr(1 - test[1], sum(test_seen))),
-          'num_train': sum(train_seen), 'num_test': sum(test_seen), 'figures': []}
+          'num_train': sum(train_seen), 'num_test': sum(test_seen)}
 
 
 def _findings(label, r, q):
@@ -173,7 +172,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 3): models with a lower NLL on their (augmented) training data err '
           'less on the test data: ViTs do not overfit small training sets, they underfit them.',
     reads_logits=True,
-    run=run_nll, findings=each_model(_findings), joint=joint,
+    run=measure, draw=no_figures, findings=each_model(_findings), joint=joint,
     options=Options,
     scalars=lambda result, label: ({'nll/train': [result[label]['train_nll']],
                                     'nll/test_error': [result[label]['test_error']]}

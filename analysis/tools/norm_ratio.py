@@ -11,16 +11,15 @@ from analysis.tool import (Batches, Subject, Tool, batch_mean, each_model, figur
                            model_scalars, per_model, register)
 
 
-def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
+def measure(subject: Subject, batches: Batches) -> Dict:
   """||z|| / ||f(z)|| for every residual branch, class token apart from the rest.
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   rows = subject.layers.branches
   names = sorted({n for row in rows for n in (row.skip, row.output)})
@@ -36,21 +35,38 @@ def run_norm_ratio(subject: Subject, batches: Batches, out: str) -> Dict:
   result = {row.label: dict(zip(kinds, map(float, values))) for row, values in zip(rows, table)}
   result_stderr = {row.label: dict(zip(kinds, map(float, values)))
                    for row, values in zip(rows, stderr)}
-  # One curve per kind of branch and token, each over the branches of that kind in depth
-  # order, at their positions among all branches; attention branches shaded.
+  return {'ratios': result, 'ratios_stderr': result_stderr}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figure of the tool's numbers (`measure`): one curve per kind of branch and
+  token, each over the branches of that kind in depth order, at their positions
+  among all branches; attention branches shaded.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  rows = subject.layers.branches
+  kinds = list(next(iter(result['ratios'].values())))
   series, x, errors = {}, {}, {}
   for branch in dict.fromkeys(row.kind for row in rows):
     where = [i for i, row in enumerate(rows) if row.kind == branch]
-    for k, kind in enumerate(kinds):
+    for kind in kinds:
       name = f'{branch} ({kind})'
-      series[name], x[name], errors[name] = table[where, k], where, stderr[where, k]
-  figure = plots.curves(series, figure_path(out, 'norm_ratio', subject),
-                        f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
-                        x=x, logy=True, decades=3, xlabels=[row.label for row in rows],
-                        stages=subject.layers.branch_stages, errors=errors,
-                        shade=[i for i, row in enumerate(rows) if row.kind == 'attention'],
-                        shade_label='attention branch')
-  return {'ratios': result, 'ratios_stderr': result_stderr, 'figures': [figure]}
+      series[name] = np.array([result['ratios'][rows[i].label][kind] for i in where])
+      errors[name] = np.array([result['ratios_stderr'][rows[i].label][kind] for i in where])
+      x[name] = where
+  return [plots.curves(series, figure_path(out, 'norm_ratio', subject),
+                         f'||z|| / ||f(z)||: {subject.label}', 'residual branch', 'ratio',
+                         x=x, logy=True, decades=3, xlabels=[row.label for row in rows],
+                         stages=subject.layers.branch_stages, errors=errors,
+                         shade=[i for i, row in enumerate(rows) if row.kind == 'attention'],
+                         shade_label='attention branch')]
 
 
 def _findings(label, r, q):
@@ -120,5 +136,5 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 7): in ViT the ratio is high for the class token in early blocks '
           'and for spatial tokens later; skips carry representations more strongly in ViT '
           'than in ResNet.',
-    run=run_norm_ratio, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    run=measure, draw=draw, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts))

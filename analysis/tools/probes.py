@@ -1,7 +1,7 @@
 """Linear probes per layer and token kind, few-shot accuracy on the pre-logits
 (Raghu et al. Fig. 12-13), and a few-shot probe on each final-layer token (Fig. 11)."""
 import time
-from typing import Dict, Iterator, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -45,23 +45,17 @@ def _collect(subject: Subject, iterator: Iterator, names: Sequence[str], mapped:
 
 
 def _per_token(train_x, train_y, test_x, test_y, num_classes: int, last: str, shots: int,
-               out: str, subject: Subject) -> Tuple[Dict, str]:
+               subject: Subject) -> Dict:
   """A `shots`-shot probe on each final-layer token, beside the same probe on the
-  token mean and the class token, and the path of a heatmap of the grid."""
+  token mean and the class token."""
   grid = linear_probes.few_shot_per_position(train_x[last, 'map'], train_y,
                                              test_x[last, 'map'], test_y, num_classes, shots)
   pooled = {kind: linear_probes.few_shot_accuracy(train_x[last, kind], train_y,
                                                   test_x[last, kind], test_y, num_classes, shots)
             for kind in ('token mean', 'class token') if (last, kind) in train_x}
-  h, w = grid.shape
-  figure = plots.heatmap(
-      grid[::-1], figure_path(out, 'probes_per_token', subject),
-      f'{shots}-shot probe per final-layer token: {subject.label}', 'column', 'row',
-      vmin=1. / num_classes, vmax=1., xlabels=[str(j) for j in range(w)],
-      ylabels=[str(i) for i in reversed(range(h))], colorbar_label='test accuracy')
   return {'shots': shots, 'layer': subject.layers.labels[-1], 'accuracy': grid.tolist(),
           'mean': float(grid.mean()), 'min': float(grid.min()), 'max': float(grid.max()),
-          'pooled': pooled}, figure
+          'pooled': pooled, 'num_classes': num_classes}
 
 
 TOKEN_SHOTS = 10  # Raghu et al.'s per-token probes are 10-shot
@@ -70,19 +64,17 @@ TOKEN_SHOTS = 10  # Raghu et al.'s per-token probes are 10-shot
 SHOTS = (1, 5, 10, 25)  # the few-shot probes on the pre-logits
 
 
-def run_probes(subject: Subject, batches: Batches, out: str,
-               shots: Sequence[int] = SHOTS) -> Dict:
+def measure(subject: Subject, batches: Batches, shots: Sequence[int] = SHOTS) -> Dict:
   """Ridge probes per layer and token kind, few-shot accuracy on pre-logits, and a
   10-shot probe on each final-layer token.
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     shots: the few-shot probes on the pre-logits.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   names, pre_logits = list(subject.layers.stream), subject.layers.pre_logits
   train_x, train_y = _collect(subject, batches('train'), names + [pre_logits], names[-1])
@@ -98,21 +90,45 @@ def run_probes(subject: Subject, batches: Batches, out: str,
   for rows in layers.values():
     for row in rows:
       row['stderr'] = float(uncertainty.binomial_stderr(row['accuracy'], len(test_y)))
-  per_token, token_figure = (
-      _per_token(train_x, train_y, test_x, test_y, num_classes, names[-1], TOKEN_SHOTS, out,
-                 subject) if TOKEN_SHOTS <= smallest_class else (None, None))
-  figure = plots.curves({kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
-                        figure_path(out, 'probes', subject), f'Linear probes: {subject.label}',
-                        'layer', 'test accuracy', xlabels=subject.layers.labels,
-                        stages=subject.layers.stages,
-                        errors={kind: [r['stderr'] for r in rows] for kind, rows in layers.items()})
+  per_token = (_per_token(train_x, train_y, test_x, test_y, num_classes, names[-1], TOKEN_SHOTS,
+                          subject) if TOKEN_SHOTS <= smallest_class else None)
   return {'layers': list(subject.layers.labels), 'probes': layers,
           'few_shot_pre_logits': few_shot,
           'few_shot_stderr': {k: float(uncertainty.binomial_stderr(v, len(test_y)))
                               for k, v in few_shot.items()},
           'shots_left_out': [k for k in shots if k > smallest_class],
-          'few_shot_per_token': per_token, 'num_train': len(train_y), 'num_test': len(test_y),
-          'figures': [figure] + ([token_figure] if token_figure else [])}
+          'few_shot_per_token': per_token, 'num_train': len(train_y), 'num_test': len(test_y)}
+
+
+def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figures of the tool's numbers (`measure`): each token kind's probe accuracy
+  per layer, and a heatmap of the per-token probe over the final layer's grid
+  (where every class had its shots).
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  layers = result['probes']
+  figures = [plots.curves(
+      {kind: [r['accuracy'] for r in rows] for kind, rows in layers.items()},
+      figure_path(out, 'probes', subject), f'Linear probes: {subject.label}', 'layer',
+      'test accuracy', xlabels=subject.layers.labels, stages=subject.layers.stages,
+      errors={kind: [r['stderr'] for r in rows] for kind, rows in layers.items()})]
+  token = result['few_shot_per_token']
+  if token:
+    grid = np.asarray(token['accuracy'])
+    h, w = grid.shape
+    figures.append(plots.heatmap(
+        grid[::-1], figure_path(out, 'probes_per_token', subject),
+        f'{token["shots"]}-shot probe per final-layer token: {subject.label}', 'column', 'row',
+        vmin=1. / token['num_classes'], vmax=1., xlabels=[str(j) for j in range(w)],
+        ylabels=[str(i) for i in reversed(range(h))], colorbar_label='test accuracy'))
+  return figures
 
 
 def _findings(label, r, q):
@@ -253,5 +269,5 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 11-13): a class-token ViT\'s class token becomes decodable only in '
           'the last layers, while the spatial tokens\' mean is decodable earlier; its single '
           'spatial tokens classify poorly, a GAP ViT\'s and a ResNet\'s well.',
-    run=run_probes, findings=each_model(_findings), scalars=model_scalars(_scalars),
+    run=measure, draw=draw, findings=each_model(_findings), scalars=model_scalars(_scalars),
     joint=joint, verdicts=verdicts, work=work, host_prices=host_prices))

@@ -31,8 +31,7 @@ class Options:
   noise_band_width: float = option(0.2, 'The bands\' half-width.', flag=False)
 
 
-def run_robustness(subject: Subject, batches: Batches, out: str,
-                   options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """Accuracy under the authors' frequency-band noise (`frequency.frequency_noise`:
   eps * sign(N(0, 1)) masked to the square band of half-width `noise_band_width`
   around each frequency f in `noise_frequencies`) for each eps of `noise_epsilons`;
@@ -42,11 +41,10 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's settings.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   epsilons, frequencies = options.noise_epsilons, options.noise_frequencies
   width = options.noise_band_width
@@ -69,19 +67,35 @@ def run_robustness(subject: Subject, batches: Batches, out: str,
   supported = np.array(band_pixels) > 0
   accuracy = np.where(supported, correct / count, np.nan)
   stderr = uncertainty.binomial_stderr(accuracy, count)
-  x = np.asarray(frequencies) / np.pi
-  figure = plots.curves({f'eps {eps:g}': acc for eps, acc in zip(epsilons, accuracy)},
-                        figure_path(out, 'robustness', subject),
-                        f'Frequency-band noise (band half-width {width}): {subject.label}',
-                        'noise frequency f (x pi)', 'accuracy', x=x,
-                        errors={f'eps {eps:g}': e for eps, e in zip(epsilons, stderr)})
   clean_accuracy = clean / count
   return {'clean_accuracy': clean_accuracy,
           'clean_stderr': float(uncertainty.binomial_stderr(clean_accuracy, count)), 'num_images': count,
           'epsilons': list(epsilons), 'frequencies': list(map(float, frequencies)),
           'band_half_width': width, 'image_size': size, 'band_pixels': band_pixels,
           'accuracy': _json(accuracy), 'accuracy_stderr': _json(stderr),
-          'accuracy_drop': _json(clean_accuracy - accuracy), 'figures': [figure]}
+          'accuracy_drop': _json(clean_accuracy - accuracy)}
+
+
+def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()) -> List[str]:
+  """The figure of the tool's numbers (`measure`): accuracy against the noise frequency, one curve per eps, none at a band without support.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  nan = lambda key: np.array(result[key], dtype=np.float64)  # None (no support) is NaN
+  names = [f'eps {eps:g}' for eps in result['epsilons']]
+  return [plots.curves(dict(zip(names, nan('accuracy'))),
+                       figure_path(out, 'robustness', subject),
+                       f'Frequency-band noise (band half-width {result["band_half_width"]}): '
+                       f'{subject.label}', 'noise frequency f (x pi)', 'accuracy',
+                       x=np.asarray(result['frequencies']) / np.pi,
+                       errors=dict(zip(names, nan('accuracy_stderr'))))]
 
 
 def _json(values: np.ndarray) -> list:
@@ -198,7 +212,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Fig. 2c): ViT is robust to high-frequency noise where ResNet is '
           'vulnerable; both suffer from low-frequency noise.',
     reads_logits=True,
-    run=run_robustness,
+    run=measure, draw=draw,
     findings=each_model(_findings),
     scalars=model_scalars(_scalars), joint=joint, verdicts=verdicts, work=work, options=Options,
     minimum='5 frequency bands'))

@@ -122,6 +122,9 @@ def initial_params(config: ml_collections.ConfigDict, num_classes: int) -> Param
   """The parameters a run of `config` starts from (`steps.build`'s `params`): fresh
   ones from its seed, with `config.pretrained`, when it names a checkpoint, read and
   fitted to the model once (`files.load_pretrained`: the new head, the resized grid).
+  `pretrained` is checked once, before any work, by the run's `loop.check_inputs`
+  (`missing_pretrained`); here a file that is not there is refused as `files.read`
+  refuses it.
 
   Args:
     config: the recipe (seed, image_size, pretrained, augreg_dir, keep_head).
@@ -131,14 +134,11 @@ def initial_params(config: ml_collections.ConfigDict, num_classes: int) -> Param
     The parameters.
 
   Raises:
-    steps.TrainingError: `config.pretrained` cannot be read (`missing_pretrained`).
+    CheckpointError: `config.pretrained` cannot be read or fitted to the model.
   """
   model_cfg = steps.model_config(config, num_classes)
   params = steps.init_params(config, models.build_model(model_cfg), config.image_size)
   if not config.pretrained:
     return params
-  problem = missing_pretrained(config)
-  if problem:
-    raise steps.TrainingError(problem)
   return files.load_pretrained(files.augreg_resolve(config.pretrained, config.augreg_dir), params,
                                model_cfg, keep_head=config.keep_head)
