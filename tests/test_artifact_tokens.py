@@ -35,6 +35,10 @@ def test_norms_shares_and_attention_against_numpy(registers, tmp_path):
     np.testing.assert_allclose(result['share_stderr'][k],
                                share.std(ddof=1) / np.sqrt(len(share)), rtol=1e-9)
   assert len(result['prefix_norm_last']) == prefix
+  # The last entry's norms binned: every patch token once, between their extremes.
+  edges, counts = (np.asarray(result['norm_histogram'][k]) for k in ('edges', 'counts'))
+  assert counts.sum() == norms.size and len(edges) == len(counts) + 1 == 31
+  np.testing.assert_allclose(edges[[0, -1]], [norms.min(), norms.max()], rtol=1e-6)
   outlier = norms > cut
   assert 0 < outlier.mean() < 1
   attention = np.concatenate([np.asarray(s[last], np.float64) for s in sown])

@@ -391,10 +391,38 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
     `path`, or the open figure where `path` is None.
   """
   sets = values if isinstance(values, dict) else {'': values}
-  bins = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
+  edges = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
+  counts = {name: np.histogram(np.ravel(v), edges)[0] for name, v in sets.items()}
+  return binned(counts if isinstance(values, dict) else counts[''], edges, path, title, xlabel,
+                colours_of, logy, marks)
+
+
+def binned(counts: Union[np.ndarray, Dict[str, np.ndarray]], edges: np.ndarray,
+           path: Optional[str], title: str, xlabel: str,
+           colours_of: Optional[Dict[str, str]] = None, logy: bool = False,
+           marks: Sequence[Tuple[float, str]] = ()) -> Any:
+  """A histogram of counts already binned (`histogram`'s, or a tool's JSON's), or
+  overlaid ones on the same bins for named sets.
+
+  Args:
+    counts: each bin's count, or name -> counts.
+    edges: the bins' edges (one more than the counts).
+    path: the PNG to write, or None.
+    title: the title.
+    xlabel: the x axis' label.
+    colours_of: each set's colour.
+    logy: a log count axis (to show a few outliers beside the bulk).
+    marks: vertical (value, name) lines, such as a threshold.
+
+  Returns:
+    `path`, or the open figure where `path` is None.
+  """
+  sets = counts if isinstance(counts, dict) else {'': counts}
+  edges = np.asarray(edges, np.float64)
   fig, ax = _figure(figsize=(5.8, 4.))
-  for name, v in sets.items():
-    ax.hist(np.ravel(v), bins=bins, alpha=0.6 if len(sets) > 1 else 1., label=name or None,
+  for name, c in sets.items():
+    ax.hist(edges[:-1], bins=edges, weights=np.asarray(c, np.float64),
+            alpha=0.6 if len(sets) > 1 else 1., label=name or None,
             color=(colours_of or {}).get(name))
   for value, name in marks:
     ax.axvline(value, color='k', linestyle='--', linewidth=1, label=name)

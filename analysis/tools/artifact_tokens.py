@@ -148,8 +148,7 @@ def _threshold(norms: np.ndarray, rule: str, threshold: float, factor: float) ->
   return threshold if rule == 'absolute' else factor * float(np.median(norms))
 
 
-def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
-                        options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """Patch-token norms per residual-stream entry on the evaluation split; the
   outliers' share (± its standard error over images) at each; at the last entry,
   the outliers' neighbour similarity against the other patches' and the class
@@ -158,7 +157,6 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options: `artifact_rule` 'absolute' (the paper's, at
       `artifact_threshold`) or 'relative' (`artifact_factor` times the median);
       `artifact_similarity` EMBEDDING (the paper's) or PIXELS, what the neighbour
@@ -166,7 +164,8 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
       its pixels, which its JSON records.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s); `norm_histogram` bins the last
+    entry's patch-token norms as `plots.histogram` does.
   """
   layers = subject.layers
   if not layers.attention_weights:
@@ -203,21 +202,35 @@ def run_artifact_tokens(subject: Subject, batches: Batches, out: str,
     result['cls_attention_others'] = _mean_or_none(attention[~outlier])
     result['cls_attention_share_outliers'] = float(np.sum(attention * outlier) /
                                                    np.sum(attention))
-  result['figures'] = _figures(subject, norms[-1], cuts[-1], result, out, options)
+  edges = np.histogram_bin_edges(norms[-1], 30)
+  result['norm_histogram'] = {'edges': edges.tolist(),
+                              'counts': np.histogram(norms[-1], edges)[0].tolist()}
   return result
 
 
-def _figures(subject: Subject, last: np.ndarray, cut: float, result: Mapping, out: str,
-             options: Options) -> List[str]:
-  """The last entry's patch-token norms with the outlier rule's cut, the outliers'
-  share at each entry, and the largest activation and the median at each."""
+def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()
+         ) -> List[str]:
+  """The figures of the tool's numbers (`measure`): the last entry's patch-token
+  norms with the outlier rule's cut, the outliers' share at each entry, and the
+  largest activation and the median at each.
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
   layers = subject.layers
-  share, share_stderr = result['share'], result['share_stderr']
+  share, share_stderr, cut = result['share'], result['share_stderr'], result['threshold'][-1]
   return [
-      plots.histogram(last, figure_path(out, 'artifact_tokens', subject),
-                      f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
-                      'L2 norm', logy=True,
-                      marks=[(cut, f'outlier rule ({options.artifact_rule}: {cut:.3g})')]),
+      plots.binned(result['norm_histogram']['counts'], result['norm_histogram']['edges'],
+                   figure_path(out, 'artifact_tokens', subject),
+                   f'Patch-token norms at {layers.labels[-1]}: {subject.label}',
+                   'L2 norm', logy=True,
+                   marks=[(cut, f'outlier rule ({result["rule"]}: {cut:.3g})')]),
       plots.curves({'outliers': 100 * np.array(share)},
                    figure_path(out, 'artifact_tokens_layers', subject),
                    f'Outlier patch tokens per layer: {subject.label}', 'layer',
@@ -345,7 +358,7 @@ TOOL = register(Tool(
           'Sun et al. 2024 (Fig. 9-10): CLIP and DINOv2-reg ViTs have a few activations '
           'hundreds to thousands of times the median, from the middle layers on, at fixed '
           'channels (in DINOv2-reg, in a register).',
-    run=run_artifact_tokens, runs_on=ATTENTION, findings=each_model(_findings),
+    run=measure, draw=draw, runs_on=ATTENTION, findings=each_model(_findings),
     verdicts=verdicts,
     options=Options,
     scalars=lambda result, label: ({'artifact_tokens/share': result[label]['share']}
