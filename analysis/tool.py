@@ -79,7 +79,8 @@ class Tool:
   ALL_MODELS, `run(subjects, batches, out, options)` returns the whole JSON) and
   writes its figures into `out`; a tool without `options` is run without them. A
   tool whose figures are drawn from its numbers alone declares `draw(entry,
-  subject, out, options)` (`no_figures` where it draws none of one model), and
+  subject, out, options)` (`no_figures` where it draws none of one model; for
+  ALL_MODELS, `draw(result, subjects, out, options)`), and
   then `run(subject, batches, options)` measures only, writing nothing (`run_one`
   calls both: the JSON's 'figures' are `draw`'s, and drawing again from the JSON
   gives the same figures). Each such tool's module names the two `measure` and
@@ -379,8 +380,11 @@ def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subje
     The tool's JSON.
   """
   given = () if tool.options is None else (tool.options() if options is None else options,)
-  if tool.runs_on == ALL_MODELS:
+  if tool.runs_on == ALL_MODELS and tool.draw is None:
     return tool.run(list(subjects), batches_for(subjects[0]), out, *given)
+  if tool.runs_on == ALL_MODELS:
+    result = tool.run(list(subjects), batches_for(subjects[0]), *given)
+    return {**result, 'figures': tool.draw(result, list(subjects), out, *given)}
   return {s.label: tool.run_one(s, batches_for(s), out, options) for s in subjects
           if tool.applies_to(s)}
 

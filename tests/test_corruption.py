@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.measures import corruptions
+from analysis.tool import run_on
 from analysis.tools import TOOLS
 from analysis.tools.corruption import Options
 from helpers import batches
@@ -201,7 +202,7 @@ def test_corruption_errors_are_hendrycks_and_dietterichs():
 
 def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
   vit, bit = subjects['vit'], subjects['bit']
-  r = TOOLS['corruption'].run([vit, bit], batches, str(tmp_path))
+  r = run_on(TOOLS['corruption'], [vit, bit], lambda s: batches, str(tmp_path))
   json.dumps(r)
   assert r['baseline'] == 'bit' and r['num_images'] == 36  # the convolutional model
   assert r['parameters'] == 'cifar'  # 32 px images: CIFAR-C's set
@@ -221,11 +222,9 @@ def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
   assert judged.finding == 'robust to corruptions'
   assert f"vit {-r['mean_error']['vit']:.3f}" in judged.measured
   with pytest.raises(ConfigError, match='--corruption_baseline=resnet is not one of'):
-    TOOLS['corruption'].run([vit, bit], batches, str(tmp_path),
-                            Options(corruption_baseline='resnet'))
+    TOOLS['corruption'].run([vit, bit], batches, Options(corruption_baseline='resnet'))
   # A time budget's smaller sample: the first half of the images (whole batches of 12).
-  half = TOOLS['corruption'].run([vit, bit], batches, str(tmp_path),
-                                 Options(corruption_fraction=0.5))
+  half = TOOLS['corruption'].run([vit, bit], batches, Options(corruption_fraction=0.5))
   assert half['num_images'] == 24 and half['fraction'] == 0.5
   assert half['clean_error']['vit'] == pytest.approx(np.mean(np.concatenate([
       np.asarray(vit.logits(x)).argmax(-1) != y for x, y in list(batches('eval'))[:2]])))
@@ -233,8 +232,7 @@ def test_the_corruption_tool_on_two_models(subjects, tmp_path):  # noqa: F811
 
 def test_tfds_corruptions_need_cifar10_models(subjects, tmp_path):  # noqa: F811
   with pytest.raises(ConfigError, match='every model must be a CIFAR-10 model'):
-    TOOLS['corruption'].run([subjects['vit']], batches, str(tmp_path),
-                            Options(corruptions_from='tfds'))
+    TOOLS['corruption'].run([subjects['vit']], batches, Options(corruptions_from='tfds'))
 
 
 def test_the_tfds_source_reads_each_corruption_and_severity(subjects, tmp_path, monkeypatch):  # noqa: F811,E501
@@ -248,7 +246,7 @@ def test_the_tfds_source_reads_each_corruption_and_severity(subjects, tmp_path, 
   vit = subjects['vit']
   vit.recipe.dataset = 'cifar10'
   try:
-    r = TOOLS['corruption'].run([vit], batches, str(tmp_path), Options(corruptions_from='tfds'))
+    r = TOOLS['corruption'].run([vit], batches, Options(corruptions_from='tfds'))
   finally:
     vit.recipe.dataset = ''
   assert len(read) == 75 and read[0] == ('cifar10_corrupted/gaussian_noise_1', 'test', 32, 12, 36)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from analysis import tool
 from analysis.cli import events, report
 from analysis.reporting import plots, verdict
 from analysis.runtime import features
@@ -155,17 +156,19 @@ def test_a_tools_figures_are_drawn_again_from_its_json(analysed, tmp_path):
   figures (the same bytes) the analysis drew."""
   out, _ = analysed
   drawn = [name for name, record in TOOLS.items() if record.draw is not None]
-  assert {'attention_distance', 'norm_ratio', 'calibration', 'probes', 'fourier'} <= set(drawn)
-  for s in _subjects():
-    for name in drawn:
-      result = json.loads((out / f'{name}.json').read_text())
-      if s.label not in result:
-        continue
-      record = TOOLS[name]
-      given = (_OPTIONS.get(name, record.options()),) if record.options else ()
-      figures = record.draw(result[s.label], s, str(tmp_path), *given)
+  assert {'attention_distance', 'norm_ratio', 'probes', 'fourier', 'cka'} <= set(drawn)
+  subjects = _subjects()
+  for name in drawn:
+    record, result = TOOLS[name], json.loads((out / f'{name}.json').read_text())
+    given = (_OPTIONS.get(name, record.options()),) if record.options else ()
+    if record.runs_on == tool.ALL_MODELS:
+      pairs = [(result, subjects)]
+    else:
+      pairs = [(result[s.label], s) for s in subjects if s.label in result]
+    for entry, of in pairs:
+      figures = record.draw(entry, of, str(tmp_path), *given)
       assert [os.path.basename(f) for f in figures] == [
-          os.path.basename(f) for f in result[s.label]['figures']], name
+          os.path.basename(f) for f in entry['figures']], name
       for f in figures:
         assert (tmp_path / os.path.basename(f)).read_bytes() == (
             out / os.path.basename(f)).read_bytes(), f
@@ -363,7 +366,6 @@ def test_accuracy_errors_are_binomial(analysed):
 
 def test_a_failing_tool_leaves_the_others_and_the_report_says_why(tmp_path, monkeypatch):
   import dataclasses
-  from analysis import tool
 
   def broken(*args, **kwargs):
     raise RuntimeError('out of memory in the test')
@@ -395,7 +397,6 @@ def test_a_signal_during_a_tool_stops_the_analysis_and_is_never_that_tools_failu
   import dataclasses
   import signal
   import time
-  from analysis import tool
   from analysis.runtime import progress, stopping
   genuine = TOOLS['norm_ratio']
 

@@ -13,6 +13,7 @@ import pytest
 
 from analysis.measures import embeddings, similarity
 from analysis.runtime import features
+from analysis.tool import run_on
 from analysis.tools import TOOLS, hessian, nll, robustness
 from helpers import TINY_VIT, batches, init, make_folder, perturbed, subject
 from vit_jax import checkpoint, models
@@ -23,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_cka_within_and_across_models(subjects, tmp_path):
   chosen = [subjects[k] for k in ('vit', 'bit', 'alternet')]
-  result = TOOLS['cka'].run(chosen, batches, str(tmp_path))
+  result = run_on(TOOLS['cka'], chosen, lambda s: batches, str(tmp_path))
   json.dumps(result)
   vit, across = np.array(result['cka']['vit']), np.array(result['cka']['vit vs bit'])
   assert vit.shape == (5, 5) and across.shape == (5, 3)  # embedding + 2 x 2 branches; root + 2
@@ -34,7 +35,7 @@ def test_cka_within_and_across_models(subjects, tmp_path):
 
 def test_cka_across_every_family(subjects, tmp_path):
   chosen = [subjects[name] for name in models.families(models.CLASSIFY)]
-  result = TOOLS['cka'].run(chosen, batches, str(tmp_path))
+  result = TOOLS['cka'].run(chosen, batches)
   for s in chosen:
     block = np.array(result['cka'][s.label])
     assert block.shape == (len(s.layers.stream),) * 2
@@ -473,7 +474,7 @@ def test_hessian_and_cka_on_split_parameters_equal_whole_ones(subjects, tmp_path
   for key in ('top_per_minibatch', 'trace', 'slq_nodes'):
     np.testing.assert_allclose(results[1][key], results[0][key], rtol=2e-3, atol=1e-4)
   other = subjects['mixer']  # a model whose parameters stay whole
-  ckas = [TOOLS['cka'].run([s, other], batches_of_16, str(tmp_path / name))
+  ckas = [TOOLS['cka'].run([s, other], batches_of_16)
           for s, name in ((whole, 'whole'), (split, 'split'))]
   assert set(ckas[1]['cka']) == set(ckas[0]['cka']) == {
       whole.label, other.label, f'{whole.label} vs {other.label}'}

@@ -84,7 +84,7 @@ def test_final_positions_against_the_input_patches_under_every_measure(subjects,
   and the patch's pixels; the own-patch margin is `localisation.own_margin` of the
   maps, of the maps turned round for Procrustes' distance."""
   vit = subjects['vit']
-  result = TOOLS['localisation_similarities'].run(vit, batches, str(tmp_path), OPTIONS)
+  result = TOOLS['localisation_similarities'].run_one(vit, batches, str(tmp_path), OPTIONS)
   json.dumps(result)
   h, w = result['grid']
   parts = [localisation.final_positions(vit, images) for images, _ in batches('eval')]

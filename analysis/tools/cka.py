@@ -11,8 +11,7 @@ from analysis.runtime import features
 from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
 
 
-def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
-            unbiased: bool = True) -> Dict:
+def measure(subjects: Sequence[Subject], batches: Batches, unbiased: bool = True) -> Dict:
   """All-pairs minibatch linear CKA of every subject's residual stream, within and
   across models, in one pass over the evaluation split; its spread is the standard
   error of the per-batch CKA over batches (entry by entry, and of each model's mean
@@ -21,11 +20,10 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     unbiased: HSIC1 (Nguyen et al.) instead of the biased HSIC.
 
   Returns:
-    The tool's JSON.
+    The tool's JSON but its figures (`draw`'s).
   """
   names = [s.layers.stream for s in subjects]
   stream = similarity.MinibatchCKA('linear', unbiased=unbiased)
@@ -37,8 +35,7 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
   result = {'layers': {s.label: list(s.layers.labels) for s in subjects},
             'stages': {s.label: list(s.layers.stages) for s in subjects},
             'num_examples': stream.num_examples, 'num_batches': len(sizes),
-            'unbiased': unbiased, 'cka': {}, 'cka_stderr': {}, 'offdiag_mean_stderr': {},
-            'figures': []}
+            'unbiased': unbiased, 'cka': {}, 'cka_stderr': {}, 'offdiag_mean_stderr': {}}
   bounds = np.cumsum([0] + [len(n) for n in names])
   for i, a in enumerate(subjects):
     for j, b in enumerate(subjects[i:], start=i):
@@ -50,12 +47,31 @@ def run_cka(subjects: Sequence[Subject], batches: Batches, out: str,
       if i == j:
         result['offdiag_mean_stderr'][key] = float(uncertainty.weighted_mean_stderr(
             [similarity.offdiag_mean(m) for m in per_batch], sizes))
-      result['figures'].append(plots.heatmap(
-          block.T, os.path.join(out, f'cka_{a.label}_{b.label}.png'), f'CKA: {key}',
-          f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
+  return result
+
+
+def draw(result: Mapping, subjects: Sequence[Subject], out: str) -> List[str]:
+  """The figures of the tool's numbers (`measure`): a heatmap of CKA per pair of
+  models (each model with itself too), in `result['cka']`'s order.
+
+  Args:
+    result: the tool's numbers.
+    subjects: the models.
+    out: the directory the figures go to.
+
+  Returns:
+    The figures' paths.
+  """
+  figures = []
+  for i, a in enumerate(subjects):
+    for j, b in enumerate(subjects[i:], start=i):
+      key = a.label if i == j else f'{a.label} vs {b.label}'
+      figures.append(plots.heatmap(
+          np.asarray(result['cka'][key]).T, os.path.join(out, f'cka_{a.label}_{b.label}.png'),
+          f'CKA: {key}', f'{a.label} layer', f'{b.label} layer', xlabels=a.layers.labels,
           ylabels=b.layers.labels, xstages=a.layers.stages, ystages=b.layers.stages,
           colorbar_label='linear CKA'))
-  return result
+  return figures
 
 
 def _models(key: str) -> List[str]:
@@ -210,5 +226,5 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 1-2): ViT\'s representations are uniform across depth, while '
           'ResNet\'s lower and higher layers differ (block structure); ViT\'s lower half '
           'matches a larger share of ResNet\'s depth.',
-    run=run_cka, runs_on=ALL_MODELS, findings=findings, figures=figures, scalars=scalars,
+    run=measure, draw=draw, runs_on=ALL_MODELS, findings=findings, figures=figures, scalars=scalars,
     joint=joint, models=lambda result: list(result['layers']), verdicts=verdicts))

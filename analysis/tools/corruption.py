@@ -75,8 +75,7 @@ def _corrupted_batches(subjects: Sequence[Subject], batches: Batches, source: st
       recipe.data_dir)
 
 
-def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
-                   options: Options = Options()) -> Dict:
+def measure(subjects: Sequence[Subject], batches: Batches, options: Options = Options()) -> Dict:
   """Each model's error on the clean evaluation images and under each corruption
   and severity (every model on the same corrupted images), its mean over them,
   and Hendrycks & Dietterich's corruption errors against `corruption_baseline`.
@@ -88,14 +87,13 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options: `corruption_baseline`, the model label the errors
       are relative to (`_baseline` if None); `corruptions_from` 'package' (corrupt
       here) or 'tfds' (read cifar10_corrupted); `corruption_parameters` 'auto',
       'cifar' or 'imagenet'; `corruption_fraction`.
 
   Returns:
-    The tool's JSON.
+    The tool's JSON but its figures (`draw`'s).
   """
   baseline = _baseline(subjects, options.corruption_baseline)
   if options.corruption_fraction < 1:
@@ -120,8 +118,6 @@ def run_corruption(subjects: Sequence[Subject], batches: Batches, out: str,
       'mean_error': {label: float(np.mean(list(e.values()))) for label, e in errors.items()},
       **{key: {label: r[key] for label, r in relative.items()}
          for key in ('ce', 'mce', 'relative_ce', 'relative_mce')}}
-  result['figures'] = [_figure(s.label, errors[s.label], clean_error[s.label], parameters, out)
-                       for s in subjects]
   return result
 
 
@@ -152,17 +148,29 @@ def _errors(subjects: Sequence[Subject], batches: Batches, options: Options, par
   return {label: np.concatenate(v) for label, v in clean.items()}, errors, num_images
 
 
-def _figure(label: str, errors: Mapping[str, List[float]], clean_error: float, parameters: str,
-            out: str) -> str:
-  """A model's error under each corruption (rows) and severity (columns)."""
-  return plots.heatmap(
-      100 * np.array([errors[c] for c in corruptions.CORRUPTIONS]),
+def draw(result: Mapping, subjects: Sequence[Subject], out: str,
+         options: Options = Options()) -> List[str]:
+  """The figures of the tool's numbers (`measure`): each model's error under each
+  corruption (rows) and severity (columns).
+
+  Args:
+    result: the tool's numbers.
+    subjects: the models.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths, a model's each, in `result['errors']`'s order.
+  """
+  return [plots.heatmap(
+      100 * np.array([errors[c] for c in result['corruptions']]),
       os.path.join(out, f'corruption_{label}.png'),
-      f'Error under {SET_NAMES[parameters]} corruptions: {label} '
-      f'(clean {100 * clean_error:.1f}%)',
+      f'Error under {SET_NAMES[result["parameters"]]} corruptions: {label} '
+      f'(clean {100 * result["clean_error"][label]:.1f}%)',
       'severity', 'corruption', vmin=0., vmax=100.,
-      xlabels=[str(v) for v in corruptions.SEVERITIES],
-      ylabels=list(corruptions.CORRUPTIONS), colorbar_label='error (%)')
+      xlabels=[str(v) for v in result['severities']],
+      ylabels=list(result['corruptions']), colorbar_label='error (%)')
+      for label, errors in result['errors'].items()]
 
 
 def findings(result: Mapping, quote) -> Dict[str, List]:
@@ -309,7 +317,7 @@ TOOL = register(Tool(
     paper='Park & Kim (Sec. 4, robustness on CIFAR-100-C): attention makes a model more '
           'robust to corrupted data; AlterNet is more robust than the ResNet it builds on.',
     reads_logits=True,
-    run=run_corruption, runs_on=ALL_MODELS, findings=findings, figures=figures, joint=joint,
+    run=measure, draw=draw, runs_on=ALL_MODELS, findings=findings, figures=figures, joint=joint,
     models=lambda result: list(result['errors']),
     verdicts=verdicts,
     scalars=lambda result, label: ({'corruption/mean_error': [result['mean_error'][label]]}

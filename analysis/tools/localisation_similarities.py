@@ -4,7 +4,7 @@ representation at five query positions against every patch of the input image
 distance, mutual k-NN alignment, RSA, SVCCA and PWCCA, with bootstrap standard
 errors over the images; whether each map peaks at the query's own patch, judged
 under each measure and across them."""
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import numpy as np
 
@@ -18,9 +18,8 @@ from vit_jax.models.family import CONVNET, TRANSFORMER
 M = layer_similarity
 
 
-def run_localisation_similarities(
-    subject: Subject, batches: Batches, out: str,
-    options: similarities.MeasureOptions = similarities.MeasureOptions()) -> Dict:
+def measure(subject: Subject, batches: Batches,
+            options: similarities.MeasureOptions = similarities.MeasureOptions()) -> Dict:
   """The final representation at each query position against each input patch
   under each measure, on the evaluation images: a map per query and measure, and
   the margin of the own patch over the best other one (`localisation.query_margins`;
@@ -31,11 +30,10 @@ def run_localisation_similarities(
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s).
   """
   measures = options.measures
   n = options.images(batches)
@@ -69,7 +67,6 @@ def run_localisation_similarities(
       M.svcca_directions(layers, options.svcca_dims) if 'svcca' in measures else (),
       'a query\'s channels or a patch\'s pixels' +
       (' (grey images: each pixel three times)' if grey else '') + ' are')
-  result['figures'] = [_figure(subject, maps, measures, queries, out)]
   return result
 
 
@@ -87,17 +84,29 @@ def _positions(subject: Subject, batches: Batches) -> Tuple:
           found.grid, grey)
 
 
-def _figure(subject: Subject, maps: Dict[str, np.ndarray], measures: Sequence[str],
-            queries: Sequence, out: str) -> str:
-  """A map per query (columns) and measure (rows)."""
-  return plots.image_grid(
-      np.concatenate([maps[m] for m in measures]),
+def draw(result: Mapping, subject: Subject, out: str,
+         options: similarities.MeasureOptions = similarities.MeasureOptions()) -> List[str]:
+  """The figure of the tool's numbers (`measure`): a map per query (columns) and
+  measure (rows).
+
+  Args:
+    result: the model's numbers.
+    subject: the model.
+    out: the directory the figures go to.
+    options: the tool's options.
+
+  Returns:
+    The figures' paths.
+  """
+  measures, queries = result['measures'], [tuple(q) for q in result['queries']]
+  return [plots.image_grid(
+      np.concatenate([np.asarray(result['maps'][m], np.float64) for m in measures]),
       figure_path(out, 'localisation_similarities', subject),
       f'Final positions vs input patches: {subject.label}\n(a row per measure, each map on '
       'its own scale;\nfor the Procrustes distance the darkest is the most alike)',
       cols=len(queries),
       labels=[f'{M.TITLES[m]}\nquery ({i}, {j})' for m in measures for i, j in queries],
-      cmap='viridis', marks=[q for _ in measures for q in queries])
+      cmap='viridis', marks=[q for _ in measures for q in queries])]
 
 
 def _peaks(margins: np.ndarray) -> float:
@@ -249,7 +258,7 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 9, 10) under linear CKA: ViT\'s final tokens stay most similar to '
           'the input patch at their own position; ResNet\'s final positions and GAP models\' '
           'tokens less so.',
-    run=run_localisation_similarities, findings=findings, options=similarities.MeasureOptions,
+    run=measure, draw=draw, findings=findings, options=similarities.MeasureOptions,
     verdicts=verdicts, work=work, host_prices=host_prices,
     shortened_by=('num_images', 'similarity_resamples'),
     minimum='5 bootstrap draws'))
