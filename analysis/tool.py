@@ -13,7 +13,8 @@ A tool's JSON is either per model, {model label: that model's numbers (with
 """
 import dataclasses
 import os
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence,
+                    Tuple, Union)
 
 import jax
 import numpy as np
@@ -35,6 +36,26 @@ QuoteFn = Callable[..., Any]
 ANY = 'any'  # runs on each model
 ATTENTION = 'attention'  # runs on each model that sows global attention maps (ViTs)
 ALL_MODELS = 'all models'  # runs once on every model together
+
+
+class Draw(Protocol):
+  """A tool's `draw`: its figures drawn from its numbers alone, as `measure` returned
+  them or as its JSON file holds them (the same figures either way)."""
+
+  def __call__(self, entry: Mapping, subject: Union['Subject', Sequence['Subject']], out: str,
+               *options: Any) -> List[str]:
+    """Draws the figures.
+
+    Args:
+      entry: one model's numbers; for a tool that takes every model at once, its
+        whole JSON.
+      subject: the model; for a tool that takes every model at once, the models.
+      out: the directory the figures go to.
+      *options: the tool's options, where it has them.
+
+    Returns:
+      The figures' paths, in the order the tool's `figures` reads them.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +143,7 @@ class Tool:
   scalars: Callable[[Result, str], Series] = lambda result, label: {}
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
-  draw: Optional[Callable[..., List[str]]] = None
+  draw: Optional[Draw] = None
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
   models: Callable[[Result], List[str]] = lambda result: list(per_model(result))
   options: Optional[type] = None

@@ -376,7 +376,9 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
 def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[str],
               title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None,
               logy: bool = False, marks: Sequence[Tuple[float, str]] = ()) -> Any:
-  """A histogram, or overlaid ones on shared bins for named value sets.
+  """A histogram, or overlaid ones on shared bins for named value sets: the values
+  counted in 30 bins over their range, drawn by `binned` (the other arguments are
+  its own).
 
   Args:
     values: the values, or name -> values.
@@ -384,8 +386,8 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
     title: the title.
     xlabel: the x axis' label.
     colours_of: each set's colour.
-    logy: a log count axis (to show a few outliers beside the bulk).
-    marks: vertical (value, name) lines, such as a threshold.
+    logy: a log count axis.
+    marks: vertical (value, name) lines.
 
   Returns:
     `path`, or the open figure where `path` is None.

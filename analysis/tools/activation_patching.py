@@ -184,14 +184,7 @@ def draw(result: Mapping, subject: Subject, out: str, options: Options = Options
   """The figures of the tool's numbers (`measure`): the share restored per branch,
   and per head where every attention layer has as many heads; none where it refused.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   if 'refused' in result:
     return []

@@ -214,14 +214,7 @@ def draw(result: Mapping, subject: Subject, out: str, options: Options = Options
   norms with the outlier rule's cut, the outliers' share at each entry, and the
   largest activation and the median at each.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   layers = subject.layers
   share, share_stderr, cut = result['share'], result['share_stderr'], result['threshold'][-1]

@@ -53,13 +53,7 @@ def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): each head's distance per layer,
   with its standard error and the distance of uniform attention.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   return [plots.scatter_by_layer(
       np.asarray(result['distance_per_layer_head']),

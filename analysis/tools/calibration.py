@@ -56,13 +56,7 @@ def measure(subject: Subject, batches: Batches) -> Dict:
 def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): the reliability diagram of its bins.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   return [plots.reliability(np.asarray(result['bin_count']), np.asarray(result['bin_accuracy']),
                             np.asarray(result['bin_edges']),

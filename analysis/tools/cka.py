@@ -54,13 +54,7 @@ def draw(result: Mapping, subjects: Sequence[Subject], out: str) -> List[str]:
   """The figures of the tool's numbers (`measure`): a heatmap of CKA per pair of
   models (each model with itself too), in `result['cka']`'s order.
 
-  Args:
-    result: the tool's numbers.
-    subjects: the models.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   figures = []
   for i, a in enumerate(subjects):

@@ -153,14 +153,7 @@ def draw(result: Mapping, subjects: Sequence[Subject], out: str,
   """The figures of the tool's numbers (`measure`): each model's error under each
   corruption (rows) and severity (columns).
 
-  Args:
-    result: the tool's numbers.
-    subjects: the models.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths, a model's each, in `result['errors']`'s order.
+  See `analysis.tool.Draw`.
   """
   return [plots.heatmap(
       100 * np.array([errors[c] for c in result['corruptions']]),

@@ -65,13 +65,7 @@ def measure(subject: Subject, batches: Batches, num_images: int = ERF_IMAGES) ->
 def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): each block's field, scaled to its maximum.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   return [plots.image_grid(np.asarray(result['fields']), figure_path(out, 'erf', subject),
                            f'Effective receptive fields (|gradient|): {subject.label}',

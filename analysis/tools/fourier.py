@@ -66,13 +66,7 @@ def draw(result: Dict, subject: Subject, out: str) -> List[str]:
   """The figures of the Fourier tool, from its numbers (`measure`): each layer's curve, the high
   frequency and the variance against depth, attention outputs shaded.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   labels, shade, stages = result['layers'], result['attention_layers'], subject.layers.stages
   positions = dict(zip(labels, map(np.asarray, result['frequency_positions'])))

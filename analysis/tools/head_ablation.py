@@ -145,14 +145,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
 def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()) -> List[str]:
   """The figure of the tool's numbers (`measure`): each head's accuracy lost against its mean attention distance, a colour per layer.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   return [plots.scatter(
       {name: (np.asarray(result['distance'][layer]), 100 * np.asarray(result['drop'][layer]))

@@ -239,14 +239,7 @@ def draw(result: Dict, subject: Subject, out: str, options: Options = Options())
   eigenvalues, the spectral density with them as a rug, and the blocks' traces and
   largest eigenvalues.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   tops = result['top_per_minibatch']
   nodes, weights = np.asarray(result['slq_nodes']), np.asarray(result['slq_weights'])

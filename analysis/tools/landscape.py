@@ -160,14 +160,7 @@ def draw(result: Dict, subject: Subject, out: str, options: Options = Options())
   """The figures of the landscape tool, from its numbers (`measure`): the loss as a
   contour map and a surface, and along each direction through the centre.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   directions, normalisation = options.landscape_directions, options.landscape_normalisation
   axis, total, nll = (np.asarray(result[k]) for k in ('coordinates', 'loss', 'nll'))

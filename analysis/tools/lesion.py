@@ -68,13 +68,7 @@ def measure(subject: Subject, batches: Batches) -> Dict:
 def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): the accuracy each branch's removal costs, in points.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   return [plots.bars(100 * np.asarray(result['drop']), 100 * np.asarray(result['drop_stderr']),
                      result['branches'], result['kinds'], figure_path(out, 'lesion', subject),

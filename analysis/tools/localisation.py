@@ -139,13 +139,7 @@ def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): each query's map of CKA over the
   input patches, the query marked.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   maps, queries = np.asarray(result['maps']), [tuple(q) for q in result['queries']]
   return [plots.image_grid(

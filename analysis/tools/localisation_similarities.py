@@ -89,14 +89,7 @@ def draw(result: Mapping, subject: Subject, out: str,
   """The figure of the tool's numbers (`measure`): a map per query (columns) and
   measure (rows).
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   measures, queries = result['measures'], [tuple(q) for q in result['queries']]
   return [plots.image_grid(

@@ -136,13 +136,7 @@ def measure(subject: Subject, batches: Batches) -> Dict:
 def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   """The figure of the tool's numbers (`measure`): each entry's accuracy and agreement with the output, none where the readout cannot take it.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   nan = lambda key: np.array([np.nan if v is None else v for v in result[key]])
   return [plots.curves(

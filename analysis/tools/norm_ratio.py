@@ -43,13 +43,7 @@ def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   token, each over the branches of that kind in depth order, at their positions
   among all branches; attention branches shaded.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   rows = subject.layers.branches
   kinds = list(next(iter(result['ratios'].values())))

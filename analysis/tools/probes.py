@@ -105,13 +105,7 @@ def draw(result: Mapping, subject: Subject, out: str) -> List[str]:
   per layer, and a heatmap of the per-token probe over the final layer's grid
   (where every class had its shots).
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   layers = result['probes']
   figures = [plots.curves(

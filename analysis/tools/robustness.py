@@ -79,14 +79,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
 def draw(result: Mapping, subject: Subject, out: str, options: Options = Options()) -> List[str]:
   """The figure of the tool's numbers (`measure`): accuracy against the noise frequency, one curve per eps, none at a band without support.
 
-  Args:
-    result: the model's numbers.
-    subject: the model.
-    out: the directory the figures go to.
-    options: the tool's options.
-
-  Returns:
-    The figures' paths.
+  See `analysis.tool.Draw`.
   """
   nan = lambda key: np.array(result[key], dtype=np.float64)  # None (no support) is NaN
   names = [f'eps {eps:g}' for eps in result['epsilons']]
