@@ -9,7 +9,9 @@ named with `python -m analysis --tool_modules=...`) and defines the flags of its
 options dataclass (`analysis.tool_options`).
 
 A tool's JSON is either per model, {model label: that model's numbers (with
-'figures')}, or, for tools that take every model at once, one dict.
+'figures')}, or, for tools that take every model at once, one dict (with
+'figures'). A tool measures (`Measure`), writing nothing, then draws its figures
+from those numbers alone (`Draw`), so the figures can be drawn again from the JSON.
 """
 import dataclasses
 import os
@@ -38,6 +40,27 @@ ATTENTION = 'attention'  # runs on each model that sows global attention maps (V
 ALL_MODELS = 'all models'  # runs once on every model together
 
 
+class Measure(Protocol):
+  """A tool's `run`: its numbers, measured on the models' batches; it writes no file and
+  draws no figure (a file it makes, such as a trained dictionary, it hands back as
+  a `Kept`)."""
+
+  def __call__(self, subject: Union['Subject', Sequence['Subject']], batches: 'Batches',
+               *options: Any) -> Dict:
+    """Measures.
+
+    Args:
+      subject: the model; for a tool that takes every model at once, the models.
+      batches: split -> its (images, labels) batches (for every model at once, the
+        first model's).
+      *options: the tool's options, where it has them.
+
+    Returns:
+      One model's JSON but its figures; for a tool that takes every model at once,
+      the whole JSON but its figures.
+    """
+
+
 class Draw(Protocol):
   """A tool's `draw`: its figures drawn from its numbers alone, as `measure` returned
   them or as its JSON file holds them (the same figures either way)."""
@@ -56,6 +79,14 @@ class Draw(Protocol):
     Returns:
       The figures' paths, in the order the tool's `figures` reads them.
     """
+
+
+@dataclasses.dataclass(frozen=True)
+class Kept:
+  """A file a tool's `measure` made but did not write: `Tool.run_one` writes it into
+  the analysis folder as `name`, which the JSON then holds in its place."""
+  name: str
+  write: Callable[[str], None]  # the file's path -> writes it there
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,16 +127,14 @@ def model_figures(result: Result) -> List[Figure]:
 class Tool:
   """One analysis tool: how it runs and how its JSON is reported.
 
-  `run(subject, batches, out, options)` returns one model's JSON (for `runs_on`
-  ALL_MODELS, `run(subjects, batches, out, options)` returns the whole JSON) and
-  writes its figures into `out`; a tool without `options` is run without them. A
-  tool whose figures are drawn from its numbers alone declares `draw(entry,
-  subject, out, options)` (`no_figures` where it draws none of one model; for
-  ALL_MODELS, `draw(result, subjects, out, options)`), and
-  then `run(subject, batches, options)` measures only, writing nothing (`run_one`
-  calls both: the JSON's 'figures' are `draw`'s, and drawing again from the JSON
-  gives the same figures). Each such tool's module names the two `measure` and
-  `draw`.
+  `run(subject, batches, options)` measures one model (for `runs_on` ALL_MODELS,
+  `run(subjects, batches, options)` every model at once), writing nothing
+  (`Measure`); `draw(entry, subject, out, options)` draws its figures from those
+  numbers alone (`Draw`; `no_figures` where it draws none of one model; for
+  ALL_MODELS, `draw(result, subjects, out, options)`); a tool without `options` is
+  run and drawn without them. `run_one` and `run_on` call both: the JSON's
+  'figures' are `draw`'s, and drawing again from the JSON gives the same figures.
+  Each tool's module names the two `measure` and `draw`.
   `findings(result, quote)` is what the models show, per caption key, as text
   fragments and quotes of the JSON; `scalars(result, label)` a model's TensorBoard
   series; `joint(result, colour_of, out)` the figures that put every model in one
@@ -138,12 +167,12 @@ class Tool:
   title: str
   quantity: str  # what is measured and by which convention
   paper: str  # the paper's finding, with figure numbers
-  run: Callable[..., Dict]
+  run: Measure
   findings: Callable[[Result, QuoteFn], Dict[str, List[Fragment]]]
+  draw: Draw
   scalars: Callable[[Result, str], Series] = lambda result, label: {}
   runs_on: str = ANY
   figures: Callable[[Result], List[Figure]] = model_figures
-  draw: Optional[Draw] = None
   joint: Optional[Callable[[Result, Mapping[str, str], str], List[str]]] = None
   models: Callable[[Result], List[str]] = lambda result: list(per_model(result))
   options: Optional[type] = None
@@ -162,8 +191,8 @@ class Tool:
   needs: Optional[Callable[[Sequence[Subject]], str]] = None
 
   def run_one(self, subject: Subject, batches: Batches, out: str, options: Any = None) -> Dict:
-    """One model's JSON with its figures in `out`: `run`, then `draw` from the numbers
-    where the tool declares it.
+    """One model's JSON with its figures in `out`: `run`, then `draw` from the numbers;
+    the files the measure kept (`Kept`) are written into `out` too.
 
     Args:
       subject: the model.
@@ -175,9 +204,7 @@ class Tool:
       The model's JSON.
     """
     given = () if self.options is None else (self.options() if options is None else options,)
-    if self.draw is None:
-      return self.run(subject, batches, out, *given)
-    entry = self.run(subject, batches, *given)
+    entry = {key: _written(value, out) for key, value in self.run(subject, batches, *given).items()}
     return {**entry, 'figures': self.draw(entry, subject, out, *given)}
 
   def draw_joint(self, result: Result, colour_of: Mapping[str, str], out: str) -> List[str]:
@@ -282,6 +309,14 @@ def each_model(findings_of: Callable[[str, Mapping, QuoteFn], List[Fragment]]
     return {label: findings_of(label, r, lambda *path, **kw: quote(label, *path, **kw))
             for label, r in per_model(result).items()}
   return findings
+
+
+def _written(value: Any, out: str) -> Any:
+  """`value`, or a `Kept` file's name once it is written into `out`."""
+  if not isinstance(value, Kept):
+    return value
+  value.write(os.path.join(out, value.name))
+  return value.name
 
 
 def no_figures(entry: Mapping, subject: Subject, out: str, *options: Any) -> List[str]:
@@ -401,8 +436,6 @@ def run_on(tool: Tool, subjects: Sequence[Subject], batches_for: Callable[[Subje
     The tool's JSON.
   """
   given = () if tool.options is None else (tool.options() if options is None else options,)
-  if tool.runs_on == ALL_MODELS and tool.draw is None:
-    return tool.run(list(subjects), batches_for(subjects[0]), out, *given)
   if tool.runs_on == ALL_MODELS:
     result = tool.run(list(subjects), batches_for(subjects[0]), *given)
     return {**result, 'figures': tool.draw(result, list(subjects), out, *given)}

@@ -47,19 +47,21 @@ def test_head_cka_against_another_model_and_a_twin(subjects, tmp_path):
   """Heads of the first and last block against the ResNet's layers; against the
   class-token ViT's own stream, its distances are those of attention_distance."""
   vit, bit = subjects['vit'], subjects['bit']
-  result = TOOLS['head_cka'].run([vit, bit], batches, str(tmp_path))
+  result = run_on(TOOLS['head_cka'], [vit, bit], lambda s: batches, str(tmp_path))
   json.dumps(result)
-  r = result['vit vs bit']
+  r = result['pairs']['vit vs bit']
   assert r['blocks'] == ['block0', 'block1'] and r['lower_layers'] == 2
   assert np.array(r['cka']).shape == (2, 4, 3) and np.array(r['distance']).shape == (2, 4)
   assert np.all((np.array(r['cka']) > -0.2) & (np.array(r['cka']) <= 1 + 1e-6))
   np.testing.assert_allclose(r['cka_lower'], np.array(r['cka'])[:, :, :2].mean(-1), rtol=1e-6)
   distances = TOOLS['attention_distance'].run_one(vit, batches, str(tmp_path))
   np.testing.assert_allclose(r['distance'], distances['distance_per_layer_head'], rtol=1e-5)
-  assert os.path.exists(r['figures'][0]) and set(result) == {'vit vs bit'}
+  assert set(result['pairs']) == {'vit vs bit'} and len(result['figures']) == 1
+  assert os.path.basename(result['figures'][0]) == 'head_cka_vit_bit.png'
+  assert os.path.exists(result['figures'][0])
   # With a third model (the GAP twin, whose heads are compared too) the pairs of the
   # first run come out the same: each pair's CKA is its own.
-  three = TOOLS['head_cka'].run([vit, subjects['vit_gap'], bit], batches, str(tmp_path))
+  three = TOOLS['head_cka'].run([vit, subjects['vit_gap'], bit], batches)['pairs']
   assert set(three) == {'vit vs vit_gap', 'vit vs bit', 'vit_gap vs vit', 'vit_gap vs bit'}
   np.testing.assert_allclose(three['vit vs bit']['cka'], r['cka'], rtol=1e-5, atol=1e-6)
 
@@ -588,7 +590,7 @@ def test_a_headless_model_from_a_timm_file_runs_the_representation_tools(tmp_pat
   assert np.array(result['distance_per_layer_head']).shape == (2, 4)
   # An SAE without a head: its quality and top images, no loss and no logit effects.
   from analysis.tools import sae
-  result = TOOLS['sae'].run(s, small_batches, str(tmp_path), sae.Options(
+  result = TOOLS['sae'].run_one(s, small_batches, str(tmp_path), sae.Options(
       sae_steps=20, sae_expansion=2, sae_k=4, sae_features=1))
   assert result['loss'] == {} and result['loss_recovered'] is None and result['features'] == []
   assert 0 < result['fve'] <= 1 and any('sae_top_images' in f for f in result['figures'])

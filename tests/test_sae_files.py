@@ -270,7 +270,7 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   path = str(tmp_path / 'identity.pt')
   write_saev_file(path, state, {'schema': 5, 'cfg': {'activation': {'cls': 'Relu', 'params': {}}}})
   options = tool.Options(sae_load=path, sae_site=site, sae_features=1)
-  result = tool.TOOL.run(subject, batches, str(tmp_path), options)
+  result = tool.TOOL.run_one(subject, batches, str(tmp_path), options)
   assert result['source'] == 'saev' and result['steps'] == 0 and result['site'] == site
   assert result['fve'] == pytest.approx(1., abs=1e-5)
   assert result['loss']['spliced'] == pytest.approx(result['loss']['clean'], rel=1e-5)
@@ -289,7 +289,7 @@ def test_the_tool_measures_a_loaded_saev_file_that_reconstructs_exactly(subjects
   wider = str(tmp_path / 'wider.pt')
   write_saev_file(wider, _state(d=width + 1, m=M), _saev_header('Relu'))
   with pytest.raises(ConfigError, match=f'reads activations {width + 1} wide'):
-    tool.TOOL.run(subject, batches, str(tmp_path), tool.Options(sae_load=wider))
+    tool.TOOL.run(subject, batches, tool.Options(sae_load=wider))
 
 
 @pytest.mark.parametrize('name, data, says', [

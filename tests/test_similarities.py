@@ -13,6 +13,7 @@ from analysis.measures import (cca, layer_similarity, neighbours, procrustes, rs
                                uncertainty)
 from analysis.reporting import verdict
 from analysis.runtime import features
+from analysis.tool import run_on
 from analysis.tools import TOOLS, similarities
 from helpers import batches
 from vit_jax.errors import ConfigError
@@ -197,7 +198,8 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
   twin = features.Subject('twin', vit.config, jax.tree_util.tree_map(
       lambda p: p * 1.01, vit.params), vit.image_size, vit.recipe)
   options = similarities.Options(similarity_resamples=3, similarity_knn=5)
-  result = TOOLS['similarities'].run([vit, twin, bit], batches, str(tmp_path), options)
+  result = run_on(TOOLS['similarities'], [vit, twin, bit], lambda s: batches, str(tmp_path),
+                  options)
   json.dumps(result)
   assert result['measures'] == list(layer_similarity.MEASURES) and result['num_examples'] == 36
   keys = {'vit', 'twin', 'bit', 'vit vs twin', 'vit vs bit', 'twin vs bit'}
@@ -232,8 +234,7 @@ def test_the_tool_on_two_runs_of_a_vit_and_a_resnet(subjects, tmp_path):
   assert all(os.path.exists(path) for path in result['figures'])
   assert len(result['figures']) == len(layer_similarity.MEASURES)
   with pytest.raises(ConfigError, match='--similarity_knn is 36, and 36 images'):
-    TOOLS['similarities'].run([vit, bit], batches, str(tmp_path),
-                              similarities.Options(similarity_knn=36))
+    TOOLS['similarities'].run([vit, bit], batches, similarities.Options(similarity_knn=36))
 
 
 def _judged(kind):

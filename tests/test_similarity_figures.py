@@ -12,6 +12,7 @@ import pytest
 
 from analysis.measures import attention, layer_similarity, neighbours, procrustes, similarity
 from analysis.reporting import verdict
+from analysis.tool import run_on
 from analysis.tools import TOOLS, head_cka, localisation, similarities
 from helpers import batches
 
@@ -34,10 +35,11 @@ def test_heads_against_the_other_models_layers_under_every_measure(subjects, tmp
   statistic per layer is head_cka's correlation of the distances with the mean
   over the lower layers."""
   vit, bit = subjects['vit'], subjects['bit']
-  result = TOOLS['head_similarities'].run([vit, bit], batches, str(tmp_path), OPTIONS)
+  result = run_on(TOOLS['head_similarities'], [vit, bit], lambda s: batches, str(tmp_path),
+                  OPTIONS)
   json.dumps(result)
-  entry = result['vit vs bit']
-  assert set(result) == {'vit vs bit'} and entry['lower_layers'] == 2
+  entry = result['pairs']['vit vs bit']
+  assert set(result['pairs']) == {'vit vs bit'} and entry['lower_layers'] == 2
   blocks = head_cka.attention_blocks(vit)
   outputs = _concatenated(vit, [vit.layers.head_outputs[b] for b in blocks] +
                           [vit.layers.attention_weights[b] for b in blocks])
@@ -76,7 +78,8 @@ def test_heads_against_the_other_models_layers_under_every_measure(subjects, tmp
   for m in layer_similarity.MEASURES:  # every empty cell with its reason
     assert np.isnan(np.array(entry['similarity'][m], float)).any() == (
         m in entry['not_applicable'])
-  assert all(os.path.exists(path) for path in entry['figures'])
+  assert [os.path.basename(path) for path in result['figures']] == [
+      'head_similarities_vit_bit.png'] and os.path.exists(result['figures'][0])
 
 
 def test_final_positions_against_the_input_patches_under_every_measure(subjects, tmp_path):
@@ -148,14 +151,16 @@ def test_head_verdicts_turn_the_distance_round_and_join_the_seeds():
             'correlation': {'cka': [[cka, 0.05], [0., 0.1]],
                             'procrustes': [[distance, 0.05], [0., 0.1]]}}
 
-  result = {'v0 vs r': entry(-0.9, 0.8), 'v1 vs r': entry(-0.8, 0.9), 'v0 vs v1': entry(0.9, 0.9)}
+  result = {'pairs': {'v0 vs r': entry(-0.9, 0.8), 'v1 vs r': entry(-0.8, 0.9),
+                      'v0 vs v1': entry(0.9, 0.9)}}
   found, = TOOLS['head_similarities'].verdicts(result, MODELS)
   assert found.verdict == verdict.AGREES and found.runs == 2
   assert 'v (2 seeds)' in found.measured and 'agrees: linear CKA, Procrustes' in found.why
-  result = {'v0 vs r': entry(0.9, 0.8)}
+  result = {'pairs': {'v0 vs r': entry(0.9, 0.8)}}
   found, = TOOLS['head_similarities'].verdicts(result, MODELS)
   assert found.verdict == verdict.INCONCLUSIVE and 'differs: linear CKA' in found.why
-  assert TOOLS['head_similarities'].verdicts({'v0 vs v1': entry(0.9, 0.9)}, MODELS) == []
+  assert TOOLS['head_similarities'].verdicts({'pairs': {'v0 vs v1': entry(0.9, 0.9)}},
+                                             MODELS) == []
 
 
 def test_localisation_verdicts_per_measure_and_across_them():

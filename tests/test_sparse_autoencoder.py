@@ -286,10 +286,11 @@ def test_splicing_the_sites_own_tokens_changes_no_logit(subjects, family):
 
 
 def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
+  from analysis.tool import Kept
   from analysis.tools import sae as tool
   from helpers import batches
   from vit_jax.errors import ConfigError
-  result = tool.TOOL.run(subjects['vit'], batches, str(tmp_path),
+  result = tool.TOOL.run_one(subjects['vit'], batches, str(tmp_path),
                          tool.Options(sae_steps=30, sae_expansion=2, sae_k=4))
   assert result['site'] == subjects['vit'].layers.labels[len(subjects['vit'].layers.labels) // 2]
   assert result['l0'] <= 4 and 0 <= result['dead'] <= 1 and np.isfinite(result['loss_recovered'])
@@ -303,10 +304,14 @@ def test_the_tool_trains_measures_and_keeps_its_dictionary(subjects, tmp_path):
   classes = np.asarray(subjects['vit'].logits(next(batches('eval'))[0])).shape[-1]
   for effect in result['features']:
     assert len(effect['logit_change']) == classes and 0 <= effect['activation_selectivity'] <= 1
-  # A latent's contribution scaled by 1 is the site as it was: no logit moves.
-  same = tool.TOOL.run(subjects['vit'], batches, str(tmp_path),
+  # A latent's contribution scaled by 1 is the site as it was: no logit moves. The
+  # measure alone writes nothing: its dictionary comes back unwritten.
+  before = sorted(os.listdir(tmp_path))
+  same = tool.TOOL.run(subjects['vit'], batches,
                        tool.Options(sae_steps=30, sae_expansion=2, sae_k=4, sae_features=2,
                                     sae_feature_scale=1.))
+  assert sorted(os.listdir(tmp_path)) == before and 'figures' not in same
+  assert isinstance(same['dictionary'], Kept) and same['dictionary'].name == 'sae_vit.npz'
   assert len(same['features']) == 2
   for effect in same['features']:
     np.testing.assert_allclose(effect['logit_change'], 0., atol=1e-5)

@@ -46,10 +46,10 @@ def test_registered_tools_need_unique_names_and_a_known_kind(registry):
   assert register(record) is record  # registering the same record again is a no-op
   with pytest.raises(ValueError, match='registered already'):
     register(Tool(name='logit_margin', title='', quantity='', paper='', run=record.run,
-                  findings=record.findings))
+                  findings=record.findings, draw=record.draw))
   with pytest.raises(ValueError, match='runs_on'):
     register(Tool(name='other', title='', quantity='', paper='', run=record.run,
-                  findings=record.findings, runs_on='pairs'))
+                  findings=record.findings, draw=record.draw, runs_on='pairs'))
 
 
 def test_each_tools_flags_are_its_options_fields(registry):
@@ -163,13 +163,13 @@ def test_joint_figures_are_drawn_for_two_models_or_more():
   counting the models as the tool's `models` does (its per-model entries by default)."""
   calls = []
   record = Tool(name='joint_test', title='t', quantity='q', paper='p', run=lambda *a: {},
-                findings=lambda result, quote: {},
+                findings=lambda result, quote: {}, draw=tool.no_figures,
                 joint=lambda result, colour_of, out: calls.append(result) or ['a.png'])
   one, two = {'a': {'x': 1}, 'n': 3}, {'a': {'x': 1}, 'b': {'x': 2}, 'n': 3}
   assert record.draw_joint(one, {}, 'out') == [] and calls == []
   assert record.draw_joint(two, {}, 'out') == ['a.png'] and calls == [two]
   assert Tool(name='no_joint', title='t', quantity='q', paper='p', run=lambda *a: {},
-              findings=lambda result, quote: {}).draw_joint(two, {}, 'out') == []
+              findings=lambda result, quote: {}, draw=tool.no_figures).draw_joint(two, {}, 'out') == []
   # The tools whose JSON is not per model name their models themselves.
   assert tool.TOOLS['cka'].models({'layers': {'vit': [], 'resnet': []}, 'cka': {}}) == [
       'vit', 'resnet']

@@ -19,7 +19,7 @@ from PIL import Image
 from analysis import tool, tools  # noqa: F401  (tools: the built-in ones)
 from analysis.cli import planning
 from analysis.measures import similarity
-from analysis.reporting import conventions, joint_figures, plots, runs, verdict
+from analysis.reporting import conventions, document, joint_figures, plots, runs, verdict
 from analysis.reporting.verdict import Z, Verdict
 from vit_jax.files import atomic_write
 
@@ -44,6 +44,12 @@ class Quote:
     self.file, self.path, self.reduce = f'{tool}.json', list(path), reduce
     self.value = reduce_value(node, reduce)
     self.text = format(self.value, fmt) if np.isfinite(self.value) else NO_VALUE
+
+  def html(self) -> str:
+    """The number tagged with its file, path and reduction."""
+    return (f'<span class="num" data-file="{self.file}" '
+            f'data-path="{html.escape(json.dumps(self.path))}" '
+            f'data-reduce="{self.reduce}">{self.text}</span>')
 
 
 def model_colours(results: joint_figures.Results, kinds: Mapping[str, str]) -> Dict[str, str]:
@@ -256,22 +262,6 @@ def load_subjects(out: str) -> Dict[str, Mapping]:
   return _load_json(os.path.join(out, SUBJECTS_FILE))
 
 
-def _html(fragments: Sequence[Fragment]) -> str:
-  parts = []
-  for fragment in fragments:
-    if isinstance(fragment, Quote):
-      parts.append(f'<span class="num" data-file="{fragment.file}" '
-                   f'data-path="{html.escape(json.dumps(fragment.path))}" '
-                   f'data-reduce="{fragment.reduce}">{fragment.text}</span>')
-    else:
-      parts.append(html.escape(fragment))
-  return ''.join(parts)
-
-
-def _text(fragments: Sequence[Fragment]) -> str:
-  return ''.join(f.text if isinstance(f, Quote) else f for f in fragments)
-
-
 STYLE = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 figure{display:inline-block;margin:0.5em;vertical-align:top;max-width:100%}
 figure img{max-width:100%}figcaption{font-size:0.9em;max-width:640px}
@@ -393,13 +383,34 @@ SEEDS_NOTE = ('Each model here is one training run: its standard errors are over
 
 
 def write_report(out: str) -> Dict[str, str]:
-  """Writes the joint figures, report.html and report.md for the JSON in `out`.
+  """Writes the joint figures, report.html and report.md for the JSON in `out`: one
+  page (`page`), rendered twice (`analysis.reporting.document`).
 
   Args:
     out: the analysis directory.
 
   Returns:
     {'html': path, 'md': path}.
+  """
+  title, blocks = page(out)
+  paths = {'html': os.path.join(out, 'report.html'), 'md': os.path.join(out, 'report.md')}
+  for kind, text in (('html', document.to_html(title, blocks, STYLE)),
+                     ('md', document.to_markdown(title, blocks))):
+    with atomic_write(paths[kind]) as f:
+      f.write(text)
+  return paths
+
+
+def page(out: str) -> Tuple[str, List[document.Block]]:
+  """The report of the JSON in `out`, its joint figures drawn there: the models, the
+  contents, the tools that failed or were left out, the verdicts and a section per
+  tool.
+
+  Args:
+    out: the analysis directory.
+
+  Returns:
+    (its title, its blocks).
   """
   results, subjects, left_out = load_results(out), load_subjects(out), load_left_out(out)
   if not results and not left_out:
@@ -409,85 +420,59 @@ def write_report(out: str) -> Dict[str, str]:
   joint = draw_joint_figures(results, kinds, out, runs.groups(subjects))
   title = 'Analysis of ' + ', '.join(subjects or sorted(
       {label for r in results.values() for label in tool.per_model(r)}))
-  page = [f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
-          f'</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>']
-  markdown = [f'# {title}', '']
+  blocks = []
   if subjects:
-    lines = [describe_model(label, about) for label, about in subjects.items()]
-    page.append('<ul id="models">' + ''.join(f'<li>{html.escape(line)}</li>' for line in lines)
-                + '</ul>')
-    markdown += [f'- {line}' for line in lines] + ['']
-  contents = [(name, tool.TOOLS[name].title) for name in results]
-  page.append('<nav id="contents"><h2>Contents</h2><ol>' + ''.join(
-      f'<li><a href="#{name}">{html.escape(text)}</a></li>' for name, text in
-      [('verdicts', 'Verdicts')] + contents) + '</ol></nav>')
-  markdown += ['## Contents', ''] + [f'1. [{text}](#{name})' for name, text in
-                                     [('verdicts', 'Verdicts')] + contents] + ['']
+    blocks.append(document.Items([[describe_model(label, about)]
+                                  for label, about in subjects.items()], id='models'))
+  contents = [('verdicts', 'Verdicts')] + [(name, tool.TOOLS[name].title) for name in results]
+  blocks.append(document.Section('contents', 'Contents', [document.Items(
+      [[document.Link(text, f'#{name}')] for name, text in contents], numbered=True)], 'nav'))
+  title_of = lambda n: tool.TOOLS[n].title if n in tool.TOOLS else n
   failed = load_failures(out)
   if failed:
-    page.append('<section id="failed"><h2>Tools that failed</h2><ul>' + ''.join(
-        f'<li>{html.escape(tool.TOOLS[n].title if n in tool.TOOLS else n)} ({html.escape(n)}): '
-        f'{html.escape(why)}</li>' for n, why in failed.items()) + '</ul></section>')
-    markdown += ['## Tools that failed', ''] + [
-        f'- {tool.TOOLS[n].title if n in tool.TOOLS else n} ({n}): {why}'
-        for n, why in failed.items()] + ['']
+    blocks.append(document.Section('failed', 'Tools that failed', [document.Items(
+        [[f'{title_of(n)} ({n}): {why}'] for n, why in failed.items()])]))
   if left_out:
-    title_of = lambda n: tool.TOOLS[n].title if n in tool.TOOLS else n
-    page.append('<section id="left-out"><h2>Tools left out for the time budget</h2><ul>' +
-                ''.join(f'<li>{html.escape(title_of(n))} ({html.escape(n)}): '
-                        f'{html.escape(p["left_out"])}; to run it: '
-                        f'<code>{html.escape(p["command"])}</code></li>'
-                        for n, p in left_out.items()) + '</ul></section>')
-    markdown += ['## Tools left out for the time budget', ''] + [
-        f'- {title_of(n)} ({n}): {p["left_out"]}; to run it: `{p["command"]}`'
-        for n, p in left_out.items()] + ['']
+    blocks.append(document.Section('left-out', 'Tools left out for the time budget', [
+        document.Items([[f'{title_of(n)} ({n}): {p["left_out"]}; to run it: ',
+                         document.Code(p['command'])] for n, p in left_out.items()])]))
+  blocks.append(_verdicts_section(results, subjects))
+  for name, result in results.items():
+    blocks.append(_tool_section(out, name, result, results, joint.get(name, [])))
+  return title, blocks
+
+
+def _verdicts_section(results: Mapping, subjects: Mapping) -> document.Section:
+  """The verdict table, a row per claim judged, with the notes that read it."""
   verdicts = all_verdicts(results, subjects)
   seeded = any('group' in about for about in subjects.values())
   per_run = [', '.join(got) or '-' for got in each_run(results, subjects)]
-  rests_on = lambda v: '-' if v.verdict == verdict.NOT_COMPARABLE else v.runs
+  rests_on = lambda v: '-' if v.verdict == verdict.NOT_COMPARABLE else str(v.runs)
   notes = [VERDICT_NOTE] + ([EACH_RUN_NOTE] if seeded else [SEEDS_NOTE])
   columns = ['finding', 'the paper', 'measured here', 'verdict', 'runs'] + (
       ['each run alone'] if seeded else []) + ['why']
-  head = '<tr>' + ''.join(f'<th>{c}</th>' for c in columns) + '</tr>'
-  rows = ''.join(
-      f'<tr><td><a href="#{name}">{html.escape(v.finding)}</a></td>'
-      f'<td>{html.escape(v.claim)}</td><td>{html.escape(v.measured)}</td>'
-      f'<td class="{v.verdict.split()[0]}">{html.escape(v.verdict)}</td><td>{rests_on(v)}</td>'
-      + (f'<td>{html.escape(each)}</td>' if seeded else '') +
-      f'<td>{html.escape(v.why)}</td></tr>' for (name, v), each in zip(verdicts, per_run))
-  page += ['<section id="verdicts"><h2>Verdicts</h2>'] + [
-      f'<p>{html.escape(note)}</p>' for note in notes] + [
-      f'<table>{head}{rows}</table></section>']
-  cell = lambda text: text.replace('|', '\\|')
-  markdown += ['## Verdicts', ''] + [line for note in notes for line in (note, '')] + [
-      '| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
-  markdown += [f'| [{v.finding}](#{name}) | {cell(v.claim)} | {cell(v.measured)} | '
-               f'{v.verdict} | {rests_on(v)} | ' + (f'{each} | ' if seeded else '') +
-               f'{cell(v.why)} |' for (name, v), each in zip(verdicts, per_run)] + ['']
-  for name, result in results.items():
-    record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
-    used = ' '.join(filter(None, [conventions.caption(name, result), plan_note(out, name)]))
-    page += [f'<section id="{name}"><h2>{html.escape(record.title)}</h2>',
-             f'<p class="quantity">{html.escape(record.quantity)}</p>',
-             *([f'<p class="conventions">{html.escape(used)}</p>'] if used else []),
-             f'<p class="paper">{html.escape(record.paper)}</p>',
-             f'<p>Numbers: <a href="{json_file}">{json_file}</a></p>']
-    markdown += [f'## {record.title}', '', record.quantity, '', *([used, ''] if used else []),
-                 f'*{record.paper}*', '', f'Numbers: [{json_file}]({json_file})', '']
-    figures = [(path, list(shown)) for path in joint.get(name, [])]
-    figures += [(figure.path, [figure.caption]) for figure in record.figures(result)]
-    for path, keys in figures:
-      image = os.path.basename(path)
-      alt = _image_alt(os.path.join(out, image))
-      page.append(f'<figure><img src="{html.escape(image)}" alt="{html.escape(alt)}">'
-                  '<figcaption>' + '<br>'.join(_html(shown[k]) for k in keys) +
-                  '</figcaption></figure>')
-      markdown += [f'![{alt.replace("[", "(").replace("]", ")")}]({image})', '',
-                   *[_text(shown[k]) + '  ' for k in keys], '']
-    page.append('</section>')
-  page.append('</body></html>')
-  paths = {'html': os.path.join(out, 'report.html'), 'md': os.path.join(out, 'report.md')}
-  for kind, text in (('html', '\n'.join(page)), ('md', '\n'.join(markdown))):
-    with atomic_write(paths[kind]) as f:
-      f.write(text + '\n')
-  return paths
+  rows = [[([document.Link(v.finding, f'#{name}')], ''), ([v.claim], ''), ([v.measured], ''),
+           ([v.verdict], v.verdict.split()[0]), ([rests_on(v)], '')] +
+          ([([each], '')] if seeded else []) + [([v.why], '')]
+          for (name, v), each in zip(verdicts, per_run)]
+  return document.Section('verdicts', 'Verdicts', [document.Paragraph([note]) for note in notes]
+                          + [document.Table(columns, rows)])
+
+
+def _tool_section(out: str, name: str, result: Mapping, results: Mapping,
+                  joint: Sequence[str]) -> document.Section:
+  """A tool's section: what it measures and by which convention, the paper's finding,
+  its JSON, and its figures (joint ones first) with what the models show."""
+  record, shown, json_file = tool.TOOLS[name], findings(name, results), f'{name}.json'
+  used = ' '.join(filter(None, [conventions.caption(name, result), plan_note(out, name)]))
+  blocks = [document.Paragraph([record.quantity], 'quantity'),
+            *([document.Paragraph([used], 'conventions')] if used else []),
+            document.Paragraph([record.paper], 'paper'),
+            document.Paragraph(['Numbers: ', document.Link(json_file, json_file)])]
+  figures = [(path, list(shown)) for path in joint]
+  figures += [(figure.path, [figure.caption]) for figure in record.figures(result)]
+  for path, keys in figures:
+    image = os.path.basename(path)
+    blocks.append(document.Figure(image, _image_alt(os.path.join(out, image)),
+                                  [shown[k] for k in keys]))
+  return document.Section(name, record.title, blocks)

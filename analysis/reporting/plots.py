@@ -373,12 +373,28 @@ def curves(series: Dict[str, np.ndarray], path: Optional[str], title: str, xlabe
   return _save(fig, path)
 
 
+def bin_counts(values: Union[np.ndarray, Dict[str, np.ndarray]]) -> Dict[str, Any]:
+  """Values counted in 30 bins over their range, as `histogram` draws them: the
+  numbers a tool's JSON keeps of a histogram, drawn by `binned`.
+
+  Args:
+    values: the values, or name -> values (counted on shared bins).
+
+  Returns:
+    {'edges': the 31 bin edges, 'counts': each bin's count, or name -> counts}, as
+    lists.
+  """
+  sets = values if isinstance(values, dict) else {'': values}
+  edges = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
+  counts = {name: np.histogram(np.ravel(v), edges)[0].tolist() for name, v in sets.items()}
+  return {'edges': edges.tolist(), 'counts': counts if isinstance(values, dict) else counts['']}
+
+
 def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[str],
               title: str, xlabel: str, colours_of: Optional[Dict[str, str]] = None,
               logy: bool = False, marks: Sequence[Tuple[float, str]] = ()) -> Any:
   """A histogram, or overlaid ones on shared bins for named value sets: the values
-  counted in 30 bins over their range, drawn by `binned` (the other arguments are
-  its own).
+  counted by `bin_counts`, drawn by `binned` (the other arguments are its own).
 
   Args:
     values: the values, or name -> values.
@@ -392,11 +408,8 @@ def histogram(values: Union[np.ndarray, Dict[str, np.ndarray]], path: Optional[s
   Returns:
     `path`, or the open figure where `path` is None.
   """
-  sets = values if isinstance(values, dict) else {'': values}
-  edges = np.histogram_bin_edges(np.concatenate([np.ravel(v) for v in sets.values()]), 30)
-  counts = {name: np.histogram(np.ravel(v), edges)[0] for name, v in sets.items()}
-  return binned(counts if isinstance(values, dict) else counts[''], edges, path, title, xlabel,
-                colours_of, logy, marks)
+  bins = bin_counts(values)
+  return binned(bins['counts'], bins['edges'], path, title, xlabel, colours_of, logy, marks)
 
 
 def binned(counts: Union[np.ndarray, Dict[str, np.ndarray]], edges: np.ndarray,

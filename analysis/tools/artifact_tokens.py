@@ -165,7 +165,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
 
   Returns:
     The model's JSON but its figures (`draw`'s); `norm_histogram` bins the last
-    entry's patch-token norms as `plots.histogram` does.
+    entry's patch-token norms (`plots.bin_counts`).
   """
   layers = subject.layers
   if not layers.attention_weights:
@@ -202,9 +202,7 @@ def measure(subject: Subject, batches: Batches, options: Options = Options()) ->
     result['cls_attention_others'] = _mean_or_none(attention[~outlier])
     result['cls_attention_share_outliers'] = float(np.sum(attention * outlier) /
                                                    np.sum(attention))
-  edges = np.histogram_bin_edges(norms[-1], 30)
-  result['norm_histogram'] = {'edges': edges.tolist(),
-                              'counts': np.histogram(norms[-1], edges)[0].tolist()}
+  result['norm_histogram'] = plots.bin_counts(norms[-1])
   return result
 
 

@@ -78,7 +78,7 @@ def head_features(subject: Subject, images: np.ndarray, blocks: Sequence[int],
   return heads, np.stack([np.asarray(per_image(inter[n])) for n in weights_of], axis=1)
 
 
-def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dict:
+def measure(subjects: Sequence[Subject], batches: Batches) -> Dict:
   """For each model that sows its heads' outputs, against every other model:
   minibatch linear CKA (unbiased) between every head of the first and the last
   attention layer (`head_features`) and every stream layer of the others, in one
@@ -88,12 +88,12 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
 
   Returns:
-    The tool's JSON.
+    The tool's JSON but its figures (`draw`'s): {'pairs': {'a vs b': a's heads
+    against b's layers}}.
   """
-  result = {}
+  pairs = {}
   for s in subjects:
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
@@ -108,23 +108,36 @@ def run_head_cka(subjects: Sequence[Subject], batches: Batches, out: str) -> Dic
       distances.append(per_image)
     matrix, num_heads = stream.result(), len(heads) // len(blocks)
     distance = np.concatenate(distances).mean(axis=0)
-    labels = block_labels(s, blocks)
     bounds = len(heads) + np.cumsum([0] + [len(r.layers.stream) for r in others])
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):
       cross = matrix[:len(heads), first:last].reshape(len(blocks), num_heads, -1)
       lower = lower_half(len(r.layers.stream))
       to_lower = cross[:, :, :lower].mean(-1)
-      figure = plots.scatter(
-          {f'{label} heads': (distance[i], to_lower[i]) for i, label in enumerate(labels)},
-          os.path.join(out, f'head_cka_{s.label}_{r.label}.png'),
-          f'Heads of {s.label} against the lower layers of {r.label}',
-          'mean attention distance (pixels)', f'CKA with {r.label}\'s first {lower} layers')
-      result[f'{s.label} vs {r.label}'] = {
-          'blocks': labels, 'reference_layers': list(r.layers.labels), 'lower_layers': lower,
-          'cka': cross.tolist(), 'cka_lower': to_lower.tolist(), 'distance': distance.tolist(),
+      pairs[f'{s.label} vs {r.label}'] = {
+          'blocks': block_labels(s, blocks), 'reference_layers': list(r.layers.labels),
+          'lower_layers': lower, 'cka': cross.tolist(), 'cka_lower': to_lower.tolist(),
+          'distance': distance.tolist(),
           'correlation': [correlation(distance[i], to_lower[i]) for i in range(len(blocks))],
-          'num_examples': stream.num_examples, 'figures': [figure]}
-  return result
+          'num_examples': stream.num_examples}
+  return {'pairs': pairs}
+
+
+def draw(result: Mapping, subjects: Sequence[Subject], out: str) -> List[str]:
+  """The figures of the tool's numbers (`measure`): per pair, in `result['pairs']`'s
+  order, each head's CKA with the other model's lower layers against its mean
+  attention distance.
+
+  See `analysis.tool.Draw`.
+  """
+  figures = []
+  for key, r in result['pairs'].items():
+    a, b = key.split(' vs ')
+    figures.append(plots.scatter(
+        {f'{label} heads': (r['distance'][i], r['cka_lower'][i])
+         for i, label in enumerate(r['blocks'])},
+        os.path.join(out, f'head_cka_{a}_{b}.png'), f'Heads of {a} against the lower layers of {b}',
+        'mean attention distance (pixels)', f'CKA with {b}\'s first {r["lower_layers"]} layers'))
+  return figures
 
 
 def block_labels(subject: Subject, blocks: Sequence[int]) -> List[str]:
@@ -166,20 +179,21 @@ def findings(result: Mapping, q) -> Dict[str, list]:
     Text fragments per caption key.
   """
   out = {}
-  for key, r in result.items():
-    parts = [f'{key}: ']
+  for key, r in result['pairs'].items():
+    parts, quote = [f'{key}: '], lambda *path, **kw: q('pairs', key, *path, **kw)
     for i, block in enumerate(r['blocks']):
-      parts += ['; ' if i else '', f'{block} heads at ', q(key, 'distance', i, reduce='min'),
-                ' to ', q(key, 'distance', i, reduce='max'), ' px have CKA ',
-                q(key, 'cka_lower', i, reduce='min'), ' to ', q(key, 'cka_lower', i, reduce='max'),
-                ' with the lower layers (correlation with distance ', q(key, 'correlation', i),
+      parts += ['; ' if i else '', f'{block} heads at ', quote('distance', i, reduce='min'),
+                ' to ', quote('distance', i, reduce='max'), ' px have CKA ',
+                quote('cka_lower', i, reduce='min'), ' to ', quote('cka_lower', i, reduce='max'),
+                ' with the lower layers (correlation with distance ', quote('correlation', i),
                 ')']
     out[key] = parts
   return out
 
 
-def figures(result: Mapping) -> List[Figure]:
-  """The figures of the tool's JSON, with their captions' keys.
+def pair_figures(result: Mapping) -> List[Figure]:
+  """The figures of a JSON of pairs of models ({'pairs': {'a vs b': ...}, 'figures':
+  one per pair, in the pairs' order}), each captioned by its pair.
 
   Args:
     result: the tool's JSON.
@@ -188,7 +202,7 @@ def figures(result: Mapping) -> List[Figure]:
     The figures.
   """
   return [Figure(path, key, tuple(key.split(' vs ')))
-          for key, r in result.items() for path in r['figures']]
+          for key, path in zip(result['pairs'], result['figures'])]
 
 
 def heads_and_second_model(subjects: Sequence[Subject]) -> str:
@@ -216,5 +230,5 @@ TOOL = register(Tool(
              'layers.',
     paper='Raghu et al. (Fig. 5): the ViT\'s lower-layer heads that attend locally are the ones '
           'most similar to the ResNet\'s lower layers; globally attending heads are not.',
-    run=run_head_cka, runs_on=ALL_MODELS, findings=findings, figures=figures,
+    run=measure, draw=draw, runs_on=ALL_MODELS, findings=findings, figures=pair_figures,
     needs=heads_and_second_model))

@@ -13,16 +13,15 @@ import numpy as np
 from analysis.measures import layer_similarity
 from analysis.reporting import plots, verdict
 from analysis.runtime.estimate import Amounts, Work
-from analysis.tool import ALL_MODELS, Batches, Figure, Subject, Tool, register
+from analysis.tool import ALL_MODELS, Batches, Subject, Tool, register
 from analysis.tools import head_cka, similarities
 from vit_jax.models.family import CONVNET, TRANSFORMER
 
 M = layer_similarity
 
 
-def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
-                          options: similarities.MeasureOptions = similarities.MeasureOptions()
-                          ) -> Dict:
+def measure(subjects: Sequence[Subject], batches: Batches,
+            options: similarities.MeasureOptions = similarities.MeasureOptions()) -> Dict:
   """For each model that sows its heads' outputs, against every other model: every
   head of its first and last attention layer (`head_cka.head_features`) against
   every stream layer of the other under each measure, on the evaluation images;
@@ -34,14 +33,14 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options.
 
   Returns:
-    The tool's JSON.
+    The tool's JSON but its figures (`draw`'s): {'pairs': {'a vs b': a's heads
+    against b's layers}}.
   """
   measures, n = options.measures, options.images(batches)
-  result = {}
+  pairs = {}
   for s in subjects:
     others = [r for r in subjects if r is not s]
     if not s.layers.head_outputs or not others:
@@ -52,11 +51,9 @@ def run_head_similarities(subjects: Sequence[Subject], batches: Batches, out: st
     bounds = (len(blocks) * distances.shape[2]
               + np.cumsum([0] + [len(r.layers.stream) for r in others]))
     for r, first, last in zip(others, bounds[:-1], bounds[1:]):
-      key = f'{s.label} vs {r.label}'
-      result[key] = _entry(s, r, blocks, distances, layers, kept, (first, last), n, options)
-      result[key]['figures'] = [_figure(result[key], key, r.label, os.path.join(
-          out, f'head_similarities_{s.label}_{r.label}.png'))]
-  return result
+      pairs[f'{s.label} vs {r.label}'] = _entry(s, r, blocks, distances, layers, kept,
+                                                (first, last), n, options)
+  return {'pairs': pairs}
 
 
 def _heads(s: Subject, batches: Batches, options: similarities.MeasureOptions
@@ -115,18 +112,30 @@ def _entry(s: Subject, r: Subject, blocks: Sequence[int], distances: np.ndarray,
       'not_applicable': M.not_applicable(layers, found.values, kept)}
 
 
-def _figure(entry: Mapping, key: str, reference: str, path: str) -> str:
-  """A panel per measure: each head's mean over the reference's lower layers against
-  its mean attention distance."""
-  panels = {}
-  for m in entry['measures']:
-    distance, to_lower = np.asarray(entry['distance']), np.asarray(entry['to_lower'][m])
-    panels[M.TITLES[m]] = (
-        {f'{block} heads': (distance[i], to_lower[i]) for i, block in enumerate(entry['blocks'])},
-        f'{"distance" if m in M.DISTANCES else "similarity"} to the first '
-        f'{entry["lower_layers"]} layers')
-  return plots.scatter_panels(panels, path, f'Heads of {key}: the lower layers of {reference} '
-                              'under each measure', 'mean attention distance (pixels)')
+def draw(result: Mapping, subjects: Sequence[Subject], out: str,
+         options: similarities.MeasureOptions) -> List[str]:
+  """The figures of the tool's numbers (`measure`): per pair, in `result['pairs']`'s
+  order, a panel per measure of each head's mean over the other model's lower layers
+  against its mean attention distance.
+
+  See `analysis.tool.Draw`.
+  """
+  figures = []
+  for key, entry in result['pairs'].items():
+    a, b = key.split(' vs ')
+    panels = {}
+    for m in entry['measures']:
+      distance, to_lower = np.asarray(entry['distance']), np.asarray(entry['to_lower'][m])
+      panels[M.TITLES[m]] = (
+          {f'{block} heads': (distance[i], to_lower[i])
+           for i, block in enumerate(entry['blocks'])},
+          f'{"distance" if m in M.DISTANCES else "similarity"} to the first '
+          f'{entry["lower_layers"]} layers')
+    figures.append(plots.scatter_panels(
+        panels, os.path.join(out, f'head_similarities_{a}_{b}.png'),
+        f'Heads of {key}: the lower layers of {b} under each measure',
+        'mean attention distance (pixels)'))
+  return figures
 
 
 def findings(result: Mapping, q) -> Dict[str, list]:
@@ -140,31 +149,18 @@ def findings(result: Mapping, q) -> Dict[str, list]:
     Text fragments per caption key.
   """
   out = {}
-  for key, r in result.items():
+  for key, r in result['pairs'].items():
     parts = [f'{key}, correlation across heads of the mean attention distance with the '
              'measure to the lower layers']
     for i, m in enumerate(r['measures']):
       parts += ['; ' if i else ': ', f'{M.TITLES[m]} ']
       for b, block in enumerate(r['blocks']):
         parts += [', ' if b else '', f'{block} ', *similarities.estimate_quote(
-            q, r['correlation'][m][b], key, 'correlation', m, b)]
+            q, r['correlation'][m][b], 'pairs', key, 'correlation', m, b)]
     for m, why in r['not_applicable'].items():
       parts += [f' ({why})']
     out[key] = parts
   return out
-
-
-def figures(result: Mapping) -> List[Figure]:
-  """The figures of the tool's JSON, with their captions' keys.
-
-  Args:
-    result: the tool's JSON.
-
-  Returns:
-    The figures.
-  """
-  return [Figure(path, key, tuple(key.split(' vs '))) for key, r in result.items()
-          for path in r['figures']]
 
 
 def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
@@ -183,22 +179,22 @@ def verdicts(result: Mapping, models: verdict.Models) -> List[verdict.Verdict]:
   """
   claim = ('The ViT\'s lower-layer heads that attend locally are the ones most alike the '
            'ResNet\'s lower layers (Raghu et al. Fig. 5), under each similarity measure.')
-  chosen = {}
-  for key in result:
+  pairs, chosen = result['pairs'], {}
+  for key in pairs:
     a, _, b = key.partition(' vs ')
     kinds = models.get(a, {}).get('architecture'), models.get(b, {}).get('architecture')
     if kinds == (TRANSFORMER, CONVNET):
       chosen.setdefault(a, key)  # the first convolutional model each transformer meets
   if not chosen:
     return []
-  measures = result[next(iter(chosen.values()))]['measures']
+  measures = pairs[next(iter(chosen.values()))]['measures']
   per_measure = {}
   for m in measures:
     sign = 1. if m in M.DISTANCES else -1.
     singles = []
     for label, key in chosen.items():
-      value, stderr = result[key]['correlation'][m][0]
-      what = (f'the correlation, across {result[key]["blocks"][0]}\'s heads, of mean attention '
+      value, stderr = pairs[key]['correlation'][m][0]
+      what = (f'the correlation, across {pairs[key]["blocks"][0]}\'s heads, of mean attention '
               f'distance with {M.TITLES[m]} to the lower layers')
       singles.append(verdict.single(
           'local heads match the lower layers', '', what if sign > 0 else 'minus ' + what,
@@ -272,7 +268,8 @@ TOOL = register(Tool(
     paper='Raghu et al. (Fig. 5) under linear CKA: the ViT\'s lower-layer heads that attend '
           'locally are the ones most similar to the ResNet\'s lower layers. Whether it '
           'survives another measure: Davari et al. (ICLR 2023), Klabunde et al. (ReSi).',
-    run=run_head_similarities, runs_on=ALL_MODELS, findings=findings, figures=figures,
+    run=measure, draw=draw, runs_on=ALL_MODELS, findings=findings,
+    figures=head_cka.pair_figures,
     options=similarities.MeasureOptions, verdicts=verdicts, work=work, host_prices=host_prices,
     shortened_by=('num_images', 'similarity_resamples'), minimum='5 bootstrap draws',
     needs=head_cka.heads_and_second_model))

@@ -6,7 +6,7 @@ used latents fire on."""
 import dataclasses
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -18,7 +18,7 @@ from analysis.measures import sparse_autoencoder, uncertainty
 from analysis.reporting import plots
 from analysis.runtime import features, progress, sae_files
 from analysis.runtime.estimate import Amounts, Work
-from analysis.tool import Batches, Subject, Tool, each_model, figure_path, register
+from analysis.tool import Batches, Kept, Subject, Tool, each_model, figure_path, register
 from analysis.tool_options import Budget, option
 from vit_jax.errors import ConfigError
 from vit_jax.models.family import SCALES, SHIFTS
@@ -154,18 +154,21 @@ def _edits(name: str, scale, shift) -> Dict[str, object]:
   return {SCALES: unflatten({key: scale}), SHIFTS: unflatten({key: shift})}
 
 
-def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Options()) -> Dict:
+def measure(subject: Subject, batches: Batches, options: Options = Options()) -> Dict:
   """Trains the SAE on the training split's tokens at the site, then measures it on
   the evaluation split's.
 
   Args:
     subject: the model.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures and the dictionary go to.
     options: the tool's options.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s), with what they show: each latent's
+    firing rate on the evaluation tokens, the studied latents' activations where
+    they fire (binned, `plots.bin_counts`) and their top images (8-bit) with each
+    token's activation. A dictionary trained here is its `dictionary`, a
+    `tool.Kept` file that `Tool.run_one` writes beside the JSON.
   """
   loaded = sae_files.read(options.sae_load) if options.sae_load else None
   label, name = site_of(subject, options, loaded[2] if loaded else None)
@@ -190,13 +193,10 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
   per_image = latents.reshape(len(labels), -1, latents.shape[1]).mean(axis=1)
   effects = [_effects(latent, logits['clean'], seen['steered'][latent], labels,
                       per_image[:, latent]) for latent in studied if logits]
-  figures = _figures(subject, seen, studied, effects, label, out, options)
-  if loaded:
-    dictionary = options.sae_load
-  else:
-    dictionary = os.path.join(out, f'sae_{subject.label}.{options.sae_format}')
-    sae_files.save(dictionary, trained, {'site': label, 'sown': name,
-                                         'model': subject.config.name, 'normalisation': 'none'})
+  about = {'site': label, 'sown': name, 'model': subject.config.name, 'normalisation': 'none'}
+  dictionary = (os.path.basename(options.sae_load) if loaded else Kept(
+      f'sae_{subject.label}.{options.sae_format}',
+      lambda path: sae_files.save(path, trained, about)))
   return {'site': label, 'architecture': spec.architecture, 'latents': spec.width, 'k': spec.k,
           **({} if loaded else {'trained_architecture': spec.architecture}),
           'encoder': spec.encoder, 'normalisation': spec.normalisation,
@@ -205,7 +205,7 @@ def run_sae(subject: Subject, batches: Batches, out: str, options: Options = Opt
           'evaluation_tokens': int(len(seen['tokens'])), **quality,
           'loss': loss, 'accuracy': accuracy, 'loss_recovered': recovered,
           'feature_scale': options.sae_feature_scale,
-          'features': effects, 'dictionary': os.path.basename(dictionary), 'figures': figures}
+          'features': effects, 'dictionary': dictionary, **_shown(seen, studied)}
 
 
 def _dictionary(subject: Subject, options: Options,
@@ -271,31 +271,60 @@ def _evaluation(subject: Subject, batches: Batches, name: str, params: Dict,
           'steered': {latent: np.concatenate(v) for latent, v in steered.items()}}
 
 
-def _figures(subject: Subject, seen: Dict[str, Any], studied: Sequence[int],
-             effects: Sequence[Dict], label: str, out: str, options: Options) -> List[str]:
-  """The latents' firing rates, the studied latents' top images and activations, and
-  their effects on the class logits."""
+def _shown(seen: Dict[str, Any], studied: Sequence[int]) -> Dict[str, Any]:
+  """What `draw` shows beyond the numbers: each latent's firing rate, the studied
+  latents' activations where they fire (binned on shared bins) and, per studied
+  latent, the `SHOWN_IMAGES` evaluation images it fires on most (8-bit, RGB) with
+  its activation per token (spatial positions, row by row)."""
   latents = seen['latents']
-  rate = (latents > sparse_autoencoder.FIRING).mean(axis=0)
+  shown = {'firing_rate': np.float32((latents > sparse_autoencoder.FIRING).mean(axis=0)).tolist()}
+  firing = {f'latent {j}': latents[latents[:, j] > sparse_autoencoder.FIRING, j]
+            for j in studied}
+  if any(len(v) for v in firing.values()):
+    shown['activation_histogram'] = plots.bin_counts(firing)
+  per_image = latents.reshape(len(seen['images']), -1, latents.shape[1])
+  shown['top_images'] = []
+  for latent in studied:
+    strength = per_image[:, :, latent]
+    for i in np.argsort(-strength.max(axis=1), kind='stable')[:SHOWN_IMAGES]:
+      picture = (np.asarray(seen['images'][i], np.float64) + 1) / 2
+      if picture.shape[-1] == 1:
+        picture = np.repeat(picture, 3, axis=-1)
+      shown['top_images'].append({
+          'latent': latent, 'image': np.round(np.clip(picture, 0, 1) * 255).astype(np.uint8).tolist(),
+          'activation': np.float32(strength[i] / max(strength.max(), 1e-12)).tolist()})
+  return shown
+
+
+def draw(entry: Mapping, subject: Subject, out: str, options: Options) -> List[str]:
+  """The figures of one model's numbers (`measure`): the latents' firing rates, the
+  studied latents' top images (the tokens each fires on tinted red by its
+  activation) and activations, and their effects on the class logits.
+
+  See `analysis.tool.Draw`.
+  """
+  label, site = subject.label, entry['site']
+  rate = np.asarray(entry['firing_rate'])
   figures = [plots.histogram(
       np.log10(rate[rate > 0]), figure_path(out, 'sae_frequency', subject),
-      f'SAE latents\' firing rate at {label}: {subject.label}', 'log10 share of tokens fired on',
+      f'SAE latents\' firing rate at {site}: {label}', 'log10 share of tokens fired on',
       logy=True, marks=[(np.log10(0.1), 'dense (10%)')])]
-  if studied:
-    figures.append(_top_images(subject, seen['images'], latents, studied, label, out))
-    firing = {f'latent {j}': latents[latents[:, j] > sparse_autoencoder.FIRING, j]
-              for j in studied}
-    if any(len(v) for v in firing.values()):
-      figures.append(plots.histogram(
-          firing, figure_path(out, 'sae_activations', subject),
-          f'SAE latents\' activations at {label}: {subject.label}',
-          'activation where the latent fires', logy=True))
+  if entry['top_images']:
+    figures.append(_top_images(entry['top_images'], figure_path(out, 'sae_top_images', subject),
+                               f'Top images of SAE latents at {site}: {label}'))
+  if 'activation_histogram' in entry:
+    figures.append(plots.binned(
+        entry['activation_histogram']['counts'], entry['activation_histogram']['edges'],
+        figure_path(out, 'sae_activations', subject),
+        f'SAE latents\' activations at {site}: {label}', 'activation where the latent fires',
+        logy=True))
+  effects = entry['features']
   if effects:
     figures.append(plots.heatmap(
         np.array([e['logit_change'] for e in effects]), figure_path(out, 'sae_effects', subject),
-        f'Class logits with SAE latents x{options.sae_feature_scale:g} at {label}: '
-        f'{subject.label}', 'class', 'latent', vmin=None, vmax=None,
-        ylabels=[f'latent {latent}' for latent in studied],
+        f'Class logits with SAE latents x{entry["feature_scale"]:g} at {site}: {label}',
+        'class', 'latent', vmin=None, vmax=None,
+        ylabels=[f'latent {e["latent"]}' for e in effects],
         colorbar_label='mean change of the logit'))
   return figures
 
@@ -350,29 +379,21 @@ def _effects(latent: int, clean: np.ndarray, edited: np.ndarray, labels: np.ndar
   return result
 
 
-def _top_images(subject: Subject, images: np.ndarray, latents: np.ndarray,
-                shown: List[int], label: str, out: str) -> str:
-  """For each shown latent, the evaluation images it fires on most, the tokens it
-  fires on tinted red by its activation."""
-  per_image = latents.reshape(len(images), -1, latents.shape[1])  # (images, positions, latents)
-  side = int(round(np.sqrt(per_image.shape[1])))
-  tiles, names = [], []
-  for latent in shown:
-    strength = per_image[:, :, latent]
-    for i in np.argsort(-strength.max(axis=1), kind='stable')[:SHOWN_IMAGES]:
-      picture = (np.asarray(images[i], np.float32) + 1) / 2
-      if picture.shape[-1] == 1:
-        picture = np.repeat(picture, 3, axis=-1)
-      heat = strength[i].reshape(side, side) / max(strength.max(), 1e-12)
-      heat = np.kron(heat, np.ones((picture.shape[0] // side, picture.shape[1] // side)))
-      tinted = picture.copy()
-      tinted[:heat.shape[0], :heat.shape[1], 0] = np.maximum(
-          tinted[:heat.shape[0], :heat.shape[1], 0], heat)
-      tiles.append(np.clip(tinted, 0, 1))
-      names.append(f'latent {latent}')
-  return plots.image_grid(np.stack(tiles), figure_path(out, 'sae_top_images', subject),
-                          f'Top images of SAE latents at {label}: {subject.label}',
-                          cols=SHOWN_IMAGES, labels=names)
+def _top_images(tiles: Sequence[Mapping], path: str, title: str) -> str:
+  """The top images (`_shown`'s), the tokens each latent fires on tinted red by its
+  activation, `SHOWN_IMAGES` to a row."""
+  tinted = []
+  for tile in tiles:
+    picture = np.asarray(tile['image'], np.float64) / 255
+    activation = np.asarray(tile['activation'])
+    side = int(round(np.sqrt(len(activation))))
+    heat = np.kron(activation.reshape(side, side),
+                   np.ones((picture.shape[0] // side, picture.shape[1] // side)))
+    picture[:heat.shape[0], :heat.shape[1], 0] = np.maximum(
+        picture[:heat.shape[0], :heat.shape[1], 0], heat)
+    tinted.append(np.clip(picture, 0, 1))
+  return plots.image_grid(np.stack(tinted), path, title, cols=SHOWN_IMAGES,
+                          labels=[f'latent {tile["latent"]}' for tile in tiles])
 
 
 def _findings(label, r, q):
@@ -454,6 +475,6 @@ TOOL = register(Tool(
              '(loss recovered, SAELens\' CE loss score).',
     paper='Not from the two papers: the tool interpretability work on vision models uses '
           'since 2024 (OpenAI\'s TopK SAEs, SAELens, saev), on the same sites.',
-    run=run_sae, options=Options, findings=each_model(_findings),
+    run=measure, draw=draw, options=Options, findings=each_model(_findings),
     work=work, host_prices=host_prices, shortened_by=('sae_steps',),
     minimum='200 training steps'))

@@ -302,8 +302,7 @@ def _unflat(stats: Mapping[str, Mapping[str, float]], vector: np.ndarray) -> Dic
   return {name: {key: next(it) for key in group} for name, group in stats.items()}
 
 
-def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
-                   options: Options = Options()) -> Dict:
+def measure(subjects: Sequence[Subject], batches: Batches, options: Options = Options()) -> Dict:
   """Every stream layer of every model against every other under each measure, on
   the evaluation images, with bootstrap standard errors; the statistics the
   verdicts and checks read; and the outlier check.
@@ -311,11 +310,10 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
   Args:
     subjects: the models.
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     options: the tool's options.
 
   Returns:
-    The tool's JSON.
+    The tool's JSON but its figures (`draw`'s).
   """
   measures, k, dims = options.measures, options.similarity_knn, options.svcca_dims
   n = options.images(batches)
@@ -356,7 +354,6 @@ def run_similarities(subjects: Sequence[Subject], batches: Batches, out: str,
     result['svcca_directions'] = {s.label: [next(it) for _ in s.layers.stream]
                                   for s in subjects}
   result['not_applicable'] = M.not_applicable(layers, estimate, kept)
-  result['figures'] = [_figure(result, m, out) for m in measures]
   return result
 
 
@@ -381,13 +378,20 @@ def _outlier_check(layers, pairs, estimate, stderr, blocks, size, options: Optio
   return check
 
 
-def _figure(result: Mapping, measure: str, out: str) -> str:
-  """Every heat map of one measure on one colour scale."""
-  panels = cka.layer_panels(result['similarity'][measure], result['layers'], result['stages'])
-  title = M.TITLES[measure]
-  return plots.heatmaps(panels, os.path.join(out, f'similarity_{measure}.png'),
-                        f'{title} on {result["num_examples"]} images (one colour scale)',
-                        colorbar_label=title)
+def draw(result: Mapping, subjects: Sequence[Subject], out: str, options: Options) -> List[str]:
+  """The figures of the tool's numbers (`measure`): every heat map of one measure on
+  one colour scale, a figure per measure in `result['measures']`'s order.
+
+  See `analysis.tool.Draw`.
+  """
+  figures = []
+  for m in result['measures']:
+    panels = cka.layer_panels(result['similarity'][m], result['layers'], result['stages'])
+    figures.append(plots.heatmaps(
+        panels, os.path.join(out, f'similarity_{m}.png'),
+        f'{M.TITLES[m]} on {result["num_examples"]} images (one colour scale)',
+        colorbar_label=M.TITLES[m]))
+  return figures
 
 
 def findings(result: Mapping, q) -> Dict[str, list]:
@@ -627,7 +631,7 @@ TOOL = register(Tool(
           'depth, ResNet\'s lower and higher layers differ; ResNet\'s layers match the ViT\'s '
           'lower half. Whether a finding survives another measure: Davari et al. (ICLR 2023), '
           'Klabunde et al. (ReSi), Huh et al. (2024).',
-    run=run_similarities, runs_on=ALL_MODELS, findings=findings, figures=figures,
+    run=measure, draw=draw, runs_on=ALL_MODELS, findings=findings, figures=figures,
     options=Options, verdicts=verdicts, work=work, host_prices=host_prices,
     shortened_by=('num_images', 'similarity_resamples'),
     minimum='5 bootstrap draws'))

@@ -17,46 +17,34 @@ PANELS = ('filters', 'positions', 'rollout')  # the figures, in order; positions
 ROLLOUT_IMAGES = 4
 
 
-def run_vit_figures(subject: Subject, batches: Batches, out: str,
-                    num_images: int = ROLLOUT_IMAGES) -> Dict:
+def measure(subject: Subject, batches: Batches, num_images: int = ROLLOUT_IMAGES) -> Dict:
   """The ViT paper's Fig. 7 and attention rollout: embedding-filter principal
   components, position-embedding similarities, rollout maps on a few images.
 
   Args:
     subject: the model (a ViT).
     batches: split -> its (images, labels) batches.
-    out: the directory the figures go to.
     num_images: the images rollout maps are drawn for.
 
   Returns:
-    The model's JSON.
+    The model's JSON but its figures (`draw`'s): with what they show, the filter
+    components (float32), and the rollout's images (8-bit, as `rollout_images`) and
+    their class names.
   """
   grid, _ = subject.token_grid()
-  result = {'figures': [], 'panels': []}
   images, labels = next(iter(batches('eval')))
   kernel = np.asarray(subject.parameter(subject.layers.embedding))
   components = embeddings.patch_embedding_components(kernel, k=min(28, kernel.shape[-1]))
-  title = f'Patch-embedding filter components (each scaled to its range): {subject.label}'
+  result = {'panels': ['filters'], 'filter_components': np.float32(
+      components if kernel.shape[2] == 3 else components.mean(-1)).tolist()}
   if kernel.shape[2] > 1 and np.all(images == images[..., :1]):
     # Gray images: most of what the components draw may be filter directions no image reaches.
     result['gray_reached_share'] = embeddings.gray_reached_share(kernel)
-    title += (f'\ngray images reach {result["gray_reached_share"]:.0%} of the kernel\'s '
-              'squared norm')
-  result['figures'].append(plots.image_grid(
-      components if kernel.shape[2] == 3 else components.mean(-1),
-      figure_path(out, 'embedding_filters', subject), title,
-      cmap='gray', labels=[f'component {i}' for i in range(len(components))]))
-  result['panels'].append('filters')
   if subject.layers.position_embedding is not None:
     posemb = subject.parameter(subject.layers.position_embedding)
     # With registers the table holds the patches only (no class-token row).
     similarity = embeddings.position_embedding_similarity(
         posemb, grid, subject.has_cls and not subject.registers)
-    result['figures'].append(plots.image_grid(
-        similarity.reshape(-1, *grid), figure_path(out, 'position_similarity', subject),
-        f'Position-embedding similarity (a panel per position, rows top to bottom): '
-        f'{subject.label}', cols=grid[1], cmap='viridis', vmin=-1., vmax=1.,
-        colorbar_label='cosine similarity'))
     result['panels'].append('positions')
     result['position_similarity'] = similarity.tolist()
     result['neighbour_similarity'] = neighbour_similarity(similarity, grid)
@@ -65,17 +53,48 @@ def run_vit_figures(subject: Subject, batches: Batches, out: str,
   inter = subject.intermediates(images, names)
   rollout = attention.attention_rollout([inter[n] for n in names])
   maps = np.asarray(attention.rollout_map(rollout, grid, subject.has_cls, subject.registers))
-  upsampled = np.kron(maps, np.ones((1, subject.image_size // grid[0],
-                                     subject.image_size // grid[1])))
-  panels = np.concatenate([(images + 1) / 2, upsampled[..., None] * (images + 1) / 2])
-  names = [subject.class_name(int(l)) for l in labels[:num_images]]
-  result['figures'].append(plots.image_grid(
-      panels, figure_path(out, 'rollout', subject),
-      f'Attention rollout (top: images, bottom: weighted by rollout): {subject.label}',
-      cols=num_images, labels=names + [f'{n}, rollout' for n in names]))
   result['panels'].append('rollout')
   result['rollout_maps'] = maps.tolist()
+  result['rollout_images'] = np.round(np.clip((np.asarray(images, np.float64) + 1) / 2, 0, 1)
+                                      * 255).astype(np.uint8).tolist()
+  result['rollout_labels'] = [subject.class_name(int(l)) for l in labels[:num_images]]
   return result
+
+
+def draw(entry: Mapping, subject: Subject, out: str) -> List[str]:
+  """The figures of one model's numbers (`measure`), in `entry['panels']`' order: the
+  filter components, the position-embedding similarities (where the model has a
+  table), and the rollout images over their rollout-weighted copies.
+
+  See `analysis.tool.Draw`.
+  """
+  label, figures = subject.label, []
+  title = f'Patch-embedding filter components (each scaled to its range): {label}'
+  if 'gray_reached_share' in entry:
+    title += (f'\ngray images reach {entry["gray_reached_share"]:.0%} of the kernel\'s '
+              'squared norm')
+  components = np.asarray(entry['filter_components'])
+  figures.append(plots.image_grid(
+      components, figure_path(out, 'embedding_filters', subject), title, cmap='gray',
+      labels=[f'component {i}' for i in range(len(components))]))
+  if 'position_similarity' in entry:
+    similarity = np.asarray(entry['position_similarity'])
+    grid = similarity.shape[:2]
+    figures.append(plots.image_grid(
+        similarity.reshape(-1, *grid), figure_path(out, 'position_similarity', subject),
+        f'Position-embedding similarity (a panel per position, rows top to bottom): {label}',
+        cols=grid[1], cmap='viridis', vmin=-1., vmax=1., colorbar_label='cosine similarity'))
+  images = np.asarray(entry['rollout_images'], np.float64) / 255
+  maps = np.asarray(entry['rollout_maps'])
+  upsampled = np.kron(maps, np.ones((1, images.shape[1] // maps.shape[1],
+                                     images.shape[2] // maps.shape[2])))
+  names = entry['rollout_labels']
+  figures.append(plots.image_grid(
+      np.concatenate([images, upsampled[..., None] * images]),
+      figure_path(out, 'rollout', subject),
+      f'Attention rollout (top: images, bottom: weighted by rollout): {label}',
+      cols=len(images), labels=names + [f'{n}, rollout' for n in names]))
+  return figures
 
 
 def neighbour_similarity(similarity, grid) -> Dict[str, float]:
@@ -166,7 +185,7 @@ TOOL = register(Tool(
              'Zuidema).',
     paper='ViT paper (Fig. 7): the filter components resemble bases for fine patch structure; '
           'nearby positions have similar embeddings, in rows and columns.',
-    run=run_vit_figures, runs_on=ATTENTION, findings=findings, figures=figures,
+    run=measure, draw=draw, runs_on=ATTENTION, findings=findings, figures=figures,
     verdicts=verdicts, shortened_by=(),
     # One forward pass of the rollout's few images.
     work=lambda subject, options, amounts: Work({'forward': min(
