@@ -105,6 +105,12 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
     ('Dinov2Config', 'Dinov2Model', SMALL_DINOV2, 'pooler_output'),
     ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersModel',
      dict(SMALL_DINOV2, num_register_tokens=4), 'pooler_output'),
+    # DINOv2 ViT-g's and Web-DINO's SwiGLU MLP, its first layer packed [gate | up].
+    ('Dinov2Config', 'Dinov2Model', dict(SMALL_DINOV2, use_swiglu_ffn=True, mlp_ratio=4),
+     'pooler_output'),
+    ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersModel',
+     dict(SMALL_DINOV2, num_register_tokens=4, use_swiglu_ffn=True, mlp_ratio=3),
+     'pooler_output'),
     # CLIP's and SigLIP's image towers: the pooled output, CLIP's projected as a head.
     ('CLIPVisionConfig', 'CLIPVisionModel', SMALL_TOWER, 'pooler_output'),
     ('CLIPVisionConfig', 'CLIPVisionModelWithProjection', dict(SMALL_TOWER, projection_dim=16),
@@ -155,7 +161,6 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
     (dict(patch_size=8.5), 'patch_size 8.5'),
     (dict(patch_size=[8, 4]), 'patch_size \\[8, 4\\]: these ViTs cut images into square'),
     (dict(model_type='deit'), 'distillation token'),
-    (dict(model_type='dinov2', use_swiglu_ffn=True), 'use_swiglu_ffn'),
     (dict(model_type='dinov2_with_registers', mlp_ratio=1.1), 'mlp_ratio 1.1'),
     (dict(model_type='siglip_vision_model', vision_use_head=False), 'vision_use_head false'),
     (dict(model_type='clip', vision_config=dict(SMALL_VIT, hidden_act='relu')),
@@ -409,6 +414,11 @@ with torch.no_grad():
      'AutoModel', 'pooler_output'),
     (dict(num_classes=0, activation='gelu', layer_scale_init=0.1, num_registers=2),
      'AutoModel', 'pooler_output'),
+    # DINOv2 ViT-g's SwiGLU MLP (use_swiglu_ffn, its units from mlp_ratio).
+    (dict(num_classes=0, activation='swiglu', mlp_dim=48, layer_scale_init=0.1), 'AutoModel',
+     'pooler_output'),
+    (dict(num_classes=0, activation='swiglu', mlp_dim=64, layer_scale_init=0.1,
+          num_registers=2), 'AutoModel', 'pooler_output'),
     # CLIP's image tower, without and with its projection (a head without bias), and
     # SigLIP's, pooled by its attention-pooling head.
     (dict(num_classes=0, pre_norm=True, patch_bias=False, activation='quick_gelu',
@@ -509,6 +519,17 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
   config = models.get_config('ViT-Ti_16', num_classes=3, layer_scale_init=0.1, **TINY_VIT)
   params = init(models.build_model(config), 32)['params']
   with pytest.raises(CheckpointError, match='num_classes 3'):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  assert not (tmp_path / 'model').exists()
+  # SwiGLU without LayerScale: only Dinov2Model has it; and units it cannot make.
+  config = models.get_config('ViT-Ti_16', num_classes=3, activation='swiglu', **TINY_VIT)
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match="activation 'swiglu'"):
+    hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+  config = models.get_config('ViT-Ti_16', **{**TINY_VIT, 'num_classes': 0, 'mlp_dim': 40,
+                                             'activation': 'swiglu', 'layer_scale_init': 0.1})
+  params = init(models.build_model(config), 32)['params']
+  with pytest.raises(CheckpointError, match='SwiGLU MLP has 40 units.*48, 64, 88 are'):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
   assert not (tmp_path / 'model').exists()
   # CLIP's projection with a bias.

@@ -295,3 +295,20 @@ def test_the_encoder_spec_is_the_vits_fields_of_its_names():
   spec = model.encoder_spec()
   assert (spec.num_layers, spec.stochastic_depth, spec.skip_removed, spec.attention_impl) == (
       model.num_layers, 0.1, ((0, 'mlp'),), 'xla')
+
+
+@pytest.mark.numerics
+def test_the_swiglu_mlp_is_silu_of_the_first_half_times_the_second():
+  """DINOv2 ViT-g's MLP in numpy, float64: the first layer's 2 * mlp_dim outputs
+  [a | b], silu(a) * b, then the second layer (timm's SwiGLUPacked, gate first)."""
+  block = vit.MlpBlock(mlp_dim=6, activation='swiglu')
+  x = np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32)
+  params = perturbed(block.init(jax.random.PRNGKey(0), x, train=False), scale=0.5)['params']
+  assert params['Dense_0']['kernel'].shape == (4, 12)
+  assert params['Dense_1']['kernel'].shape == (6, 4)
+  w = {k: {n: np.asarray(v, np.float64) for n, v in p.items()} for k, p in params.items()}
+  h = x.astype(np.float64) @ w['Dense_0']['kernel'] + w['Dense_0']['bias']
+  a, b = h[..., :6], h[..., 6:]
+  expected = (a / (1 + np.exp(-a)) * b) @ w['Dense_1']['kernel'] + w['Dense_1']['bias']
+  np.testing.assert_allclose(block.apply({'params': params}, x, train=False), expected,
+                             rtol=1e-5, atol=1e-6)

@@ -115,17 +115,23 @@ class RelativeEmbedding(nn.Module):
 
 
 # The MLP's nonlinearity: the published ViTs' and SigLIP's tanh-approximated GELU,
-# the exact GELU of DINOv2 and DeiT, OpenAI CLIP's x * sigmoid(1.702 x).
+# the exact GELU of DINOv2 and DeiT, OpenAI CLIP's x * sigmoid(1.702 x); and SwiGLU
+# (Shazeer 2020), DINOv2 ViT-g's and Web-DINO's gated unit: its first layer packs
+# 2 * mlp_dim outputs [a | b] and the MLP goes on with silu(a) * b, as timm's
+# `SwiGLUPacked` and `transformers`' `Dinov2SwiGLUFFN` compute it.
 ACTIVATIONS = {
     'gelu_tanh': functools.partial(nn.gelu, approximate=True),
     'gelu': functools.partial(nn.gelu, approximate=False),
     'quick_gelu': lambda x: x * nn.sigmoid(1.702 * x),
+    'swiglu': lambda x: (lambda a, b: nn.silu(a) * b)(*jnp.split(x, 2, axis=-1)),
 }
+GATED = ('swiglu',)  # the activations whose first layer is twice mlp_dim wide
 
 
 class MlpBlock(nn.Module):
   """Dense -> GELU (`activation`, an `ACTIVATIONS` key) -> dropout -> Dense back to
-  the input width -> dropout."""
+  the input width -> dropout; for a gated activation (`GATED`), the first Dense is
+  2 * mlp_dim wide and the unit leaves mlp_dim."""
   mlp_dim: int
   dropout_rate: float = 0.
   dtype: Dtype = jnp.float32
@@ -136,7 +142,8 @@ class MlpBlock(nn.Module):
     dense = lambda features, name: nn.Dense(
         features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
-    y = ACTIVATIONS[self.activation](dense(self.mlp_dim, 'Dense_0')(x))
+    width = self.mlp_dim * (2 if self.activation in GATED else 1)
+    y = ACTIVATIONS[self.activation](dense(width, 'Dense_0')(x))
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = dense(x.shape[-1], 'Dense_1')(y)
     return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
@@ -563,6 +570,8 @@ CLIP_PIXELS = dict(pixel_mean=(0.48145466, 0.4578275, 0.40821073),
                    pixel_std=(0.26862954, 0.26130258, 0.27577711))
 _DINOV2 = dict(layer_scale_init=1e-5, activation='gelu', **IMAGENET_PIXELS)
 _DEIT = dict(activation='gelu', **IMAGENET_PIXELS)
+# DINOv2's ViT-g ("giant2"): 1536 wide, 24 heads, 40 blocks of SwiGLU MLPs of 4096 units.
+_DINOV2_GIANT = dict(_DINOV2, hidden_size=1536, num_heads=24, mlp_dim=4096, activation='swiglu')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -582,12 +591,15 @@ TIMM_VARIANTS = {
     'DINOv2-S_14': TimmVariant('S', 14, _DINOV2, 'vit_small_patch14_dinov2.lvd142m', 518, 0),
     'DINOv2-B_14': TimmVariant('B', 14, _DINOV2, 'vit_base_patch14_dinov2.lvd142m', 518, 0),
     'DINOv2-L_14': TimmVariant('L', 14, _DINOV2, 'vit_large_patch14_dinov2.lvd142m', 518, 0),
+    'DINOv2-g_14': TimmVariant('g', 14, _DINOV2_GIANT, 'vit_giant_patch14_dinov2.lvd142m', 518, 0),
     'DINOv2-S_14-reg4': TimmVariant('S', 14, dict(_DINOV2, num_registers=4),
                                     'vit_small_patch14_reg4_dinov2.lvd142m', 518, 0),
     'DINOv2-B_14-reg4': TimmVariant('B', 14, dict(_DINOV2, num_registers=4),
                                     'vit_base_patch14_reg4_dinov2.lvd142m', 518, 0),
     'DINOv2-L_14-reg4': TimmVariant('L', 14, dict(_DINOV2, num_registers=4),
                                     'vit_large_patch14_reg4_dinov2.lvd142m', 518, 0),
+    'DINOv2-g_14-reg4': TimmVariant('g', 14, dict(_DINOV2_GIANT, num_registers=4),
+                                    'vit_giant_patch14_reg4_dinov2.lvd142m', 518, 0),
     'SigLIP-B_16': TimmVariant('B', 16, dict(classifier='map'),
                                'vit_base_patch16_siglip_224.webli', 224, 0),
     'CLIP-B_16': TimmVariant('B', 16, dict(pre_norm=True, patch_bias=False,

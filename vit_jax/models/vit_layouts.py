@@ -323,7 +323,9 @@ _TRANSFORMERS_LAYER = {'attention.output.dense': 'attn.proj', 'layernorm_before'
 _DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2': 'norm2',
                  'mlp.fc1': 'mlp.fc1', 'mlp.fc2': 'mlp.fc2', 'layer_scale1': 'ls1.gamma',
                  'layer_scale2': 'ls2.gamma'}
-_READ_LAYER = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER}  # reading takes either
+# DINOv2 ViT-g's SwiGLU MLP (`use_swiglu_ffn`): its first layer packed [gate | up].
+_SWIGLU_LAYER = {'mlp.weights_in': 'mlp.fc1', 'mlp.weights_out': 'mlp.fc2'}
+_READ_LAYER = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER, **_SWIGLU_LAYER}  # reading takes any
 # CLIP's, SigLIP's and SigLIP 2's image towers, alone (`clip_vision_model`, ...) or in
 # their two-tower folders (`clip`, `siglip`, `siglip2`: the image tower is read).
 TWO_TOWER_TYPES = ('clip', 'siglip', 'siglip2')
@@ -397,7 +399,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   default_act = 'quick_gelu' if kind == 'clip_vision_model' else (
       'gelu_pytorch_tanh' if siglip else 'gelu')
   act = config.get('hidden_act', default_act)
-  if act not in TRANSFORMERS_ACTIVATIONS:
+  swiglu = kind in DINOV2_TYPES and bool(config.get('use_swiglu_ffn'))  # reads no hidden_act
+  if act not in TRANSFORMERS_ACTIVATIONS and not swiglu:
     raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
                           f'have; they have {", ".join(sorted(TRANSFORMERS_ACTIVATIONS))}.')
   if kind == 'vit' and config.get('pooler_act', 'tanh') != 'tanh':
@@ -408,11 +411,10 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
                           'ViTs read RGB images (3 channels).')
   hidden_size = _positive(config, 'hidden_size')
   if kind in DINOV2_TYPES:
-    if config.get('use_swiglu_ffn'):
-      raise CheckpointError('The config.json sets use_swiglu_ffn (the SwiGLU MLP of DINOv2 '
-                            'ViT-g), which these ViTs do not have: their MLP is one GELU layer.')
     mlp_dim = hidden_size * _positive(config, 'mlp_ratio', float)
-    if mlp_dim != int(mlp_dim):
+    if swiglu:
+      mlp_dim = _swiglu_units(hidden_size, _positive(config, 'mlp_ratio', float))
+    elif mlp_dim != int(mlp_dim):
       raise CheckpointError(f'The config.json sets mlp_ratio {config["mlp_ratio"]}, which makes '
                             f'an MLP of {mlp_dim} units: the folder is damaged.')
     defaults = {'layer_norm_eps': 1e-6}
@@ -425,7 +427,7 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
               num_heads=_positive(config, 'num_attention_heads'),
               mlp_dim=int(mlp_dim),
               patch_size=_patch_side(config),
-              activation=TRANSFORMERS_ACTIVATIONS[act],
+              activation='swiglu' if swiglu else TRANSFORMERS_ACTIVATIONS[act],
               layer_norm_eps=_positive({**defaults, **config}, 'layer_norm_eps', float),
               resnet_layers=None)
 
@@ -654,10 +656,9 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
   if kind in ('clip', 'siglip'):
     return _as_tower(state, config, image_size, kind)
   dinov2 = kind == 'dinov2'
-  if dinov2 and config.mlp_dim % config.hidden_size:
-    raise CheckpointError(f'The model\'s MLP has {config.mlp_dim} units, not a whole multiple of '
-                          f'its width {config.hidden_size}, as Dinov2Model\'s mlp_ratio is.')
   names = _DINOV2_LAYER if dinov2 else _TRANSFORMERS_LAYER
+  if config.activation == 'swiglu':  # its MLP's layers under their own names
+    names = {**{k: v for k, v in names.items() if not k.startswith('mlp.')}, **_SWIGLU_LAYER}
   prefix = '' if dinov2 or pooler else 'vit.'  # ViTModel's names are the backbone's
   top = {timm: (prefix + name if not name.startswith('classifier') else name)
          for name, timm in _TRANSFORMERS_TOP.items()}
@@ -702,18 +703,20 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
 _ALSO_WRITTEN_AS = {'siglip': ('siglip2_vision_model',)}
 # What each written kind of model must have (beyond its kind's own fields), and
 # the kinds as a sentence for a refusal.
+_PLAIN_MLP = tuple(_WRITTEN_ACTIVATIONS)  # SwiGLU is DINOv2's alone
 _WRITTEN = {
-    'vit': dict(classifier=('token',), num_registers=(0,), layer_scale_init=(0.,)),
+    'vit': dict(classifier=('token',), num_registers=(0,), layer_scale_init=(0.,),
+                activation=_PLAIN_MLP),
     'dinov2': dict(classifier=('token',), num_classes=(0,)),
     'clip': dict(classifier=('token',), num_registers=(0,), layer_scale_init=(0.,),
-                 patch_bias=(False,)),
+                 patch_bias=(False,), activation=_PLAIN_MLP),
     'siglip': dict(num_classes=(0,), num_registers=(0,), layer_scale_init=(0.,),
-                   patch_bias=(True,))}
+                   patch_bias=(True,), activation=_PLAIN_MLP)}
 _WRITTEN_KINDS = (
     'written are a class-token ViT without registers, LayerScale or a pre-logits layer (as '
     'ViTForImageClassification), or headless with one (ViTModel, the layer its pooler); a '
-    'headless class-token ViT with LayerScale, with or without '
-    'registers (Dinov2Model); a class-token ViT with CLIP\'s LayerNorm before the blocks and '
+    'headless class-token ViT with LayerScale, with or without registers, its MLP GELU '
+    'or SwiGLU (Dinov2Model); a class-token ViT with CLIP\'s LayerNorm before the blocks and '
     'no patch bias (CLIPVisionModel, with a head CLIPVisionModelWithProjection); a headless '
     'attention-pooling ViT (SiglipVisionModel)')
 
@@ -722,7 +725,8 @@ def _written_sizes(config: ml_collections.ConfigDict, image_size: int) -> Dict[s
   """The config.json fields every written kind shares: sizes, activation, epsilon."""
   return {'hidden_size': config.hidden_size, 'num_hidden_layers': config.num_layers,
           'num_attention_heads': config.num_heads,
-          'hidden_act': _WRITTEN_ACTIVATIONS[config.activation],
+          # DINOv2's SwiGLU reads no hidden_act: 'gelu', as its published configs say.
+          'hidden_act': _WRITTEN_ACTIVATIONS.get(config.activation, 'gelu'),
           'layer_norm_eps': config.layer_norm_eps, 'image_size': image_size,
           'patch_size': config.patch_size, 'num_channels': 3}
 
@@ -804,6 +808,31 @@ def _as_siglip2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray]
   return hf_config, weights
 
 
+def _swiglu_units(width: int, mlp_ratio: float) -> int:
+  """The units of `Dinov2SwiGLUFFN` (`mlp_dim`): two thirds of `mlp_ratio` times the
+  width, rounded up to a multiple of 8."""
+  return (int(int(width * mlp_ratio) * 2 / 3) + 7) // 8 * 8
+
+
+def _mlp_ratio(config: ml_collections.ConfigDict) -> int:
+  """Dinov2Model's `mlp_ratio` (a whole number, as `transformers`' config takes it) for
+  the model's MLP: its units over the width; for SwiGLU, the ratio whose
+  `_swiglu_units` are its units. A model no ratio gives is refused."""
+  width, units = config.hidden_size, config.mlp_dim
+  if config.activation != 'swiglu':
+    if units % width:
+      raise CheckpointError(f'The model\'s MLP has {units} units, not a whole multiple of its '
+                            f'width {width}, as Dinov2Model\'s mlp_ratio is.')
+    return units // width
+  ratios = [r for r in range(1, 2 * units // width + 2) if _swiglu_units(width, r) == units]
+  if not ratios:
+    raise CheckpointError(f'The model\'s SwiGLU MLP has {units} units, which no whole mlp_ratio '
+                          f'of Dinov2Model makes at width {width} (two thirds of the ratio '
+                          'times the width, rounded up to a multiple of 8): '
+                          f'{", ".join(str(_swiglu_units(width, r)) for r in (2, 3, 4))} are.')
+  return ratios[0]
+
+
 def _as_dinov2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray],
                config: ml_collections.ConfigDict
                ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
@@ -812,6 +841,7 @@ def _as_dinov2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray],
   the masked-image-modelling token, unused on images, zeros."""
   registers = config.get('num_registers') or 0
   width = config.hidden_size
+  ratio = _mlp_ratio(config)
   if registers:
     positions = weights['embeddings.position_embeddings']
     weights['embeddings.position_embeddings'] = np.concatenate(
@@ -821,6 +851,6 @@ def _as_dinov2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray],
   hf_config.update({
       'model_type': kind,
       'architectures': ['Dinov2WithRegistersModel' if registers else 'Dinov2Model'],
-      'mlp_ratio': config.mlp_dim // width, 'layerscale_value': 1.0, 'use_swiglu_ffn': False,
+      'mlp_ratio': ratio, 'layerscale_value': 1.0, 'use_swiglu_ffn': config.activation == 'swiglu',
       **({'num_register_tokens': registers} if registers else {})})
   return hf_config, weights
