@@ -116,10 +116,16 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
     ('CLIPVisionConfig', 'CLIPVisionModelWithProjection', dict(SMALL_TOWER, projection_dim=16),
      'image_embeds'),
     ('SiglipVisionConfig', 'SiglipVisionModel', SMALL_TOWER, 'pooler_output'),
+    # MetaCLIP 2's (Chuang et al. 2025), CLIP's architecture under its own classes.
+    ('MetaClip2VisionConfig', 'MetaClip2VisionModel', SMALL_TOWER, 'pooler_output'),
+    ('MetaClip2VisionConfig', 'MetaClip2VisionModelWithProjection',
+     dict(SMALL_TOWER, projection_dim=16), 'image_embeds'),
     # SigLIP 2's (NaFlex): images at its grid of position embeddings, 4 x 4 patches.
     ('Siglip2VisionConfig', 'Siglip2VisionModel', SMALL_SIGLIP2, 'pooler_output'),
     # The image tower of a two-tower folder: its image features.
     ('CLIPConfig', 'CLIPModel.get_image_features',
+     dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
+    ('MetaClip2Config', 'MetaClip2Model.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT, projection_dim=16), 'pooler_output'),
     ('SiglipConfig', 'SiglipModel.get_image_features',
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
@@ -425,6 +431,9 @@ with torch.no_grad():
           layer_norm_eps=1e-5), 'CLIPVisionModel', 'pooler_output'),
     (dict(num_classes=16, pre_norm=True, patch_bias=False, activation='quick_gelu',
           layer_norm_eps=1e-5), 'CLIPVisionModelWithProjection', 'image_embeds'),
+    (dict(num_classes=16, pre_norm=True, patch_bias=False, activation='quick_gelu',
+          layer_norm_eps=1e-5), 'MetaClip2VisionModelWithProjection:metaclip_2_vision_model',
+     'image_embeds'),
     (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6), 'SiglipVisionModel',
      'pooler_output'),
     # The same as SigLIP 2's tower, on its processor's patches.

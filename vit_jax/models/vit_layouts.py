@@ -326,9 +326,11 @@ _DINOV2_LAYER = {'attention.output.dense': 'attn.proj', 'norm1': 'norm1', 'norm2
 # DINOv2 ViT-g's SwiGLU MLP (`use_swiglu_ffn`): its first layer packed [gate | up].
 _SWIGLU_LAYER = {'mlp.weights_in': 'mlp.fc1', 'mlp.weights_out': 'mlp.fc2'}
 _READ_LAYER = {**_TRANSFORMERS_LAYER, **_DINOV2_LAYER, **_SWIGLU_LAYER}  # reading takes any
-# CLIP's, SigLIP's and SigLIP 2's image towers, alone (`clip_vision_model`, ...) or in
-# their two-tower folders (`clip`, `siglip`, `siglip2`: the image tower is read).
-TWO_TOWER_TYPES = ('clip', 'siglip', 'siglip2')
+# CLIP's, SigLIP's, SigLIP 2's and MetaCLIP 2's image towers, alone (`clip_vision_model`,
+# ...) or in their two-tower folders (`clip`, `siglip`, `siglip2`, `metaclip_2`: the image
+# tower is read). MetaCLIP 2's tower is CLIP's, under its own names of classes.
+TWO_TOWER_TYPES = ('clip', 'siglip', 'siglip2', 'metaclip_2')
+CLIP_TOWERS = ('clip_vision_model', 'metaclip_2_vision_model')
 TOWER_TYPES = tuple(f'{kind}_vision_model' for kind in TWO_TOWER_TYPES) + TWO_TOWER_TYPES
 # Their names (without 'vision_model.') -> timm's; a layer's after 'encoder.layers.N.'.
 _TOWER_TOP = {
@@ -396,7 +398,7 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
                           'has no attention-pooling head, and these SigLIP ViTs pool with one.')
   if kind == 'siglip2_vision_model':
     _square_grid(config)
-  default_act = 'quick_gelu' if kind == 'clip_vision_model' else (
+  default_act = 'quick_gelu' if kind in CLIP_TOWERS else (
       'gelu_pytorch_tanh' if siglip else 'gelu')
   act = config.get('hidden_act', default_act)
   swiglu = kind in DINOV2_TYPES and bool(config.get('use_swiglu_ffn'))  # reads no hidden_act
@@ -420,7 +422,7 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
     defaults = {'layer_norm_eps': 1e-6}
   else:
     mlp_dim = _positive(config, 'intermediate_size')
-    defaults = {'layer_norm_eps': 1e-5 if kind == 'clip_vision_model' else (
+    defaults = {'layer_norm_eps': 1e-5 if kind in CLIP_TOWERS else (
         1e-6 if siglip else 1e-12)}
   return dict(hidden_size=hidden_size,
               num_layers=_positive(config, 'num_hidden_layers'),
@@ -480,7 +482,8 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
   """
   if any(re.match(r'(vision_model\.)?encoder\.layers\.', k) for k in state):
     out = _tower_to_timm(state)
-    _check_embeddings(out, with_class_token=str(hf_config.get('model_type')).startswith('clip'))
+    kind = str(hf_config.get('model_type'))
+    _check_embeddings(out, with_class_token=kind.startswith(('clip', 'metaclip_2')))
     return out, {}, {}
   biased = hf_config.get('qkv_bias', True) is not False
   out, qkv, pooler = {}, {}, {}
@@ -653,6 +656,8 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
                           f'not {model_type!r}.')
   if model_type == 'siglip2_vision_model':
     return _as_siglip2(*_as_tower(state, config, image_size, kind))
+  if model_type == 'metaclip_2_vision_model':
+    return _as_metaclip2(*_as_tower(state, config, image_size, kind))
   if kind in ('clip', 'siglip'):
     return _as_tower(state, config, image_size, kind)
   dinov2 = kind == 'dinov2'
@@ -699,8 +704,9 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
 
 
 # The model types a written kind may also be written as (`to_transformers`' model_type):
-# SigLIP's tower as SigLIP 2's, which computes the same function at its own grid.
-_ALSO_WRITTEN_AS = {'siglip': ('siglip2_vision_model',)}
+# SigLIP's tower as SigLIP 2's, which computes the same function at its own grid, and
+# CLIP's as MetaCLIP 2's, the same architecture.
+_ALSO_WRITTEN_AS = {'siglip': ('siglip2_vision_model',), 'clip': ('metaclip_2_vision_model',)}
 # What each written kind of model must have (beyond its kind's own fields), and
 # the kinds as a sentence for a refusal.
 _PLAIN_MLP = tuple(_WRITTEN_ACTIVATIONS)  # SwiGLU is DINOv2's alone
@@ -791,6 +797,15 @@ def _as_tower(state: Mapping[str, np.ndarray], config: ml_collections.ConfigDict
       **({'projection_dim': config.num_classes} if projection else {}),
       **({'vision_use_head': True} if kind == 'siglip' else {})}
   return hf_config, out
+
+
+def _as_metaclip2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray]
+                  ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A CLIP image tower's config.json and weights as MetaCLIP 2's: the same weights,
+  under MetaCLIP 2's model type and classes."""
+  architecture = hf_config['architectures'][0].replace('CLIP', 'MetaClip2')
+  return {**hf_config, 'model_type': 'metaclip_2_vision_model',
+          'architectures': [architecture]}, weights
 
 
 def _as_siglip2(hf_config: Dict[str, Any], weights: Dict[str, np.ndarray]
