@@ -168,8 +168,9 @@ def test_joint_figures_are_drawn_for_two_models_or_more():
   one, two = {'a': {'x': 1}, 'n': 3}, {'a': {'x': 1}, 'b': {'x': 2}, 'n': 3}
   assert record.draw_joint(one, {}, 'out') == [] and calls == []
   assert record.draw_joint(two, {}, 'out') == ['a.png'] and calls == [two]
-  assert Tool(name='no_joint', title='t', quantity='q', paper='p', run=lambda *a: {},
-              findings=lambda result, quote: {}, draw=tool.no_figures).draw_joint(two, {}, 'out') == []
+  no_joint = Tool(name='no_joint', title='t', quantity='q', paper='p', run=lambda *a: {},
+                  findings=lambda result, quote: {}, draw=tool.no_figures)
+  assert no_joint.draw_joint(two, {}, 'out') == []
   # The tools whose JSON is not per model name their models themselves.
   assert tool.TOOLS['cka'].models({'layers': {'vit': [], 'resnet': []}, 'cka': {}}) == [
       'vit', 'resnet']

@@ -291,7 +291,8 @@ def _shown(seen: Dict[str, Any], studied: Sequence[int]) -> Dict[str, Any]:
       if picture.shape[-1] == 1:
         picture = np.repeat(picture, 3, axis=-1)
       shown['top_images'].append({
-          'latent': latent, 'image': np.round(np.clip(picture, 0, 1) * 255).astype(np.uint8).tolist(),
+          'latent': latent,
+          'image': np.round(np.clip(picture, 0, 1) * 255).astype(np.uint8).tolist(),
           'activation': np.float32(strength[i] / max(strength.max(), 1e-12)).tolist()})
   return shown
 
