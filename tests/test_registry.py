@@ -30,7 +30,8 @@ PARAM_COUNTS = {
     # Today's ViTs, as timm 1.0.31 counts its models of these names (224 px, 1000 classes).
     'DINOv2-S_14': 22_013_800, 'DINOv2-B_14': 86_493_928, 'DINOv2-L_14': 304_252_904,
     'DINOv2-S_14-reg4': 22_014_952, 'DINOv2-B_14-reg4': 86_496_232,
-    'DINOv2-L_14-reg4': 304_255_976, 'SigLIP-B_16': 93_653_224, 'CLIP-B_16': 86_568_424,
+    'DINOv2-L_14-reg4': 304_255_976, 'DINOv2-g_14': 1_136_306_664,
+    'DINOv2-g_14-reg4': 1_136_311_272, 'SigLIP-B_16': 93_653_224, 'CLIP-B_16': 86_568_424,
     'DeiT-Ti_16': 5_717_416, 'DeiT-S_16': 22_050_664, 'DeiT-B_16': 86_567_656,
 }
 # Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
