@@ -229,15 +229,18 @@ class RegistersHidden(features.Subject):
     return out
 
 
-@pytest.mark.parametrize('classifier', ['token', 'gap'])
-def test_registers_never_reach_a_spatial_analysis(classifier, tmp_path):
+@pytest.mark.parametrize('fields', [
+    dict(classifier='token'), dict(classifier='gap'),
+    # DINOv3's: rotary position embeddings, no position table, no key bias, LayerScale.
+    dict(classifier='token', posemb='none', rope='dinov3', attention_bias='qv',
+         layer_scale_init=1e-5)], ids=['token', 'gap', 'dinov3'])
+def test_registers_never_reach_a_spatial_analysis(fields, tmp_path):
   """Each tool that reads patch tokens gives a ViT with 2 registers the result it
   gives when the registers are cut out of what the model sows: attention distances
   (spatial keys renormalised), localisation maps, per-token probes, Fourier maps
-  and the spatial tokens' norm ratios."""
+  and the spatial tokens' norm ratios; a DINOv3 with its rotary embeddings too."""
   from helpers import subject_of, tiny_family_config
-  with_registers = subject_of(tiny_family_config('vit', classifier=classifier, num_registers=2),
-                              'registers')
+  with_registers = subject_of(tiny_family_config('vit', num_registers=2, **fields), 'registers')
   assert with_registers.registers == 2 and with_registers.token_grid()[0] == (4, 4)
   hidden = RegistersHidden(with_registers)
   one_batch = lambda split: iter([next(batches(split))])

@@ -24,7 +24,7 @@ from doc_snippets import ROOT
 from helpers import images
 from vit_jax import checkpoint, entry
 from vit_jax.errors import UserError
-from vit_jax.files import hf_files
+from vit_jax.files import hf_files, timm_files
 from vit_jax.models.family import CheckpointError
 
 needs_transformers = pytest.mark.skipif(
@@ -90,6 +90,10 @@ SMALL_SIGLIP2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
 SMALL_TEXT = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
 SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
                    image_size=32, patch_size=8)
+# DINOv3's: rotary position embeddings, registers, LayerScale, no key bias.
+SMALL_DINOV3 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, image_size=32, patch_size=8, num_register_tokens=4,
+                    layerscale_value=0.1)
 # A BiT of two stages: the tiny BiT of the tests (`width_factor` 0.5, units 1, 2).
 SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
 
@@ -110,6 +114,15 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
      'pooler_output'),
     ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersModel',
      dict(SMALL_DINOV2, num_register_tokens=4, use_swiglu_ffn=True, mlp_ratio=3),
+     'pooler_output'),
+    # DINOv3's: the class token after the last LayerNorm; its gated MLP (S+, H+, 7B),
+    # and without query and value biases or registers.
+    ('DINOv3ViTConfig', 'DINOv3ViTModel', SMALL_DINOV3, 'pooler_output'),
+    ('DINOv3ViTConfig', 'DINOv3ViTModel',
+     dict(SMALL_DINOV3, use_gated_mlp=True, hidden_act='silu', rope_theta=1000.),
+     'pooler_output'),
+    ('DINOv3ViTConfig', 'DINOv3ViTModel',
+     dict(SMALL_DINOV3, query_bias=False, value_bias=False, num_register_tokens=0),
      'pooler_output'),
     # CLIP's and SigLIP's image towers: the pooled output, CLIP's projected as a head.
     ('CLIPVisionConfig', 'CLIPVisionModel', SMALL_TOWER, 'pooler_output'),
@@ -175,6 +188,12 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
     (dict(model_type='siglip2_vision_model', num_patches=12), 'num_patches 12'),
     (dict(model_type='siglip2', vision_config=dict(SMALL_VIT, vision_use_head=False)),
      'vision_use_head false'),
+    (dict(model_type='dinov3_vit', key_bias=True), 'key_bias True'),
+    (dict(model_type='dinov3_vit', query_bias=False), 'query_bias False, .*value_bias True'),
+    (dict(model_type='dinov3_vit', mlp_bias=False), 'mlp_bias False'),
+    (dict(model_type='dinov3_vit', use_gated_mlp=True, hidden_act='gelu'),
+     "use_gated_mlp with hidden_act 'gelu'"),
+    (dict(model_type='dinov3_vit', rope_theta=-1), 'rope_theta -1'),
     (dict(model_type='bit', layer_type='bottleneck'), 'post-activation unit'),
     (dict(model_type='bit', global_padding='SAME'), "TensorFlow's 'SAME' padding"),
     (dict(model_type='bit', embedding_dynamic_padding=True), 'embedding_dynamic_padding True'),
@@ -188,7 +207,8 @@ def test_a_field_the_model_cannot_express_is_refused_naming_it(change, says, tmp
   folder = tmp_path / 'model'
   folder.mkdir()
   kind = str(change.get('model_type'))
-  base = SMALL_DINOV2 if kind.startswith('dinov2') else SMALL_BIT if kind == 'bit' else SMALL_VIT
+  base = {'dinov3_vit': SMALL_DINOV3, 'bit': SMALL_BIT}.get(
+      kind, SMALL_DINOV2 if kind.startswith('dinov2') else SMALL_VIT)
   config = {'model_type': 'vit', **base, **change}
   (folder / hf_files.CONFIG).write_text(json.dumps(config))
   (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
@@ -317,6 +337,27 @@ def test_a_recipe_fine_tuning_from_a_folder_takes_the_folders_model(tmp_path, to
 
 
 @needs_transformers
+def test_a_recipe_fine_tuning_from_a_dinov3_folder_runs_at_another_grid_with_every_weight(
+    tmp_path, torch_python):
+  """A DINOv3 folder's model has no position table: fine-tuned at another
+  resolution (6 x 6 patches where the folder's image_size gives 4 x 4) it keeps its
+  rotary embeddings, and every weight of the backbone as the folder holds it."""
+  from vit_jax.training import finetune
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='DINOv3ViTConfig',
+                                  model='DINOv3ViTModel',
+                                  fields=dict(SMALL_DINOV3, patch_size=7, image_size=28),
+                                  read='pooler_output')
+  config = _recipe(f'--config.pretrained={folder}', '--config.image_size=42')
+  assert (config.model.rope, config.model.posemb, config.model.attention_bias,
+          config.model.num_registers) == ('dinov3', 'none', 'qv', 4)
+  params = finetune.initial_params(config, 10)
+  _, theirs = checkpoint.from_pretrained(folder)
+  assert params['head']['kernel'].shape == (32, 10)
+  for key in ('Transformer', 'cls', 'registers', 'embedding'):
+    chex.assert_trees_all_equal(jax.device_get(params[key]), jax.device_get(theirs[key]))
+
+
+@needs_transformers
 def test_a_recipe_with_another_pretrained_keeps_its_model(tmp_path):
   """A `pretrained` that is no transformers folder (an .npz, a folder without
   `model_type`) leaves the recipe's model as it is."""
@@ -398,6 +439,10 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
 
 
 # Loads a folder written here with transformers' Auto class and writes its logits.
+# A small DINOv3 of the zoo's fields (`TINY_VIT`'s sizes).
+DINOV3 = dict(posemb='none', rope='dinov3', num_registers=4, layer_scale_init=0.1,
+              activation='gelu', layer_norm_eps=1e-5)
+
 TRANSFORMERS_READS = INPUTS + r'''
 model = getattr(transformers, spec['auto']).from_pretrained(spec['folder']).eval()
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
@@ -425,6 +470,11 @@ with torch.no_grad():
      'pooler_output'),
     (dict(num_classes=0, activation='swiglu', mlp_dim=64, layer_scale_init=0.1,
           num_registers=2), 'AutoModel', 'pooler_output'),
+    # DINOv3's (DINOv3ViTModel): rotary position embeddings, registers, query and value
+    # biases or none, a GELU or SwiGLU MLP.
+    (dict(DINOV3, num_classes=0, attention_bias='qv'), 'AutoModel', 'pooler_output'),
+    (dict(DINOV3, num_classes=0, attention_bias='none', activation='swiglu', num_registers=0),
+     'AutoModel', 'pooler_output'),
     # CLIP's image tower, without and with its projection (a head without bias), and
     # SigLIP's, pooled by its attention-pooling head.
     (dict(num_classes=0, pre_norm=True, patch_bias=False, activation='quick_gelu',
@@ -450,6 +500,27 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   if config.pre_norm and config.num_classes:  # CLIP's projection has no bias
     params['head']['bias'] = np.zeros_like(params['head']['bias'])
   _written_gives_its_outputs(torch_python, tmp_path, model, params, config, auto, read)
+
+
+@needs_transformers
+def test_a_dinov3_read_here_runs_at_any_grid_as_transformers_runs_it(tmp_path, torch_python):
+  """Its rotary embeddings have no table: at a grid of another shape than the
+  folder's image_size (3 x 6 and 5 x 2 patches), DINOv3ViTModel and the model read here
+  give the same class token."""
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='DINOv3ViTConfig',
+                                  model='DINOv3ViTModel', fields=SMALL_DINOV3,
+                                  read='pooler_output')
+  module, params = checkpoint.from_pretrained(folder)
+  for shape in ((24, 48), (40, 16)):
+    x = images(2, shape)
+    np.save(tmp_path / 'images.npy', x)
+    spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
+            'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModel', 'read': 'pooler_output'}
+    subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                   capture_output=True)
+    theirs = np.load(spec['output'])
+    ours = np.asarray(module.apply({'params': params}, x))
+    np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max(), err_msg=str(shape))
 
 
 def _written_gives_its_outputs(python, tmp_path, model, params, config, auto, read):
@@ -561,6 +632,16 @@ def test_a_model_transformers_vit_cannot_express_is_not_written(tmp_path):
     hf_files.write(str(tmp_path / 'model'), params, config, image_size=32,
                    model_type='siglip2_vision_model')
   assert not (tmp_path / 'model').exists()
+  # DINOv3 with a head, or with the key bias DINOv3ViTModel and timm's Eva do not have.
+  for fields, says in ((dict(num_classes=3), 'num_classes 3'),
+                       (dict(num_classes=0, attention_bias='qkv'), "attention_bias 'qkv'")):
+    config = models.get_config('ViT-Ti_16', **{**TINY_VIT, **DINOV3, **fields})
+    params = init(models.build_model(config), 32)['params']
+    with pytest.raises(CheckpointError, match=says):
+      hf_files.write(str(tmp_path / 'model'), params, config, image_size=32)
+    assert not (tmp_path / 'model').exists()
+  with pytest.raises(ValueError, match='no key bias'):
+    timm_files.to_timm(params, config)
 
 
 def finished_run(tmp_path, **model):

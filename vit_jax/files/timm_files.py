@@ -44,7 +44,8 @@ def to_timm(params: Mapping[str, Any], model: Model) -> Dict[str, np.ndarray]:
     what timm's own `.npz` loader makes of our saved file. Wrap the arrays with
     `torch.from_numpy` to load them.
   """
-  state = _timm_family(models.config_of(model)).to_timm(published_float32(params))
+  config = models.config_of(model)
+  state = _timm_family(config).to_timm(published_float32(params), config)
   # C order, as file writers that take the raw buffer (safetensors) need.
   return {k: np.ascontiguousarray(v) for k, v in state.items()}
 
@@ -103,7 +104,7 @@ def published_from_timm(state_dict: Mapping[str, Any], model: Model, **overrides
   index = np.int32 if starts[-1] < 2**31 else np.int64  # ViT-G/14 still fits int32
   numbered = {k: np.arange(start, start + np.prod(s.shape), dtype=index).reshape(s.shape)
               for (k, s), start in zip(shapes.items(), starts)}
-  template = family.to_timm(numbered)
+  template = family.to_timm(numbered, config)
   # timm's qkv_bias=False: the biases are zeros.
   expected = {k: v for k, v in template.items() if k in state or not k.endswith('qkv.bias')}
   check_matches(state, expected, f'The state dict of {config.name} '

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vit_jax.models import rope as rope_lib
 from vit_jax.models.family import sow_edited
 
 Dtype = Any
@@ -21,6 +22,10 @@ HEAD_OUTPUTS = 'head_outputs'  # the sown name of each head's output, before the
 # cuDNN's fused kernels take sequence lengths in multiples of this; shorter
 # sequences are padded and the padded keys masked.
 CUDNN_SEQ_MULTIPLE = 8
+# Which of the query, key and value projections have a bias: all three (the published
+# ViTs'), the query's and the value's (DINOv3's, whose key bias is masked to zero), or
+# none (timm's DINOv3 files without `_qkvb`).
+ATTENTION_BIASES = {'qkv': ('query', 'key', 'value'), 'qv': ('query', 'value'), 'none': ()}
 
 
 def resolve_impl(impl: str, dtype: Any) -> str:
@@ -149,7 +154,9 @@ class MultiHeadAttention(nn.Module):
   `dropout_rate` > 0 is explicit. With `window` > 0 patch tokens attend only to
   their neighbours on `grid` (`window_mask`); a `relative_table` adds
   `relative_logits` before the softmax. Both run fused through XLA where the
-  padded cuDNN path would be picked.
+  padded cuDNN path would be picked. `bias` names the projections with a bias
+  (`ATTENTION_BIASES`); `rope` (`rope.ROPES`) rotates the patch tokens' queries
+  and keys on `grid` (`rope.rotate`), with periods of base `rope_theta`.
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -157,19 +164,31 @@ class MultiHeadAttention(nn.Module):
   dtype: Dtype = jnp.float32
   grid: Optional[Tuple[int, int]] = None  # the patch grid, for `window` and relative tables
   window: int = 0
+  bias: str = 'qkv'
+  rope: str = 'none'
+  rope_theta: float = 100.
 
   @nn.compact
   def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
-    if self.impl not in ATTENTION_IMPLS:
-      raise ValueError(f'Unknown attention implementation {self.impl!r}; '
-                       f'use one of {ATTENTION_IMPLS}.')
+    for field, valid in (('implementation', ATTENTION_IMPLS), ('bias', ATTENTION_BIASES),
+                         ('rope', rope_lib.ROPES)):
+      value = getattr(self, 'impl' if field == 'implementation' else field)
+      if value not in valid:
+        raise ValueError(f'Unknown attention {field} {value!r}; use one of {tuple(valid)}.')
+    if self.rope != 'none' and self.grid is None:
+      raise ValueError('Rotary position embeddings need the patch grid: give grid.')
     width = x.shape[-1]
     if width % self.num_heads:
       raise ValueError(f'Width {width} is not divisible by {self.num_heads} heads.')
     dense = functools.partial(nn.DenseGeneral, dtype=self.dtype,
                               kernel_init=nn.initializers.xavier_uniform())
     heads = (self.num_heads, width // self.num_heads)
-    q, k, v = (dense(heads, name=name)(x) for name in ('query', 'key', 'value'))
+    biased = ATTENTION_BIASES[self.bias]
+    q, k, v = (dense(heads, use_bias=name in biased, name=name)(x)
+               for name in ('query', 'key', 'value'))
+    if self.rope != 'none':
+      angles = rope_lib.angles(self.rope, self.grid, width // self.num_heads, self.rope_theta)
+      q, k = rope_lib.rotate(q, angles), rope_lib.rotate(k, angles)
     extra = x.shape[1] - (self.grid[0] * self.grid[1] if self.grid else 0)
     bias = None if relative_table is None else relative_logits(q, relative_table, extra)
     mask = window_mask(self.grid, self.window, extra) if self.window else None

@@ -264,7 +264,8 @@ class Family:
   # of `to_published` for a module whose tree differs: a ViT scanning its blocks).
   module_layout: Callable[[Flat, ml_collections.ConfigDict], Flat] = (
       lambda flat, config: dict(flat))
-  to_timm: Optional[Callable[[Flat], Dict[str, Any]]] = None
+  # A published-layout flat tree and its model's config -> timm's state dict.
+  to_timm: Optional[Callable[[Flat, ml_collections.ConfigDict], Dict[str, Any]]] = None
   # From a timm state dict and the named model's config: the fields the state dict
   # fixes (head, classes) and the `image_size` its position embeddings are for.
   timm_fields: Optional[Callable[[Mapping[str, Any], ml_collections.ConfigDict],

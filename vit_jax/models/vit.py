@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -19,12 +19,13 @@ import ml_collections
 import numpy as np
 import scipy.ndimage
 
-from vit_jax.models import conv, vit_layouts
-from vit_jax.models.attention import (ATTENTION_IMPLS, ATTENTION_WEIGHTS, HEAD_OUTPUTS,
-                                     MultiHeadAttention)
+from vit_jax.models import conv, eva_layouts, vit_layouts
+from vit_jax.models.attention import (ATTENTION_BIASES, ATTENTION_IMPLS, ATTENTION_WEIGHTS,
+                                     HEAD_OUTPUTS, MultiHeadAttention)
 from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRANSFORMER, Branch,
-                                   CheckpointError, Family, Fit, Layers, sow_edited)
+                                   CheckpointError, Family, Fit, Flat, Layers, sow_edited)
 from vit_jax.models.resnet import ResNetV1
+from vit_jax.models.rope import ROPES
 
 PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (B, patches, D)
 log = logging.getLogger(__name__)
@@ -179,7 +180,9 @@ class Encoder1DBlock(nn.Module):
   restrict attention to neighbouring patches; a `relative_table` adds relative
   attention logits. `layer_scale_init` > 0 multiplies each branch by a learned
   per-channel scale (`ls1`, `ls2`) starting at that value, LayerScale as CaiT,
-  DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`).
+  DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`). `attention_bias`,
+  `rope` and `rope_theta` are the attention's `bias`, `rope` and `rope_theta`
+  (`MultiHeadAttention`).
   """
   mlp_dim: int
   num_heads: int
@@ -195,6 +198,9 @@ class Encoder1DBlock(nn.Module):
   layer_scale_init: float = 0.
   activation: str = 'gelu_tanh'
   layer_norm_eps: float = 1e-6
+  attention_bias: str = 'qkv'
+  rope: str = 'none'
+  rope_theta: float = 100.
 
   @nn.compact
   def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
@@ -206,6 +212,7 @@ class Encoder1DBlock(nn.Module):
     y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
                            self.dtype, self.grid, self.attention_window,
+                           self.attention_bias, self.rope, self.rope_theta,
                            name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
@@ -270,6 +277,9 @@ class EncoderSpec:
   activation: str = 'gelu_tanh'
   layer_norm_eps: float = 1e-6
   pre_norm: bool = False
+  attention_bias: str = 'qkv'
+  rope: str = 'none'
+  rope_theta: float = 100.
   attention_impl: str = 'auto'
   remat: str = 'none'
   scan_layers: bool = False
@@ -341,7 +351,9 @@ class Encoder(nn.Module):
       # static_argnums counts `self`: `train` (index 2) selects the program.
       block = nn.remat(block, policy=REMAT_POLICIES[spec.remat], static_argnums=(2,))
     block = functools.partial(block, activation=spec.activation,
-                              layer_norm_eps=spec.layer_norm_eps)
+                              layer_norm_eps=spec.layer_norm_eps,
+                              attention_bias=spec.attention_bias, rope=spec.rope,
+                              rope_theta=spec.rope_theta)
     rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
              for i in range(spec.num_layers)]
     if spec.scan_layers:
@@ -417,7 +429,11 @@ class VisionTransformer(nn.Module):
   `pixel_mean` and `pixel_std` (per channel, for images in [0, 1]) make the
   model take [-1, 1] images as every model here does and normalise them itself.
   `head_bias_init` is the head's initial bias (big_vision's and the original
-  code's field; a sigmoid loss starts from a negative one).
+  code's field; a sigmoid loss starts from a negative one). `attention_bias`
+  (`attention.ATTENTION_BIASES`) names the attention projections with a bias;
+  `rope` (`rope.ROPES`) gives every attention layer rotary position embeddings
+  with periods of base `rope_theta`, as DINOv3 has them with `posemb='none'`: no
+  position table, so the model runs at any grid.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -449,6 +465,9 @@ class VisionTransformer(nn.Module):
   pixel_std: Optional[Sequence[float]] = None
   patch_bias: bool = True
   head_bias_init: float = 0.
+  attention_bias: str = 'qkv'
+  rope: str = 'none'
+  rope_theta: float = 100.
 
   def encoder_spec(self) -> EncoderSpec:
     """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
@@ -463,7 +482,8 @@ class VisionTransformer(nn.Module):
   def __call__(self, images, *, train: bool = False):
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
                          ('posemb_where', POSEMB_WHERE), ('activation', ACTIVATIONS),
-                         ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES)):
+                         ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES),
+                         ('attention_bias', ATTENTION_BIASES), ('rope', ROPES)):
       if getattr(self, field) not in valid:
         raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
     x = images.astype(self.dtype)
@@ -558,7 +578,7 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
               layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
               pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
-              head_bias_init=0.)
+              head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -572,6 +592,24 @@ _DINOV2 = dict(layer_scale_init=1e-5, activation='gelu', **IMAGENET_PIXELS)
 _DEIT = dict(activation='gelu', **IMAGENET_PIXELS)
 # DINOv2's ViT-g ("giant2"): 1536 wide, 24 heads, 40 blocks of SwiGLU MLPs of 4096 units.
 _DINOV2_GIANT = dict(_DINOV2, hidden_size=1536, num_heads=24, mlp_dim=4096, activation='swiglu')
+
+# DINOv3 (Simeoni et al. 2025): 2D RoPE of base 100 and no position table, four
+# registers, LayerScale, exact GELU or (S+, H+, 7B) SwiGLU, LayerNorms of epsilon 1e-5;
+# its key bias is masked to zero, and timm's files without `_qkvb` hold no query or
+# value bias either.
+_DINOV3 = dict(posemb='none', rope='dinov3', rope_theta=100., attention_bias='none',
+               num_registers=4, layer_scale_init=1e-5, activation='gelu', layer_norm_eps=1e-5,
+               **IMAGENET_PIXELS)
+# name: (SIZES key, what differs from that size, timm's model name)
+_DINOV3_SIZES = {
+    'S': ('S', {}, 'vit_small_patch16_dinov3'),
+    'S+': ('S', dict(activation='swiglu'), 'vit_small_plus_patch16_dinov3'),
+    'B': ('B', {}, 'vit_base_patch16_dinov3'),
+    'L': ('L', {}, 'vit_large_patch16_dinov3'),
+    'H+': ('H', dict(num_heads=20, activation='swiglu'), 'vit_huge_plus_patch16_dinov3'),
+    '7B': ('H', dict(hidden_size=4096, mlp_dim=8192, num_heads=32, num_layers=40,
+                     activation='swiglu'), 'vit_7b_patch16_dinov3'),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -610,6 +648,24 @@ TIMM_VARIANTS = {
     'DeiT-S_16': TimmVariant('S', 16, _DEIT, 'deit_small_patch16_224.fb_in1k', 224, 1000),
     'DeiT-B_16': TimmVariant('B', 16, _DEIT, 'deit_base_patch16_224.fb_in1k', 224, 1000),
 }
+
+
+def _dinov3_variants() -> Dict[str, TimmVariant]:
+  """DINOv3's sizes as timm publishes them (LVD-1689M weights, 256 px), each but
+  the 7B also as its `_qkvb` file: the same weights with zero query and value
+  biases."""
+  table = {}
+  for size, (base, fields, timm_name) in _DINOV3_SIZES.items():
+    table[f'DINOv3-{size}_16'] = TimmVariant(base, 16, dict(_DINOV3, **fields),
+                                             f'{timm_name}.lvd1689m', 256, 0)
+    if size != '7B':
+      table[f'DINOv3-{size}_16-qkvb'] = TimmVariant(
+          base, 16, dict(_DINOV3, **fields, attention_bias='qv'),
+          f'{timm_name}_qkvb.lvd1689m', 256, 0)
+  return table
+
+
+TIMM_VARIANTS.update(_dinov3_variants())
 
 
 def _variants() -> dict:
@@ -866,6 +922,45 @@ def _has_token(config: ml_collections.ConfigDict) -> bool:
   return config.classifier in ('token', 'token_unpooled')
 
 
+def _rotary(config: ml_collections.ConfigDict) -> bool:
+  """Whether the model has rotary position embeddings: its files are timm's Eva's
+  and transformers' DINOv3's (`eva_layouts`), not a ViT's (`vit_layouts`)."""
+  return config.get('rope', 'none') != 'none'
+
+
+def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
+  """The family's `to_timm`: `eva_layouts.to_timm` for a RoPE ViT, else
+  `vit_layouts.to_timm`."""
+  return eva_layouts.to_timm(flat, config) if _rotary(config) else vit_layouts.to_timm(flat)
+
+
+def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """The family's `timm_fields`, of the layout of the named model (`_rotary`)."""
+  return (eva_layouts if _rotary(config) else vit_layouts).timm_fields(state, config)
+
+
+def transformers_fields(hf_config: Mapping[str, Any]) -> Dict[str, Any]:
+  """The family's `transformers_fields`, of the layout of the folder's model type."""
+  layouts = (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
+             else vit_layouts)
+  return layouts.transformers_fields(hf_config)
+
+
+def from_transformers(state: Mapping[str, Any], hf_config: Mapping[str, Any]
+                      ) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
+  """The family's `from_transformers`, of the layout of the folder's model type."""
+  layouts = (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
+             else vit_layouts)
+  return layouts.from_transformers(state, hf_config)
+
+
+def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
+                    model_type: Optional[str] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+  """The family's `to_transformers`, of the model's layout (`_rotary`)."""
+  return (eva_layouts if _rotary(config) else vit_layouts).to_transformers(
+      flat, config, image_size, model_type)
+
+
 # Megatron-style splits: attention by head, the MLP by hidden unit.
 TENSOR_PARALLEL_RULES = (
     (r'(^|/)(query|key|value)/kernel$', -2),  # (D, heads, head_dim)
@@ -885,11 +980,9 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                                         patch_size=8)),
                 owns=vit_layouts.owns, to_published=vit_layouts.to_published,
                 module_layout=vit_layouts.module_layout,
-                to_timm=vit_layouts.to_timm,
-                timm_fields=vit_layouts.timm_fields,
+                to_timm=to_timm, timm_fields=timm_fields,
                 transformers_types=(('vit', 'deit', 'vit_mae') + vit_layouts.DINOV2_TYPES
-                                    + vit_layouts.TOWER_TYPES),
-                transformers_fields=vit_layouts.transformers_fields,
-                from_transformers=vit_layouts.from_transformers,
-                to_transformers=vit_layouts.to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
+                                    + vit_layouts.TOWER_TYPES + eva_layouts.TRANSFORMERS_TYPES),
+                transformers_fields=transformers_fields, from_transformers=from_transformers,
+                to_transformers=to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))

@@ -1,0 +1,281 @@
+"""The files of ViTs with rotary position embeddings (DINOv3): timm's `Eva` state
+dicts (the class timm builds `vit_*_dinov3` with) and `transformers`' `dinov3_vit`
+folders, to and from the published layout. The `vit` family takes these layouts for
+a model whose `rope` is set (`vit.FAMILY`)."""
+import logging
+import re
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import ml_collections
+import numpy as np
+
+from vit_jax.models import vit_layouts
+from vit_jax.models.conv import oihw
+from vit_jax.models.family import CheckpointError, Flat
+
+log = logging.getLogger(__name__)
+
+TRANSFORMERS_TYPES = ('dinov3_vit',)
+
+# `transformers`' names of a DINOv3ViTModel -> timm's Eva's; a layer's after
+# 'layer.N.' (its MLP's in `_TRANSFORMERS_MLP`).
+_TRANSFORMERS_TOP = {
+    'embeddings.cls_token': 'cls_token', 'embeddings.register_tokens': 'reg_token',
+    'embeddings.patch_embeddings.weight': 'patch_embed.proj.weight',
+    'embeddings.patch_embeddings.bias': 'patch_embed.proj.bias',
+    'norm.weight': 'norm.weight', 'norm.bias': 'norm.bias'}
+_TRANSFORMERS_LAYER = {
+    'norm1.weight': 'norm1.weight', 'norm1.bias': 'norm1.bias',
+    'norm2.weight': 'norm2.weight', 'norm2.bias': 'norm2.bias',
+    'attention.o_proj.weight': 'attn.proj.weight', 'attention.o_proj.bias': 'attn.proj.bias',
+    'attention.q_proj.bias': 'attn.q_bias', 'attention.v_proj.bias': 'attn.v_bias',
+    'layer_scale1.lambda1': 'gamma_1', 'layer_scale2.lambda1': 'gamma_2'}
+# The MLP, plain (`DINOv3ViTMLP`) or gated (`DINOv3ViTGatedMLP`: silu(gate) * up).
+_TRANSFORMERS_MLP = {
+    False: {'mlp.up_proj.weight': 'mlp.fc1.weight', 'mlp.up_proj.bias': 'mlp.fc1.bias',
+            'mlp.down_proj.weight': 'mlp.fc2.weight', 'mlp.down_proj.bias': 'mlp.fc2.bias'},
+    True: {'mlp.gate_proj.weight': 'mlp.fc1_g.weight', 'mlp.gate_proj.bias': 'mlp.fc1_g.bias',
+           'mlp.up_proj.weight': 'mlp.fc1_x.weight', 'mlp.up_proj.bias': 'mlp.fc1_x.bias',
+           'mlp.down_proj.weight': 'mlp.fc2.weight', 'mlp.down_proj.bias': 'mlp.fc2.bias'}}
+_QKV = ('q_proj', 'k_proj', 'v_proj')
+_BLOCK = re.compile(r'Transformer/encoderblock_(\d+)/')
+
+
+def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
+  """The timm `Eva` state dict (name -> array, PyTorch layout) of a RoPE ViT in the
+  published layout, as timm's `vit_*_dinov3` models hold it: the query, key and
+  value fused in `attn.qkv` without a bias, the query's and value's as `q_bias` and
+  `v_bias` (the `_qkvb` files), LayerScale as `gamma_1` and `gamma_2`, a SwiGLU
+  MLP's gate and input as `fc1_g` and `fc1_x`.
+
+  Args:
+    flat: the flat parameters, published layout.
+    config: the model's config (`rope` set).
+
+  Returns:
+    The state dict's arrays.
+  """
+  for refused, why in (
+      (config.attention_bias == 'qkv',
+       "timm's Eva attention has no key bias (DINOv3 masks it to zero): export a model with "
+       "attention_bias 'qv' or 'none'"),
+      (config.posemb != 'none', "timm's DINOv3 has no position table beside its rotary "
+       "embeddings: export a model with posemb='none'"),
+      (config.classifier not in ('token', 'gap'), "timm's DINOv3 pools the class token or "
+       "the patches' mean: export a model with classifier 'token' or 'gap'"),
+      (config.representation_size is not None or config.pre_norm,
+       "timm's DINOv3 has no pre-logits layer and no LayerNorm before the blocks")):
+    if refused:
+      raise ValueError(why + '.')
+  out = {'patch_embed.proj.weight': oihw(flat['embedding/kernel'])}
+  if 'embedding/bias' in flat:
+    out['patch_embed.proj.bias'] = flat['embedding/bias']
+  for name, timm in (('cls', 'cls_token'), ('registers', 'reg_token')):
+    if name in flat:
+      out[timm] = flat[name]
+  blocks = sorted({int(m[1]) for m in map(_BLOCK.match, flat) if m})
+  for i in blocks:
+    p, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
+    attention = p + 'MultiHeadDotProductAttention_1/'
+    kernels = [flat[f'{attention}{n}/kernel'] for n in ('query', 'key', 'value')]
+    out[t + 'attn.qkv.weight'] = np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels])
+    for name in ('query', 'value'):
+      if f'{attention}{name}/bias' in flat:
+        out[f'{t}attn.{name[0]}_bias'] = flat[f'{attention}{name}/bias'].reshape(-1)
+    out[t + 'attn.proj.weight'] = vit_layouts._out_projection(flat[attention + 'out/kernel'])
+    out[t + 'attn.proj.bias'] = flat[attention + 'out/bias']
+    out.update(vit_layouts._layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
+    out.update(vit_layouts._layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
+    out.update({f'{t}gamma_{n + 1}': flat[p + scale] for n, scale in enumerate(('ls1', 'ls2'))
+                if p + scale in flat})
+    mlp = vit_layouts._mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.')
+    if config.activation == 'swiglu':  # the packed [gate | input] as its two layers
+      for kind in ('weight', 'bias'):
+        out[f'{t}mlp.fc1_g.{kind}'], out[f'{t}mlp.fc1_x.{kind}'] = np.split(
+            mlp.pop(f'{t}mlp.fc1.{kind}'), 2)
+    out.update(mlp)
+  out.update(vit_layouts._layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
+  if 'head/kernel' in flat:
+    out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
+  return out
+
+
+def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
+  """What a timm `Eva` state dict of a RoPE ViT fixes: the head (the class token, or
+  the patches' mean without one), the classes, LayerScale, the registers, the query
+  and value biases (`q_bias`: the `_qkvb` files) and the patch bias. It holds no
+  position table, so no image size: one patch (`image_size`) builds its tree.
+
+  Args:
+    state: the state dict.
+    config: the named model's zoo config.
+
+  Returns:
+    The config fields it fixes, and `image_size`.
+  """
+  for key, what in (('pos_embed', 'a position table beside its rotary embeddings'),
+                    ('fc_norm.weight', 'a LayerNorm of the pooled tokens (fc_norm)'),
+                    ('norm_pre.weight', 'a LayerNorm before the blocks (norm_pre)')):
+    if key in state:
+      raise CheckpointError(f'This timm Eva holds {what}, which the DINOv3 ViTs here do not '
+                            f'have ({key}); only the DINOv3 layout (vit_*_dinov3) loads.')
+  return dict(classifier='token' if 'cls_token' in state else 'gap',
+              image_size=config.patch_size,
+              num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
+              layer_scale_init=(vit_layouts.LAYER_SCALE_INIT if 'blocks.0.gamma_1' in state
+                                else 0.),
+              num_registers=np.shape(state['reg_token'])[1] if 'reg_token' in state else 0,
+              attention_bias='qv' if 'blocks.0.attn.q_bias' in state else 'none',
+              patch_bias='patch_embed.proj.bias' in state)
+
+
+def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
+  """The ViT fields a `dinov3_vit` config.json sets, or a CheckpointError naming one
+  these ViTs cannot express; the weights fix the registers and LayerScale.
+
+  Args:
+    config: the config.json.
+
+  Returns:
+    The fields.
+  """
+  gated = bool(config.get('use_gated_mlp', False))
+  act = config.get('hidden_act', 'gelu')
+  if gated and act != 'silu':
+    raise CheckpointError(f'The config.json sets use_gated_mlp with hidden_act {act!r}: these '
+                          'ViTs gate their MLP with silu (SwiGLU) only.')
+  if not gated and act not in vit_layouts.TRANSFORMERS_ACTIVATIONS:
+    raise CheckpointError(f'The config.json sets hidden_act {act!r}, which these ViTs do not '
+                          'have; they have '
+                          f'{", ".join(sorted(vit_layouts.TRANSFORMERS_ACTIVATIONS))}.')
+  biases = {key: config.get(key, default) for key, default in (
+      ('query_bias', True), ('key_bias', False), ('value_bias', True), ('proj_bias', True),
+      ('mlp_bias', True))}
+  if biases['key_bias'] or biases['query_bias'] != biases['value_bias'] or not (
+      biases['proj_bias'] and biases['mlp_bias']):
+    raise CheckpointError(
+        'The config.json sets ' + ', '.join(f'{k} {v}' for k, v in biases.items()) + ': the '
+        'DINOv3 ViTs here have no key bias, a bias on the query and value or on neither, and '
+        'biases on the output projection and the MLP.')
+  if config.get('num_channels', 3) != 3:
+    raise CheckpointError(f'The config.json sets num_channels {config["num_channels"]}: these '
+                          'ViTs read RGB images (3 channels).')
+  return dict(hidden_size=vit_layouts._positive(config, 'hidden_size'),
+              num_layers=vit_layouts._positive(config, 'num_hidden_layers'),
+              num_heads=vit_layouts._positive(config, 'num_attention_heads'),
+              mlp_dim=vit_layouts._positive(config, 'intermediate_size'),
+              patch_size=vit_layouts._patch_side(config),
+              activation='swiglu' if gated else vit_layouts.TRANSFORMERS_ACTIVATIONS[act],
+              layer_norm_eps=vit_layouts._positive({'layer_norm_eps': 1e-5, **config},
+                                                   'layer_norm_eps', float),
+              rope='dinov3',
+              rope_theta=vit_layouts._positive({'rope_theta': 100., **config}, 'rope_theta',
+                                               float),
+              posemb='none', attention_bias='qv' if biases['query_bias'] else 'none',
+              classifier='token', resnet_layers=None)
+
+
+def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, Any]
+                      ) -> Tuple[Dict[str, np.ndarray], Flat, Dict[str, Any]]:
+  """A `DINOv3ViTModel`'s weights under timm's Eva names, as `from_pretrained` builds
+  it: with `query_bias` and `value_bias` false the file's biases are left out, and
+  a bias missing where the config has one starts at zero; the masked-image-modelling
+  token, unused on images, is not read.
+
+  Args:
+    state: the weights.
+    hf_config: the folder's config.json.
+
+  Returns:
+    (timm's state dict, no extra parameters, no extra fields).
+  """
+  biased = hf_config.get('query_bias', True)
+  names = {**_TRANSFORMERS_LAYER, **_TRANSFORMERS_MLP[bool(hf_config.get('use_gated_mlp'))]}
+  out, qkv = {}, {}
+  for key, value in state.items():
+    # save_pretrained writes 'layer.N.', which from_pretrained reads as its module's
+    # 'model.layer.N.' (its conversion mapping for dinov3_vit): either is read.
+    layer = re.match(r'(?:model\.)?layer\.(\d+)\.(.+)$', key)
+    if key in _TRANSFORMERS_TOP:
+      if np.size(value):  # no registers: a (1, 0, width) tensor
+        out[_TRANSFORMERS_TOP[key]] = value
+    elif layer and layer[2] in names:
+      if biased or not layer[2].endswith(('q_proj.bias', 'v_proj.bias')):
+        out[f'blocks.{layer[1]}.{names[layer[2]]}'] = value
+    elif layer and layer[2] in {f'attention.{p}.weight' for p in _QKV}:
+      qkv[(int(layer[1]), layer[2].split('.')[1])] = value
+    elif key != 'embeddings.mask_token':
+      raise CheckpointError(f'The weights hold {key!r}, which a DINOv3 ViT of this project has '
+                            'no place for.')
+  for block in sorted({b for b, _ in qkv}):
+    missing = [p for p in _QKV if (block, p) not in qkv]
+    if missing:
+      raise CheckpointError(f'The weights of layer {block} hold no {" or ".join(missing)} '
+                            'weight, which transformers would start at random: the folder is '
+                            'damaged.')
+    out[f'blocks.{block}.attn.qkv.weight'] = np.concatenate([qkv[(block, p)] for p in _QKV])
+    for part in ('q', 'v'):
+      if biased and f'blocks.{block}.attn.{part}_bias' not in out:
+        log.warning('The weights of layer %d hold no %s_proj bias: it starts at zero, as '
+                    'transformers starts it.', block, part)
+        out[f'blocks.{block}.attn.{part}_bias'] = np.zeros(len(qkv[(block, 'q_proj')]),
+                                                           np.float32)
+  return out, {}, {}
+
+
+def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
+                    model_type: Optional[str] = None
+                    ) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+  """A headless class-token RoPE ViT as `transformers`' `DINOv3ViTModel`: its
+  config.json and its weights under the files' names (`from_transformers`'
+  inverse). A model without LayerScale is written with scales of one, a model
+  without registers with none; the mask token, unused on images, is zeros.
+
+  Args:
+    flat: the model's parameters, flat, in the published layout.
+    config: the model's config.
+    image_size: the images' side in pixels.
+    model_type: 'dinov3_vit', or None.
+
+  Returns:
+    (config.json, the weights).
+  """
+  if model_type not in (None, 'dinov3_vit'):
+    raise CheckpointError(f"This ViT is written as model_type 'dinov3_vit', not {model_type!r}.")
+  for field, allowed in (('classifier', ('token',)), ('num_classes', (0, None)),
+                         ('patch_bias', (True,)), ('attention_bias', ('qv', 'none'))):
+    if config.get(field) not in allowed:
+      raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
+                            'DINOv3ViTModel does not have: it is a headless class-token ViT with '
+                            'a patch bias and no key bias.')
+  state = to_timm(flat, config)
+  gated = config.activation == 'swiglu'
+  width = config.hidden_size
+  top = {timm: name for name, timm in _TRANSFORMERS_TOP.items()}
+  layer = {timm: name for name, timm in {**_TRANSFORMERS_LAYER,
+                                         **_TRANSFORMERS_MLP[gated]}.items()}
+  out = {'embeddings.mask_token': np.zeros((1, 1, width), np.float32)}
+  if 'reg_token' not in state:
+    out['embeddings.register_tokens'] = np.zeros((1, 0, width), np.float32)
+  for key, value in state.items():
+    block = re.match(r'blocks\.(\d+)\.(.+)$', key)
+    if key in top:
+      out[top[key]] = value
+    elif block and block[2] == 'attn.qkv.weight':
+      for part, piece in zip(_QKV, np.split(value, 3)):
+        out[f'layer.{block[1]}.attention.{part}.weight'] = piece
+    else:
+      out[f'layer.{block[1]}.{layer[block[2]]}'] = value
+  for i in sorted({int(m[1]) for m in map(_BLOCK.match, flat) if m}):
+    for n in (1, 2):
+      out.setdefault(f'layer.{i}.layer_scale{n}.lambda1', np.ones(width, np.float32))
+  biased = config.attention_bias == 'qv'
+  hf_config = {
+      'model_type': 'dinov3_vit', 'architectures': ['DINOv3ViTModel'],
+      **vit_layouts._written_sizes(config, image_size), 'intermediate_size': config.mlp_dim,
+      'hidden_act': 'silu' if gated else vit_layouts._WRITTEN_ACTIVATIONS[config.activation],
+      'use_gated_mlp': gated, 'rope_theta': config.rope_theta,
+      'query_bias': biased, 'key_bias': False, 'value_bias': biased, 'proj_bias': True,
+      'mlp_bias': True, 'layerscale_value': 1.0,
+      'num_register_tokens': config.get('num_registers') or 0, 'attention_dropout': 0.}
+  return hf_config, {k: np.asarray(v) for k, v in out.items()}
