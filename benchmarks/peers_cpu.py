@@ -22,7 +22,8 @@ and print how many of the matmuls and convolutions XLA:CPU's compiled program
 computes in float32 after converting bfloat16 operands.
 
 Workloads: ViT-B/16 and BiT-M-R50x1 inference (224 px, batch 8 and 32; batch 8
-in bfloat16); the quick-start ViT and ResNet training steps (their recipes'
+in bfloat16); DINOv3-S/16 and -B/16 inference (224 px, batch 8) against timm's
+`vit_{small,base}_patch16_dinov3`; the quick-start ViT and ResNet training steps (their recipes'
 optimizer, clipping and label smoothing, batch 128 at 28 px) against timm's
 VisionTransformer and ResNetV2 built to the same widths, depths and patch size;
 and ViT-B/16's forward pass keeping its residual stream (what CKA reads: 25
@@ -321,6 +322,18 @@ def workloads(compile_timm: bool):
                        'timm eager f32': timm_forward(model, images[8])},
                       note=float32_kernels(ours, images[8], 'bfloat16'))
     yield f'{label}_infer_8_bf16', bf16
+  # DINOv3 (rotary position embeddings, 4 registers) as timm builds it, pooling its
+  # class token as DINOv3 does.
+  for ours, theirs, label in (('DINOv3-S_16', 'vit_small_patch16_dinov3', 'dinov3_s16'),
+                              ('DINOv3-B_16', 'vit_base_patch16_dinov3', 'dinov3_b16')):
+    def make(ours=ours, theirs=theirs, label=label):
+      model = lambda: timm.create_model(theirs, num_classes=1000, global_pool='token')
+      return Workload(f'{label}_infer_8', 8,
+                      {'ours tuned': our_forward(ours, images[8]),
+                       'ours notebook': notebook_forward(ours, images[8]),
+                       'timm eager': timm_forward(model(), images[8])},
+                      compiled(lambda: timm_forward(torch.compile(model()), images[8])))
+    yield f'{label}_infer_8', make
   for recipe, timm_model in (('quickstart_vit', quickstart_timm_vit),
                              ('quickstart_resnet', quickstart_timm_resnet)):
     def make(recipe=recipe, timm_model=timm_model):

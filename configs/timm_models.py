@@ -1,4 +1,4 @@
-"""The ViTs studied today from timm's files (DINOv2 with and without registers,
+"""The ViTs studied today from timm's files (DINOv3, DINOv2 with and without registers,
 SigLIP, CLIP, DeiT): analysed, or fine-tuned, at the resolution they were trained
 at, with the pixel statistics their zoo entry declares.
 
