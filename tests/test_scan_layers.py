@@ -35,8 +35,11 @@ def _loss(model, params, x, **kwargs):
 
 @pytest.mark.parametrize('fields', [dict(), dict(classifier='gap', remat='full'),
                                     dict(remat='dots', representation_size=16),
-                                    dict(layer_scale_init=0.1), dict(num_registers=2)],
-                         ids=['token', 'gap-remat', 'dots-prelogits', 'layerscale', 'registers'])
+                                    dict(layer_scale_init=0.1), dict(num_registers=2),
+                                    dict(posemb='none', rope='dinov3', attention_bias='qv',
+                                         num_registers=2, activation='swiglu')],
+                         ids=['token', 'gap-remat', 'dots-prelogits', 'layerscale', 'registers',
+                              'dinov3'])
 def test_a_scanned_vit_computes_what_the_unrolled_one_computes(fields):
   unrolled, scanned = tiny_vit(**fields), tiny_vit(**fields, scan_layers=True)
   params = perturbed(init(unrolled))['params']
