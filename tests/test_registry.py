@@ -38,6 +38,8 @@ PARAM_COUNTS = {
     'DINOv3-S+_16-qkvb': 29_077_480, 'DINOv3-B_16': 86_410_216, 'DINOv3-B_16-qkvb': 86_428_648,
     'DINOv3-L_16': 304_104_424, 'DINOv3-L_16-qkvb': 304_153_576, 'DINOv3-H+_16': 841_790_440,
     'DINOv3-H+_16-qkvb': 841_872_360, 'DINOv3-7B_16': 6_720_127_976,
+    'TIPSv2-B_14': 86_493_928, 'TIPSv2-L_14': 304_252_904, 'TIPSv2-So400m_14': 413_659_864,
+    'TIPSv2-g_14': 1_136_306_664,
 }
 # Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',

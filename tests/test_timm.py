@@ -391,7 +391,8 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   """Each name of `TIMM_VARIANTS` holds the architecture and preprocessing of
   timm's model: the pixel statistics timm's pretrained config declares, the
   activation, LayerNorm epsilon, CLIP's norm_pre, DINOv2's LayerScale and
-  registers, DINOv2-g's SwiGLU MLP, SigLIP's attention pooling, DINOv3's rotary
+  registers, DINOv2-g's SwiGLU MLP, SigLIP's attention pooling, TIPSv2's register
+  and unnormalised pixels, DINOv3's rotary
   position embeddings, registers, biases and SwiGLU MLPs. timm's SigLIP uses
   the exact GELU where big_vision's (and ours) is tanh-approximated: it is built with
   gelu_tanh here."""
@@ -401,8 +402,10 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   # DINOv2-g's SwiGLUPacked first layer is mlp_ratio * width wide, twice mlp_dim; timm's
   # DINOv3 pools the patches' mean unless told to pool the class token, as DINOv3 does,
   # and its 7B's MLP is twice the width (mlp_ratio 2) where the small models' is four times.
+  # TIPSv2's So400m MLP is 4304 / 1152 times the width where the small models' is four.
   kwargs = lambda name: ({'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else
-                         {'mlp_ratio': 8.} if name.startswith('DINOv2-g') else
+                         {'mlp_ratio': 8.} if name.startswith(('DINOv2-g', 'TIPSv2-g')) else
+                         {'mlp_ratio': 4.} if name.startswith('TIPSv2-So400m') else
                          {'global_pool': 'token', 'mlp_ratio': 4.} if name.startswith('DINOv3')
                          else {})
   spec = {name: (v.timm_name, 2 * v.patch, kwargs(name)) for name, v in TIMM_VARIANTS.items()}

@@ -593,6 +593,11 @@ _DEIT = dict(activation='gelu', **IMAGENET_PIXELS)
 # DINOv2's ViT-g ("giant2"): 1536 wide, 24 heads, 40 blocks of SwiGLU MLPs of 4096 units.
 _DINOV2_GIANT = dict(_DINOV2, hidden_size=1536, num_heads=24, mlp_dim=4096, activation='swiglu')
 
+# TIPSv2's image towers (Google DeepMind 2026): DINOv2's block with LayerScale
+# starting at 1, exact GELU, one register, and images in [0, 1] as they are (mean 0,
+# std 1); the g/14 with DINOv2-g's SwiGLU MLP.
+_TIPSV2 = dict(layer_scale_init=1.0, activation='gelu', num_registers=1,
+               pixel_mean=(0., 0., 0.), pixel_std=(1., 1., 1.))
 # DINOv3 (Simeoni et al. 2025): 2D RoPE of base 100 and no position table, four
 # registers, LayerScale, exact GELU or (S+, H+, 7B) SwiGLU, LayerNorms of epsilon 1e-5;
 # its key bias is masked to zero, and timm's files without `_qkvb` hold no query or
@@ -647,6 +652,12 @@ TIMM_VARIANTS = {
     'DeiT-Ti_16': TimmVariant('Ti', 16, _DEIT, 'deit_tiny_patch16_224.fb_in1k', 224, 1000),
     'DeiT-S_16': TimmVariant('S', 16, _DEIT, 'deit_small_patch16_224.fb_in1k', 224, 1000),
     'DeiT-B_16': TimmVariant('B', 16, _DEIT, 'deit_base_patch16_224.fb_in1k', 224, 1000),
+    'TIPSv2-B_14': TimmVariant('B', 14, _TIPSV2, 'vit_base_patch14_reg1_tipsv2.webli', 448, 0),
+    'TIPSv2-L_14': TimmVariant('L', 14, _TIPSV2, 'vit_large_patch14_reg1_tipsv2.webli', 448, 0),
+    'TIPSv2-So400m_14': TimmVariant('So400m', 14, _TIPSV2,
+                                    'vit_so400m_patch14_reg1_tipsv2.webli', 448, 0),
+    'TIPSv2-g_14': TimmVariant('g', 14, {**_DINOV2_GIANT, **_TIPSV2, 'activation': 'swiglu'},
+                               'vit_giant_patch14_reg1_tipsv2.webli', 448, 0),
 }
 
 
