@@ -176,6 +176,18 @@ def test_vit_tools(subjects, tool, label, tmp_path):
       assert 'distance_with_class_key_per_layer_head' not in result
 
 
+def test_a_table_resized_to_each_grid_is_drawn_at_its_own(tmp_path):
+  """A SigLIP 2 tower's table (`posemb_grid`, 2 x 2 here) at 4 x 4 patches: the
+  position-similarity panel is the table's, and the attention distances are the
+  images' grid's."""
+  s = subject('ViT-Ti_16', 'siglip2', **{**TINY_VIT, 'classifier': 'map',
+                                         'posemb_grid': (2, 2)})
+  figures = TOOLS['vit_figures'].run_one(s, batches, str(tmp_path))
+  assert np.array(figures['position_similarity']).shape == (2, 2, 2, 2)
+  distances = TOOLS['attention_distance'].run_one(s, batches, str(tmp_path))
+  assert np.array(distances['distance_per_layer_head']).shape == (2, 4)
+
+
 def test_vit_figures_says_how_much_of_the_filters_gray_images_reach(subjects, tmp_path):
   s = subjects['vit']
   assert 'gray_reached_share' not in TOOLS['vit_figures'].run_one(s, batches, str(tmp_path))

@@ -47,10 +47,10 @@ def inputs(x):
     return {'pixel_values': x}
   from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
   patches = torch.stack([convert_image_to_patches(image, spec['patches']) for image in x])
-  grid = x.shape[-1] // spec['patches']
+  grid = [x.shape[-2] // spec['patches'], x.shape[-1] // spec['patches']]
   return {'pixel_values': patches,
           'pixel_attention_mask': torch.ones(patches.shape[:2], dtype=torch.int32),
-          'spatial_shapes': torch.tensor([[grid, grid]] * len(x))}
+          'spatial_shapes': torch.tensor([grid] * len(x))}
 '''
 
 # Builds a small transformers model with random weights, saves it with
@@ -500,6 +500,36 @@ def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read
   if config.pre_norm and config.num_classes:  # CLIP's projection has no bias
     params['head']['bias'] = np.zeros_like(params['head']['bias'])
   _written_gives_its_outputs(torch_python, tmp_path, model, params, config, auto, read)
+
+
+@needs_transformers
+def test_a_siglip2_tower_read_here_runs_at_any_aspect_ratio_as_siglip2_runs_it(
+    tmp_path, torch_python):
+  """SigLIP 2 (NaFlex) resizes its 4 x 4 position table to each image's grid with
+  antialiasing: at 2 x 6, 5 x 3, 3 x 3 and 6 x 8 patches, Siglip2VisionModel on
+  its processor's patches and the model read here give the same pooled output;
+  written back, the folder's weights and table are the same."""
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Siglip2VisionConfig',
+                                  model='Siglip2VisionModel', fields=SMALL_SIGLIP2,
+                                  read='pooler_output', patches=8)
+  module, params = checkpoint.from_pretrained(folder)
+  assert tuple(module.posemb_grid) == (4, 4)
+  for shape in ((16, 48), (40, 24), (24, 24), (48, 64)):
+    x = images(2, shape)
+    np.save(tmp_path / 'images.npy', x)
+    spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'), 'patches': 8,
+            'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModel', 'read': 'pooler_output'}
+    subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                   capture_output=True)
+    theirs = np.load(spec['output'])
+    ours = np.asarray(module.apply({'params': params}, x))
+    np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max(), err_msg=str(shape))
+  config, _ = hf_files.read(folder, checkpoint.weights_file(folder))
+  hf_files.write(str(tmp_path / 'back'), params, config, image_size=32)
+  assert json.loads((tmp_path / 'back' / hf_files.CONFIG).read_text())['model_type'] == (
+      'siglip2_vision_model')
+  jax.tree_util.tree_map(np.testing.assert_array_equal,
+                         checkpoint.from_pretrained(str(tmp_path / 'back'))[1], params)
 
 
 @needs_transformers

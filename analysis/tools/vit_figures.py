@@ -42,12 +42,14 @@ def measure(subject: Subject, batches: Batches, num_images: int = ROLLOUT_IMAGES
     result['gray_reached_share'] = embeddings.gray_reached_share(kernel)
   if subject.layers.position_embedding is not None:
     posemb = subject.parameter(subject.layers.position_embedding)
-    # With registers the table holds the patches only (no class-token row).
+    # With registers the table holds the patches only (no class-token row); a table
+    # resized to each image's grid (SigLIP 2's, `posemb_grid`) is drawn at its own.
+    table_grid = tuple(subject.config.get('posemb_grid') or grid)
     similarity = embeddings.position_embedding_similarity(
-        posemb, grid, subject.has_cls and not subject.registers)
+        posemb, table_grid, subject.has_cls and not subject.registers)
     result['panels'].append('positions')
     result['position_similarity'] = similarity.tolist()
-    result['neighbour_similarity'] = neighbour_similarity(similarity, grid)
+    result['neighbour_similarity'] = neighbour_similarity(similarity, table_grid)
   images = images[:num_images]
   names = features.attention_names(subject)
   inter = subject.intermediates(images, names)

@@ -66,6 +66,28 @@ def sincos2d_posembed(grid: Tuple[int, int], width: int, temperature: float = 10
   return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype(np.float32)
 
 
+def antialiased_resize_weights(size_in: int, size_out: int) -> np.ndarray:
+  """The (size_out, size_in) weights of a bilinear, antialiased resize of one axis,
+  as SigLIP 2 resizes its position table to each image's patches (`transformers`'
+  models/siglip2/modeling_siglip2.py, `resize_positional_embeddings`, the weights of
+  `F.interpolate(mode='bilinear', align_corners=False, antialias=True)`): output i
+  centred at (i + 0.5) * scale - 0.5 of the input, scale = size_in / size_out, a
+  triangle of half-width max(scale, 1) over the inputs, normalised to sum to 1.
+
+  Args:
+    size_in: the table's side along the axis.
+    size_out: the grid's side along the axis.
+
+  Returns:
+    The float32 weights; resizing is `weights @ table` along the axis.
+  """
+  scale = size_in / size_out
+  centre = (np.arange(size_out, dtype=np.float64) + 0.5) * scale - 0.5
+  weights = np.clip(1 - np.abs(np.arange(size_in)[None] - centre[:, None]) / max(scale, 1.),
+                    0, None)
+  return (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
+
+
 class AddPositionEmbs(nn.Module):
   """Adds position embeddings of `kind` to (B, T, D) tokens, T = extra + gh * gw.
 
@@ -74,18 +96,30 @@ class AddPositionEmbs(nn.Module):
   (gh, D/2) and `pos_embedding_col` (gw, D/2); the patch at (r, c) gets row r's
   embedding concatenated with column c's, the extra tokens a learned
   `pos_embedding_extra` row each. 'sincos2d': fixed, zeros for the extra tokens.
-  The learned tables start from `posemb_init` (N(0, 0.02) by default).
+  The learned tables start from `posemb_init` (N(0, 0.02) by default). With a
+  `table_grid`, a 'learn' table holds that grid's patches (after the `extra` rows)
+  and is resized to `grid` in every call, bilinearly with antialiasing in float32
+  (`antialiased_resize_weights`), as SigLIP 2 runs at any image's grid.
   """
   grid: Tuple[int, int]
   kind: str = 'learn'
   posemb_init: Callable[..., Any] = nn.initializers.normal(stddev=0.02)
+  table_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, x):
     extra, width = x.shape[1] - self.grid[0] * self.grid[1], x.shape[-1]
     init = self.posemb_init
-    if self.kind == 'learn':
+    if self.kind == 'learn' and self.table_grid is None:
       pe = self.param('pos_embedding', init, (1,) + x.shape[1:])
+    elif self.kind == 'learn':
+      (th, tw), (gh, gw) = self.table_grid, self.grid
+      pe = self.param('pos_embedding', init, (1, extra + th * tw, width))
+      table = pe[0, extra:].reshape(th, tw, width).astype(jnp.float32)
+      table = jnp.einsum('yh,xw,hwd->yxd', antialiased_resize_weights(th, gh),
+                         antialiased_resize_weights(tw, gw), table)
+      pe = jnp.concatenate([pe[:, :extra], table.reshape(1, gh * gw, width).astype(pe.dtype)],
+                           axis=1)
     elif self.kind == 'learn2d':
       if width % 2:
         raise ValueError(f'learn2d position embeddings need an even width, got {width}.')
@@ -271,6 +305,7 @@ class EncoderSpec:
   stochastic_depth: float = 0.
   posemb: str = 'learn'
   posemb_where: str = 'input'
+  posemb_grid: Optional[Tuple[int, int]] = None
   attention_window: int = 0
   skip_removed: Sequence[Tuple[int, str]] = ()
   layer_scale_init: float = 0.
@@ -336,7 +371,8 @@ class Encoder(nn.Module):
       if name not in modules:
         modules[name] = (RelativeEmbedding(self.grid[0] * self.grid[1], spec.num_heads,
                                            x.shape[-1] // spec.num_heads, name=name)
-                         if relative else AddPositionEmbs(self.grid, spec.posemb, name=name))
+                         if relative else AddPositionEmbs(self.grid, spec.posemb,
+                                                          table_grid=spec.posemb_grid, name=name))
       return modules[name]
 
     if not relative and 0 in entries:
@@ -433,7 +469,10 @@ class VisionTransformer(nn.Module):
   (`attention.ATTENTION_BIASES`) names the attention projections with a bias;
   `rope` (`rope.ROPES`) gives every attention layer rotary position embeddings
   with periods of base `rope_theta`, as DINOv3 has them with `posemb='none'`: no
-  position table, so the model runs at any grid.
+  position table, so the model runs at any grid. `posemb_grid` (rows, columns)
+  gives the 'learn' table that grid of patches whatever the images' grid, resized
+  to each call's grid as SigLIP 2 does (`AddPositionEmbs`); None, the default: the
+  table is the images' grid.
   """
   num_classes: Optional[int]
   patch_size: int
@@ -468,6 +507,7 @@ class VisionTransformer(nn.Module):
   attention_bias: str = 'qkv'
   rope: str = 'none'
   rope_theta: float = 100.
+  posemb_grid: Optional[Sequence[int]] = None
 
   def encoder_spec(self) -> EncoderSpec:
     """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
@@ -475,8 +515,10 @@ class VisionTransformer(nn.Module):
     Returns:
       The `EncoderSpec` its `Encoder` computes.
     """
-    return EncoderSpec(**{field.name: getattr(self, field.name)
-                          for field in dataclasses.fields(EncoderSpec)})
+    fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(EncoderSpec)}
+    if self.posemb_grid is not None:
+      fields['posemb_grid'] = tuple(self.posemb_grid)
+    return EncoderSpec(**fields)
 
   @nn.compact
   def __call__(self, images, *, train: bool = False):
@@ -486,6 +528,10 @@ class VisionTransformer(nn.Module):
                          ('attention_bias', ATTENTION_BIASES), ('rope', ROPES)):
       if getattr(self, field) not in valid:
         raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
+    if self.posemb_grid is not None and (self.posemb != 'learn' or len(self.posemb_grid) != 2):
+      raise ValueError(f'posemb_grid {self.posemb_grid!r} is the (rows, columns) of a learned '
+                       f"table (posemb='learn'), and this model's posemb is {self.posemb!r}: "
+                       "use posemb='learn' or posemb_grid=None.")
     x = images.astype(self.dtype)
     if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
       x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
@@ -578,7 +624,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               scan_layers=False, posemb_where='input', attention_window=0, skip_removed=(),
               layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
               pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
-              head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.)
+              head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.,
+              posemb_grid=None)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -919,12 +966,13 @@ def fit_position_embeddings(fit: Fit) -> None:
   row for a token head without registers), the `learn2d` row and column tables
   along their axis, `relative` offset tables along the offsets."""
   class_row = _has_token(fit.config) and not fit.config.num_registers
+  table_grid = fit.config.get('posemb_grid')  # the table's own grid, whatever the images'
+  grid = tuple(table_grid) if table_grid else fit.grid_shape
   for key in set(fit.restored) & set(fit.init):
     if not key.startswith('Transformer/posembed_'):
       continue
     if key.endswith('/pos_embedding'):
-      fit.restored[key] = _fit_posembed(fit.restored[key], fit.init[key], class_row,
-                                        fit.grid_shape)
+      fit.restored[key] = _fit_posembed(fit.restored[key], fit.init[key], class_row, grid)
     elif key.endswith(('/pos_embedding_row', '/pos_embedding_col', '/relative_embedding')):
       fit.restored[key] = _resize_axis0(fit.restored[key], fit.init[key].shape[0])
 
@@ -996,4 +1044,5 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                                     + vit_layouts.TOWER_TYPES + eva_layouts.TRANSFORMERS_TYPES),
                 transformers_fields=transformers_fields, from_transformers=from_transformers,
                 to_transformers=to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
-                sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std'))
+                sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std',
+                                 'posemb_grid'))

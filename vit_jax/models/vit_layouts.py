@@ -396,8 +396,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   if siglip and config.get('vision_use_head') is False:
     raise CheckpointError('The config.json sets vision_use_head false: this SigLIP image tower '
                           'has no attention-pooling head, and these SigLIP ViTs pool with one.')
-  if kind == 'siglip2_vision_model':
-    _square_grid(config)
+  # SigLIP 2 resizes its square table to each image's grid: the model's posemb_grid.
+  table = {'posemb_grid': (_square_grid(config),) * 2} if kind == 'siglip2_vision_model' else {}
   default_act = 'quick_gelu' if kind in CLIP_TOWERS else (
       'gelu_pytorch_tanh' if siglip else 'gelu')
   act = config.get('hidden_act', default_act)
@@ -431,7 +431,7 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
               patch_size=_patch_side(config),
               activation='swiglu' if swiglu else TRANSFORMERS_ACTIVATIONS[act],
               layer_norm_eps=_positive({**defaults, **config}, 'layer_norm_eps', float),
-              resnet_layers=None)
+              resnet_layers=None, **table)
 
 
 def _patch_side(config: Mapping[str, Any]) -> int:
@@ -446,14 +446,15 @@ def _patch_side(config: Mapping[str, Any]) -> int:
   return _positive({'patch_size': value}, 'patch_size')
 
 
-def _square_grid(config: Mapping[str, Any]) -> None:
-  """Refuses a SigLIP 2 tower whose position embeddings (`num_patches` of them)
-  are not a square grid: these ViTs hold a square grid, which SigLIP 2 resizes to
-  each image's patches."""
+def _square_grid(config: Mapping[str, Any]) -> int:
+  """The side of a SigLIP 2 tower's square grid of position embeddings
+  (`num_patches` of them), which it resizes to each image's patches; a count that
+  is not a square is refused."""
   rows = _positive({'num_patches': 256, **config}, 'num_patches')
   if math.isqrt(rows) ** 2 != rows:
     raise CheckpointError(f'The config.json sets num_patches {rows}, not a square grid of '
                           'position embeddings, which these ViTs hold.')
+  return math.isqrt(rows)
 
 
 def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, Any]
@@ -628,7 +629,8 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
   tanh on the class token), a headless one with LayerScale as `Dinov2Model` (with registers
   `Dinov2WithRegistersModel`), CLIP's image tower as `CLIPVisionModel` (with a head,
   `CLIPVisionModelWithProjection`), a headless attention-pooling one as
-  `SiglipVisionModel`, or with `model_type='siglip2_vision_model'` as SigLIP 2's
+  `SiglipVisionModel`, or with `model_type='siglip2_vision_model'` (or a square
+  `posemb_grid`, a table resized to each image's grid) as SigLIP 2's
   `Siglip2VisionModel`: its config.json and its weights under the files' names.
 
   Args:
@@ -647,6 +649,13 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
       not written as, named.
   """
   kind = _written_kind(config)
+  if kind == 'siglip' and config.get('posemb_grid') is not None:
+    # A table resized to each image's grid: SigLIP 2's tower, of a square table.
+    if model_type not in (None, 'siglip2_vision_model') or len(set(config.posemb_grid)) != 1:
+      raise CheckpointError(f'The model resizes its {list(config.posemb_grid)} position table '
+                            "to each image's grid, which SigLIP 2's tower alone does, of a "
+                            "square table: write it as model_type 'siglip2_vision_model'.")
+    model_type = 'siglip2_vision_model'
   pooler = {k: v for k, v in flat.items() if k.startswith('pre_logits/')}
   state = to_timm({k: v for k, v in flat.items() if k not in pooler})
   written = ((f'{kind}_vision_model' if kind in TWO_TOWER_TYPES else kind),
@@ -743,7 +752,9 @@ def _written_kind(config: ml_collections.ConfigDict) -> str:
   kind = ('siglip' if config.get('classifier') == 'map' else 'clip' if config.get('pre_norm')
           else 'dinov2' if config.get('layer_scale_init') else 'vit')
   common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
-                pre_norm=(kind == 'clip',), patch_bias=(True,))
+                pre_norm=(kind == 'clip',), patch_bias=(True,), posemb_grid=(None,))
+  if kind == 'siglip':  # SigLIP 2's tower resizes its table (`to_transformers`)
+    common.pop('posemb_grid')
   if kind == 'vit' and not config.get('num_classes'):  # ViTModel, the layer its pooler
     common.pop('representation_size')
   for field, allowed in {**common, **_WRITTEN[kind]}.items():
