@@ -4,7 +4,7 @@ folders, to and from the published layout. The `vit` family takes these layouts 
 a model whose `rope` is set (`vit.FAMILY`)."""
 import logging
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import ml_collections
 import numpy as np
@@ -38,7 +38,11 @@ _TRANSFORMERS_MLP = {
            'mlp.up_proj.weight': 'mlp.fc1_x.weight', 'mlp.up_proj.bias': 'mlp.fc1_x.bias',
            'mlp.down_proj.weight': 'mlp.fc2.weight', 'mlp.down_proj.bias': 'mlp.fc2.bias'}}
 _QKV = ('q_proj', 'k_proj', 'v_proj')
-_BLOCK = re.compile(r'Transformer/encoderblock_(\d+)/')
+
+
+def _blocks(flat: Flat) -> List[int]:
+  """The indices of the encoder blocks a published-layout tree holds, in order."""
+  return sorted({int(m[1]) for m in map(vit_layouts._BLOCK_PARAM.match, flat) if m})
 
 
 def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
@@ -73,8 +77,7 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
   for name, timm in (('cls', 'cls_token'), ('registers', 'reg_token')):
     if name in flat:
       out[timm] = flat[name]
-  blocks = sorted({int(m[1]) for m in map(_BLOCK.match, flat) if m})
-  for i in blocks:
+  for i in _blocks(flat):
     p, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
     attention = p + 'MultiHeadDotProductAttention_1/'
     kernels = [flat[f'{attention}{n}/kernel'] for n in ('query', 'key', 'value')]
@@ -266,7 +269,7 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
         out[f'layer.{block[1]}.attention.{part}.weight'] = piece
     else:
       out[f'layer.{block[1]}.{layer[block[2]]}'] = value
-  for i in sorted({int(m[1]) for m in map(_BLOCK.match, flat) if m}):
+  for i in _blocks(flat):
     for n in (1, 2):
       out.setdefault(f'layer.{i}.layer_scale{n}.lambda1', np.ones(width, np.float32))
   biased = config.attention_bias == 'qv'

@@ -998,19 +998,21 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   return (eva_layouts if _rotary(config) else vit_layouts).timm_fields(state, config)
 
 
+def _folder_layouts(hf_config: Mapping[str, Any]):
+  """The layouts module of a `transformers` folder's model type."""
+  return (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
+          else vit_layouts)
+
+
 def transformers_fields(hf_config: Mapping[str, Any]) -> Dict[str, Any]:
   """The family's `transformers_fields`, of the layout of the folder's model type."""
-  layouts = (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
-             else vit_layouts)
-  return layouts.transformers_fields(hf_config)
+  return _folder_layouts(hf_config).transformers_fields(hf_config)
 
 
 def from_transformers(state: Mapping[str, Any], hf_config: Mapping[str, Any]
                       ) -> Tuple[Dict[str, Any], Flat, Dict[str, Any]]:
   """The family's `from_transformers`, of the layout of the folder's model type."""
-  layouts = (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
-             else vit_layouts)
-  return layouts.from_transformers(state, hf_config)
+  return _folder_layouts(hf_config).from_transformers(state, hf_config)
 
 
 def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
