@@ -515,15 +515,7 @@ def test_a_siglip2_tower_read_here_runs_at_any_aspect_ratio_as_siglip2_runs_it(
   module, params = checkpoint.from_pretrained(folder)
   assert tuple(module.posemb_grid) == (4, 4)
   for shape in ((16, 48), (40, 24), (24, 24), (48, 64)):
-    x = images(2, shape)
-    np.save(tmp_path / 'images.npy', x)
-    spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'), 'patches': 8,
-            'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModel', 'read': 'pooler_output'}
-    subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
-                   capture_output=True)
-    theirs = np.load(spec['output'])
-    ours = np.asarray(module.apply({'params': params}, x))
-    np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max(), err_msg=str(shape))
+    _same_pooled_output_at(torch_python, tmp_path, folder, module, params, shape, patches=8)
   config, _ = hf_files.read(folder, checkpoint.weights_file(folder))
   hf_files.write(str(tmp_path / 'back'), params, config, image_size=32)
   assert json.loads((tmp_path / 'back' / hf_files.CONFIG).read_text())['model_type'] == (
@@ -542,15 +534,21 @@ def test_a_dinov3_read_here_runs_at_any_grid_as_transformers_runs_it(tmp_path, t
                                   read='pooler_output')
   module, params = checkpoint.from_pretrained(folder)
   for shape in ((24, 48), (40, 16)):
-    x = images(2, shape)
-    np.save(tmp_path / 'images.npy', x)
-    spec = {'folder': folder, 'images': str(tmp_path / 'images.npy'),
-            'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModel', 'read': 'pooler_output'}
-    subprocess.run([torch_python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
-                   capture_output=True)
-    theirs = np.load(spec['output'])
-    ours = np.asarray(module.apply({'params': params}, x))
-    np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max(), err_msg=str(shape))
+    _same_pooled_output_at(torch_python, tmp_path, folder, module, params, shape)
+
+
+def _same_pooled_output_at(python, tmp_path, folder, module, params, shape, **spec):
+  """The folder's `AutoModel` and the model read here give the same `pooler_output`,
+  within 1e-5 of its scale, on images of `shape` (height, width)."""
+  x = images(2, shape)
+  np.save(tmp_path / 'images.npy', x)
+  spec = {**spec, 'folder': folder, 'images': str(tmp_path / 'images.npy'),
+          'output': str(tmp_path / 'output.npy'), 'auto': 'AutoModel', 'read': 'pooler_output'}
+  subprocess.run([python, '-c', TRANSFORMERS_READS, json.dumps(spec)], check=True,
+                 capture_output=True)
+  theirs = np.load(spec['output'])
+  ours = np.asarray(module.apply({'params': params}, x))
+  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max(), err_msg=str(shape))
 
 
 def _written_gives_its_outputs(python, tmp_path, model, params, config, auto, read):
