@@ -1,24 +1,31 @@
 """Rotary position embeddings (`vit_jax.models.rope`): the invariances that make
-them position embeddings; their agreement with DINOv3's own code is tested on whole
-models against timm (tests/test_timm.py) and transformers
-(tests/test_transformers_files.py)."""
+them position embeddings and their closed forms; their agreement with DINOv3's and
+EVA-02's own code is tested against timm (tests/test_timm.py: EVA-02's rotation
+itself, and whole models) and transformers (tests/test_transformers_files.py)."""
 import numpy as np
 import pytest
 
 from vit_jax.models import rope
 
 
+# (kind, theta, the grid EVA-02's coordinates are scaled to)
+KINDS = [('dinov3', 100., None), ('eva02', 10000., None), ('eva02', 10000., (16, 16))]
+
+
+@pytest.mark.parametrize('kind, theta, reference', KINDS)
 @pytest.mark.parametrize('grid', [(3, 5), (4, 4)])
-def test_rotated_queries_and_keys_meet_by_their_patches_offset_alone(grid):
+def test_rotated_queries_and_keys_meet_by_their_patches_offset_alone(grid, kind, theta,
+                                                                     reference):
   """q_i . k_j after rotation depends on the offset between patches i and j only,
   the norms are kept, and the class token and registers in front are not rotated."""
   head_dim, extra = 16, 2
-  angles = rope.dinov3_angles(grid, head_dim, theta=100.)
+  angles = rope.angles(kind, grid, head_dim, theta, reference)
   assert angles.shape == (grid[0] * grid[1], head_dim)
   rng = np.random.RandomState(0)
   q, k = (np.tile(rng.randn(1, 1, 1, head_dim), (1, extra + len(angles), 1, 1)).astype(
       np.float32) for _ in range(2))
-  rq, rk = (np.asarray(rope.rotate(x, angles))[0, :, 0] for x in (q, k))
+  interleaved = kind in rope.INTERLEAVED
+  rq, rk = (np.asarray(rope.rotate(x, angles, interleaved))[0, :, 0] for x in (q, k))
   np.testing.assert_array_equal(rq[:extra], q[0, :extra, 0])
   np.testing.assert_allclose(np.linalg.norm(rq, axis=-1), np.linalg.norm(q[0, :, 0], axis=-1),
                              rtol=1e-5)
@@ -44,6 +51,39 @@ def test_dinov3_angles_are_the_closed_form_at_the_grids_corner():
   np.testing.assert_allclose(angles[0], np.tile(first, 2), rtol=1e-6)
 
 
-def test_a_head_width_rope_cannot_split_is_refused():
+def test_eva02_angles_are_the_closed_form_of_a_scaled_patch():
+  """Patch (r, c) of a grid (gh, gw) scaled to (Rh, Rw) sits at (r Rh / gh, c Rw /
+  gw); its angle for band j is that coordinate times theta ** (-j / (head_dim / 4)),
+  the row's bands then the column's, each twice (the channel pair it rotates)."""
+  grid, reference, head_dim, theta = (2, 4), (4, 8), 8, 10000.
+  angles = rope.eva02_angles(grid, head_dim, theta, reference)
+  frequencies = theta ** (-np.arange(head_dim // 4) / (head_dim // 4))
+  patch = 1 * grid[1] + 2  # row 1, column 2
+  expected = np.concatenate([1 * 4 / 2 * frequencies, 2 * 8 / 4 * frequencies])
+  np.testing.assert_allclose(angles[patch], np.repeat(expected, 2), rtol=1e-6)
+
+
+def test_interleaved_rotation_turns_each_channel_pair_by_its_angle():
+  """Channels (2i, 2i + 1) of a patch are the 2-D vector turned by angle i:
+  (x cos - y sin, x sin + y cos)."""
+  rng = np.random.RandomState(1)
+  x = rng.randn(1, 3, 1, 8).astype(np.float32)
+  angles = np.repeat(rng.uniform(-3, 3, (3, 4)), 2, axis=-1).astype(np.float32)
+  out = np.asarray(rope.rotate(x, angles, interleaved=True))[0, :, 0]
+  a, even, odd = angles[:, ::2], x[0, :, 0, ::2], x[0, :, 0, 1::2]
+  np.testing.assert_allclose(out[:, ::2], even * np.cos(a) - odd * np.sin(a), rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(out[:, 1::2], even * np.sin(a) + odd * np.cos(a), rtol=1e-5,
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize('make', [lambda: rope.dinov3_angles((2, 2), 6, 100.),
+                                  lambda: rope.eva02_angles((2, 2), 6, 10000.)])
+def test_a_head_width_rope_cannot_split_is_refused(make):
   with pytest.raises(ValueError, match='divisible by 4, got 6'):
-    rope.dinov3_angles((2, 2), 6, 100.)
+    make()
+
+
+def test_dinov3_takes_no_reference_grid():
+  with pytest.raises(ValueError, match='give no rope_grid with rope dinov3'):
+    rope.angles('dinov3', (2, 2), 8, 100., (16, 16))

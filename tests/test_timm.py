@@ -44,7 +44,8 @@ spec = json.loads(sys.argv[1])
 if spec['family'] == 'vit':
   pool = {'token': dict(global_pool='token'),
           'gap': dict(global_pool='avg', class_token=False, fc_norm=False),
-          'map': dict(global_pool='map', class_token=False)}[spec['classifier']]
+          'map': dict(global_pool='map', class_token=False),
+          'token_gap': dict(global_pool='avg')}[spec['classifier']]  # timm's fc_norm
   module = VisionTransformer(img_size=32, act_layer='gelu_tanh', num_classes=3,
                              **spec['size'], **pool)
 elif spec['family'] == 'hybrid':
@@ -93,14 +94,27 @@ def assert_same_state(ours, expected):
 
 
 @needs_timm
-@pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'map', 'token_gap'])
 def test_vit_exports_as_timm_loads_it(tmp_path, classifier, torch_python):
-  model = tiny_vit(num_classes=3, classifier=classifier)
+  """timm loads our .npz into the same state dict as `to_timm`, and computes our
+  logits from it. 'token_gap' with pooled_norm is timm's average pooling with a
+  class token and its default fc_norm, which timm's .npz reader leaves at its
+  initialisation (it reads the final LayerNorm into `norm` only): there the state
+  dict written here is compared with timm's by its names, its values through the
+  logits and read back here."""
+  fields = dict(classifier=classifier, pooled_norm=classifier == 'token_gap')
+  model = tiny_vit(num_classes=3, **fields)
   params = perturbed(init(model, 32))['params']
-  ours = timm_files.to_timm(params, 'ViT-Ti_16')
+  config = models.get_config('ViT-Ti_16', num_classes=3, **TINY_VIT, **fields)
+  ours = timm_files.to_timm(params, config)
+  chex.assert_trees_all_equal(timm_files.from_timm(ours, 'ViT-Ti_16', **TINY_VIT),
+                              jax.tree.map(np.asarray, dict(params)))
   expected, logits = run_timm(torch_python, tmp_path, params, ours, family='vit',
                               classifier=classifier, size=timm_size(TINY_VIT['patch_size']))
-  assert_same_state(ours, expected)
+  if classifier == 'token_gap':
+    assert set(ours) == set(expected)
+  else:
+    assert_same_state(ours, expected)
   # The same function (tanh GELU on both sides) up to float32 summation order.
   np.testing.assert_allclose(logits, apply(model, {'params': params}, images(2, 32)),
                              rtol=1e-4, atol=1e-5)
@@ -180,8 +194,11 @@ def test_a_state_dict_of_another_model_is_named_key_by_key():
   with pytest.raises(CheckpointError, match=r'state dict of ViT-Ti_16 \(12 blocks.*\n.*missing: '
                      r'blocks\.10\..*\n.*wrongly shaped: blocks\.0\.attn'):
     timm_files.from_timm(state, 'ViT-Ti_16')
-  with pytest.raises(CheckpointError, match='fc_norm'):
-    timm_files.from_timm({**state, 'fc_norm.weight': np.ones(32)}, 'ViT-Ti_16', **TINY_VIT)
+  map_state = timm_files.to_timm(init(tiny_vit(num_classes=3, classifier='map'), 32)['params'],
+                                 'ViT-Ti_16')
+  with pytest.raises(CheckpointError, match=r'fc_norm after attn_pool'):
+    timm_files.from_timm({**map_state, 'fc_norm.weight': np.ones(32), 'fc_norm.bias':
+                          np.zeros(32)}, 'ViT-Ti_16', **TINY_VIT)
   # Registers with position embeddings of their own (timm's no_embed_class=False).
   with pytest.raises(CheckpointError, match='no_embed_class=True'):
     timm_files.from_timm({**state, 'reg_token': np.zeros((1, 4, 32), np.float32),
@@ -393,7 +410,8 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   activation, LayerNorm epsilon, CLIP's norm_pre, DINOv2's LayerScale and
   registers, DINOv2-g's SwiGLU MLP, SigLIP's attention pooling, TIPSv2's register
   and unnormalised pixels, DINOv3's rotary
-  position embeddings, registers, biases and SwiGLU MLPs. timm's SigLIP uses
+  position embeddings, registers, biases and SwiGLU MLPs, EVA-02's rotary embeddings
+  beside its table, its MLP's LayerNorm, separate projections and pooled LayerNorm. timm's SigLIP uses
   the exact GELU where big_vision's (and ours) is tanh-approximated: it is built with
   gelu_tanh here."""
   from vit_jax.models.vit import TIMM_VARIANTS
@@ -402,10 +420,11 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   # DINOv2-g's SwiGLUPacked first layer is mlp_ratio * width wide, twice mlp_dim; timm's
   # DINOv3 pools the patches' mean unless told to pool the class token, as DINOv3 does,
   # and its 7B's MLP is twice the width (mlp_ratio 2) where the small models' is four times.
-  # TIPSv2's So400m MLP is 4304 / 1152 times the width where the small models' is four.
+  # TIPSv2's So400m MLP is 4304 / 1152 times the width, EVA-02's 8 / 3, where the small
+  # models' is four.
   kwargs = lambda name: ({'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else
                          {'mlp_ratio': 8.} if name.startswith(('DINOv2-g', 'TIPSv2-g')) else
-                         {'mlp_ratio': 4.} if name.startswith('TIPSv2-So400m') else
+                         {'mlp_ratio': 4.} if name.startswith(('TIPSv2-So400m', 'EVA02')) else
                          {'global_pool': 'token', 'mlp_ratio': 4.} if name.startswith('DINOv3')
                          else {})
   spec = {name: (v.timm_name, 2 * v.patch, kwargs(name)) for name, v in TIMM_VARIANTS.items()}
@@ -423,6 +442,55 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
     assert set(back) == set(state), name
     for key, value in state.items():
       np.testing.assert_array_equal(back[key], value, err_msg=f'{name}: {key}')
+
+
+# EVA-02 built by timm at a 4 x 4 grid, every parameter drawn at random (std 0.3):
+# attention that is far from uniform, so that the rotary embeddings shape the logits.
+TIMM_EVA02 = r'''
+import json, sys
+import numpy as np
+import torch, timm
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+for name, timm_name in spec['models'].items():
+  module = timm.create_model(timm_name, pretrained=False, img_size=56, num_classes=3,
+                             embed_dim=64, num_heads=4, depth=2, mlp_ratio=4.)
+  for p in module.parameters():
+    torch.nn.init.normal_(p, std=0.3)
+  np.savez(f"{spec['out']}/{name}.npz", **{k: v.numpy() for k, v in module.state_dict().items()})
+  x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+  with torch.no_grad():
+    np.save(f"{spec['out']}/{name}.npy", module.eval()(x).numpy())
+'''
+
+
+@needs_timm
+def test_eva02_gives_timms_logits_with_attention_its_rotary_embeddings_shape(
+    tmp_path, torch_python):
+  """EVA-02 at a 4 x 4 grid whose rotary coordinates are scaled to 16 x 16, with
+  weights large enough that attention depends on position: the fused T and the
+  unfused B (separate q/k/v projections, LayerNorm in the MLP) give timm's logits,
+  and the same weights without the rotation do not."""
+  small = dict(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=2)
+  names = {'EVA02-Ti_14-in1k': 'eva02_tiny_patch14_336', 'EVA02-B_14-in22k-in1k':
+           'eva02_base_patch14_448'}
+  x = images(2, 56)
+  np.save(tmp_path / 'images.npy', x)
+  subprocess.run([torch_python, '-c', TIMM_EVA02, json.dumps(
+      {'models': names, 'images': str(tmp_path / 'images.npy'), 'out': str(tmp_path)})],
+      check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
+  for name in names:
+    params = timm_files.from_timm(dict(np.load(tmp_path / f'{name}.npz')), name, **small)
+    expected = np.load(tmp_path / f'{name}.npy')
+    # timm's EVA-02 takes the images as given here: no pixel statistics.
+    plain = dict(small, num_classes=3, pixel_mean=None, pixel_std=None)
+    logits = apply(models.build_model(models.get_config(name, **plain)), {'params': params}, x)
+    np.testing.assert_allclose(logits, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max(),
+                               err_msg=name)
+    unrotated = apply(models.build_model(models.get_config(
+        name, **plain, rope='none', rope_grid=None)), {'params': params}, x)
+    error, without = np.abs(logits - expected).max(), np.abs(unrotated - expected).max()
+    assert without > max(0.01 * np.abs(expected).max(), 100 * error), (name, error, without)
 
 
 def test_a_distilled_deit_is_refused_with_the_reason():

@@ -156,7 +156,8 @@ class MultiHeadAttention(nn.Module):
   `relative_logits` before the softmax. Both run fused through XLA where the
   padded cuDNN path would be picked. `bias` names the projections with a bias
   (`ATTENTION_BIASES`); `rope` (`rope.ROPES`) rotates the patch tokens' queries
-  and keys on `grid` (`rope.rotate`), with periods of base `rope_theta`.
+  and keys on `grid` (`rope.rotate`), with periods of base `rope_theta` and, for
+  EVA-02's, coordinates scaled to `rope_grid` (`rope.angles`).
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -167,6 +168,7 @@ class MultiHeadAttention(nn.Module):
   bias: str = 'qkv'
   rope: str = 'none'
   rope_theta: float = 100.
+  rope_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
   def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
@@ -187,8 +189,10 @@ class MultiHeadAttention(nn.Module):
     q, k, v = (dense(heads, use_bias=name in biased, name=name)(x)
                for name in ('query', 'key', 'value'))
     if self.rope != 'none':
-      angles = rope_lib.angles(self.rope, self.grid, width // self.num_heads, self.rope_theta)
-      q, k = rope_lib.rotate(q, angles), rope_lib.rotate(k, angles)
+      angles = rope_lib.angles(self.rope, self.grid, width // self.num_heads, self.rope_theta,
+                               self.rope_grid)
+      interleaved = self.rope in rope_lib.INTERLEAVED
+      q, k = (rope_lib.rotate(a, angles, interleaved) for a in (q, k))
     extra = x.shape[1] - (self.grid[0] * self.grid[1] if self.grid else 0)
     bias = None if relative_table is None else relative_logits(q, relative_table, extra)
     mask = window_mask(self.grid, self.window, extra) if self.window else None

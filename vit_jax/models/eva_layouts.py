@@ -1,8 +1,9 @@
-"""The files of ViTs with rotary position embeddings (DINOv3): timm's `Eva` state
-dicts (the class timm builds `vit_*_dinov3` with) and `transformers`' `dinov3_vit`
-folders, to and from the published layout. The `vit` family takes these layouts for
+"""The files of ViTs with rotary position embeddings (DINOv3, EVA-02): timm's `Eva`
+state dicts (the class timm builds `vit_*_dinov3` and `eva02_*` with) and
+`transformers`' `dinov3_vit` folders, to and from the published layout. The `vit` family takes these layouts for
 a model whose `rope` is set (`vit.FAMILY`)."""
 import logging
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -47,10 +48,14 @@ def _blocks(flat: Flat) -> List[int]:
 
 def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
   """The timm `Eva` state dict (name -> array, PyTorch layout) of a RoPE ViT in the
-  published layout, as timm's `vit_*_dinov3` models hold it: the query, key and
-  value fused in `attn.qkv` without a bias, the query's and value's as `q_bias` and
-  `v_bias` (the `_qkvb` files), LayerScale as `gamma_1` and `gamma_2`, a SwiGLU
-  MLP's gate and input as `fc1_g` and `fc1_x`.
+  published layout, as timm's `vit_*_dinov3` and `eva02_*` models hold it: the
+  query, key and value fused in `attn.qkv` without a bias, the query's and value's
+  as `q_bias` and `v_bias` (DINOv3's `_qkvb` files, EVA-02's T and S), or, with
+  EVA-02's LayerNorm in the MLP (`mlp_norm`, its B and L), as three projections
+  `q_proj`, `k_proj` (no bias) and `v_proj`; LayerScale as `gamma_1` and
+  `gamma_2`; a SwiGLU MLP packed in `fc1` ([gate | input], timm's `GluMlp`) or, as
+  timm builds DINOv3's and any with `mlp_norm`, as `fc1_g` and `fc1_x` (`SwiGLU`);
+  the final LayerNorm as `fc_norm` with `pooled_norm`, else `norm`.
 
   Args:
     flat: the flat parameters, published layout.
@@ -59,32 +64,47 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
   Returns:
     The state dict's arrays.
   """
+  registers = config.get('num_registers') or 0
   for refused, why in (
       (config.attention_bias == 'qkv',
-       "timm's Eva attention has no key bias (DINOv3 masks it to zero): export a model with "
-       "attention_bias 'qv' or 'none'"),
-      (config.posemb != 'none', "timm's DINOv3 has no position table beside its rotary "
-       "embeddings: export a model with posemb='none'"),
-      (config.classifier not in ('token', 'gap'), "timm's DINOv3 pools the class token or "
-       "the patches' mean: export a model with classifier 'token' or 'gap'"),
-      (config.representation_size is not None or config.pre_norm,
-       "timm's DINOv3 has no pre-logits layer and no LayerNorm before the blocks")):
+       "timm's Eva attention has no key bias (DINOv3 and EVA-02 mask it to zero): export a "
+       "model with attention_bias 'qv' or 'none'"),
+      (config.posemb not in ('none', 'learn') or config.get('posemb_grid') is not None,
+       "timm's Eva holds a learned position table of the images' grid or none beside its "
+       "rotary embeddings: export a model with posemb 'learn' or 'none' and no posemb_grid"),
+      (config.posemb == 'learn' and registers, "timm's Eva here adds its table to the class "
+       'token and the patches, and this model has registers: export one without registers '
+       "or with posemb='none'"),
+      (config.classifier not in ('token', 'gap', 'token_gap'), "timm's Eva pools the class "
+       "token or the patches' mean: export a model with classifier 'token', 'gap' or "
+       "'token_gap'"),
+      (config.representation_size is not None, "timm's Eva has no pre-logits layer")):
     if refused:
       raise ValueError(why + '.')
+  fused = not config.get('mlp_norm')
+  packed = fused and config.rope != 'dinov3'
   out = {'patch_embed.proj.weight': oihw(flat['embedding/kernel'])}
   if 'embedding/bias' in flat:
     out['patch_embed.proj.bias'] = flat['embedding/bias']
-  for name, timm in (('cls', 'cls_token'), ('registers', 'reg_token')):
+  for name, timm in (('cls', 'cls_token'), ('registers', 'reg_token'),
+                     ('Transformer/posembed_input/pos_embedding', 'pos_embed')):
     if name in flat:
       out[timm] = flat[name]
+  if 'Transformer/pre_norm/scale' in flat:
+    out.update(vit_layouts._layernorm_to_timm(flat, 'Transformer/pre_norm/', 'norm_pre.'))
   for i in _blocks(flat):
     p, t = f'Transformer/encoderblock_{i}/', f'blocks.{i}.'
     attention = p + 'MultiHeadDotProductAttention_1/'
-    kernels = [flat[f'{attention}{n}/kernel'] for n in ('query', 'key', 'value')]
-    out[t + 'attn.qkv.weight'] = np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels])
-    for name in ('query', 'value'):
-      if f'{attention}{name}/bias' in flat:
-        out[f'{t}attn.{name[0]}_bias'] = flat[f'{attention}{name}/bias'].reshape(-1)
+    kernels = {n: flat[f'{attention}{n}/kernel'] for n in ('query', 'key', 'value')}
+    kernels = {n: k.reshape(k.shape[0], -1).T for n, k in kernels.items()}
+    biases = {n: flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'value')
+              if f'{attention}{n}/bias' in flat}
+    if fused:
+      out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
+      out.update({f'{t}attn.{n[0]}_bias': b for n, b in biases.items()})
+    else:
+      out.update({f'{t}attn.{n[0]}_proj.weight': k for n, k in kernels.items()})
+      out.update({f'{t}attn.{n[0]}_proj.bias': b for n, b in biases.items()})
     out[t + 'attn.proj.weight'] = vit_layouts._out_projection(flat[attention + 'out/kernel'])
     out[t + 'attn.proj.bias'] = flat[attention + 'out/bias']
     out.update(vit_layouts._layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
@@ -92,12 +112,15 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
     out.update({f'{t}gamma_{n + 1}': flat[p + scale] for n, scale in enumerate(('ls1', 'ls2'))
                 if p + scale in flat})
     mlp = vit_layouts._mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.')
-    if config.activation == 'swiglu':  # the packed [gate | input] as its two layers
+    if config.activation == 'swiglu' and not packed:  # [gate | input] as its two layers
       for kind in ('weight', 'bias'):
         out[f'{t}mlp.fc1_g.{kind}'], out[f'{t}mlp.fc1_x.{kind}'] = np.split(
             mlp.pop(f'{t}mlp.fc1.{kind}'), 2)
     out.update(mlp)
-  out.update(vit_layouts._layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
+    if p + 'MlpBlock_3/norm/scale' in flat:
+      out.update(vit_layouts._layernorm_to_timm(flat, p + 'MlpBlock_3/norm/', t + 'mlp.norm.'))
+  out.update(vit_layouts._layernorm_to_timm(
+      flat, 'Transformer/encoder_norm/', 'fc_norm.' if config.get('pooled_norm') else 'norm.'))
   if 'head/kernel' in flat:
     out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
   return out
@@ -105,9 +128,13 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm `Eva` state dict of a RoPE ViT fixes: the head (the class token, or
-  the patches' mean without one), the classes, LayerScale, the registers, the query
-  and value biases (`q_bias`: the `_qkvb` files) and the patch bias. It holds no
-  position table, so no image size: one patch (`image_size`) builds its tree.
+  the patches' mean, and the final LayerNorm before the pooling or after it:
+  `fc_norm`, timm's average pooling), the classes, LayerScale, the registers, the
+  query and value biases, the patch bias, the position table (and from it the image
+  size; without one, one patch builds the tree), EVA-02's LayerNorm in the MLP and
+  the LayerNorm before the blocks (`norm_pre`). Without `fc_norm` a state dict does
+  not show whether the class token or the patches' mean is pooled: the named model
+  says.
 
   Args:
     state: the state dict.
@@ -116,20 +143,33 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   Returns:
     The config fields it fixes, and `image_size`.
   """
-  for key, what in (('pos_embed', 'a position table beside its rotary embeddings'),
-                    ('fc_norm.weight', 'a LayerNorm of the pooled tokens (fc_norm)'),
-                    ('norm_pre.weight', 'a LayerNorm before the blocks (norm_pre)')):
-    if key in state:
-      raise CheckpointError(f'This timm Eva holds {what}, which the DINOv3 ViTs here do not '
-                            f'have ({key}); only the DINOv3 layout (vit_*_dinov3) loads.')
-  return dict(classifier='token' if 'cls_token' in state else 'gap',
-              image_size=config.patch_size,
+  token = 'cls_token' in state
+  pooled_norm = 'fc_norm.weight' in state
+  classifier = ('gap' if not token else 'token_gap' if pooled_norm
+                else config.classifier if config.classifier in ('token', 'token_gap')
+                else 'token')
+  registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
+  image_size = config.patch_size
+  if 'pos_embed' in state:
+    if registers:
+      raise CheckpointError('This timm Eva holds registers and a position table, which the '
+                            'RoPE ViTs here do not have together.')
+    patches = np.shape(state['pos_embed'])[1] - token
+    side = math.isqrt(patches)
+    if side * side != patches:
+      raise CheckpointError(f'pos_embed holds {patches} patch positions, not a square grid.')
+    image_size = side * config.patch_size
+  return dict(classifier=classifier, pooled_norm=pooled_norm, image_size=image_size,
+              posemb='learn' if 'pos_embed' in state else 'none',
               num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
               layer_scale_init=(vit_layouts.LAYER_SCALE_INIT if 'blocks.0.gamma_1' in state
                                 else 0.),
-              num_registers=np.shape(state['reg_token'])[1] if 'reg_token' in state else 0,
-              attention_bias='qv' if 'blocks.0.attn.q_bias' in state else 'none',
-              patch_bias='patch_embed.proj.bias' in state)
+              num_registers=registers,
+              attention_bias=('qv' if {'blocks.0.attn.q_bias', 'blocks.0.attn.q_proj.bias'}
+                              & set(state) else 'none'),
+              patch_bias='patch_embed.proj.bias' in state,
+              mlp_norm='blocks.0.mlp.norm.weight' in state,
+              pre_norm='norm_pre.weight' in state)
 
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -246,11 +286,14 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
   if model_type not in (None, 'dinov3_vit'):
     raise CheckpointError(f"This ViT is written as model_type 'dinov3_vit', not {model_type!r}.")
   for field, allowed in (('classifier', ('token',)), ('num_classes', (0, None)),
-                         ('patch_bias', (True,)), ('attention_bias', ('qv', 'none'))):
-    if config.get(field) not in allowed:
+                         ('patch_bias', (True,)), ('attention_bias', ('qv', 'none')),
+                         ('rope', ('dinov3',)), ('posemb', ('none',)), ('pre_norm', (False,)),
+                         ('mlp_norm', (False,)), ('pooled_norm', (False,))):
+    if config.get(field, allowed[0]) not in allowed:
       raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
                             'DINOv3ViTModel does not have: it is a headless class-token ViT with '
-                            'a patch bias and no key bias.')
+                            'a patch bias, no key bias, DINOv3\'s rotary embeddings, no position '
+                            'table and a LayerNorm of every token at the end.')
   state = to_timm(flat, config)
   gated = config.activation == 'swiglu'
   width = config.hidden_size

@@ -31,7 +31,9 @@ PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (
 log = logging.getLogger(__name__)
 
 Dtype = Any
-CLASSIFIERS = ('token', 'gap', 'map', 'unpooled', 'token_unpooled')
+CLASSIFIERS = ('token', 'gap', 'token_gap', 'map', 'unpooled', 'token_unpooled')
+# The heads whose pooling has no parameters: `pooled_norm` may normalise what they pool.
+PARAMETER_FREE_POOLING = ('token', 'gap', 'token_gap')
 POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
 # Where position information enters: before the first block, before every block
 # from its own embedding, or before every block from one shared embedding.
@@ -166,11 +168,15 @@ GATED = ('swiglu',)  # the activations whose first layer is twice mlp_dim wide
 class MlpBlock(nn.Module):
   """Dense -> GELU (`activation`, an `ACTIVATIONS` key) -> dropout -> Dense back to
   the input width -> dropout; for a gated activation (`GATED`), the first Dense is
-  2 * mlp_dim wide and the unit leaves mlp_dim."""
+  2 * mlp_dim wide and the unit leaves mlp_dim. With `norm`, a LayerNorm (`norm`,
+  of epsilon `layer_norm_eps`) of the mlp_dim hidden units comes before the second
+  Dense, as EVA-02's MLP has it (timm's `scale_mlp`)."""
   mlp_dim: int
   dropout_rate: float = 0.
   dtype: Dtype = jnp.float32
   activation: str = 'gelu_tanh'
+  norm: bool = False
+  layer_norm_eps: float = 1e-6
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -180,6 +186,8 @@ class MlpBlock(nn.Module):
     width = self.mlp_dim * (2 if self.activation in GATED else 1)
     y = ACTIVATIONS[self.activation](dense(width, 'Dense_0')(x))
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
+    if self.norm:
+      y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='norm')(y)
     y = dense(x.shape[-1], 'Dense_1')(y)
     return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
 
@@ -215,8 +223,9 @@ class Encoder1DBlock(nn.Module):
   attention logits. `layer_scale_init` > 0 multiplies each branch by a learned
   per-channel scale (`ls1`, `ls2`) starting at that value, LayerScale as CaiT,
   DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`). `attention_bias`,
-  `rope` and `rope_theta` are the attention's `bias`, `rope` and `rope_theta`
-  (`MultiHeadAttention`).
+  `rope`, `rope_theta` and `rope_grid` are the attention's `bias`, `rope`,
+  `rope_theta` and `rope_grid` (`MultiHeadAttention`); `mlp_norm` is the MLP's
+  `norm` (`MlpBlock`).
   """
   mlp_dim: int
   num_heads: int
@@ -235,6 +244,8 @@ class Encoder1DBlock(nn.Module):
   attention_bias: str = 'qkv'
   rope: str = 'none'
   rope_theta: float = 100.
+  rope_grid: Optional[Tuple[int, int]] = None
+  mlp_norm: bool = False
 
   @nn.compact
   def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
@@ -246,7 +257,7 @@ class Encoder1DBlock(nn.Module):
     y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
                            self.dtype, self.grid, self.attention_window,
-                           self.attention_bias, self.rope, self.rope_theta,
+                           self.attention_bias, self.rope, self.rope_theta, self.rope_grid,
                            name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
@@ -258,7 +269,7 @@ class Encoder1DBlock(nn.Module):
 
     y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.activation,
-                 name='MlpBlock_3')(y, train=train)
+                 self.mlp_norm, self.layer_norm_eps, name='MlpBlock_3')(y, train=train)
     y = self._layer_scale('ls2', y)
     y = sow_edited(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
@@ -295,6 +306,8 @@ class EncoderSpec:
   `Encoder` from theirs. The fields are those `VisionTransformer` documents;
   `stochastic_depth` is the rate of the last block (0 at the first, linear in
   between) and `skip_removed` holds (block, 'sa' or 'mlp') pairs.
+  `pooled_norm`: the final LayerNorm normalises what the head pools, not every
+  token (`Encoder`'s `pool`).
   """
   num_layers: int
   mlp_dim: int
@@ -315,6 +328,9 @@ class EncoderSpec:
   attention_bias: str = 'qkv'
   rope: str = 'none'
   rope_theta: float = 100.
+  rope_grid: Optional[Tuple[int, int]] = None
+  mlp_norm: bool = False
+  pooled_norm: bool = False
   attention_impl: str = 'auto'
   remat: str = 'none'
   scan_layers: bool = False
@@ -336,14 +352,19 @@ class Encoder(nn.Module):
   `nn.scan`, their parameters stacked under `encoderblock` (layer axis first);
   `checkpoint.save` still writes the published per-block names. `prefix`
   tokens (a ViT's class token and registers, where it has registers) join the
-  sequence in front after the input position embedding, without one.
+  sequence in front after the input position embedding, without one. With
+  `spec.pooled_norm` the final LayerNorm normalises `pool` of the tokens (the
+  head's pooling) instead of every token, as timm's `fc_norm` does.
   """
   spec: EncoderSpec
   grid: Tuple[int, int]
 
   @nn.compact
-  def __call__(self, x, *, train: bool, prefix: Optional[jax.Array] = None):
+  def __call__(self, x, *, train: bool, prefix: Optional[jax.Array] = None,
+               pool: Optional[Callable[[jax.Array], jax.Array]] = None):
     spec = self.spec
+    if spec.pooled_norm and pool is None:
+      raise ValueError('pooled_norm normalises the pooled tokens: give the Encoder pool.')
     if prefix is not None and spec.posemb not in ('none', 'relative') and (
         spec.posemb_where != 'input'):
       raise ValueError(f'Registers join the tokens after the position embedding at the input; '
@@ -389,13 +410,13 @@ class Encoder(nn.Module):
     block = functools.partial(block, activation=spec.activation,
                               layer_norm_eps=spec.layer_norm_eps,
                               attention_bias=spec.attention_bias, rope=spec.rope,
-                              rope_theta=spec.rope_theta)
+                              rope_theta=spec.rope_theta, rope_grid=spec.rope_grid,
+                              mlp_norm=spec.mlp_norm)
     rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
              for i in range(spec.num_layers)]
     if spec.scan_layers:
       x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train)
-      return nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype,
-                          name='encoder_norm')(x)
+      return self._final_norm(x, pool)
     removed = {(int(b), str(k)) for b, k in spec.skip_removed}
     for i in range(spec.num_layers):
       table = None
@@ -411,7 +432,14 @@ class Encoder(nn.Module):
           attention_window=spec.attention_window, attention_skip=(i, 'sa') not in removed,
           mlp_skip=(i, 'mlp') not in removed, layer_scale_init=spec.layer_scale_init,
           name=f'encoderblock_{i}')(x, train, table)
-    return nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype, name='encoder_norm')(x)
+    return self._final_norm(x, pool)
+
+  def _final_norm(self, x, pool):
+    """The final LayerNorm of every token, or of `pool` of them (`pooled_norm`)."""
+    if self.spec.pooled_norm:
+      x = pool(x)
+    return nn.LayerNorm(epsilon=self.spec.layer_norm_eps, dtype=self.spec.dtype,
+                        name='encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
@@ -443,8 +471,9 @@ class Encoder(nn.Module):
 class VisionTransformer(nn.Module):
   """ViT, or with `resnet_layers` set the hybrid ResNet+ViT.
 
-  Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token` and `gap`
-  heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
+  Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token`, `gap` and
+  `token_gap` (a class token that the blocks see, the head pooling the patches'
+  mean, as timm's class-token ViTs with global_pool='avg') heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
   `attention_impl` (`ATTENTION_IMPLS`), `remat` (`REMAT_POLICIES`) and
   `scan_layers` (the blocks as one `nn.scan`) change how, not what, it
@@ -472,7 +501,11 @@ class VisionTransformer(nn.Module):
   position table, so the model runs at any grid. `posemb_grid` (rows, columns)
   gives the 'learn' table that grid of patches whatever the images' grid, resized
   to each call's grid as SigLIP 2 does (`AddPositionEmbs`); None, the default: the
-  table is the images' grid.
+  table is the images' grid. `rope_grid` scales EVA-02's rotary coordinates to that
+  grid whatever the images' (its pretraining grid; `rope.eva02_angles`); `mlp_norm`
+  gives every MLP EVA-02's LayerNorm of its hidden units (`MlpBlock`);
+  `pooled_norm` moves the final LayerNorm after the head's pooling (timm's
+  `fc_norm`, EVA-02's and timm's average-pooling ViTs').
   """
   num_classes: Optional[int]
   patch_size: int
@@ -508,6 +541,9 @@ class VisionTransformer(nn.Module):
   rope: str = 'none'
   rope_theta: float = 100.
   posemb_grid: Optional[Sequence[int]] = None
+  rope_grid: Optional[Sequence[int]] = None
+  mlp_norm: bool = False
+  pooled_norm: bool = False
 
   def encoder_spec(self) -> EncoderSpec:
     """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
@@ -516,8 +552,9 @@ class VisionTransformer(nn.Module):
       The `EncoderSpec` its `Encoder` computes.
     """
     fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(EncoderSpec)}
-    if self.posemb_grid is not None:
-      fields['posemb_grid'] = tuple(self.posemb_grid)
+    for name in ('posemb_grid', 'rope_grid'):
+      if fields[name] is not None:
+        fields[name] = tuple(fields[name])
     return EncoderSpec(**fields)
 
   @nn.compact
@@ -532,6 +569,14 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'posemb_grid {self.posemb_grid!r} is the (rows, columns) of a learned '
                        f"table (posemb='learn'), and this model's posemb is {self.posemb!r}: "
                        "use posemb='learn' or posemb_grid=None.")
+    if self.pooled_norm and self.classifier not in PARAMETER_FREE_POOLING:
+      raise ValueError(f'pooled_norm normalises what the head pools, and classifier '
+                       f'{self.classifier!r} pools nothing or by parameters of its own: use '
+                       f'one of {PARAMETER_FREE_POOLING}, or pooled_norm=False.')
+    if self.rope_grid is not None and (self.rope != 'eva02' or len(self.rope_grid) != 2):
+      raise ValueError(f"rope_grid {self.rope_grid!r} is the (rows, columns) EVA-02's rotary "
+                       f"coordinates are scaled to (rope='eva02'), and this model's rope is "
+                       f"{self.rope!r}: use rope='eva02' or rope_grid=None.")
     x = images.astype(self.dtype)
     if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
       x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
@@ -554,7 +599,7 @@ class VisionTransformer(nn.Module):
     x = x.reshape(b, gh * gw, d)
     self.sow('intermediates', PATCH_EMBEDDING, x)  # before positions, class token, registers
     tokens = []  # before the patches: the class token, then the registers
-    if self.classifier in ('token', 'token_unpooled'):
+    if _has_token(self):
       tokens.append(self.param('cls', nn.initializers.zeros, (1, 1, d)))
     if self.num_registers:
       # Random, not zeros: identical registers would get identical gradients.
@@ -566,16 +611,12 @@ class VisionTransformer(nn.Module):
     if prefix is not None and not self.num_registers:  # the class token gets a position
       x, prefix = jnp.concatenate([prefix, x], axis=1), None
 
-    x = Encoder(self.encoder_spec(), (gh, gw), name='Transformer')(x, train=train, prefix=prefix)
-
-    if self.classifier == 'token':
-      x = x[:, 0]
-    else:  # the registers never reach the head
-      cls_tokens = int(self.classifier == 'token_unpooled')
-      x = jnp.concatenate([x[:, :cls_tokens], x[:, cls_tokens + self.num_registers:]], axis=1)
-    if self.classifier == 'gap':
-      x = jnp.mean(x, axis=1)
-    elif self.classifier == 'map':
+    pool = functools.partial(self._pool, leading=int(_has_token(self)) + self.num_registers)
+    x = Encoder(self.encoder_spec(), (gh, gw), name='Transformer')(
+        x, train=train, prefix=prefix, pool=pool)
+    if not self.pooled_norm:
+      x = pool(x)
+    if self.classifier == 'map':
       x = MAPHead(self.mlp_dim, self.num_heads, self.dtype, self.activation,
                   self.layer_norm_eps)(x, train=train)
     if self.representation_size is not None:
@@ -585,6 +626,17 @@ class VisionTransformer(nn.Module):
       x = nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=nn.initializers.zeros,
                    bias_init=nn.initializers.constant(self.head_bias_init), name='head')(x)
     return x.astype(jnp.float32)
+
+  def _pool(self, x, *, leading: int):
+    """What the head sees of the (B, T, D) tokens, whose first `leading` are the
+    class token and the registers: the class token, the patches' mean, or the
+    tokens without the registers, which never reach the head."""
+    if self.classifier == 'token':
+      return x[:, 0]
+    patches = x[:, leading:]
+    if self.classifier in ('gap', 'token_gap'):
+      return jnp.mean(patches, axis=1)
+    return jnp.concatenate([x[:, :int(self.classifier == 'token_unpooled')], patches], axis=1)
 
 
 # ---------------------------------------------------------------------------
@@ -625,7 +677,7 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
               pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
               head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.,
-              posemb_grid=None)
+              posemb_grid=None, rope_grid=None, mlp_norm=False, pooled_norm=False)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -661,6 +713,26 @@ _DINOV3_SIZES = {
     'H+': ('H', dict(num_heads=20, activation='swiglu'), 'vit_huge_plus_patch16_dinov3'),
     '7B': ('H', dict(hidden_size=4096, mlp_dim=8192, num_heads=32, num_layers=40,
                      activation='swiglu'), 'vit_7b_patch16_dinov3'),
+}
+
+# EVA-02 (Fang et al. 2024, "EVA-02: A Visual Representation for Neon Genesis"): a
+# class-token ViT with a position table and, beside it, 2D RoPE in interleaved pairs
+# (base 10000, coordinates scaled to the 16 x 16 grid of its 224 px pretraining),
+# query and value biases, SwiGLU MLPs 8/3 times the width (B and L with a LayerNorm
+# of the hidden units), the patches' mean pooled then normalised, CLIP's pixels.
+_EVA02 = dict(rope='eva02', rope_theta=10000., rope_grid=(16, 16), attention_bias='qv',
+              activation='swiglu', classifier='token_gap', pooled_norm=True, **CLIP_PIXELS)
+# size: (MLP width, what differs from _EVA02)
+_EVA02_SIZES = {'Ti': (512, {}), 'S': (1024, {}), 'B': (2048, dict(mlp_norm=True)),
+                'L': (2730, dict(mlp_norm=True))}
+_EVA02_TIMM = {'Ti': 'tiny', 'S': 'small', 'B': 'base', 'L': 'large'}
+# name suffix: (sizes, timm's resolution and tag, the images' side, the head's classes)
+_EVA02_FILES = {
+    '': (('Ti', 'S', 'B', 'L'), '224.mim_in22k', 224, 0),
+    '-m38m': (('L',), '224.mim_m38m', 224, 0),
+    '-in1k': (('Ti', 'S'), '336.mim_in22k_ft_in1k', 336, 1000),
+    '-in22k-in1k': (('B', 'L'), '448.mim_in22k_ft_in22k_in1k', 448, 1000),
+    '-m38m-in22k-in1k': (('L',), '448.mim_m38m_ft_in22k_in1k', 448, 1000),
 }
 
 
@@ -724,6 +796,22 @@ def _dinov3_variants() -> Dict[str, TimmVariant]:
 
 
 TIMM_VARIANTS.update(_dinov3_variants())
+
+
+def _eva02_variants() -> Dict[str, TimmVariant]:
+  """EVA-02's sizes as timm publishes them: the masked-image-modelling pretraining
+  (headless, 224 px) and the ImageNet fine-tunes (336 or 448 px)."""
+  table = {}
+  for suffix, (sizes, tag, resolution, classes) in _EVA02_FILES.items():
+    for size in sizes:
+      mlp, fields = _EVA02_SIZES[size]
+      table[f'EVA02-{size}_14{suffix}'] = TimmVariant(
+          size, 14, dict(_EVA02, mlp_dim=mlp, **fields),
+          f'eva02_{_EVA02_TIMM[size]}_patch14_{tag}', resolution, classes)
+  return table
+
+
+TIMM_VARIANTS.update(_eva02_variants())
 
 
 def _variants() -> dict:
@@ -790,7 +878,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
   Returns:
     The words.
   """
-  head = 'class token' if config.classifier.startswith('token') else config.classifier
+  head = ('class token, mean of the patches' if config.classifier == 'token_gap'
+          else 'class token' if config.classifier.startswith('token') else config.classifier)
   if config.num_registers:
     head += f', {config.num_registers} registers'
   shape = (f'{config.num_layers} blocks, width {config.hidden_size}, {config.num_heads} heads, '
@@ -977,8 +1066,9 @@ def fit_position_embeddings(fit: Fit) -> None:
       fit.restored[key] = _resize_axis0(fit.restored[key], fit.init[key].shape[0])
 
 
-def _has_token(config: ml_collections.ConfigDict) -> bool:
-  return config.classifier in ('token', 'token_unpooled')
+def _has_token(config) -> bool:
+  """Whether a model (its config, or the module) has a class token."""
+  return config.classifier in ('token', 'token_gap', 'token_unpooled')
 
 
 def _rotary(config: ml_collections.ConfigDict) -> bool:
@@ -990,7 +1080,9 @@ def _rotary(config: ml_collections.ConfigDict) -> bool:
 def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
   """The family's `to_timm`: `eva_layouts.to_timm` for a RoPE ViT, else
   `vit_layouts.to_timm`."""
-  return eva_layouts.to_timm(flat, config) if _rotary(config) else vit_layouts.to_timm(flat)
+  if _rotary(config):
+    return eva_layouts.to_timm(flat, config)
+  return vit_layouts.to_timm(flat, pooled_norm=config.get('pooled_norm', False))
 
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
@@ -1047,4 +1139,4 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 transformers_fields=transformers_fields, from_transformers=from_transformers,
                 to_transformers=to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std',
-                                 'posemb_grid'))
+                                 'posemb_grid', 'rope_grid'))

@@ -149,12 +149,14 @@ def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
   return {k: np.stack(v) if isinstance(v, list) else v for k, v in stacked.items()}
 
 
-def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
+def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
   """The timm `state_dict` (name -> float32 array, PyTorch layout) of a ViT or
   hybrid in the published layout: what timm's own `.npz` loader makes of it.
 
   Args:
     flat: the flat parameters, published layout.
+    pooled_norm: the model's final LayerNorm comes after the pooling: timm's
+      `fc_norm`, else `norm`.
 
   Returns:
     The state dict's arrays.
@@ -189,7 +191,8 @@ def to_timm(flat: Flat) -> Dict[str, np.ndarray]:
     out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.'))
     out.update({f'{t}{scale}.gamma': flat[p + scale] for scale in ('ls1', 'ls2')
                 if p + scale in flat})
-  out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/', 'norm.'))
+  out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/',
+                                'fc_norm.' if pooled_norm else 'norm.'))
   if 'MAPHead_0/probe' in flat:
     p, t = 'MAPHead_0/', 'attn_pool.'
     attention = p + 'MultiHeadDotProductAttention_0/'
@@ -217,7 +220,8 @@ LAYER_SCALE_INIT = 1e-5
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
   """What a timm ViT or hybrid state dict fixes: the head (class token, attention
-  pooling or the tokens' mean), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
+  pooling or the tokens' mean; with `fc_norm`, the final LayerNorm after the
+  patches' mean, `pooled_norm`), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
   or none, the registers (`reg_token`), CLIP's LayerNorm before the blocks
   (`norm_pre`) or none, and the image size of its position embeddings on
   `config`'s patch grid. What a state dict does not show (the MLP's activation,
@@ -230,18 +234,18 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   Returns:
     The config fields it fixes, and `image_size`.
   """
-  if 'fc_norm.weight' in state:
+  pooled_norm = 'fc_norm.weight' in state
+  if pooled_norm and 'attn_pool.latent' in state:
     raise CheckpointError(
-        'This timm ViT normalises the pooled tokens (fc_norm), where these ViTs normalise '
-        'every token before pooling: the two compute different functions. Only timm ViTs '
-        'built with fc_norm=False (the class token, or global_pool="avg", fc_norm=False) load.')
+        'This timm ViT normalises what its attention pooling gives (fc_norm after attn_pool), '
+        'which these ViTs do not have: they normalise the tokens before attention pooling.')
   if 'dist_token' in state:
     raise CheckpointError(
         "This is a distilled DeiT (dist_token): its logits average a class-token head and a "
         'distillation-token head (head_dist), which these ViTs do not have. Load the plain DeiT '
         "weights (timm's deit_*_patch16_224, not deit_*_distilled_*) as DeiT-*_16.")
-  classifier = ('token' if 'cls_token' in state else 'map' if 'attn_pool.latent' in state
-                else 'gap')
+  classifier = ('token_gap' if 'cls_token' in state and pooled_norm else 'token'
+                if 'cls_token' in state else 'map' if 'attn_pool.latent' in state else 'gap')
   registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
   rows = np.shape(state['pos_embed'])[1]
   if registers and math.isqrt(rows) ** 2 != rows:
@@ -249,7 +253,7 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
         'This timm ViT adds position embeddings to its registers (no_embed_class=False), where '
         'these ViTs add them to the patches only, as DINOv2 with registers does: only timm ViTs '
         'with registers built with no_embed_class=True load.')
-  tokens = rows - (classifier == 'token' and not registers)
+  tokens = rows - (classifier in ('token', 'token_gap') and not registers)
   grid = math.isqrt(tokens)
   if grid * grid != tokens:
     raise CheckpointError(f'pos_embed holds {tokens} patch positions, not a square grid.')
@@ -261,7 +265,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
               num_classes=np.shape(state['head.weight'])[0] if 'head.weight' in state else 0,
               layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.,
               num_registers=registers, pre_norm='norm_pre.weight' in state,
-              patch_bias='patch_embed.proj.bias' in state)
+              patch_bias='patch_embed.proj.bias' in state, pooled_norm=pooled_norm,
+              mlp_norm='blocks.0.mlp.norm.weight' in state)
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
@@ -283,9 +288,13 @@ def _layernorm_to_timm(flat, p, t):
 
 
 def _mlp_to_timm(flat, p, t):
-  return {f'{t}fc{r + 1}.{kind}': flat[f'{p}Dense_{r}/{name}'].T if kind == 'weight'
-          else flat[f'{p}Dense_{r}/{name}']
-          for r in range(2) for kind, name in (('weight', 'kernel'), ('bias', 'bias'))}
+  """An `MlpBlock` as timm's `Mlp`: `fc1`, `fc2`, and `norm` where it has one."""
+  out = {f'{t}fc{r + 1}.{kind}': flat[f'{p}Dense_{r}/{name}'].T if kind == 'weight'
+         else flat[f'{p}Dense_{r}/{name}']
+         for r in range(2) for kind, name in (('weight', 'kernel'), ('bias', 'bias'))}
+  if f'{p}norm/scale' in flat:
+    out.update(_layernorm_to_timm(flat, f'{p}norm/', f'{t}norm.'))
+  return out
 
 
 def _hybrid_backbone_to_timm(flat):
@@ -752,7 +761,8 @@ def _written_kind(config: ml_collections.ConfigDict) -> str:
   kind = ('siglip' if config.get('classifier') == 'map' else 'clip' if config.get('pre_norm')
           else 'dinov2' if config.get('layer_scale_init') else 'vit')
   common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
-                pre_norm=(kind == 'clip',), patch_bias=(True,), posemb_grid=(None,))
+                pre_norm=(kind == 'clip',), patch_bias=(True,), posemb_grid=(None,),
+                mlp_norm=(False, None), pooled_norm=(False, None))
   if kind == 'siglip':  # SigLIP 2's tower resizes its table (`to_transformers`)
     common.pop('posemb_grid')
   if kind == 'vit' and not config.get('num_classes'):  # ViTModel, the layer its pooler
