@@ -40,6 +40,10 @@ PARAM_COUNTS = {
     'DINOv3-H+_16-qkvb': 841_872_360, 'DINOv3-7B_16': 6_720_127_976,
     'TIPSv2-B_14': 86_493_928, 'TIPSv2-L_14': 304_252_904, 'TIPSv2-So400m_14': 413_659_864,
     'TIPSv2-g_14': 1_136_306_664,
+    'EVA02-Ti_14': 5_695_144, 'EVA02-S_14': 22_006_120, 'EVA02-B_14': 86_527_720,
+    'EVA02-L_14': 304_293_800, 'EVA02-L_14-m38m': 304_293_800, 'EVA02-Ti_14-in1k': 5_695_144,
+    'EVA02-S_14-in1k': 22_006_120, 'EVA02-B_14-in22k-in1k': 86_527_720,
+    'EVA02-L_14-in22k-in1k': 304_293_800, 'EVA02-L_14-m38m-in22k-in1k': 304_293_800,
 }
 # Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',
@@ -101,6 +105,19 @@ def test_the_giant_vits_have_their_published_size(name, classifier, millions):
   only (`jax.eval_shape`), nothing is allocated."""
   shapes = param_shapes(name, num_classes=0, classifier=classifier)
   assert abs(sum(np.prod(s) for s in shapes.values()) / 1e6 - millions) < 1
+
+
+@pytest.mark.parametrize('name, millions', [
+    ('EVA02-Ti_14-in1k', 5.8), ('EVA02-S_14-in1k', 22.1), ('EVA02-B_14-in22k-in1k', 87.1),
+    ('EVA02-L_14-in22k-in1k', 305.1)])
+def test_eva02_fine_tunes_have_their_published_size(name, millions):
+  """At the resolution they were fine-tuned at (336 or 448 px), with their 1000
+  classes: the millions timm's model cards of these files give, to a
+  tenth; the position table grows with the grid, the rotary embeddings have no
+  parameters. Shapes only."""
+  from vit_jax.models.vit import TIMM_VARIANTS
+  shapes = param_shapes(name, image_size=TIMM_VARIANTS[name].resolution)
+  assert round(sum(np.prod(s) for s in shapes.values()) / 1e6, 1) == millions
 
 
 def test_vit_b16_tree_is_the_published_one():

@@ -245,12 +245,18 @@ class RegistersHidden(features.Subject):
     dict(classifier='token'), dict(classifier='gap'),
     # DINOv3's: rotary position embeddings, no position table, no key bias, LayerScale.
     dict(classifier='token', posemb='none', rope='dinov3', attention_bias='qv',
-         layer_scale_init=1e-5)], ids=['token', 'gap', 'dinov3'])
+         layer_scale_init=1e-5),
+    # EVA-02's: rotary embeddings beside the table, the MLP's LayerNorm, the class token
+    # that the head does not pool, and the LayerNorm after the patches' mean.
+    dict(classifier='token_gap', pooled_norm=True, rope='eva02', rope_theta=10000.,
+         rope_grid=(16, 16), attention_bias='qv', activation='swiglu', mlp_norm=True)],
+    ids=['token', 'gap', 'dinov3', 'eva02'])
 def test_registers_never_reach_a_spatial_analysis(fields, tmp_path):
   """Each tool that reads patch tokens gives a ViT with 2 registers the result it
   gives when the registers are cut out of what the model sows: attention distances
   (spatial keys renormalised), localisation maps, per-token probes, Fourier maps
-  and the spatial tokens' norm ratios; a DINOv3 with its rotary embeddings too."""
+  and the spatial tokens' norm ratios; a DINOv3 and an EVA-02 with their rotary
+  embeddings too."""
   from helpers import subject_of, tiny_family_config
   with_registers = subject_of(tiny_family_config('vit', num_registers=2, **fields), 'registers')
   assert with_registers.registers == 2 and with_registers.token_grid()[0] == (4, 4)

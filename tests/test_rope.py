@@ -85,5 +85,5 @@ def test_a_head_width_rope_cannot_split_is_refused(make):
 
 
 def test_dinov3_takes_no_reference_grid():
-  with pytest.raises(ValueError, match='give no rope_grid with rope dinov3'):
+  with pytest.raises(ValueError, match='give no rope_grid and no rope_offset with rope dinov3'):
     rope.angles('dinov3', (2, 2), 8, 100., (16, 16))

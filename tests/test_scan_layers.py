@@ -37,9 +37,13 @@ def _loss(model, params, x, **kwargs):
                                     dict(remat='dots', representation_size=16),
                                     dict(layer_scale_init=0.1), dict(num_registers=2),
                                     dict(posemb='none', rope='dinov3', attention_bias='qv',
-                                         num_registers=2, activation='swiglu')],
+                                         num_registers=2, activation='swiglu'),
+                                    dict(rope='eva02', rope_theta=10000., rope_grid=(16, 16),
+                                         attention_bias='qv', activation='swiglu',
+                                         mlp_norm=True, classifier='token_gap',
+                                         pooled_norm=True)],
                          ids=['token', 'gap-remat', 'dots-prelogits', 'layerscale', 'registers',
-                              'dinov3'])
+                              'dinov3', 'eva02'])
 def test_a_scanned_vit_computes_what_the_unrolled_one_computes(fields):
   unrolled, scanned = tiny_vit(**fields), tiny_vit(**fields, scan_layers=True)
   params = perturbed(init(unrolled))['params']
