@@ -44,6 +44,8 @@ PARAM_COUNTS = {
     'EVA02-L_14': 304_293_800, 'EVA02-L_14-m38m': 304_293_800, 'EVA02-Ti_14-in1k': 5_695_144,
     'EVA02-S_14-in1k': 22_006_120, 'EVA02-B_14-in22k-in1k': 86_527_720,
     'EVA02-L_14-in22k-in1k': 304_293_800, 'EVA02-L_14-m38m-in22k-in1k': 304_293_800,
+    'PE-Core-T_16': 6_162_280, 'PE-Core-S_16': 23_825_128, 'PE-Core-B_16': 93_655_528,
+    'PE-Core-L_14': 316_799_976, 'PE-Core-G_14': 1_880_423_912,
 }
 # Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',

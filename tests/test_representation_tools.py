@@ -249,14 +249,18 @@ class RegistersHidden(features.Subject):
     # EVA-02's: rotary embeddings beside the table, the MLP's LayerNorm, the class token
     # that the head does not pool, and the LayerNorm after the patches' mean.
     dict(classifier='token_gap', pooled_norm=True, rope='eva02', rope_theta=10000.,
-         rope_grid=(16, 16), attention_bias='qv', activation='swiglu', mlp_norm=True)],
-    ids=['token', 'gap', 'dinov3', 'eva02'])
+         rope_grid=(16, 16), attention_bias='qv', activation='swiglu', mlp_norm=True),
+    # Perception Encoder's: offset rotary coordinates, attention pooling of the class
+    # token and the patches with heads and a width of its own.
+    dict(classifier='token_map', rope='pe', rope_theta=10000., rope_offset=1.,
+         rope_grid=(24, 24), pre_norm=True, map_heads=2, map_mlp_dim=48)],
+    ids=['token', 'gap', 'dinov3', 'eva02', 'pe'])
 def test_registers_never_reach_a_spatial_analysis(fields, tmp_path):
   """Each tool that reads patch tokens gives a ViT with 2 registers the result it
   gives when the registers are cut out of what the model sows: attention distances
   (spatial keys renormalised), localisation maps, per-token probes, Fourier maps
-  and the spatial tokens' norm ratios; a DINOv3 and an EVA-02 with their rotary
-  embeddings too."""
+  and the spatial tokens' norm ratios; a DINOv3, an EVA-02 and a Perception
+  Encoder with their rotary embeddings too."""
   from helpers import subject_of, tiny_family_config
   with_registers = subject_of(tiny_family_config('vit', num_registers=2, **fields), 'registers')
   assert with_registers.registers == 2 and with_registers.token_grid()[0] == (4, 4)

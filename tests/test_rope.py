@@ -8,18 +8,19 @@ import pytest
 from vit_jax.models import rope
 
 
-# (kind, theta, the grid EVA-02's coordinates are scaled to)
-KINDS = [('dinov3', 100., None), ('eva02', 10000., None), ('eva02', 10000., (16, 16))]
+# (kind, theta, the grid EVA-02's and PE's coordinates are scaled to, their offset)
+KINDS = [('dinov3', 100., None, 0.), ('eva02', 10000., None, 0.),
+         ('eva02', 10000., (16, 16), 0.), ('pe', 10000., (24, 24), 1.)]
 
 
-@pytest.mark.parametrize('kind, theta, reference', KINDS)
+@pytest.mark.parametrize('kind, theta, reference, offset', KINDS)
 @pytest.mark.parametrize('grid', [(3, 5), (4, 4)])
 def test_rotated_queries_and_keys_meet_by_their_patches_offset_alone(grid, kind, theta,
-                                                                     reference):
+                                                                     reference, offset):
   """q_i . k_j after rotation depends on the offset between patches i and j only,
   the norms are kept, and the class token and registers in front are not rotated."""
   head_dim, extra = 16, 2
-  angles = rope.angles(kind, grid, head_dim, theta, reference)
+  angles = rope.angles(kind, grid, head_dim, theta, reference, offset)
   assert angles.shape == (grid[0] * grid[1], head_dim)
   rng = np.random.RandomState(0)
   q, k = (np.tile(rng.randn(1, 1, 1, head_dim), (1, extra + len(angles), 1, 1)).astype(
@@ -51,15 +52,18 @@ def test_dinov3_angles_are_the_closed_form_at_the_grids_corner():
   np.testing.assert_allclose(angles[0], np.tile(first, 2), rtol=1e-6)
 
 
-def test_eva02_angles_are_the_closed_form_of_a_scaled_patch():
-  """Patch (r, c) of a grid (gh, gw) scaled to (Rh, Rw) sits at (r Rh / gh, c Rw /
-  gw); its angle for band j is that coordinate times theta ** (-j / (head_dim / 4)),
-  the row's bands then the column's, each twice (the channel pair it rotates)."""
+@pytest.mark.parametrize('kind, offset', [('eva02', 0.), ('pe', 1.)])
+def test_eva02_and_pe_angles_are_the_closed_form_of_a_scaled_patch(kind, offset):
+  """Patch (r, c) of a grid (gh, gw) scaled to (Rh, Rw) sits at ((r + o) Rh / gh,
+  (c + o) Rw / gw) for offset o; its angle for band j is that coordinate times
+  theta ** (-j / (head_dim / 4)), the row's bands then the column's (Perception
+  Encoder: the column's first), each twice (the channel pair it rotates)."""
   grid, reference, head_dim, theta = (2, 4), (4, 8), 8, 10000.
-  angles = rope.eva02_angles(grid, head_dim, theta, reference)
+  angles = rope.angles(kind, grid, head_dim, theta, reference, offset)
   frequencies = theta ** (-np.arange(head_dim // 4) / (head_dim // 4))
   patch = 1 * grid[1] + 2  # row 1, column 2
-  expected = np.concatenate([1 * 4 / 2 * frequencies, 2 * 8 / 4 * frequencies])
+  row, col = (1 + offset) * 4 / 2 * frequencies, (2 + offset) * 8 / 4 * frequencies
+  expected = np.concatenate([col, row] if kind == 'pe' else [row, col])
   np.testing.assert_allclose(angles[patch], np.repeat(expected, 2), rtol=1e-6)
 
 

@@ -41,9 +41,12 @@ def _loss(model, params, x, **kwargs):
                                     dict(rope='eva02', rope_theta=10000., rope_grid=(16, 16),
                                          attention_bias='qv', activation='swiglu',
                                          mlp_norm=True, classifier='token_gap',
-                                         pooled_norm=True)],
+                                         pooled_norm=True),
+                                    dict(rope='pe', rope_theta=10000., rope_offset=1.,
+                                         rope_grid=(24, 24), pre_norm=True, patch_bias=False,
+                                         classifier='token_map', map_heads=2, map_mlp_dim=48)],
                          ids=['token', 'gap-remat', 'dots-prelogits', 'layerscale', 'registers',
-                              'dinov3', 'eva02'])
+                              'dinov3', 'eva02', 'pe'])
 def test_a_scanned_vit_computes_what_the_unrolled_one_computes(fields):
   unrolled, scanned = tiny_vit(**fields), tiny_vit(**fields, scan_layers=True)
   params = perturbed(init(unrolled))['params']

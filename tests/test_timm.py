@@ -411,7 +411,8 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   registers, DINOv2-g's SwiGLU MLP, SigLIP's attention pooling, TIPSv2's register
   and unnormalised pixels, DINOv3's rotary
   position embeddings, registers, biases and SwiGLU MLPs, EVA-02's rotary embeddings
-  beside its table, its MLP's LayerNorm, separate projections and pooled LayerNorm. timm's SigLIP uses
+  beside its table, its MLP's LayerNorm, separate projections and pooled LayerNorm,
+  Perception Encoder's rotary embeddings and attention pooling. timm's SigLIP uses
   the exact GELU where big_vision's (and ours) is tanh-approximated: it is built with
   gelu_tanh here."""
   from vit_jax.models.vit import TIMM_VARIANTS
@@ -424,7 +425,8 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   # models' is four.
   kwargs = lambda name: ({'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else
                          {'mlp_ratio': 8.} if name.startswith(('DINOv2-g', 'TIPSv2-g')) else
-                         {'mlp_ratio': 4.} if name.startswith(('TIPSv2-So400m', 'EVA02')) else
+                         {'mlp_ratio': 4.} if name.startswith(('TIPSv2-So400m', 'EVA02', 'PE'))
+                         else
                          {'global_pool': 'token', 'mlp_ratio': 4.} if name.startswith('DINOv3')
                          else {})
   spec = {name: (v.timm_name, 2 * v.patch, kwargs(name)) for name, v in TIMM_VARIANTS.items()}
@@ -433,8 +435,10 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
       check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   for name, (_, size, _) in spec.items():
     state = dict(np.load(tmp_path / f'{name}.npz'))
-    params = timm_files.from_timm(state, name, **small)
-    model = models.build_model(models.get_config(name, num_classes=3, **small))
+    # Perception Encoder's attention pooling: 4 times the width, as timm is told.
+    fields = dict(small, **({'map_mlp_dim': 256} if name.startswith('PE') else {}))
+    params = timm_files.from_timm(state, name, **fields)
+    model = models.build_model(models.get_config(name, num_classes=3, **fields))
     np.testing.assert_allclose(apply(model, {'params': params}, images(2, 32)[:, :size, :size]),
                                np.load(tmp_path / f'{name}.npy'), rtol=1e-3, atol=1e-4,
                                err_msg=name)
@@ -444,53 +448,65 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
       np.testing.assert_array_equal(back[key], value, err_msg=f'{name}: {key}')
 
 
-# EVA-02 built by timm at a 4 x 4 grid, every parameter drawn at random (std 0.3):
+# RoPE ViTs built by timm at a 4 x 4 grid, every parameter drawn at random (std 0.3):
 # attention that is far from uniform, so that the rotary embeddings shape the logits.
-TIMM_EVA02 = r'''
+TIMM_ROTARY = r"""
 import json, sys
 import numpy as np
 import torch, timm
 spec = json.loads(sys.argv[1])
 torch.manual_seed(0)
-for name, timm_name in spec['models'].items():
-  module = timm.create_model(timm_name, pretrained=False, img_size=56, num_classes=3,
-                             embed_dim=64, num_heads=4, depth=2, mlp_ratio=4.)
+for name, (timm_name, patch, kwargs) in spec['models'].items():
+  module = timm.create_model(timm_name, pretrained=False, img_size=4 * patch, num_classes=3,
+                             embed_dim=64, num_heads=4, depth=2, mlp_ratio=4., **kwargs)
   for p in module.parameters():
     torch.nn.init.normal_(p, std=0.3)
   np.savez(f"{spec['out']}/{name}.npz", **{k: v.numpy() for k, v in module.state_dict().items()})
-  x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
+  x = torch.from_numpy(np.load(spec['images'])[:, :4 * patch, :4 * patch].transpose(0, 3, 1, 2))
   with torch.no_grad():
     np.save(f"{spec['out']}/{name}.npy", module.eval()(x).numpy())
-'''
+"""
 
 
 @needs_timm
-def test_eva02_gives_timms_logits_with_attention_its_rotary_embeddings_shape(
+def test_rotary_vits_give_timms_logits_with_attention_their_rotary_embeddings_shape(
     tmp_path, torch_python):
-  """EVA-02 at a 4 x 4 grid whose rotary coordinates are scaled to 16 x 16, with
-  weights large enough that attention depends on position: the fused T and the
-  unfused B (separate q/k/v projections, LayerNorm in the MLP) give timm's logits,
-  and the same weights without the rotation do not."""
+  """EVA-02 and Perception Encoder at a 4 x 4 grid whose rotary coordinates are
+  scaled to their pretraining grids, with weights large enough that attention
+  depends on position: EVA-02's fused T and unfused B (separate q/k/v projections,
+  LayerNorm in the MLP), Perception Encoder's B (class token, offset coordinates,
+  attention pooling of its own heads and width) and G (neither class token nor
+  offset) give timm's logits, and the same weights without the rotation do not."""
   small = dict(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=2)
-  names = {'EVA02-Ti_14-in1k': 'eva02_tiny_patch14_336', 'EVA02-B_14-in22k-in1k':
-           'eva02_base_patch14_448'}
-  x = images(2, 56)
+  pool = dict(attn_pool_num_heads=2, attn_pool_mlp_ratio=3.)  # ours: map_heads, map_mlp_dim
+  names = {'EVA02-Ti_14-in1k': ('eva02_tiny_patch14_336', 14, {}),
+           'EVA02-B_14-in22k-in1k': ('eva02_base_patch14_448', 14, {}),
+           'PE-Core-B_16': ('vit_pe_core_base_patch16_224', 16, pool),
+           'PE-Core-G_14': ('vit_pe_core_gigantic_patch14_448', 14, pool)}
+  x = images(2, 64)
   np.save(tmp_path / 'images.npy', x)
-  subprocess.run([torch_python, '-c', TIMM_EVA02, json.dumps(
+  subprocess.run([torch_python, '-c', TIMM_ROTARY, json.dumps(
       {'models': names, 'images': str(tmp_path / 'images.npy'), 'out': str(tmp_path)})],
       check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
-  for name in names:
-    params = timm_files.from_timm(dict(np.load(tmp_path / f'{name}.npz')), name, **small)
-    expected = np.load(tmp_path / f'{name}.npy')
-    # timm's EVA-02 takes the images as given here: no pixel statistics.
-    plain = dict(small, num_classes=3, pixel_mean=None, pixel_std=None)
-    logits = apply(models.build_model(models.get_config(name, **plain)), {'params': params}, x)
+  for name, (_, patch, kwargs) in names.items():
+    fields = dict(small, **(dict(map_heads=2, map_mlp_dim=192) if kwargs else {}))
+    state = dict(np.load(tmp_path / f'{name}.npz'))
+    params = timm_files.from_timm(state, name, **fields)
+    expected, crop = np.load(tmp_path / f'{name}.npy'), x[:, :4 * patch, :4 * patch]
+    # timm's models take the images as given here: no pixel statistics.
+    plain = dict(fields, num_classes=3, pixel_mean=None, pixel_std=None)
+    logits = apply(models.build_model(models.get_config(name, **plain)), {'params': params},
+                   crop)
     np.testing.assert_allclose(logits, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max(),
                                err_msg=name)
     unrotated = apply(models.build_model(models.get_config(
-        name, **plain, rope='none', rope_grid=None)), {'params': params}, x)
+        name, **plain, rope='none', rope_grid=None, rope_offset=0.)), {'params': params}, crop)
     error, without = np.abs(logits - expected).max(), np.abs(unrotated - expected).max()
-    assert without > max(0.01 * np.abs(expected).max(), 100 * error), (name, error, without)
+    assert without > max(1e-3 * np.abs(expected).max(), 100 * error), (name, error, without)
+    back = timm_files.to_timm(params, name)
+    assert set(back) == set(state), name
+    for key, value in state.items():
+      np.testing.assert_array_equal(back[key], value, err_msg=f'{name}: {key}')
 
 
 def test_a_distilled_deit_is_refused_with_the_reason():

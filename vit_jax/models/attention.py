@@ -157,7 +157,8 @@ class MultiHeadAttention(nn.Module):
   padded cuDNN path would be picked. `bias` names the projections with a bias
   (`ATTENTION_BIASES`); `rope` (`rope.ROPES`) rotates the patch tokens' queries
   and keys on `grid` (`rope.rotate`), with periods of base `rope_theta` and, for
-  EVA-02's, coordinates scaled to `rope_grid` (`rope.angles`).
+  EVA-02's and Perception Encoder's, coordinates offset by `rope_offset` and
+  scaled to `rope_grid` (`rope.angles`).
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -169,6 +170,7 @@ class MultiHeadAttention(nn.Module):
   rope: str = 'none'
   rope_theta: float = 100.
   rope_grid: Optional[Tuple[int, int]] = None
+  rope_offset: float = 0.
 
   @nn.compact
   def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
@@ -190,7 +192,7 @@ class MultiHeadAttention(nn.Module):
                for name in ('query', 'key', 'value'))
     if self.rope != 'none':
       angles = rope_lib.angles(self.rope, self.grid, width // self.num_heads, self.rope_theta,
-                               self.rope_grid)
+                               self.rope_grid, self.rope_offset)
       interleaved = self.rope in rope_lib.INTERLEAVED
       q, k = (rope_lib.rotate(a, angles, interleaved) for a in (q, k))
     extra = x.shape[1] - (self.grid[0] * self.grid[1] if self.grid else 0)

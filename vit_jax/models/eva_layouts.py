@@ -1,5 +1,6 @@
-"""The files of ViTs with rotary position embeddings (DINOv3, EVA-02): timm's `Eva`
-state dicts (the class timm builds `vit_*_dinov3` and `eva02_*` with) and
+"""The files of ViTs with rotary position embeddings (DINOv3, EVA-02, Perception
+Encoder): timm's `Eva` state dicts (the class timm builds `vit_*_dinov3`,
+`eva02_*` and `vit_pe_*` with) and
 `transformers`' `dinov3_vit` folders, to and from the published layout. The `vit` family takes these layouts for
 a model whose `rope` is set (`vit.FAMILY`)."""
 import logging
@@ -48,14 +49,17 @@ def _blocks(flat: Flat) -> List[int]:
 
 def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarray]:
   """The timm `Eva` state dict (name -> array, PyTorch layout) of a RoPE ViT in the
-  published layout, as timm's `vit_*_dinov3` and `eva02_*` models hold it: the
-  query, key and value fused in `attn.qkv` without a bias, the query's and value's
+  published layout, as timm's `vit_*_dinov3`, `eva02_*` and `vit_pe_*` models hold
+  it: the query, key and value fused in `attn.qkv`, with their biases in
+  `attn.qkv.bias` for Perception Encoder (`rope='pe'`, timm's `AttentionRope`), or
+  else without a bias, the query's and value's
   as `q_bias` and `v_bias` (DINOv3's `_qkvb` files, EVA-02's T and S), or, with
   EVA-02's LayerNorm in the MLP (`mlp_norm`, its B and L), as three projections
   `q_proj`, `k_proj` (no bias) and `v_proj`; LayerScale as `gamma_1` and
   `gamma_2`; a SwiGLU MLP packed in `fc1` ([gate | input], timm's `GluMlp`) or, as
   timm builds DINOv3's and any with `mlp_norm`, as `fc1_g` and `fc1_x` (`SwiGLU`);
-  the final LayerNorm as `fc_norm` with `pooled_norm`, else `norm`.
+  the final LayerNorm as `fc_norm` with `pooled_norm`, else `norm`; attention
+  pooling as `attn_pool` (`vit_layouts.map_head_to_timm`).
 
   Args:
     flat: the flat parameters, published layout.
@@ -65,19 +69,23 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
     The state dict's arrays.
   """
   registers = config.get('num_registers') or 0
+  pe = config.rope == 'pe'  # timm's AttentionRope: the fused qkv with a bias or without
   for refused, why in (
-      (config.attention_bias == 'qkv',
+      (config.attention_bias == 'qkv' and not pe,
        "timm's Eva attention has no key bias (DINOv3 and EVA-02 mask it to zero): export a "
        "model with attention_bias 'qv' or 'none'"),
+      (config.attention_bias == 'qv' and pe,
+       "timm's Perception Encoder has a bias on all of the query, key and value or on none: "
+       "export a model with attention_bias 'qkv' or 'none'"),
       (config.posemb not in ('none', 'learn') or config.get('posemb_grid') is not None,
        "timm's Eva holds a learned position table of the images' grid or none beside its "
        "rotary embeddings: export a model with posemb 'learn' or 'none' and no posemb_grid"),
       (config.posemb == 'learn' and registers, "timm's Eva here adds its table to the class "
        'token and the patches, and this model has registers: export one without registers '
        "or with posemb='none'"),
-      (config.classifier not in ('token', 'gap', 'token_gap'), "timm's Eva pools the class "
-       "token or the patches' mean: export a model with classifier 'token', 'gap' or "
-       "'token_gap'"),
+      (config.classifier not in ('token', 'gap', 'token_gap', 'map', 'token_map'),
+       "timm's Eva pools the class token, the patches' mean or by attention: export a model "
+       "with classifier 'token', 'gap', 'token_gap', 'map' or 'token_map'"),
       (config.representation_size is not None, "timm's Eva has no pre-logits layer")):
     if refused:
       raise ValueError(why + '.')
@@ -99,7 +107,12 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
     kernels = {n: k.reshape(k.shape[0], -1).T for n, k in kernels.items()}
     biases = {n: flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'value')
               if f'{attention}{n}/bias' in flat}
-    if fused:
+    if pe:
+      out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
+      if f'{attention}key/bias' in flat:
+        out[t + 'attn.qkv.bias'] = np.concatenate([
+            flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'key', 'value')])
+    elif fused:
       out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
       out.update({f'{t}attn.{n[0]}_bias': b for n, b in biases.items()})
     else:
@@ -121,15 +134,17 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
       out.update(vit_layouts._layernorm_to_timm(flat, p + 'MlpBlock_3/norm/', t + 'mlp.norm.'))
   out.update(vit_layouts._layernorm_to_timm(
       flat, 'Transformer/encoder_norm/', 'fc_norm.' if config.get('pooled_norm') else 'norm.'))
+  out.update(vit_layouts.map_head_to_timm(flat))
   if 'head/kernel' in flat:
     out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
   return out
 
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
-  """What a timm `Eva` state dict of a RoPE ViT fixes: the head (the class token, or
+  """What a timm `Eva` state dict of a RoPE ViT fixes: the head (the class token or
   the patches' mean, and the final LayerNorm before the pooling or after it:
-  `fc_norm`, timm's average pooling), the classes, LayerScale, the registers, the
+  `fc_norm`, timm's average pooling; or attention pooling, `attn_pool`, of the
+  patches or of the class token and the patches), the classes, LayerScale, the registers, the
   query and value biases, the patch bias, the position table (and from it the image
   size; without one, one patch builds the tree), EVA-02's LayerNorm in the MLP and
   the LayerNorm before the blocks (`norm_pre`). Without `fc_norm` a state dict does
@@ -145,9 +160,15 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   """
   token = 'cls_token' in state
   pooled_norm = 'fc_norm.weight' in state
-  classifier = ('gap' if not token else 'token_gap' if pooled_norm
-                else config.classifier if config.classifier in ('token', 'token_gap')
-                else 'token')
+  if 'attn_pool.latent' in state:
+    if pooled_norm:
+      raise CheckpointError('This timm Eva normalises what its attention pooling gives '
+                            '(fc_norm after attn_pool), which these ViTs do not have.')
+    classifier = 'token_map' if token else 'map'
+  else:
+    classifier = ('gap' if not token else 'token_gap' if pooled_norm
+                  else config.classifier if config.classifier in ('token', 'token_gap')
+                  else 'token')
   registers = np.shape(state['reg_token'])[1] if 'reg_token' in state else 0
   image_size = config.patch_size
   if 'pos_embed' in state:
@@ -165,7 +186,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
               layer_scale_init=(vit_layouts.LAYER_SCALE_INIT if 'blocks.0.gamma_1' in state
                                 else 0.),
               num_registers=registers,
-              attention_bias=('qv' if {'blocks.0.attn.q_bias', 'blocks.0.attn.q_proj.bias'}
+              attention_bias=('qkv' if 'blocks.0.attn.qkv.bias' in state else 'qv'
+                              if {'blocks.0.attn.q_bias', 'blocks.0.attn.q_proj.bias'}
                               & set(state) else 'none'),
               patch_bias='patch_embed.proj.bias' in state,
               mlp_norm='blocks.0.mlp.norm.weight' in state,

@@ -14,11 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 
 # 'dinov3': DINOv3's (Siméoni et al. 2025) rotation; 'eva02': EVA-02's (Fang et al.
-# 2024); 'none': no rotation.
-ROPES = ('none', 'dinov3', 'eva02')
+# 2024); 'pe': Perception Encoder's (Bolya et al. 2025), EVA-02's with the columns'
+# angles first; 'none': no rotation.
+ROPES = ('none', 'dinov3', 'eva02', 'pe')
 # The kinds whose channels rotate in pairs (x0, x1), (x2, x3), ...; the others rotate
 # the first half of the channels with the second (the rotate-half layout).
-INTERLEAVED = ('eva02',)
+INTERLEAVED = ('eva02', 'pe')
 
 
 def dinov3_angles(grid: Tuple[int, int], head_dim: int, theta: float) -> np.ndarray:
@@ -52,23 +53,29 @@ def dinov3_angles(grid: Tuple[int, int], head_dim: int, theta: float) -> np.ndar
 
 
 def eva02_angles(grid: Tuple[int, int], head_dim: int, theta: float,
-                 reference: Optional[Tuple[int, int]] = None) -> np.ndarray:
-  """EVA-02's rotation angles (gh * gw, head_dim) for a grid of patches.
+                 reference: Optional[Tuple[int, int]] = None, offset: float = 0.,
+                 columns_first: bool = False) -> np.ndarray:
+  """EVA-02's rotation angles (gh * gw, head_dim) for a grid of patches, or with
+  `columns_first` Perception Encoder's.
 
   As timm's `RotaryEmbeddingCat` computes them for `Eva` (timm/layers/
   pos_embed_sincos.py: `freq_bands` with step 1, `_build_grid` of grid_type
-  'index' with `ref_feat_shape`, `build_fourier_pos_embed`, `_rope_layout`
-  interleaved): each patch at its row and column index, scaled by reference / n
-  along each axis when a `reference` grid is given (EVA-02's pretraining grid, 16 x
-  16, whatever the images' grid); head_dim / 4 frequencies theta ** (-j / (head_dim
-  / 4)); the angle coordinate * frequency, the row's head_dim / 4 angles then the
-  column's, each repeated for the pair of channels it rotates.
+  'index' with `grid_offset` and `ref_feat_shape`, `build_fourier_pos_embed`,
+  `_rope_layout` interleaved): each patch at its row and column index plus
+  `offset`, scaled by reference / n along each axis when a `reference` grid is
+  given (EVA-02's pretraining grid, 16 x 16, whatever the images' grid); head_dim /
+  4 frequencies theta ** (-j / (head_dim / 4)); the angle coordinate * frequency,
+  the row's head_dim / 4 angles then the column's (the column's first with
+  `columns_first`: timm's grid_indexing 'xy', as Perception Encoder has them),
+  each repeated for the pair of channels it rotates.
 
   Args:
     grid: (gh, gw) patches.
     head_dim: the channels per head (a multiple of 4).
     theta: the frequencies' base (timm's `rope_temperature`, 10000 in EVA-02).
     reference: the grid the coordinates are scaled to, or None (unscaled).
+    offset: added to the indices before the scaling (timm's `rope_grid_offset`).
+    columns_first: the columns' angles before the rows'.
 
   Returns:
     The float32 angles, one row per patch in row-major order.
@@ -78,10 +85,12 @@ def eva02_angles(grid: Tuple[int, int], head_dim: int, theta: float,
   bands = head_dim // 4
   frequencies = 1. / np.float32(theta) ** (np.arange(bands, dtype=np.float32)
                                            / np.float32(bands))
-  axes = [np.arange(n, dtype=np.float32) for n in grid]
+  axes = [np.arange(n, dtype=np.float32) + np.float32(offset) for n in grid]
   if reference is not None:
     axes = [t / np.float32(n) * np.float32(r) for t, n, r in zip(axes, grid, reference)]
   coords = np.stack(np.meshgrid(*axes, indexing='ij'), axis=-1).reshape(-1, 2)
+  if columns_first:
+    coords = coords[:, ::-1]
   angles = coords[:, :, None] * frequencies  # (N, 2, d / 4)
   return np.repeat(angles.reshape(len(coords), -1), 2, axis=-1).astype(np.float32)
 
@@ -114,7 +123,7 @@ def rotate(x: jax.Array, angles: np.ndarray, interleaved: bool = False) -> jax.A
 
 
 def angles(kind: str, grid: Tuple[int, int], head_dim: int, theta: float,
-           reference: Optional[Tuple[int, int]] = None) -> np.ndarray:
+           reference: Optional[Tuple[int, int]] = None, offset: float = 0.) -> np.ndarray:
   """The angles of RoPE `kind` (a `ROPES` key other than 'none') on `grid`.
 
   Args:
@@ -122,17 +131,19 @@ def angles(kind: str, grid: Tuple[int, int], head_dim: int, theta: float,
     grid: (gh, gw) patches.
     head_dim: the channels per head.
     theta: the periods' base.
-    reference: EVA-02's grid the coordinates are scaled to (`eva02_angles`), or
-      None; DINOv3's coordinates span [-1, 1] on every grid and take none.
+    reference: the grid EVA-02's and Perception Encoder's coordinates are scaled to
+      (`eva02_angles`), or None; DINOv3's coordinates span [-1, 1] on every grid
+      and take none.
+    offset: added to EVA-02's and Perception Encoder's indices; DINOv3's take none.
 
   Returns:
     The (gh * gw, head_dim) angles.
   """
   if kind == 'dinov3':
-    if reference is not None:
+    if reference is not None or offset:
       raise ValueError("DINOv3's rotary coordinates span [-1, 1] on every grid: give no "
-                       'rope_grid with rope dinov3.')
+                       'rope_grid and no rope_offset with rope dinov3.')
     return dinov3_angles(grid, head_dim, theta)
-  if kind == 'eva02':
-    return eva02_angles(grid, head_dim, theta, reference)
+  if kind in ('eva02', 'pe'):
+    return eva02_angles(grid, head_dim, theta, reference, offset, columns_first=kind == 'pe')
   raise ValueError(f'Unknown rope {kind!r}; use one of {ROPES}.')

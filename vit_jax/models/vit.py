@@ -31,7 +31,7 @@ PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (
 log = logging.getLogger(__name__)
 
 Dtype = Any
-CLASSIFIERS = ('token', 'gap', 'token_gap', 'map', 'unpooled', 'token_unpooled')
+CLASSIFIERS = ('token', 'gap', 'token_gap', 'map', 'token_map', 'unpooled', 'token_unpooled')
 # The heads whose pooling has no parameters: `pooled_norm` may normalise what they pool.
 PARAMETER_FREE_POOLING = ('token', 'gap', 'token_gap')
 POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
@@ -223,9 +223,9 @@ class Encoder1DBlock(nn.Module):
   attention logits. `layer_scale_init` > 0 multiplies each branch by a learned
   per-channel scale (`ls1`, `ls2`) starting at that value, LayerScale as CaiT,
   DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`). `attention_bias`,
-  `rope`, `rope_theta` and `rope_grid` are the attention's `bias`, `rope`,
-  `rope_theta` and `rope_grid` (`MultiHeadAttention`); `mlp_norm` is the MLP's
-  `norm` (`MlpBlock`).
+  `rope`, `rope_theta`, `rope_grid` and `rope_offset` are the attention's `bias`,
+  `rope`, `rope_theta`, `rope_grid` and `rope_offset` (`MultiHeadAttention`);
+  `mlp_norm` is the MLP's `norm` (`MlpBlock`).
   """
   mlp_dim: int
   num_heads: int
@@ -245,6 +245,7 @@ class Encoder1DBlock(nn.Module):
   rope: str = 'none'
   rope_theta: float = 100.
   rope_grid: Optional[Tuple[int, int]] = None
+  rope_offset: float = 0.
   mlp_norm: bool = False
 
   @nn.compact
@@ -258,7 +259,7 @@ class Encoder1DBlock(nn.Module):
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
                            self.dtype, self.grid, self.attention_window,
                            self.attention_bias, self.rope, self.rope_theta, self.rope_grid,
-                           name='MultiHeadDotProductAttention_1')(
+                           self.rope_offset, name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = self._layer_scale('ls1', y)
@@ -329,6 +330,7 @@ class EncoderSpec:
   rope: str = 'none'
   rope_theta: float = 100.
   rope_grid: Optional[Tuple[int, int]] = None
+  rope_offset: float = 0.
   mlp_norm: bool = False
   pooled_norm: bool = False
   attention_impl: str = 'auto'
@@ -411,7 +413,7 @@ class Encoder(nn.Module):
                               layer_norm_eps=spec.layer_norm_eps,
                               attention_bias=spec.attention_bias, rope=spec.rope,
                               rope_theta=spec.rope_theta, rope_grid=spec.rope_grid,
-                              mlp_norm=spec.mlp_norm)
+                              rope_offset=spec.rope_offset, mlp_norm=spec.mlp_norm)
     rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
              for i in range(spec.num_layers)]
     if spec.scan_layers:
@@ -471,9 +473,11 @@ class Encoder(nn.Module):
 class VisionTransformer(nn.Module):
   """ViT, or with `resnet_layers` set the hybrid ResNet+ViT.
 
-  Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token`, `gap` and
+  Images (B, H, W, 3) in [-1, 1] -> logits (B, C) for the `token`, `gap`,
   `token_gap` (a class token that the blocks see, the head pooling the patches'
-  mean, as timm's class-token ViTs with global_pool='avg') heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
+  mean, as timm's class-token ViTs with global_pool='avg'), `map` and `token_map`
+  (attention pooling of the patches, or of the class token and the patches, as
+  Perception Encoder's) heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
   `attention_impl` (`ATTENTION_IMPLS`), `remat` (`REMAT_POLICIES`) and
   `scan_layers` (the blocks as one `nn.scan`) change how, not what, it
@@ -502,7 +506,10 @@ class VisionTransformer(nn.Module):
   gives the 'learn' table that grid of patches whatever the images' grid, resized
   to each call's grid as SigLIP 2 does (`AddPositionEmbs`); None, the default: the
   table is the images' grid. `rope_grid` scales EVA-02's rotary coordinates to that
-  grid whatever the images' (its pretraining grid; `rope.eva02_angles`); `mlp_norm`
+  grid whatever the images' (its pretraining grid; `rope.eva02_angles`), after
+  adding `rope_offset` to the patch indices (Perception Encoder's 1); `map_heads`
+  and `map_mlp_dim` give the attention pooling its own heads and MLP width
+  (Perception Encoder's 8 and 4 x the width; None: the blocks'); `mlp_norm`
   gives every MLP EVA-02's LayerNorm of its hidden units (`MlpBlock`);
   `pooled_norm` moves the final LayerNorm after the head's pooling (timm's
   `fc_norm`, EVA-02's and timm's average-pooling ViTs').
@@ -542,8 +549,11 @@ class VisionTransformer(nn.Module):
   rope_theta: float = 100.
   posemb_grid: Optional[Sequence[int]] = None
   rope_grid: Optional[Sequence[int]] = None
+  rope_offset: float = 0.
   mlp_norm: bool = False
   pooled_norm: bool = False
+  map_heads: Optional[int] = None
+  map_mlp_dim: Optional[int] = None
 
   def encoder_spec(self) -> EncoderSpec:
     """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
@@ -573,10 +583,12 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'pooled_norm normalises what the head pools, and classifier '
                        f'{self.classifier!r} pools nothing or by parameters of its own: use '
                        f'one of {PARAMETER_FREE_POOLING}, or pooled_norm=False.')
-    if self.rope_grid is not None and (self.rope != 'eva02' or len(self.rope_grid) != 2):
-      raise ValueError(f"rope_grid {self.rope_grid!r} is the (rows, columns) EVA-02's rotary "
-                       f"coordinates are scaled to (rope='eva02'), and this model's rope is "
-                       f"{self.rope!r}: use rope='eva02' or rope_grid=None.")
+    if self.rope_grid is not None and (self.rope not in ('eva02', 'pe')
+                                       or len(self.rope_grid) != 2):
+      raise ValueError(f"rope_grid {self.rope_grid!r} is the (rows, columns) EVA-02's and "
+                       "Perception Encoder's rotary coordinates are scaled to (rope 'eva02' or "
+                       f"'pe'), and this model's rope is {self.rope!r}: use one of those or "
+                       'rope_grid=None.')
     x = images.astype(self.dtype)
     if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
       x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
@@ -616,9 +628,9 @@ class VisionTransformer(nn.Module):
         x, train=train, prefix=prefix, pool=pool)
     if not self.pooled_norm:
       x = pool(x)
-    if self.classifier == 'map':
-      x = MAPHead(self.mlp_dim, self.num_heads, self.dtype, self.activation,
-                  self.layer_norm_eps)(x, train=train)
+    if self.classifier in ('map', 'token_map'):
+      x = MAPHead(self.map_mlp_dim or self.mlp_dim, self.map_heads or self.num_heads,
+                  self.dtype, self.activation, self.layer_norm_eps)(x, train=train)
     if self.representation_size is not None:
       x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     self.sow('intermediates', 'pre_logits', x)
@@ -636,7 +648,8 @@ class VisionTransformer(nn.Module):
     patches = x[:, leading:]
     if self.classifier in ('gap', 'token_gap'):
       return jnp.mean(patches, axis=1)
-    return jnp.concatenate([x[:, :int(self.classifier == 'token_unpooled')], patches], axis=1)
+    kept = int(self.classifier in ('token_unpooled', 'token_map'))  # the class token
+    return jnp.concatenate([x[:, :kept], patches], axis=1)
 
 
 # ---------------------------------------------------------------------------
@@ -677,7 +690,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               layer_scale_init=0., num_registers=0, activation='gelu_tanh', layer_norm_eps=1e-6,
               pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
               head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.,
-              posemb_grid=None, rope_grid=None, mlp_norm=False, pooled_norm=False)
+              posemb_grid=None, rope_grid=None, rope_offset=0., mlp_norm=False,
+              pooled_norm=False, map_heads=None, map_mlp_dim=None)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -733,6 +747,26 @@ _EVA02_FILES = {
     '-in1k': (('Ti', 'S'), '336.mim_in22k_ft_in1k', 336, 1000),
     '-in22k-in1k': (('B', 'L'), '448.mim_in22k_ft_in22k_in1k', 448, 1000),
     '-m38m-in22k-in1k': (('L',), '448.mim_m38m_ft_in22k_in1k', 448, 1000),
+}
+
+# Perception Encoder (Bolya et al. 2025, PE core): CLIP-style, a patch embedding without
+# bias and a LayerNorm before the
+# blocks, a position table and, beside it, 2D RoPE in EVA-02's interleaved pairs with the
+# columns' angles first and patch indices from 1 (G's from 0), scaled to the grid of
+# each model's pretraining; the class token and the patches attention-pooled by 8 heads
+# with an MLP 4 times the width; exact GELU, LayerNorms of epsilon 1e-5, images in
+# [-1, 1]. G has no class token.
+_PE = dict(rope='pe', rope_theta=10000., rope_offset=1., pre_norm=True, patch_bias=False,
+           classifier='token_map', map_heads=8, activation='gelu', layer_norm_eps=1e-5)
+# name: (SIZES key, patch, what differs, timm's model, its resolution)
+_PE_SIZES = {
+    'T': ('Ti', 16, dict(rope_grid=(24, 24), map_mlp_dim=768), 'tiny_patch16_384', 384),
+    'S': ('S', 16, dict(rope_grid=(24, 24), map_mlp_dim=1536), 'small_patch16_384', 384),
+    'B': ('B', 16, dict(rope_grid=(14, 14), map_mlp_dim=3072), 'base_patch16_224', 224),
+    'L': ('L', 14, dict(rope_grid=(24, 24), map_mlp_dim=4096), 'large_patch14_336', 336),
+    'G': ('G', 14, dict(hidden_size=1536, mlp_dim=8960, num_heads=16, num_layers=50,
+                        rope_grid=(32, 32), rope_offset=0., classifier='map',
+                        map_mlp_dim=6144), 'gigantic_patch14_448', 448),
 }
 
 
@@ -812,6 +846,10 @@ def _eva02_variants() -> Dict[str, TimmVariant]:
 
 
 TIMM_VARIANTS.update(_eva02_variants())
+TIMM_VARIANTS.update({
+    f'PE-Core-{size}_{patch}': TimmVariant(base, patch, dict(_PE, **fields),
+                                           f'vit_pe_core_{timm}.fb', resolution, 0)
+    for size, (base, patch, fields, timm, resolution) in _PE_SIZES.items()})
 
 
 def _variants() -> dict:
@@ -998,7 +1036,7 @@ def fit_patches(fit: Fit) -> None:
 def fit_map_head(fit: Fit) -> None:
   """A MAP head that the checkpoint lacks starts from initialisation; one the new
   model (another classifier) has no place for is dropped."""
-  if fit.config.classifier == 'map':
+  if fit.config.classifier in ('map', 'token_map'):
     fit.from_init('MAPHead_0/')
   else:
     fit.drop([k for k in fit.restored if k.startswith('MAPHead_0/')],
@@ -1068,7 +1106,7 @@ def fit_position_embeddings(fit: Fit) -> None:
 
 def _has_token(config) -> bool:
   """Whether a model (its config, or the module) has a class token."""
-  return config.classifier in ('token', 'token_gap', 'token_unpooled')
+  return config.classifier in ('token', 'token_gap', 'token_map', 'token_unpooled')
 
 
 def _rotary(config: ml_collections.ConfigDict) -> bool:

@@ -193,21 +193,7 @@ def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
                 if p + scale in flat})
   out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/',
                                 'fc_norm.' if pooled_norm else 'norm.'))
-  if 'MAPHead_0/probe' in flat:
-    p, t = 'MAPHead_0/', 'attn_pool.'
-    attention = p + 'MultiHeadDotProductAttention_0/'
-    out[t + 'latent'] = flat[p + 'probe']
-    heads = lambda name: flat[f'{attention}{name}/kernel'].reshape(
-        flat[f'{attention}{name}/kernel'].shape[0], -1).T
-    out[t + 'q.weight'] = heads('query')
-    out[t + 'q.bias'] = flat[attention + 'query/bias'].reshape(-1)
-    out[t + 'kv.weight'] = np.concatenate([heads('key'), heads('value')])
-    out[t + 'kv.bias'] = np.concatenate([flat[attention + f'{n}/bias'].reshape(-1)
-                                         for n in ('key', 'value')])
-    out[t + 'proj.weight'] = _out_projection(flat[attention + 'out/kernel'])
-    out[t + 'proj.bias'] = flat[attention + 'out/bias']
-    out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm.'))
-    out.update(_mlp_to_timm(flat, p + 'MlpBlock_0/', t + 'mlp.'))
+  out.update(map_head_to_timm(flat))
   if 'head/kernel' in flat:
     out['head.weight'], out['head.bias'] = flat['head/kernel'].T, flat['head/bias']
   return out
@@ -267,6 +253,35 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
               num_registers=registers, pre_norm='norm_pre.weight' in state,
               patch_bias='patch_embed.proj.bias' in state, pooled_norm=pooled_norm,
               mlp_norm='blocks.0.mlp.norm.weight' in state)
+
+
+def map_head_to_timm(flat: Flat) -> Dict[str, np.ndarray]:
+  """The attention pooling (`MAPHead_0`) as timm's `attn_pool` (`AttentionPoolLatent`:
+  `latent`, `q`, the fused `kv`, `proj`, `norm`, `mlp`); nothing for a model
+  without one.
+
+  Args:
+    flat: the flat parameters, published layout.
+
+  Returns:
+    The state dict's arrays of the pooling.
+  """
+  if 'MAPHead_0/probe' not in flat:
+    return {}
+  p, t = 'MAPHead_0/', 'attn_pool.'
+  attention = p + 'MultiHeadDotProductAttention_0/'
+  heads = lambda name: flat[f'{attention}{name}/kernel'].reshape(
+      flat[f'{attention}{name}/kernel'].shape[0], -1).T
+  out = {t + 'latent': flat[p + 'probe'], t + 'q.weight': heads('query'),
+         t + 'q.bias': flat[attention + 'query/bias'].reshape(-1),
+         t + 'kv.weight': np.concatenate([heads('key'), heads('value')]),
+         t + 'kv.bias': np.concatenate([flat[attention + f'{n}/bias'].reshape(-1)
+                                        for n in ('key', 'value')]),
+         t + 'proj.weight': _out_projection(flat[attention + 'out/kernel']),
+         t + 'proj.bias': flat[attention + 'out/bias']}
+  out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm.'))
+  out.update(_mlp_to_timm(flat, p + 'MlpBlock_0/', t + 'mlp.'))
+  return out
 
 
 def _out_projection(kernel: np.ndarray) -> np.ndarray:
@@ -762,7 +777,8 @@ def _written_kind(config: ml_collections.ConfigDict) -> str:
           else 'dinov2' if config.get('layer_scale_init') else 'vit')
   common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
                 pre_norm=(kind == 'clip',), patch_bias=(True,), posemb_grid=(None,),
-                mlp_norm=(False, None), pooled_norm=(False, None))
+                mlp_norm=(False, None), pooled_norm=(False, None), map_heads=(None,),
+                map_mlp_dim=(None,))
   if kind == 'siglip':  # SigLIP 2's tower resizes its table (`to_transformers`)
     common.pop('posemb_grid')
   if kind == 'vit' and not config.get('num_classes'):  # ViTModel, the layer its pooler
