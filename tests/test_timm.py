@@ -246,6 +246,31 @@ def test_fine_tuning_starts_from_a_timm_file(tmp_path):
   chex.assert_trees_all_equal(fitted['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
 
 
+def test_fine_tuning_starts_from_an_eva02_file_at_another_grid(tmp_path):
+  """A headless EVA-02 file at 2 x 2 patches fitted to a 4 x 4, 5-class model: the
+  blocks (rotary embeddings have no parameters) and the pooled LayerNorm kept, the
+  table resized around its class-token row, the head new; the fitted model runs."""
+  from safetensors.numpy import save_file
+  small = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2)
+  source = models.get_config('EVA02-B_14', num_classes=0, **small)
+  params = perturbed(init(models.build_model(source), 28))['params']
+  path = str(tmp_path / 'eva02.safetensors')
+  save_file(timm_files.to_timm(params, source), path)
+  config = models.get_config('EVA02-B_14', num_classes=5, **small)
+  model = models.build_model(config)
+  fresh = init(model, 56)['params']
+  fitted = fit.load_pretrained(path, fresh, config)
+  for kept in ('encoderblock_1', 'encoder_norm'):
+    chex.assert_trees_all_equal(fitted['Transformer'][kept], jax.tree_util.tree_map(
+        np.asarray, params['Transformer'][kept]))
+  table = fitted['Transformer']['posembed_input']['pos_embedding']
+  chex.assert_shape(table, (1, 17, 32))
+  np.testing.assert_array_equal(table[:, 0], params['Transformer']['posembed_input'][
+      'pos_embedding'][:, 0])
+  chex.assert_trees_all_equal(fitted['head'], jax.tree_util.tree_map(np.asarray, fresh['head']))
+  assert np.isfinite(apply(model, {'params': fitted}, images(2, 56))).all()
+
+
 def test_fine_tuning_starts_from_a_headless_dinov2_file_with_registers(tmp_path):
   """DINOv2 with registers at a small width, its file without a head at 28 px
   (a 2x2 grid): fitted to a 56 px, 5-class model, the registers and blocks kept,
