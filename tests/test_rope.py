@@ -2,9 +2,12 @@
 them position embeddings and their closed forms; their agreement with DINOv3's and
 EVA-02's own code is tested against timm (tests/test_timm.py: EVA-02's rotation
 itself, and whole models) and transformers (tests/test_transformers_files.py)."""
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import tiny_vit
 from vit_jax.models import rope
 
 
@@ -91,3 +94,11 @@ def test_a_head_width_rope_cannot_split_is_refused(make):
 def test_dinov3_takes_no_reference_grid():
   with pytest.raises(ValueError, match='give no rope_grid and no rope_offset with rope dinov3'):
     rope.angles('dinov3', (2, 2), 8, 100., (16, 16))
+
+
+@pytest.mark.parametrize('fields, message', [
+    (dict(rope='dinov3', rope_grid=(16, 16)), "rope_grid .* this model's rope is 'dinov3'"),
+    (dict(rope_offset=1.), "rope_offset 1.0 .* this model's rope is 'none'")])
+def test_a_rotary_field_without_its_rotation_is_refused_in_one_sentence(fields, message):
+  with pytest.raises(ValueError, match=message):
+    jax.eval_shape(tiny_vit(**fields).init, jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)))

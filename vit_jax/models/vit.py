@@ -589,6 +589,10 @@ class VisionTransformer(nn.Module):
                        "Perception Encoder's rotary coordinates are scaled to (rope 'eva02' or "
                        f"'pe'), and this model's rope is {self.rope!r}: use one of those or "
                        'rope_grid=None.')
+    if self.rope_offset and self.rope not in ('eva02', 'pe'):
+      raise ValueError(f'rope_offset {self.rope_offset!r} shifts the patch indices of rope '
+                       f"'eva02' or 'pe', and this model's rope is {self.rope!r}: use one of "
+                       'those or rope_offset=0.')
     x = images.astype(self.dtype)
     if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
       x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
