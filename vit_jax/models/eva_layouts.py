@@ -1,8 +1,8 @@
 """The files of ViTs with rotary position embeddings (DINOv3, EVA-02, Perception
-Encoder): timm's `Eva` state dicts (the class timm builds `vit_*_dinov3`,
-`eva02_*` and `vit_pe_*` with) and
-`transformers`' `dinov3_vit` folders, to and from the published layout. The `vit` family takes these layouts for
-a model whose `rope` is set (`vit.FAMILY`)."""
+Encoder): timm's `Eva` state dicts (the class timm builds `vit_*_dinov3`, `eva02_*`
+and `vit_pe_*` with) and `transformers`' `dinov3_vit` folders, to and from the
+published layout. The `vit` family takes these layouts for a model whose `rope` is
+set (`vit.FAMILY`)."""
 import logging
 import math
 import re
@@ -107,17 +107,16 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
     kernels = {n: k.reshape(k.shape[0], -1).T for n, k in kernels.items()}
     biases = {n: flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'value')
               if f'{attention}{n}/bias' in flat}
-    if pe:
-      out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
-      if f'{attention}key/bias' in flat:
-        out[t + 'attn.qkv.bias'] = np.concatenate([
-            flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'key', 'value')])
-    elif fused:
-      out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
-      out.update({f'{t}attn.{n[0]}_bias': b for n, b in biases.items()})
-    else:
+    if not fused:
       out.update({f'{t}attn.{n[0]}_proj.weight': k for n, k in kernels.items()})
       out.update({f'{t}attn.{n[0]}_proj.bias': b for n, b in biases.items()})
+    else:
+      out[t + 'attn.qkv.weight'] = np.concatenate(list(kernels.values()))
+      if not pe:
+        out.update({f'{t}attn.{n[0]}_bias': b for n, b in biases.items()})
+      elif f'{attention}key/bias' in flat:
+        out[t + 'attn.qkv.bias'] = np.concatenate([
+            flat[f'{attention}{n}/bias'].reshape(-1) for n in ('query', 'key', 'value')])
     out[t + 'attn.proj.weight'] = vit_layouts._out_projection(flat[attention + 'out/kernel'])
     out[t + 'attn.proj.bias'] = flat[attention + 'out/bias']
     out.update(vit_layouts._layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
@@ -129,9 +128,7 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
       for kind in ('weight', 'bias'):
         out[f'{t}mlp.fc1_g.{kind}'], out[f'{t}mlp.fc1_x.{kind}'] = np.split(
             mlp.pop(f'{t}mlp.fc1.{kind}'), 2)
-    out.update(mlp)
-    if p + 'MlpBlock_3/norm/scale' in flat:
-      out.update(vit_layouts._layernorm_to_timm(flat, p + 'MlpBlock_3/norm/', t + 'mlp.norm.'))
+    out.update(mlp)  # with EVA-02's `mlp.norm`, where it has one
   out.update(vit_layouts._layernorm_to_timm(
       flat, 'Transformer/encoder_norm/', 'fc_norm.' if config.get('pooled_norm') else 'norm.'))
   out.update(vit_layouts.map_head_to_timm(flat))
@@ -144,8 +141,8 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   """What a timm `Eva` state dict of a RoPE ViT fixes: the head (the class token or
   the patches' mean, and the final LayerNorm before the pooling or after it:
   `fc_norm`, timm's average pooling; or attention pooling, `attn_pool`, of the
-  patches or of the class token and the patches), the classes, LayerScale, the registers, the
-  query and value biases, the patch bias, the position table (and from it the image
+  patches or of the class token and the patches), the classes, LayerScale, the
+  registers, the query and value biases, the patch bias, the position table (and from it the image
   size; without one, one patch builds the tree), EVA-02's LayerNorm in the MLP and
   the LayerNorm before the blocks (`norm_pre`). Without `fc_norm` a state dict does
   not show whether the class token or the patches' mean is pooled: the named model
