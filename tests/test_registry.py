@@ -46,6 +46,12 @@ PARAM_COUNTS = {
     'EVA02-L_14-in22k-in1k': 304_293_800, 'EVA02-L_14-m38m-in22k-in1k': 304_293_800,
     'PE-Core-T_16': 6_162_280, 'PE-Core-S_16': 23_825_128, 'PE-Core-B_16': 93_655_528,
     'PE-Core-L_14': 316_799_976, 'PE-Core-G_14': 1_880_423_912,
+    'AIMv2-L_14': 310_222_824, 'AIMv2-L_14-336': 310_222_824, 'AIMv2-L_14-448': 310_222_824,
+    'AIMv2-L_14-dist': 310_222_824, 'AIMv2-L_14-336-dist': 310_222_824,
+    'AIMv2-H_14': 682_388_968, 'AIMv2-H_14-336': 682_388_968, 'AIMv2-H_14-448': 682_388_968,
+    'AIMv2-1B_14': 1_237_007_336, 'AIMv2-1B_14-336': 1_237_007_336,
+    'AIMv2-1B_14-448': 1_237_007_336, 'AIMv2-3B_14': 2_723_731_432,
+    'AIMv2-3B_14-336': 2_723_731_432, 'AIMv2-3B_14-448': 2_723_731_432,
 }
 # Counted against closed forms in test_mixer_alternet.py; the LiT models in test_lit.py.
 OTHER_MODELS = ['Mixer-B_32', 'Mixer-L_32', 'Mixer-S_16', 'Mixer-S_32', 'AlterNet-18',

@@ -151,6 +151,16 @@ def test_what_timm_cannot_hold_is_refused():
       timm_files.to_timm(params, 'ViT-Ti_16')
   with pytest.raises(ValueError, match='timm layouts cover the ViT, hybrid and BiT'):
     timm_files.to_timm(params, 'Mixer-B_16')
+  aimv2 = dict(normalization='rms', patch_norm=True, attention_bias='none',
+               projection_bias=False, activation='swiglu')
+  for fields, says in ((dict(aimv2, classifier='attention_pool'), 'no AIMv2 attention pooling'),
+                       (dict(attention_bias='qv'), "on all of the query, key and value or on "
+                        'none'),
+                       (dict(aimv2, rope='eva02', classifier='token'), "Eva here has LayerNorms")):
+    config = models.get_config('ViT-Ti_16', **{**TINY_VIT, 'num_classes': 3, **fields})
+    params = init(models.build_model(config), 32)['params']
+    with pytest.raises(ValueError, match=says):
+      timm_files.to_timm(params, config)
 
 
 # The tiny models' fields besides what a state dict fixes (head, classes, image size).
@@ -437,7 +447,9 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   and unnormalised pixels, DINOv3's rotary
   position embeddings, registers, biases and SwiGLU MLPs, EVA-02's rotary embeddings
   beside its table, its MLP's LayerNorm, separate projections and pooled LayerNorm,
-  Perception Encoder's rotary embeddings and attention pooling. timm's SigLIP uses
+  Perception Encoder's rotary embeddings and attention pooling, AIMv2's RMSNorms
+  (the patch embeddings' among them), bias-free projections and split SwiGLU
+  layers. timm's SigLIP uses
   the exact GELU where big_vision's (and ours) is tanh-approximated: it is built with
   gelu_tanh here."""
   from vit_jax.models.vit import TIMM_VARIANTS
@@ -446,11 +458,12 @@ def test_todays_vits_read_from_timm_give_timms_logits(tmp_path, torch_python):
   # DINOv2-g's SwiGLUPacked first layer is mlp_ratio * width wide, twice mlp_dim; timm's
   # DINOv3 pools the patches' mean unless told to pool the class token, as DINOv3 does,
   # and its 7B's MLP is twice the width (mlp_ratio 2) where the small models' is four times.
-  # TIPSv2's So400m MLP is 4304 / 1152 times the width, EVA-02's 8 / 3, where the small
-  # models' is four.
+  # TIPSv2's So400m MLP is 4304 / 1152 times the width, EVA-02's 8 / 3, AIMv2's 2.75 or
+  # 2.6667, where the small models' is four.
   kwargs = lambda name: ({'act_layer': 'gelu_tanh'} if name.startswith('SigLIP') else
                          {'mlp_ratio': 8.} if name.startswith(('DINOv2-g', 'TIPSv2-g')) else
-                         {'mlp_ratio': 4.} if name.startswith(('TIPSv2-So400m', 'EVA02', 'PE'))
+                         {'mlp_ratio': 4.} if name.startswith(('TIPSv2-So400m', 'EVA02', 'PE',
+                                                               'AIMv2'))
                          else
                          {'global_pool': 'token', 'mlp_ratio': 4.} if name.startswith('DINOv3')
                          else {})

@@ -66,9 +66,10 @@ model.save_pretrained(spec['folder'])
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
 with torch.no_grad():  # the forward, or a two-tower model's image features
   out = getattr(model, spec.get('method', '__call__'))(**inputs(x))
-read, _, token = spec['read'].partition(':')  # 'last_hidden_state:0': one token's
+read, _, token = spec['read'].partition(':')  # ':0': one token's; ':mean': their mean
 out = getattr(out, read)
-np.save(spec['output'], (out[:, int(token)] if token else out).numpy())
+np.save(spec['output'], (out.mean(1) if token == 'mean' else out[:, int(token)] if token
+                         else out).numpy())
 '''
 
 SMALL_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -94,6 +95,9 @@ SMALL_DINOV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, 
 SMALL_DINOV3 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, image_size=32, patch_size=8, num_register_tokens=4,
                     layerscale_value=0.1)
+# AIMv2's: RMSNorms, SwiGLU, no biases but the patch embedding's and the pooling's output.
+SMALL_AIMV2 = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=48, image_size=32, patch_size=8)
 # A BiT of two stages: the tiny BiT of the tests (`width_factor` 0.5, units 1, 2).
 SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
 
@@ -144,6 +148,16 @@ SMALL_BIT = dict(embedding_size=32, hidden_sizes=[128, 256], depths=[1, 2])
      dict(vision_config=SMALL_TOWER, text_config=SMALL_TEXT), 'pooler_output'),
     ('Siglip2Config', 'Siglip2Model.get_image_features',
      dict(vision_config=SMALL_SIGLIP2, text_config=SMALL_TEXT), 'pooler_output'),
+    # AIMv2's, with its attention pooling head (use_head), with biases, and without the
+    # head: the tokens, whose mean the model read here pools, as timm's AIMv2 does.
+    ('Aimv2VisionConfig', 'Aimv2VisionModel', SMALL_AIMV2, 'pooler_output'),
+    ('Aimv2VisionConfig', 'Aimv2VisionModel', dict(SMALL_AIMV2, qkv_bias=True, mlp_bias=True),
+     'pooler_output'),
+    ('Aimv2VisionConfig', 'Aimv2VisionModel', dict(SMALL_AIMV2, use_head=False),
+     'last_hidden_state:mean'),
+    ('Aimv2Config', 'Aimv2Model.get_image_features',
+     dict(vision_config=SMALL_AIMV2, text_config=SMALL_TEXT, projection_dim=16),
+     'pooler_output'),
     # ViT-MAE's encoder, alone and in the pre-training model (its decoder left out):
     # the class token after the last LayerNorm; with no masking its patches are
     # shuffled, which the class token does not see.
@@ -202,13 +216,18 @@ def test_a_transformers_model_gives_transformers_outputs(config, model, fields, 
     (dict(model_type='bit', hidden_sizes=[128, 512]), 'hidden_sizes \\[128, 512\\]'),
     (dict(model_type='bit', depths=[1, 0]), 'depths \\[1, 0\\]'),
     (dict(model_type='bit', output_stride=4), 'output_stride 4'),
+    (dict(model_type='aimv2_vision_model', hidden_act='gelu'), "hidden_act 'gelu'"),
+    (dict(model_type='aimv2_vision_model', is_native=True), 'is_native True'),
+    (dict(model_type='aimv2_vision_model', qkv_bias=True), 'qkv_bias True and mlp_bias False'),
+    (dict(model_type='aimv2', vision_config=['damaged']), "vision_config \\['damaged'\\]"),
 ])
 def test_a_field_the_model_cannot_express_is_refused_naming_it(change, says, tmp_path):
   folder = tmp_path / 'model'
   folder.mkdir()
   kind = str(change.get('model_type'))
-  base = {'dinov3_vit': SMALL_DINOV3, 'bit': SMALL_BIT}.get(
-      kind, SMALL_DINOV2 if kind.startswith('dinov2') else SMALL_VIT)
+  base = {'dinov3_vit': SMALL_DINOV3, 'bit': SMALL_BIT,
+          'aimv2_vision_model': SMALL_AIMV2}.get(
+              kind, SMALL_DINOV2 if kind.startswith('dinov2') else SMALL_VIT)
   config = {'model_type': 'vit', **base, **change}
   (folder / hf_files.CONFIG).write_text(json.dumps(config))
   (folder / 'model.safetensors').write_bytes(b'')  # refused before it is read
@@ -443,6 +462,10 @@ def test_the_training_command_fine_tunes_from_a_folder_and_records_its_model(
 DINOV3 = dict(posemb='none', rope='dinov3', num_registers=4, layer_scale_init=0.1,
               activation='gelu', layer_norm_eps=1e-5)
 
+# A small AIMv2 of the zoo's fields.
+AIMV2 = dict(normalization='rms', layer_norm_eps=1e-5, patch_norm=True, attention_bias='none',
+             projection_bias=False, activation='swiglu', mlp_dim=48)
+
 TRANSFORMERS_READS = INPUTS + r'''
 model = getattr(transformers, spec['auto']).from_pretrained(spec['folder']).eval()
 x = torch.from_numpy(np.load(spec['images']).transpose(0, 3, 1, 2))
@@ -489,6 +512,11 @@ with torch.no_grad():
     # The same as SigLIP 2's tower, on its processor's patches.
     (dict(num_classes=0, classifier='map', layer_norm_eps=1e-6),
      'Siglip2VisionModel:siglip2_vision_model', 'pooler_output'),
+    # AIMv2's (Aimv2VisionModel): its tokens, and its attention pooling, with biases or none.
+    (dict(AIMV2, num_classes=0, classifier='unpooled'), 'AutoModel', 'last_hidden_state'),
+    (dict(AIMV2, num_classes=0, classifier='attention_pool'), 'AutoModel', 'pooler_output'),
+    (dict(AIMV2, num_classes=0, classifier='attention_pool', attention_bias='qkv',
+          projection_bias=True), 'AutoModel', 'pooler_output'),
 ])
 def test_a_vit_written_here_gives_its_outputs_in_transformers(fields, auto, read, tmp_path,
                                                               torch_python):

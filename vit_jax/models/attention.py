@@ -158,7 +158,8 @@ class MultiHeadAttention(nn.Module):
   (`ATTENTION_BIASES`); `rope` (`rope.ROPES`) rotates the patch tokens' queries
   and keys on `grid` (`rope.rotate`), with periods of base `rope_theta` and, for
   EVA-02's and Perception Encoder's, coordinates offset by `rope_offset` and
-  scaled to `rope_grid` (`rope.angles`).
+  scaled to `rope_grid` (`rope.angles`). Without `out_bias` the output projection
+  has no bias (AIMv2's).
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -171,6 +172,7 @@ class MultiHeadAttention(nn.Module):
   rope_theta: float = 100.
   rope_grid: Optional[Tuple[int, int]] = None
   rope_offset: float = 0.
+  out_bias: bool = True
 
   @nn.compact
   def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
@@ -208,7 +210,7 @@ class MultiHeadAttention(nn.Module):
     else:
       y = fused_attention(q, k, v, impl)
     y = sow_edited(self, HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
-    return dense(width, axis=(-2, -1), name='out')(y)
+    return dense(width, axis=(-2, -1), use_bias=self.out_bias, name='out')(y)
 
   def explicit(self, q: jax.Array, k: jax.Array, v: jax.Array, bias: Optional[jax.Array],
                mask: Optional[jax.Array], *, train: bool) -> jax.Array:

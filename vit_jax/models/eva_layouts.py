@@ -86,7 +86,12 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
       (config.classifier not in ('token', 'gap', 'token_gap', 'map', 'token_map'),
        "timm's Eva pools the class token, the patches' mean or by attention: export a model "
        "with classifier 'token', 'gap', 'token_gap', 'map' or 'token_map'"),
-      (config.representation_size is not None, "timm's Eva has no pre-logits layer")):
+      (config.representation_size is not None, "timm's Eva has no pre-logits layer"),
+      (config.get('normalization', 'layer') != 'layer' or config.get('patch_norm')
+       or not config.get('projection_bias', True),
+       "timm's Eva here has LayerNorms, none of the patch embeddings, and biased output "
+       "projections and MLPs: export a model with normalization 'layer', patch_norm=False and "
+       'projection_bias=True')):
     if refused:
       raise ValueError(why + '.')
   fused = not config.get('mlp_norm')
@@ -123,12 +128,9 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
     out.update(vit_layouts._layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
     out.update({f'{t}gamma_{n + 1}': flat[p + scale] for n, scale in enumerate(('ls1', 'ls2'))
                 if p + scale in flat})
-    mlp = vit_layouts._mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.')
-    if config.activation == 'swiglu' and not packed:  # [gate | input] as its two layers
-      for kind in ('weight', 'bias'):
-        out[f'{t}mlp.fc1_g.{kind}'], out[f'{t}mlp.fc1_x.{kind}'] = np.split(
-            mlp.pop(f'{t}mlp.fc1.{kind}'), 2)
-    out.update(mlp)  # with EVA-02's `mlp.norm`, where it has one
+    # With EVA-02's `mlp.norm`, where it has one.
+    out.update(vit_layouts._mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.',
+                                        config.activation == 'swiglu' and not packed))
   out.update(vit_layouts._layernorm_to_timm(
       flat, 'Transformer/encoder_norm/', 'fc_norm.' if config.get('pooled_norm') else 'norm.'))
   out.update(vit_layouts.map_head_to_timm(flat))
@@ -307,7 +309,9 @@ def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: i
   for field, allowed in (('classifier', ('token',)), ('num_classes', (0, None)),
                          ('patch_bias', (True,)), ('attention_bias', ('qv', 'none')),
                          ('rope', ('dinov3',)), ('posemb', ('none',)), ('pre_norm', (False,)),
-                         ('mlp_norm', (False,)), ('pooled_norm', (False,))):
+                         ('mlp_norm', (False,)), ('pooled_norm', (False,)),
+                         ('normalization', ('layer',)), ('projection_bias', (True,)),
+                         ('patch_norm', (False,))):
     if config.get(field, allowed[0]) not in allowed:
       raise CheckpointError(f'The model has {field} {config.get(field)!r}, which transformers\' '
                             'DINOv3ViTModel does not have: it is a headless class-token ViT with '

@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 import scipy.ndimage
 
-from vit_jax.models import conv, eva_layouts, vit_layouts
+from vit_jax.models import aimv2_layouts, conv, eva_layouts, vit_layouts
 from vit_jax.models.attention import (ATTENTION_BIASES, ATTENTION_IMPLS, ATTENTION_WEIGHTS,
                                      HEAD_OUTPUTS, MultiHeadAttention)
 from vit_jax.models.family import (CLASSIFY, HYBRID, SCAN, TENSOR_PARALLEL, TRANSFORMER, Branch,
@@ -31,7 +31,8 @@ PATCH_EMBEDDING = 'patch_embedding'  # the sown output of the patch embedding, (
 log = logging.getLogger(__name__)
 
 Dtype = Any
-CLASSIFIERS = ('token', 'gap', 'token_gap', 'map', 'token_map', 'unpooled', 'token_unpooled')
+CLASSIFIERS = ('token', 'gap', 'token_gap', 'map', 'token_map', 'attention_pool', 'unpooled',
+               'token_unpooled')
 # The heads whose pooling has no parameters: `pooled_norm` may normalise what they pool.
 PARAMETER_FREE_POOLING = ('token', 'gap', 'token_gap')
 POSEMBS = ('learn', 'learn2d', 'sincos2d', 'relative', 'none')
@@ -163,43 +164,69 @@ ACTIVATIONS = {
     'swiglu': lambda x: (lambda a, b: nn.silu(a) * b)(*jnp.split(x, 2, axis=-1)),
 }
 GATED = ('swiglu',)  # the activations whose first layer is twice mlp_dim wide
+# Every normalisation of a ViT: LayerNorm (the published ViTs'), or RMSNorm (AIMv2's:
+# x / sqrt(mean(x^2) + epsilon) times a learned `scale`, no mean subtracted and no bias,
+# as timm's `RmsNorm` and `transformers`' `Aimv2RMSNorm`).
+NORMALIZATIONS = {'layer': nn.LayerNorm, 'rms': nn.RMSNorm}
+
+
+def norm_layer(kind: str, epsilon: float, dtype: Dtype, name: Optional[str] = None) -> nn.Module:
+  """The normalisation `kind` (a `NORMALIZATIONS` key) of epsilon `epsilon`.
+
+  Args:
+    kind: 'layer' or 'rms'.
+    epsilon: added to the variance (or the mean square).
+    dtype: the computation's dtype.
+    name: the module's name; None: Flax's automatic one.
+
+  Returns:
+    The Flax module.
+  """
+  return NORMALIZATIONS[kind](epsilon=epsilon, dtype=dtype, name=name)
 
 
 class MlpBlock(nn.Module):
   """Dense -> GELU (`activation`, an `ACTIVATIONS` key) -> dropout -> Dense back to
   the input width -> dropout; for a gated activation (`GATED`), the first Dense is
   2 * mlp_dim wide and the unit leaves mlp_dim. With `norm`, a LayerNorm (`norm`,
-  of epsilon `layer_norm_eps`) of the mlp_dim hidden units comes before the second
-  Dense, as EVA-02's MLP has it (timm's `scale_mlp`)."""
+  of epsilon `layer_norm_eps`; an RMSNorm with `normalization` 'rms') of the mlp_dim
+  hidden units comes before the second Dense, as EVA-02's MLP has it (timm's
+  `scale_mlp`). Without `bias`, neither Dense has a bias (AIMv2's, timm's
+  `proj_bias=False`)."""
   mlp_dim: int
   dropout_rate: float = 0.
   dtype: Dtype = jnp.float32
   activation: str = 'gelu_tanh'
   norm: bool = False
   layer_norm_eps: float = 1e-6
+  bias: bool = True
+  normalization: str = 'layer'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     dense = lambda features, name: nn.Dense(
-        features, dtype=self.dtype, kernel_init=nn.initializers.xavier_uniform(),
+        features, dtype=self.dtype, use_bias=self.bias,
+        kernel_init=nn.initializers.xavier_uniform(),
         bias_init=nn.initializers.normal(stddev=1e-6), name=name)
     width = self.mlp_dim * (2 if self.activation in GATED else 1)
     y = ACTIVATIONS[self.activation](dense(width, 'Dense_0')(x))
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     if self.norm:
-      y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='norm')(y)
+      y = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'norm')(y)
     y = dense(x.shape[-1], 'Dense_1')(y)
     return nn.Dropout(self.dropout_rate)(y, deterministic=not train)
 
 
 class MAPHead(nn.Module):
   """Multi-head attention pooling (big_vision's `MAPHead`): a learned probe token
-  attends over all tokens, then gets a residual MLP on its layer norm."""
+  attends over all tokens, then gets a residual MLP on its layer norm (of
+  `normalization`)."""
   mlp_dim: int
   num_heads: int
   dtype: Dtype = jnp.float32
   activation: str = 'gelu_tanh'
   layer_norm_eps: float = 1e-6
+  normalization: str = 'layer'
 
   @nn.compact
   def __call__(self, x, *, train: bool):
@@ -207,9 +234,34 @@ class MAPHead(nn.Module):
     probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
     x = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, dtype=self.dtype,
                                         kernel_init=nn.initializers.xavier_uniform())(probe, x)
-    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype)(x)
+    y = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'LayerNorm_0')(x)
     return (x + MlpBlock(self.mlp_dim, dtype=self.dtype, activation=self.activation)(
         y, train=train))[:, 0]
+
+
+class AttentionPool(nn.Module):
+  """AIMv2's attention pooling (`transformers`' `Aimv2AttentionPoolingHead`): a
+  learned query (`query`, (1, 1, D), cut into the heads) attends over the tokens
+  through key and value projections alone (with biases where `bias`), and the
+  heads' outputs, joined, go through an output projection with a bias (`out`);
+  no LayerNorm, no MLP."""
+  num_heads: int
+  dtype: Dtype = jnp.float32
+  bias: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    b, _, d = x.shape
+    if d % self.num_heads:
+      raise ValueError(f'Width {d} is not divisible by {self.num_heads} heads.')
+    heads = (self.num_heads, d // self.num_heads)
+    dense = functools.partial(nn.DenseGeneral, dtype=self.dtype,
+                              kernel_init=nn.initializers.xavier_uniform())
+    query = self.param('query', nn.initializers.normal(stddev=0.02), (1, 1, d))
+    query = jnp.broadcast_to(query.astype(x.dtype).reshape(1, 1, *heads), (b, 1, *heads))
+    key, value = (dense(heads, use_bias=self.bias, name=name)(x) for name in ('key', 'value'))
+    y = jax.nn.dot_product_attention(query, key, value)  # (B, 1, heads, D / heads)
+    return dense(d, axis=(-2, -1), name='out')(y)[:, 0]
 
 
 class Encoder1DBlock(nn.Module):
@@ -225,7 +277,9 @@ class Encoder1DBlock(nn.Module):
   DeiT III and DINOv2 have it (timm's `ls1.gamma`, `ls2.gamma`). `attention_bias`,
   `rope`, `rope_theta`, `rope_grid` and `rope_offset` are the attention's `bias`,
   `rope`, `rope_theta`, `rope_grid` and `rope_offset` (`MultiHeadAttention`);
-  `mlp_norm` is the MLP's `norm` (`MlpBlock`).
+  `mlp_norm` is the MLP's `norm` (`MlpBlock`). `normalization` (`NORMALIZATIONS`)
+  is every norm's kind; without `projection_bias` neither the attention's output
+  projection nor the MLP has a bias (timm's `proj_bias`).
   """
   mlp_dim: int
   num_heads: int
@@ -247,6 +301,8 @@ class Encoder1DBlock(nn.Module):
   rope_grid: Optional[Tuple[int, int]] = None
   rope_offset: float = 0.
   mlp_norm: bool = False
+  normalization: str = 'layer'
+  projection_bias: bool = True
 
   @nn.compact
   def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
@@ -255,11 +311,12 @@ class Encoder1DBlock(nn.Module):
     rate = self.drop_path if drop_path is None else drop_path
     x = sow_edited(self, 'input', x)
 
-    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_0')(x)
+    y = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'LayerNorm_0')(x)
     y = MultiHeadAttention(self.num_heads, self.attention_dropout_rate, self.attention_impl,
                            self.dtype, self.grid, self.attention_window,
                            self.attention_bias, self.rope, self.rope_theta, self.rope_grid,
-                           self.rope_offset, name='MultiHeadDotProductAttention_1')(
+                           self.rope_offset, self.projection_bias,
+                           name='MultiHeadDotProductAttention_1')(
                                y, train=train, relative_table=relative_table)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = self._layer_scale('ls1', y)
@@ -268,9 +325,10 @@ class Encoder1DBlock(nn.Module):
     x = x + y if self.attention_skip else y
     x = sow_edited(self, '+sa', x)
 
-    y = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='LayerNorm_2')(x)
+    y = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'LayerNorm_2')(x)
     y = MlpBlock(self.mlp_dim, self.dropout_rate, self.dtype, self.activation,
-                 self.mlp_norm, self.layer_norm_eps, name='MlpBlock_3')(y, train=train)
+                 self.mlp_norm, self.layer_norm_eps, self.projection_bias, self.normalization,
+                 name='MlpBlock_3')(y, train=train)
     y = self._layer_scale('ls2', y)
     y = sow_edited(self, 'mlp', y)
     y = self._drop_path(y, rate, train)
@@ -333,6 +391,8 @@ class EncoderSpec:
   rope_offset: float = 0.
   mlp_norm: bool = False
   pooled_norm: bool = False
+  normalization: str = 'layer'
+  projection_bias: bool = True
   attention_impl: str = 'auto'
   remat: str = 'none'
   scan_layers: bool = False
@@ -404,7 +464,7 @@ class Encoder(nn.Module):
       x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
     x = nn.Dropout(spec.dropout_rate)(x, deterministic=not train)
     if spec.pre_norm:  # CLIP's LayerNorm of the embedded tokens, before the blocks
-      x = nn.LayerNorm(epsilon=spec.layer_norm_eps, dtype=spec.dtype, name='pre_norm')(x)
+      x = norm_layer(spec.normalization, spec.layer_norm_eps, spec.dtype, 'pre_norm')(x)
     block = Encoder1DBlock
     if spec.remat != 'none':
       # static_argnums counts `self`: `train` (index 2) selects the program.
@@ -413,7 +473,9 @@ class Encoder(nn.Module):
                               layer_norm_eps=spec.layer_norm_eps,
                               attention_bias=spec.attention_bias, rope=spec.rope,
                               rope_theta=spec.rope_theta, rope_grid=spec.rope_grid,
-                              rope_offset=spec.rope_offset, mlp_norm=spec.mlp_norm)
+                              rope_offset=spec.rope_offset, mlp_norm=spec.mlp_norm,
+                              normalization=spec.normalization,
+                              projection_bias=spec.projection_bias)
     rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
              for i in range(spec.num_layers)]
     if spec.scan_layers:
@@ -440,8 +502,8 @@ class Encoder(nn.Module):
     """The final LayerNorm of every token, or of `pool` of them (`pooled_norm`)."""
     if self.spec.pooled_norm:
       x = pool(x)
-    return nn.LayerNorm(epsilon=self.spec.layer_norm_eps, dtype=self.spec.dtype,
-                        name='encoder_norm')(x)
+    return norm_layer(self.spec.normalization, self.spec.layer_norm_eps, self.spec.dtype,
+                'encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
@@ -477,7 +539,8 @@ class VisionTransformer(nn.Module):
   `token_gap` (a class token that the blocks see, the head pooling the patches'
   mean, as timm's class-token ViTs with global_pool='avg'), `map` and `token_map`
   (attention pooling of the patches, or of the class token and the patches, as
-  Perception Encoder's) heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
+  Perception Encoder's), `attention_pool` (AIMv2's: a learned query attending over
+  the tokens, `AttentionPool`) heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
   `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
   `attention_impl` (`ATTENTION_IMPLS`), `remat` (`REMAT_POLICIES`) and
   `scan_layers` (the blocks as one `nn.scan`) change how, not what, it
@@ -512,7 +575,11 @@ class VisionTransformer(nn.Module):
   (Perception Encoder's 8 and 4 x the width; None: the blocks'); `mlp_norm`
   gives every MLP EVA-02's LayerNorm of its hidden units (`MlpBlock`);
   `pooled_norm` moves the final LayerNorm after the head's pooling (timm's
-  `fc_norm`, EVA-02's and timm's average-pooling ViTs').
+  `fc_norm`, EVA-02's and timm's average-pooling ViTs'). AIMv2's blocks differ in
+  `normalization` (`NORMALIZATIONS`: 'rms' makes every norm an RMSNorm), a norm of
+  the patch embeddings before their positions (`patch_norm`, `patch_norm`), and
+  `projection_bias` (False: neither the attention's output projection nor the MLP
+  has a bias, timm's `proj_bias`).
   """
   num_classes: Optional[int]
   patch_size: int
@@ -554,6 +621,9 @@ class VisionTransformer(nn.Module):
   pooled_norm: bool = False
   map_heads: Optional[int] = None
   map_mlp_dim: Optional[int] = None
+  normalization: str = 'layer'
+  projection_bias: bool = True
+  patch_norm: bool = False
 
   def encoder_spec(self) -> EncoderSpec:
     """The encoder's fields as one value: this model's fields of `EncoderSpec`'s names.
@@ -572,7 +642,8 @@ class VisionTransformer(nn.Module):
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
                          ('posemb_where', POSEMB_WHERE), ('activation', ACTIVATIONS),
                          ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES),
-                         ('attention_bias', ATTENTION_BIASES), ('rope', ROPES)):
+                         ('attention_bias', ATTENTION_BIASES), ('rope', ROPES),
+                         ('normalization', NORMALIZATIONS)):
       if getattr(self, field) not in valid:
         raise ValueError(f'Unknown {field} {getattr(self, field)!r}; use one of {tuple(valid)}.')
     if self.posemb_grid is not None and (self.posemb != 'learn' or len(self.posemb_grid) != 2):
@@ -613,6 +684,8 @@ class VisionTransformer(nn.Module):
                 name='embedding')(x)
     b, gh, gw, d = x.shape
     x = x.reshape(b, gh * gw, d)
+    if self.patch_norm:  # AIMv2's: the patch embeddings normalised before their positions
+      x = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'patch_norm')(x)
     self.sow('intermediates', PATCH_EMBEDDING, x)  # before positions, class token, registers
     tokens = []  # before the patches: the class token, then the registers
     if _has_token(self):
@@ -632,9 +705,13 @@ class VisionTransformer(nn.Module):
         x, train=train, prefix=prefix, pool=pool)
     if not self.pooled_norm:
       x = pool(x)
+    if self.classifier == 'attention_pool':
+      x = AttentionPool(self.map_heads or self.num_heads, self.dtype,
+                        self.attention_bias == 'qkv', name='attention_pool')(x)
     if self.classifier in ('map', 'token_map'):
       x = MAPHead(self.map_mlp_dim or self.mlp_dim, self.map_heads or self.num_heads,
-                  self.dtype, self.activation, self.layer_norm_eps)(x, train=train)
+                  self.dtype, self.activation, self.layer_norm_eps,
+                  self.normalization)(x, train=train)
     if self.representation_size is not None:
       x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     self.sow('intermediates', 'pre_logits', x)
@@ -695,7 +772,8 @@ def _fields(size: str, patch: int, resnet_layers=None) -> dict:
               pre_norm=False, pixel_mean=None, pixel_std=None, patch_bias=True,
               head_bias_init=0., attention_bias='qkv', rope='none', rope_theta=100.,
               posemb_grid=None, rope_grid=None, rope_offset=0., mlp_norm=False,
-              pooled_norm=False, map_heads=None, map_mlp_dim=None)
+              pooled_norm=False, map_heads=None, map_mlp_dim=None, normalization='layer',
+              projection_bias=True, patch_norm=False)
 
 
 # The AugReg paper's GAP models without a pre-logits layer, as the original code names them.
@@ -772,6 +850,22 @@ _PE_SIZES = {
                         rope_grid=(32, 32), rope_offset=0., classifier='map',
                         map_mlp_dim=6144), 'gigantic_patch14_448', 448),
 }
+
+# AIMv2 (Fini et al. 2025, "Multimodal Autoregressive Pre-training of Large Vision
+# Encoders"), as timm builds its `aimv2_*` files: RMSNorms of epsilon 1e-5 everywhere,
+# the patch embeddings' own among them; no bias in the attention or the SwiGLU MLP; no
+# class token, the final norm of every token then their mean; OpenAI's pixels.
+_AIMV2 = dict(normalization='rms', layer_norm_eps=1e-5, patch_norm=True, attention_bias='none',
+              projection_bias=False, activation='swiglu', classifier='gap', **CLIP_PIXELS)
+# size: (width, heads, MLP width: timm's int(width * mlp_ratio), timm's size); 24 blocks
+_AIMV2_SIZES = {'L': (1024, 8, 2816, 'large'), 'H': (1536, 12, 4096, 'huge'),
+                '1B': (2048, 16, 5632, '1b'), '3B': (3072, 24, 8192, '3b')}
+# name suffix: (the images' side, timm's tag, sizes)
+_AIMV2_FILES = {'': (224, 'apple_pt', ('L', 'H', '1B', '3B')),
+                '-336': (336, 'apple_pt', ('L', 'H', '1B', '3B')),
+                '-448': (448, 'apple_pt', ('L', 'H', '1B', '3B')),
+                '-dist': (224, 'apple_pt_dist', ('L',)),
+                '-336-dist': (336, 'apple_pt_dist', ('L',))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -854,6 +948,23 @@ TIMM_VARIANTS.update({
     f'PE-Core-{size}_{patch}': TimmVariant(base, patch, dict(_PE, **fields),
                                            f'vit_pe_core_{timm}.fb', resolution, 0)
     for size, (base, patch, fields, timm, resolution) in _PE_SIZES.items()})
+
+
+
+def _aimv2_variants() -> Dict[str, TimmVariant]:
+  """AIMv2's sizes as timm publishes them, headless, at 224, 336 and 448 px, and
+  L's distilled files."""
+  table = {}
+  for suffix, (resolution, tag, sizes) in _AIMV2_FILES.items():
+    for size in sizes:
+      width, heads, mlp, timm = _AIMV2_SIZES[size]
+      table[f'AIMv2-{size}_14{suffix}'] = TimmVariant(
+          'L', 14, dict(_AIMV2, hidden_size=width, num_heads=heads, mlp_dim=mlp),
+          f'aimv2_{timm}_patch14_{resolution}.{tag}', resolution, 0)
+  return table
+
+
+TIMM_VARIANTS.update(_aimv2_variants())
 
 
 def _variants() -> dict:
@@ -1124,7 +1235,9 @@ def to_timm(flat: Flat, config: ml_collections.ConfigDict) -> Dict[str, np.ndarr
   `vit_layouts.to_timm`."""
   if _rotary(config):
     return eva_layouts.to_timm(flat, config)
-  return vit_layouts.to_timm(flat, pooled_norm=config.get('pooled_norm', False))
+  # timm builds its RMSNorm ViTs (AIMv2's) with `SwiGLU`, DINOv2-g with `SwiGLUPacked`.
+  return vit_layouts.to_timm(flat, pooled_norm=config.get('pooled_norm', False),
+                             split_swiglu=config.get('normalization') == 'rms')
 
 
 def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> Dict[str, Any]:
@@ -1134,8 +1247,10 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
 
 def _folder_layouts(hf_config: Mapping[str, Any]):
   """The layouts module of a `transformers` folder's model type."""
-  return (eva_layouts if hf_config.get('model_type') in eva_layouts.TRANSFORMERS_TYPES
-          else vit_layouts)
+  for layouts in (eva_layouts, aimv2_layouts):
+    if hf_config.get('model_type') in layouts.TRANSFORMERS_TYPES:
+      return layouts
+  return vit_layouts
 
 
 def transformers_fields(hf_config: Mapping[str, Any]) -> Dict[str, Any]:
@@ -1151,9 +1266,11 @@ def from_transformers(state: Mapping[str, Any], hf_config: Mapping[str, Any]
 
 def to_transformers(flat: Flat, config: ml_collections.ConfigDict, image_size: int,
                     model_type: Optional[str] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-  """The family's `to_transformers`, of the model's layout (`_rotary`)."""
-  return (eva_layouts if _rotary(config) else vit_layouts).to_transformers(
-      flat, config, image_size, model_type)
+  """The family's `to_transformers`, of the model's layout: `eva_layouts` for a RoPE
+  ViT (`_rotary`), `aimv2_layouts` for one with RMSNorms, else `vit_layouts`."""
+  layouts = (eva_layouts if _rotary(config) else aimv2_layouts
+             if config.get('normalization') == 'rms' else vit_layouts)
+  return layouts.to_transformers(flat, config, image_size, model_type)
 
 
 # Megatron-style splits: attention by head, the MLP by hidden unit.
@@ -1177,7 +1294,8 @@ FAMILY = Family(name='vit', title='ViT, hybrid', variants=_variants(), module=Vi
                 module_layout=vit_layouts.module_layout,
                 to_timm=to_timm, timm_fields=timm_fields,
                 transformers_types=(('vit', 'deit', 'vit_mae') + vit_layouts.DINOV2_TYPES
-                                    + vit_layouts.TOWER_TYPES + eva_layouts.TRANSFORMERS_TYPES),
+                                    + vit_layouts.TOWER_TYPES + eva_layouts.TRANSFORMERS_TYPES
+                                    + aimv2_layouts.TRANSFORMERS_TYPES),
                 transformers_fields=transformers_fields, from_transformers=from_transformers,
                 to_transformers=to_transformers, tensor_parallel=TENSOR_PARALLEL_RULES,
                 sequence_fields=('resnet_layers', 'skip_removed', 'pixel_mean', 'pixel_std',

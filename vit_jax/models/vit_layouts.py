@@ -149,14 +149,20 @@ def module_layout(flat: Flat, config: ml_collections.ConfigDict) -> Flat:
   return {k: np.stack(v) if isinstance(v, list) else v for k, v in stacked.items()}
 
 
-def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
+def to_timm(flat: Flat, pooled_norm: bool = False, split_swiglu: bool = False
+            ) -> Dict[str, np.ndarray]:
   """The timm `state_dict` (name -> float32 array, PyTorch layout) of a ViT or
-  hybrid in the published layout: what timm's own `.npz` loader makes of it.
+  hybrid in the published layout: what timm's own `.npz` loader makes of it. A
+  norm, projection or patch embedding without a bias has none in timm's either
+  (AIMv2's RMSNorms and `proj_bias=False`); the patch embeddings' own norm
+  (`patch_norm`) is `patch_embed.norm`.
 
   Args:
     flat: the flat parameters, published layout.
     pooled_norm: the model's final LayerNorm comes after the pooling: timm's
       `fc_norm`, else `norm`.
+    split_swiglu: a SwiGLU MLP's first layer as timm's `SwiGLU` holds it, `fc1_g`
+      and `fc1_x` (AIMv2's); else packed in `fc1` (`SwiGLUPacked`, DINOv2-g's).
 
   Returns:
     The state dict's arrays.
@@ -164,6 +170,10 @@ def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
   if any(k.startswith('pre_logits/') for k in flat):
     raise ValueError('timm ViTs have no pre_logits (representation) layer; export a model '
                      'without representation_size.')
+  if any(k.startswith('attention_pool/') for k in flat):
+    raise ValueError("timm ViTs have no AIMv2 attention pooling (timm's AIMv2 pools the "
+                     "tokens' mean); export a model with classifier 'gap', or write it for "
+                     "transformers (format='transformers').")
   posembs = {k for k in flat if k.startswith('Transformer/posembed')}
   if posembs != {'Transformer/posembed_input/pos_embedding'}:
     raise ValueError('timm ViTs take one learned 1-D position embedding at the input '
@@ -174,6 +184,8 @@ def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
   out['patch_embed.proj.weight'] = oihw(flat['embedding/kernel'])
   if 'embedding/bias' in flat:
     out['patch_embed.proj.bias'] = flat['embedding/bias']
+  if 'patch_norm/scale' in flat:
+    out.update(_layernorm_to_timm(flat, 'patch_norm/', 'patch_embed.norm.'))
   if 'cls' in flat:
     out['cls_token'] = flat['cls']
   if 'registers' in flat:  # timm's no_embed_class: the position table holds the patches only
@@ -188,7 +200,7 @@ def to_timm(flat: Flat, pooled_norm: bool = False) -> Dict[str, np.ndarray]:
     out.update(_attention_to_timm(flat, p + 'MultiHeadDotProductAttention_1/', t + 'attn.'))
     out.update(_layernorm_to_timm(flat, p + 'LayerNorm_0/', t + 'norm1.'))
     out.update(_layernorm_to_timm(flat, p + 'LayerNorm_2/', t + 'norm2.'))
-    out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.'))
+    out.update(_mlp_to_timm(flat, p + 'MlpBlock_3/', t + 'mlp.', split_swiglu))
     out.update({f'{t}{scale}.gamma': flat[p + scale] for scale in ('ls1', 'ls2')
                 if p + scale in flat})
   out.update(_layernorm_to_timm(flat, 'Transformer/encoder_norm/',
@@ -209,9 +221,11 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   pooling or the tokens' mean; with `fc_norm`, the final LayerNorm after the
   patches' mean, `pooled_norm`), the classes, LayerScale (`ls1.gamma`, `ls2.gamma`)
   or none, the registers (`reg_token`), CLIP's LayerNorm before the blocks
-  (`norm_pre`) or none, and the image size of its position embeddings on
-  `config`'s patch grid. What a state dict does not show (the MLP's activation,
-  the LayerNorms' epsilon, the pixel statistics) comes from the named model.
+  (`norm_pre`) or none, the patch embeddings' norm (`patch_embed.norm`, AIMv2's) or
+  none, the projections' biases (`attn.proj.bias`, timm's `proj_bias`) or none, and
+  the image size of its position embeddings on `config`'s patch grid. What a state
+  dict does not show (the MLP's activation, the kind of norm and its epsilon, the
+  pixel statistics) comes from the named model.
 
   Args:
     state: the state dict.
@@ -252,7 +266,9 @@ def timm_fields(state: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
               layer_scale_init=LAYER_SCALE_INIT if 'blocks.0.ls1.gamma' in state else 0.,
               num_registers=registers, pre_norm='norm_pre.weight' in state,
               patch_bias='patch_embed.proj.bias' in state, pooled_norm=pooled_norm,
-              mlp_norm='blocks.0.mlp.norm.weight' in state)
+              mlp_norm='blocks.0.mlp.norm.weight' in state,
+              patch_norm='patch_embed.norm.weight' in state,
+              projection_bias='blocks.0.attn.proj.bias' in state)
 
 
 def map_head_to_timm(flat: Flat) -> Dict[str, np.ndarray]:
@@ -290,23 +306,44 @@ def _out_projection(kernel: np.ndarray) -> np.ndarray:
 
 
 def _attention_to_timm(flat, p, t):
-  kernels = [flat[f'{p}{n}/kernel'] for n in ('query', 'key', 'value')]
-  return {t + 'qkv.weight': np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels]),
-          t + 'qkv.bias': np.concatenate([flat[f'{p}{n}/bias'].reshape(-1)
-                                          for n in ('query', 'key', 'value')]),
-          t + 'proj.weight': _out_projection(flat[p + 'out/kernel']),
-          t + 'proj.bias': flat[p + 'out/bias']}
+  """An attention layer as timm's `Attention`: the fused `qkv` (its bias where all
+  three projections have one) and `proj` (its bias where it has one)."""
+  names = ('query', 'key', 'value')
+  biased = [f'{p}{n}/bias' in flat for n in names]
+  if any(biased) and not all(biased):
+    raise ValueError("timm's ViT attention has a bias on all of the query, key and value or on "
+                     "none: export a model with attention_bias 'qkv' or 'none'.")
+  kernels = [flat[f'{p}{n}/kernel'] for n in names]
+  out = {t + 'qkv.weight': np.concatenate([k.reshape(k.shape[0], -1).T for k in kernels]),
+         t + 'proj.weight': _out_projection(flat[p + 'out/kernel'])}
+  if all(biased):
+    out[t + 'qkv.bias'] = np.concatenate([flat[f'{p}{n}/bias'].reshape(-1) for n in names])
+  if p + 'out/bias' in flat:
+    out[t + 'proj.bias'] = flat[p + 'out/bias']
+  return out
 
 
 def _layernorm_to_timm(flat, p, t):
-  return {t + 'weight': flat[p + 'scale'], t + 'bias': flat[p + 'bias']}
+  """A LayerNorm (`scale`, `bias`) or RMSNorm (`scale`) as timm's (`weight`, `bias`)."""
+  out = {t + 'weight': flat[p + 'scale']}
+  if p + 'bias' in flat:
+    out[t + 'bias'] = flat[p + 'bias']
+  return out
 
 
-def _mlp_to_timm(flat, p, t):
-  """An `MlpBlock` as timm's `Mlp`: `fc1`, `fc2`, and `norm` where it has one."""
-  out = {f'{t}fc{r + 1}.{kind}': flat[f'{p}Dense_{r}/{name}'].T if kind == 'weight'
-         else flat[f'{p}Dense_{r}/{name}']
-         for r in range(2) for kind, name in (('weight', 'kernel'), ('bias', 'bias'))}
+def _mlp_to_timm(flat, p, t, split_swiglu: bool = False):
+  """An `MlpBlock` as timm's `Mlp`: `fc1`, `fc2` (with their biases where they
+  have them), and `norm` where it has one; with `split_swiglu`, a SwiGLU's first
+  layer [gate | input] as timm's `SwiGLU` holds it, `fc1_g` and `fc1_x`."""
+  out = {}
+  for r in range(2):
+    out[f'{t}fc{r + 1}.weight'] = flat[f'{p}Dense_{r}/kernel'].T
+    if f'{p}Dense_{r}/bias' in flat:
+      out[f'{t}fc{r + 1}.bias'] = flat[f'{p}Dense_{r}/bias']
+  if split_swiglu:
+    for kind in ('weight', 'bias'):
+      if f'{t}fc1.{kind}' in out:
+        out[f'{t}fc1_g.{kind}'], out[f'{t}fc1_x.{kind}'] = np.split(out.pop(f'{t}fc1.{kind}'), 2)
   if f'{p}norm/scale' in flat:
     out.update(_layernorm_to_timm(flat, f'{p}norm/', f'{t}norm.'))
   return out
@@ -778,7 +815,7 @@ def _written_kind(config: ml_collections.ConfigDict) -> str:
   common = dict(representation_size=(None,), resnet_layers=(None,), posemb=('learn',),
                 pre_norm=(kind == 'clip',), patch_bias=(True,), posemb_grid=(None,),
                 mlp_norm=(False, None), pooled_norm=(False, None), map_heads=(None,),
-                map_mlp_dim=(None,))
+                map_mlp_dim=(None,), projection_bias=(True, None), patch_norm=(False, None))
   if kind == 'siglip':  # SigLIP 2's tower resizes its table (`to_transformers`)
     common.pop('posemb_grid')
   if kind == 'vit' and not config.get('num_classes'):  # ViTModel, the layer its pooler
