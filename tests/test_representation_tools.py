@@ -253,14 +253,17 @@ class RegistersHidden(features.Subject):
     # Perception Encoder's: offset rotary coordinates, attention pooling of the class
     # token and the patches with heads and a width of its own.
     dict(classifier='token_map', rope='pe', rope_theta=10000., rope_offset=1.,
-         rope_grid=(24, 24), pre_norm=True, map_heads=2, map_mlp_dim=48)],
-    ids=['token', 'gap', 'dinov3', 'eva02', 'pe'])
+         rope_grid=(24, 24), pre_norm=True, map_heads=2, map_mlp_dim=48),
+    # AIMv2's: RMSNorms (the patch embeddings' too), no biases, its attention pooling.
+    dict(normalization='rms', patch_norm=True, attention_bias='none', projection_bias=False,
+         activation='swiglu', classifier='attention_pool')],
+    ids=['token', 'gap', 'dinov3', 'eva02', 'pe', 'aimv2'])
 def test_registers_never_reach_a_spatial_analysis(fields, tmp_path):
   """Each tool that reads patch tokens gives a ViT with 2 registers the result it
   gives when the registers are cut out of what the model sows: attention distances
   (spatial keys renormalised), localisation maps, per-token probes, Fourier maps
   and the spatial tokens' norm ratios; a DINOv3, an EVA-02 and a Perception
-  Encoder with their rotary embeddings too."""
+  Encoder with their rotary embeddings too, and an AIMv2 with its RMSNorms."""
   from helpers import subject_of, tiny_family_config
   with_registers = subject_of(tiny_family_config('vit', num_registers=2, **fields), 'registers')
   assert with_registers.registers == 2 and with_registers.token_grid()[0] == (4, 4)

@@ -44,9 +44,12 @@ def _loss(model, params, x, **kwargs):
                                          pooled_norm=True),
                                     dict(rope='pe', rope_theta=10000., rope_offset=1.,
                                          rope_grid=(24, 24), pre_norm=True, patch_bias=False,
-                                         classifier='token_map', map_heads=2, map_mlp_dim=48)],
+                                         classifier='token_map', map_heads=2, map_mlp_dim=48),
+                                    dict(normalization='rms', patch_norm=True, attention_bias='none',
+                                         projection_bias=False, activation='swiglu',
+                                         classifier='attention_pool')],
                          ids=['token', 'gap-remat', 'dots-prelogits', 'layerscale', 'registers',
-                              'dinov3', 'eva02', 'pe'])
+                              'dinov3', 'eva02', 'pe', 'aimv2'])
 def test_a_scanned_vit_computes_what_the_unrolled_one_computes(fields):
   unrolled, scanned = tiny_vit(**fields), tiny_vit(**fields, scan_layers=True)
   params = perturbed(init(unrolled))['params']
