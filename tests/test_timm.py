@@ -509,15 +509,21 @@ for name, (timm_name, patch, kwargs) in spec['models'].items():
 @needs_timm
 def test_rotary_vits_give_timms_logits_with_attention_their_rotary_embeddings_shape(
     tmp_path, torch_python):
-  """EVA-02 and Perception Encoder at a 4 x 4 grid whose rotary coordinates are
-  scaled to their pretraining grids, with weights large enough that attention
-  depends on position: EVA-02's fused T and unfused B (separate q/k/v projections,
+  """DINOv3, EVA-02 and Perception Encoder at a 4 x 4 grid, EVA-02's and PE's
+  rotary coordinates scaled to their pretraining grids, with weights large enough
+  that attention depends on position: DINOv3's S with query and value biases and
+  S+ (SwiGLU, no biases), both with registers and LayerScale and no position
+  table; EVA-02's fused T and unfused B (separate q/k/v projections,
   LayerNorm in the MLP), Perception Encoder's B (class token, offset coordinates,
   attention pooling of its own heads and width) and G (neither class token nor
   offset) give timm's logits, and the same weights without the rotation do not."""
   small = dict(hidden_size=64, mlp_dim=256, num_heads=4, num_layers=2)
   pool = dict(attn_pool_num_heads=2, attn_pool_mlp_ratio=3.)  # ours: map_heads, map_mlp_dim
-  names = {'EVA02-Ti_14-in1k': ('eva02_tiny_patch14_336', 14, {}),
+  # timm's DINOv3 pools the patches' mean unless told to pool the class token, as DINOv3 does.
+  token = dict(global_pool='token')
+  names = {'DINOv3-S_16-qkvb': ('vit_small_patch16_dinov3_qkvb', 16, token),
+           'DINOv3-S+_16': ('vit_small_plus_patch16_dinov3', 16, token),
+           'EVA02-Ti_14-in1k': ('eva02_tiny_patch14_336', 14, {}),
            'EVA02-B_14-in22k-in1k': ('eva02_base_patch14_448', 14, {}),
            'PE-Core-B_16': ('vit_pe_core_base_patch16_224', 16, pool),
            'PE-Core-G_14': ('vit_pe_core_gigantic_patch14_448', 14, pool)}
@@ -527,7 +533,7 @@ def test_rotary_vits_give_timms_logits_with_attention_their_rotary_embeddings_sh
       {'models': names, 'images': str(tmp_path / 'images.npy'), 'out': str(tmp_path)})],
       check=True, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}, timeout=600)
   for name, (_, patch, kwargs) in names.items():
-    fields = dict(small, **(dict(map_heads=2, map_mlp_dim=192) if kwargs else {}))
+    fields = dict(small, **(dict(map_heads=2, map_mlp_dim=192) if kwargs is pool else {}))
     state = dict(np.load(tmp_path / f'{name}.npz'))
     params = timm_files.from_timm(state, name, **fields)
     expected, crop = np.load(tmp_path / f'{name}.npy'), x[:, :4 * patch, :4 * patch]
