@@ -552,6 +552,63 @@ def test_a_siglip2_tower_read_here_runs_at_any_aspect_ratio_as_siglip2_runs_it(
                          checkpoint.from_pretrained(str(tmp_path / 'back'))[1], params)
 
 
+# A SigLIP 2 folder's pooled output on a batch of images of mixed shapes, as its
+# processor makes one: each image's patches, padded to the longest, with
+# `pixel_attention_mask` and `spatial_shapes`.
+MIXED_BATCH = r'''
+import json, sys
+import numpy as np
+import torch
+import transformers
+from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+spec = json.loads(sys.argv[1])
+model = transformers.AutoModel.from_pretrained(spec['folder']).eval()
+shown = np.load(spec['images'])
+patches = [convert_image_to_patches(torch.from_numpy(shown[k].transpose(2, 0, 1)), spec['patch'])
+           for k in sorted(shown)]
+longest = max(len(p) for p in patches)
+pixels = torch.zeros(len(patches), longest, patches[0].shape[1])
+mask = torch.zeros(len(patches), longest, dtype=torch.int32)
+for i, p in enumerate(patches):
+  pixels[i, :len(p)], mask[i, :len(p)] = p, 1
+shapes = torch.tensor([[shown[k].shape[0] // spec['patch'], shown[k].shape[1] // spec['patch']]
+                       for k in sorted(shown)])
+with torch.no_grad():
+  out = model(pixel_values=pixels, pixel_attention_mask=mask, spatial_shapes=shapes)
+np.save(spec['output'], out.pooler_output.numpy())
+'''
+
+
+@needs_transformers
+def test_a_siglip2_tower_runs_a_batch_of_mixed_shapes_as_siglip2_runs_it(tmp_path, torch_python):
+  """Four images of 2 x 6, 5 x 3, 3 x 3 and 6 x 8 patches in one batch: padded
+  here at their bottom and right with `grids` giving each its own, they pool as
+  Siglip2VisionModel pools the same images padded to the longest with
+  `pixel_attention_mask` and `spatial_shapes`, and as each image alone."""
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Siglip2VisionConfig',
+                                  model='Siglip2VisionModel', fields=SMALL_SIGLIP2,
+                                  read='pooler_output', patches=8)
+  module, params = checkpoint.from_pretrained(folder)
+  shapes = ((16, 48), (40, 24), (24, 24), (48, 64))
+  shown = [images(1, shape, seed=i)[0] for i, shape in enumerate(shapes)]
+  np.savez(tmp_path / 'mixed.npz', **{f'{i:02d}': x for i, x in enumerate(shown)})
+  spec = {'folder': folder, 'images': str(tmp_path / 'mixed.npz'), 'patch': 8,
+          'output': str(tmp_path / 'output.npy')}
+  subprocess.run([torch_python, '-c', MIXED_BATCH, json.dumps(spec)], check=True,
+                 capture_output=True)
+  theirs = np.load(spec['output'])
+  padded = np.zeros((len(shapes), 48, 64, 3), np.float32)
+  for i, x in enumerate(shown):
+    padded[i, :x.shape[0], :x.shape[1]] = x
+  ours = np.asarray(module.apply({'params': params}, padded,
+                                 grids=[(h // 8, w // 8) for h, w in shapes]))
+  np.testing.assert_allclose(ours, theirs, atol=1e-5 * np.abs(theirs).max())
+  for i, x in enumerate(shown):
+    np.testing.assert_allclose(module.apply({'params': params}, x[None])[0], ours[i],
+                               atol=1e-5 * np.abs(ours).max(), err_msg=str(shapes[i]))
+
+
 @needs_transformers
 def test_a_dinov3_read_here_runs_at_any_grid_as_transformers_runs_it(tmp_path, torch_python):
   """Its rotary embeddings have no table: at a grid of another shape than the

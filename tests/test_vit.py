@@ -312,3 +312,36 @@ def test_the_swiglu_mlp_is_silu_of_the_first_half_times_the_second():
   expected = (a / (1 + np.exp(-a)) * b) @ w['Dense_1']['kernel'] + w['Dense_1']['bias']
   np.testing.assert_allclose(block.apply({'params': params}, x, train=False), expected,
                              rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('classifier', ['token', 'gap', 'map'])
+@pytest.mark.parametrize('scan_layers', [False, True])
+def test_a_batch_of_mixed_shapes_gives_each_image_what_it_gives_alone(classifier, scan_layers):
+  """Images of 2 x 4, 3 x 2 and 3 x 4 patches padded to 3 x 4 with `grids`: each
+  image's output is the one it gives in a batch of its own shape (its table
+  resized to its grid, the padding kept from attention and pooling)."""
+  model = tiny_vit(num_classes=0, classifier=classifier, posemb_grid=(4, 4),
+                   scan_layers=scan_layers)
+  params = perturbed(init(model, 32))['params']
+  x, grids = images(3, (24, 32)), ((2, 4), (3, 2), (3, 4))
+  # Python ints, static under jit: a tuple of tuples.
+  mixed = jax.jit(model.apply, static_argnames='grids')({'params': params}, x, grids=grids)
+  for i, (rows, cols) in enumerate(grids):
+    alone = apply(model, {'params': params}, x[i:i + 1, :rows * 8, :cols * 8])[0]
+    np.testing.assert_allclose(mixed[i], alone, atol=1e-5 * np.abs(alone).max(), err_msg=i)
+
+
+@pytest.mark.parametrize('fields,grids,says', [
+    (dict(posemb_grid=(4, 4)), [(2, 4)], 'each of the 2 images'),
+    (dict(posemb_grid=(4, 4)), [(2, 4), (4, 4)], 'within the padded 3 x 4'),
+    (dict(posemb_grid=(4, 4)), [(2, 4), (0, 1)], 'positive integers'),
+    (dict(), [(2, 4), (3, 4)], "posemb 'learn' without posemb_grid"),
+    (dict(posemb='none', rope='dinov3'), [(2, 4), (3, 4)], "rope 'dinov3'"),
+    (dict(posemb_grid=(4, 4), classifier='unpooled'), [(2, 4), (3, 4)],
+     "classifier 'unpooled'"),
+])
+def test_a_batch_of_mixed_shapes_the_model_cannot_run_is_refused(fields, grids, says):
+  model = tiny_vit(num_classes=0, **fields)
+  params = init(model, 32)['params']
+  with pytest.raises(ValueError, match=says):
+    model.apply({'params': params}, images(2, (24, 32)), grids=grids)

@@ -159,7 +159,8 @@ class MultiHeadAttention(nn.Module):
   and keys on `grid` (`rope.rotate`), with periods of base `rope_theta` and, for
   EVA-02's and Perception Encoder's, coordinates offset by `rope_offset` and
   scaled to `rope_grid` (`rope.angles`). Without `out_bias` the output projection
-  has no bias (AIMv2's).
+  has no bias (AIMv2's). A `key_mask` (B, T), True for the tokens that are there,
+  keeps every query from the padded ones (SigLIP 2's `pixel_attention_mask`).
   """
   num_heads: int
   dropout_rate: float = 0.
@@ -175,7 +176,8 @@ class MultiHeadAttention(nn.Module):
   out_bias: bool = True
 
   @nn.compact
-  def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None):
+  def __call__(self, x, *, train: bool, relative_table: Optional[jax.Array] = None,
+               key_mask: Optional[jax.Array] = None):
     for field, valid in (('implementation', ATTENTION_IMPLS), ('bias', ATTENTION_BIASES),
                          ('rope', rope_lib.ROPES)):
       value = getattr(self, 'impl' if field == 'implementation' else field)
@@ -199,14 +201,15 @@ class MultiHeadAttention(nn.Module):
       q, k = (rope_lib.rotate(a, angles, interleaved) for a in (q, k))
     extra = x.shape[1] - (self.grid[0] * self.grid[1] if self.grid else 0)
     bias = None if relative_table is None else relative_logits(q, relative_table, extra)
-    mask = window_mask(self.grid, self.window, extra) if self.window else None
+    mask = window_mask(self.grid, self.window, extra)[None, None] if self.window else None
+    if key_mask is not None:  # (B, 1, 1, T): no query sees a padded key
+      padded = key_mask[:, None, None, :]
+      mask = padded if mask is None else jnp.logical_and(mask, padded)
     impl = resolve_impl(self.impl, self.dtype)
     if impl == 'explicit' or (train and self.dropout_rate > 0):
       y = self.explicit(q, k, v, bias, mask, train=train)
     elif bias is not None or mask is not None:
-      y = jax.nn.dot_product_attention(q, k, v, bias=bias,
-                                       mask=None if mask is None else mask[None, None],
-                                       implementation='xla')
+      y = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation='xla')
     else:
       y = fused_attention(q, k, v, impl)
     y = sow_edited(self, HEAD_OUTPUTS, y)  # (B, N, heads, D/heads)
@@ -222,7 +225,7 @@ class MultiHeadAttention(nn.Module):
       k: (B, N, heads, d) keys.
       v: (B, N, heads, d) values.
       bias: logits added before the softmax, or None.
-      mask: True where a query sees a key, or None.
+      mask: True where a query sees a key, broadcast to (B, heads, N, N), or None.
       train: apply attention dropout.
 
     Returns:

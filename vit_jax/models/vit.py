@@ -102,7 +102,9 @@ class AddPositionEmbs(nn.Module):
   The learned tables start from `posemb_init` (N(0, 0.02) by default). With a
   `table_grid`, a 'learn' table holds that grid's patches (after the `extra` rows)
   and is resized to `grid` in every call, bilinearly with antialiasing in float32
-  (`antialiased_resize_weights`), as SigLIP 2 runs at any image's grid.
+  (`antialiased_resize_weights`), as SigLIP 2 runs at any image's grid; given
+  `grids` (one (rows, columns) per image, each within `grid`), to each image's own
+  grid, placed at the top left of `grid` (the rest, padding, gets zeros).
   """
   grid: Tuple[int, int]
   kind: str = 'learn'
@@ -110,7 +112,7 @@ class AddPositionEmbs(nn.Module):
   table_grid: Optional[Tuple[int, int]] = None
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, grids: Optional[Sequence[Tuple[int, int]]] = None):
     extra, width = x.shape[1] - self.grid[0] * self.grid[1], x.shape[-1]
     init = self.posemb_init
     if self.kind == 'learn' and self.table_grid is None:
@@ -119,10 +121,11 @@ class AddPositionEmbs(nn.Module):
       (th, tw), (gh, gw) = self.table_grid, self.grid
       pe = self.param('pos_embedding', init, (1, extra + th * tw, width))
       table = pe[0, extra:].reshape(th, tw, width).astype(jnp.float32)
-      table = jnp.einsum('yh,xw,hwd->yxd', antialiased_resize_weights(th, gh),
-                         antialiased_resize_weights(tw, gw), table)
-      pe = jnp.concatenate([pe[:, :extra], table.reshape(1, gh * gw, width).astype(pe.dtype)],
-                           axis=1)
+      rows, cols = _resize_weights(th, gh, [g[0] for g in grids] if grids else None), (
+          _resize_weights(tw, gw, [g[1] for g in grids] if grids else None))
+      table = jnp.einsum('byh,bxw,hwd->byxd', rows, cols, table)
+      pe = jnp.concatenate([jnp.broadcast_to(pe[:, :extra], (len(table), extra, width)),
+                            table.reshape(-1, gh * gw, width).astype(pe.dtype)], axis=1)
     elif self.kind == 'learn2d':
       if width % 2:
         raise ValueError(f'learn2d position embeddings need an even width, got {width}.')
@@ -137,6 +140,17 @@ class AddPositionEmbs(nn.Module):
       grid_pe = sincos2d_posembed(self.grid, width)
       pe = np.concatenate([np.zeros((extra, width), np.float32), grid_pe])[None]
     return x + jnp.asarray(pe, x.dtype)
+
+
+def _resize_weights(size_in: int, size_out: int, sizes: Optional[Sequence[int]]) -> np.ndarray:
+  """(B, size_out, size_in) resize weights of one axis: to `size_out` (B = 1), or
+  each example's to its own size in `sizes`, its rows past that size zeros."""
+  if sizes is None:
+    return antialiased_resize_weights(size_in, size_out)[None]
+  out = np.zeros((len(sizes), size_out, size_in), np.float32)
+  for i, size in enumerate(sizes):
+    out[i, :size] = antialiased_resize_weights(size_in, size)
+  return out
 
 
 class RelativeEmbedding(nn.Module):
@@ -229,11 +243,14 @@ class MAPHead(nn.Module):
   normalization: str = 'layer'
 
   @nn.compact
-  def __call__(self, x, *, train: bool):
+  def __call__(self, x, *, train: bool, key_mask: Optional[jax.Array] = None):
+    """`key_mask` (B, T), where given, keeps the probe from the padded tokens."""
     probe = self.param('probe', nn.initializers.xavier_uniform(), (1, 1, x.shape[-1]))
     probe = jnp.tile(probe.astype(x.dtype), (x.shape[0], 1, 1))
+    mask = None if key_mask is None else key_mask[:, None, None, :]
     x = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, dtype=self.dtype,
-                                        kernel_init=nn.initializers.xavier_uniform())(probe, x)
+                                        kernel_init=nn.initializers.xavier_uniform())(
+                                            probe, x, mask=mask)
     y = norm_layer(self.normalization, self.layer_norm_eps, self.dtype, 'LayerNorm_0')(x)
     return (x + MlpBlock(self.mlp_dim, dtype=self.dtype, activation=self.activation)(
         y, train=train))[:, 0]
@@ -305,9 +322,11 @@ class Encoder1DBlock(nn.Module):
   projection_bias: bool = True
 
   @nn.compact
-  def __call__(self, x, train: bool = False, relative_table=None, drop_path=None):
+  def __call__(self, x, train: bool = False, relative_table=None, drop_path=None,
+               key_mask=None):
     """`drop_path`, when given, overrides the attribute: a scanned block's rate is
-    an array, one entry per layer."""
+    an array, one entry per layer. `key_mask` (B, T), where given, keeps every
+    token from the padded ones."""
     rate = self.drop_path if drop_path is None else drop_path
     x = sow_edited(self, 'input', x)
 
@@ -317,7 +336,8 @@ class Encoder1DBlock(nn.Module):
                            self.attention_bias, self.rope, self.rope_theta, self.rope_grid,
                            self.rope_offset, self.projection_bias,
                            name='MultiHeadDotProductAttention_1')(
-                               y, train=train, relative_table=relative_table)
+                               y, train=train, relative_table=relative_table,
+                               key_mask=key_mask)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=not train)
     y = self._layer_scale('ls1', y)
     y = sow_edited(self, 'sa', y)
@@ -416,14 +436,19 @@ class Encoder(nn.Module):
   tokens (a ViT's class token and registers, where it has registers) join the
   sequence in front after the input position embedding, without one. With
   `spec.pooled_norm` the final LayerNorm normalises `pool` of the tokens (the
-  head's pooling) instead of every token, as timm's `fc_norm` does.
+  head's pooling) instead of every token, as timm's `fc_norm` does. A batch of
+  images of several grids padded to `grid` gives `grids` (each image's (rows,
+  columns) of patches, for the position table) and `key_mask` ((B, T), True for
+  the tokens that are there, for the attention).
   """
   spec: EncoderSpec
   grid: Tuple[int, int]
 
   @nn.compact
   def __call__(self, x, *, train: bool, prefix: Optional[jax.Array] = None,
-               pool: Optional[Callable[[jax.Array], jax.Array]] = None):
+               pool: Optional[Callable[[jax.Array], jax.Array]] = None,
+               grids: Optional[Sequence[Tuple[int, int]]] = None,
+               key_mask: Optional[jax.Array] = None):
     spec = self.spec
     if spec.pooled_norm and pool is None:
       raise ValueError('pooled_norm normalises the pooled tokens: give the Encoder pool.')
@@ -459,7 +484,7 @@ class Encoder(nn.Module):
       return modules[name]
 
     if not relative and 0 in entries:
-      x = position(entries.pop(0))(x)
+      x = position(entries.pop(0))(x, grids)
     if prefix is not None:
       x = jnp.concatenate([prefix.astype(x.dtype), x], axis=1)
     x = nn.Dropout(spec.dropout_rate)(x, deterministic=not train)
@@ -479,7 +504,7 @@ class Encoder(nn.Module):
     rates = [spec.stochastic_depth * i / max(spec.num_layers - 1, 1)
              for i in range(spec.num_layers)]
     if spec.scan_layers:
-      x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train)
+      x = self._scanned_blocks(block, x, jnp.asarray(rates, jnp.float32), train, key_mask)
       return self._final_norm(x, pool)
     removed = {(int(b), str(k)) for b, k in spec.skip_removed}
     for i in range(spec.num_layers):
@@ -495,7 +520,7 @@ class Encoder(nn.Module):
           grid=self.grid,
           attention_window=spec.attention_window, attention_skip=(i, 'sa') not in removed,
           mlp_skip=(i, 'mlp') not in removed, layer_scale_init=spec.layer_scale_init,
-          name=f'encoderblock_{i}')(x, train, table)
+          name=f'encoderblock_{i}')(x, train, table, None, key_mask)
     return self._final_norm(x, pool)
 
   def _final_norm(self, x, pool):
@@ -505,7 +530,7 @@ class Encoder(nn.Module):
     return norm_layer(self.spec.normalization, self.spec.layer_norm_eps, self.spec.dtype,
                 'encoder_norm')(x)
 
-  def _scanned_blocks(self, block, x, rates, train: bool):
+  def _scanned_blocks(self, block, x, rates, train: bool, key_mask=None):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
     axis first, as big_vision scans): one block is compiled whatever the depth.
     Each block gets its stochastic-depth rate from `rates`; what varies otherwise
@@ -520,15 +545,17 @@ class Encoder(nn.Module):
       raise ValueError(f'scan_layers needs identical blocks, but {" and ".join(varying)} '
                        'makes them differ; set scan_layers=False.')
 
-    def body(layer, carry, rate):
-      return layer(carry, train, None, rate), None
+    def body(layer, carry, rate, mask):
+      return layer(carry, train, None, rate, mask), None
 
     scan = nn.scan(body, variable_axes={'params': 0, 'intermediates': 0},
-                   split_rngs={'params': True, 'dropout': True}, length=spec.num_layers)
+                   split_rngs={'params': True, 'dropout': True}, length=spec.num_layers,
+                   in_axes=(0, nn.broadcast))
     x, _ = scan(block(spec.mlp_dim, spec.num_heads, spec.dropout_rate,
                       spec.attention_dropout_rate, attention_impl=spec.attention_impl,
                       dtype=spec.dtype, grid=self.grid, attention_window=spec.attention_window,
-                      layer_scale_init=spec.layer_scale_init, name='encoderblock'), x, rates)
+                      layer_scale_init=spec.layer_scale_init, name='encoderblock'), x, rates,
+                key_mask)
     return x
 
 
@@ -638,7 +665,24 @@ class VisionTransformer(nn.Module):
     return EncoderSpec(**fields)
 
   @nn.compact
-  def __call__(self, images, *, train: bool = False):
+  def __call__(self, images, *, train: bool = False,
+               grids: Optional[Sequence[Tuple[int, int]]] = None):
+    """The model on `images` (B, H, W, 3) in [-1, 1].
+
+    Args:
+      images: the images; with `grids`, each padded at its bottom and right to H x W.
+      train: dropout and stochastic depth on.
+      grids: a batch of mixed shapes, as SigLIP 2 runs one: each image's (rows,
+        columns) of patches, Python ints (under `jax.jit` a tuple of tuples named
+        in `static_argnames`), at the top left of the padded images.
+        Each image gets its own grid's position table (`posemb_grid`'s, resized
+        to it) and the padded patches are kept from attention and pooling, as
+        SigLIP 2's `spatial_shapes` and `pixel_attention_mask`; None: every image
+        is all there.
+
+    Returns:
+      The logits, or the features of a headless model.
+    """
     for field, valid in (('classifier', CLASSIFIERS), ('posemb', POSEMBS),
                          ('posemb_where', POSEMB_WHERE), ('activation', ACTIVATIONS),
                          ('attention_impl', ATTENTION_IMPLS), ('remat', REMAT_POLICIES),
@@ -664,6 +708,8 @@ class VisionTransformer(nn.Module):
       raise ValueError(f'rope_offset {self.rope_offset!r} shifts the patch indices of rope '
                        f"'eva02' or 'pe', and this model's rope is {self.rope!r}: use one of "
                        'those or rope_offset=0.')
+    if grids is not None:
+      self._check_grids(images, grids)
     x = images.astype(self.dtype)
     if self.pixel_mean is not None:  # [-1, 1] images as the model was trained to see them
       x = ((x + 1) / 2 - jnp.asarray(self.pixel_mean, x.dtype)) / jnp.asarray(
@@ -700,9 +746,15 @@ class VisionTransformer(nn.Module):
     if prefix is not None and not self.num_registers:  # the class token gets a position
       x, prefix = jnp.concatenate([prefix, x], axis=1), None
 
-    pool = functools.partial(self._pool, leading=int(_has_token(self)) + self.num_registers)
+    leading = int(_has_token(self)) + self.num_registers
+    key_mask = None
+    if grids is not None:  # the tokens that are there: the prefix, each image's patches
+      there = np.array([[r < h and c < w for r in range(gh) for c in range(gw)]
+                        for h, w in grids])
+      key_mask = jnp.asarray(np.concatenate([np.ones((b, leading), bool), there], axis=1))
+    pool = functools.partial(self._pool, leading=leading, key_mask=key_mask)
     x = Encoder(self.encoder_spec(), (gh, gw), name='Transformer')(
-        x, train=train, prefix=prefix, pool=pool)
+        x, train=train, prefix=prefix, pool=pool, grids=grids, key_mask=key_mask)
     if not self.pooled_norm:
       x = pool(x)
     if self.classifier == 'attention_pool':
@@ -711,7 +763,8 @@ class VisionTransformer(nn.Module):
     if self.classifier in ('map', 'token_map'):
       x = MAPHead(self.map_mlp_dim or self.mlp_dim, self.map_heads or self.num_heads,
                   self.dtype, self.activation, self.layer_norm_eps,
-                  self.normalization)(x, train=train)
+                  self.normalization)(x, train=train, key_mask=None if key_mask is None
+                                      else key_mask[:, leading:])
     if self.representation_size is not None:
       x = jnp.tanh(nn.Dense(self.representation_size, dtype=self.dtype, name='pre_logits')(x))
     self.sow('intermediates', 'pre_logits', x)
@@ -720,13 +773,43 @@ class VisionTransformer(nn.Module):
                    bias_init=nn.initializers.constant(self.head_bias_init), name='head')(x)
     return x.astype(jnp.float32)
 
-  def _pool(self, x, *, leading: int):
+  def _check_grids(self, images, grids) -> None:
+    """Refuses `grids` that are not one grid per image within the images' patches,
+    or a model whose position information or head a batch of mixed shapes would
+    change."""
+    p, (height, width) = self.patch_size, images.shape[1:3]
+    if len(grids) != images.shape[0] or any(
+        len(g) != 2 or not all(isinstance(n, (int, np.integer)) and 0 < n for n in g)
+        or g[0] * p > height or g[1] * p > width for g in grids):
+      raise ValueError(f'grids {list(grids)!r} must give each of the {images.shape[0]} images '
+                       f'its (rows, columns) of patches, positive integers within the padded '
+                       f'{height // p} x {width // p}.')
+    for refused, why in (
+        (self.resnet_layers is not None, 'a hybrid, whose ResNet sees the padding'),
+        (self.posemb != 'none' and (self.posemb != 'learn' or self.posemb_grid is None),
+         f'posemb {self.posemb!r} without posemb_grid, whose table is the padded grid'),
+        (self.rope != 'none', f'rope {self.rope!r}, whose angles are the padded grid\'s'),
+        (self.posemb_where != 'input', f'posemb_where {self.posemb_where!r}'),
+        (self.classifier not in ('token', 'gap', 'map'),
+         f'classifier {self.classifier!r}, whose pooling would read the padding'),
+        (self.attention_window > 0, 'attention_window, whose windows are the padded grid\'s')):
+      if refused:
+        raise ValueError(f'A batch of mixed shapes (grids) runs a ViT whose position table is '
+                         f'resized per image (posemb_grid) or that has none, pooled by the '
+                         f"class token, the patches' mean or attention; this one has {why}: run "
+                         'each shape as its own batch.')
+
+  def _pool(self, x, *, leading: int, key_mask: Optional[jax.Array] = None):
     """What the head sees of the (B, T, D) tokens, whose first `leading` are the
-    class token and the registers: the class token, the patches' mean, or the
-    tokens without the registers, which never reach the head."""
+    class token and the registers: the class token, the patches' mean (of those
+    `key_mask` says are there), or the tokens without the registers, which never
+    reach the head."""
     if self.classifier == 'token':
       return x[:, 0]
     patches = x[:, leading:]
+    if self.classifier in ('gap', 'token_gap') and key_mask is not None:
+      there = key_mask[:, leading:, None].astype(patches.dtype)
+      return jnp.sum(patches * there, axis=1) / jnp.sum(there, axis=1)
     if self.classifier in ('gap', 'token_gap'):
       return jnp.mean(patches, axis=1)
     kept = int(self.classifier in ('token_unpooled', 'token_map'))  # the class token
