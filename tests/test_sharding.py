@@ -223,3 +223,38 @@ def test_the_train_command_runs_fully_sharded(model_parallel, tmp_path):
   assert summary['eval_examples'] == 13
   params = checkpoint.load(str(tmp_path / 'run' / 'params.npz'))
   assert params['head']['kernel'].shape == (32, 3)
+
+
+@pytest.mark.parametrize('name, millions', [('DINOv3-7B_16', 6716), ('AIMv2-3B_14', 2721),
+                                            ('PE-Core-G_14', 1880)])
+@pytest.mark.parametrize('model_parallel', [1, 2])
+def test_the_largest_of_todays_vits_shard_an_eighth_to_each_device(name, millions,
+                                                                   model_parallel):
+  """DINOv3 7B, AIMv2 3B and Perception Encoder G with their blocks scanned
+  (`scan_layers`, one stacked tree) hold the published parameters (headless, at
+  their files' resolution, in millions: facebookresearch/dinov3's README; timm's
+  aimv2_3b and vit_pe_core_gigantic files, to a million), and fully sharded over the 8
+  devices, alone or with the heads and MLP units split over a model axis of 2,
+  no device holds more than an eighth of them. Shapes only: nothing is
+  allocated."""
+  from vit_jax import models
+  from vit_jax.models.vit import TIMM_VARIANTS
+  config = models.get_config(name, num_classes=0, scan_layers=True)
+  model = models.build_model(config)
+  side = TIMM_VARIANTS[name].resolution  # the file's: PE G's table is 32 x 32
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0),
+                          jax.ShapeDtypeStruct((1, side, side, 3), np.float32))['params']
+  assert 'encoderblock' in shapes['Transformer']  # one stacked tree of all the blocks
+  total = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(shapes))
+  assert abs(total / 1e6 - millions) < 1, total
+  mesh = sharding.make_mesh(jax.devices(), model_parallel)
+  shardings = sharding.state_shardings(shapes, mesh, 'fsdp')
+  leaves = list(zip(jax.tree_util.tree_leaves(shapes), jax.tree_util.tree_leaves(shardings)))
+  per_device = sum(int(np.prod(s.shard_shape(leaf.shape))) for leaf, s in leaves)
+  # The model axis splits the blocks' kernels; the rest (embeddings, norms, biases: under
+  # 0.2% of the parameters) is split along the data axis alone.
+  split = sum(int(np.prod(leaf.shape)) for leaf, s in leaves
+              if sharding.MODEL_AXIS in s.spec) if model_parallel > 1 else total
+  assert split >= 0.998 * total, (split, total)
+  bound = split / 8 + (total - split) / (8 // model_parallel)
+  assert per_device <= bound * 1.001, (per_device, total)
