@@ -377,6 +377,28 @@ def test_a_recipe_fine_tuning_from_a_dinov3_folder_runs_at_another_grid_with_eve
 
 
 @needs_transformers
+def test_a_recipe_fine_tuning_from_an_aimv2_folder_keeps_its_norms_and_attention_pooling(
+    tmp_path, torch_python):
+  """An AIMv2 folder with its attention pooling head: the recipe's model is the
+  folder's (RMSNorms, the patch embeddings' too, no projection biases, AIMv2's
+  pooling), and fine-tuning starts from every weight of it but a new head."""
+  from vit_jax.training import finetune
+  folder, _, _ = run_transformers(torch_python, tmp_path, config='Aimv2VisionConfig',
+                                  model='Aimv2VisionModel',
+                                  fields=dict(SMALL_AIMV2, patch_size=7, image_size=28),
+                                  read='pooler_output')
+  config = _recipe(f'--config.pretrained={folder}')
+  assert (config.model.normalization, config.model.patch_norm, config.model.projection_bias,
+          config.model.attention_bias, config.model.classifier) == (
+              'rms', True, False, 'none', 'attention_pool')
+  params = finetune.initial_params(config, 10)
+  _, theirs = checkpoint.from_pretrained(folder)
+  assert params['head']['kernel'].shape == (32, 10)
+  for key in ('Transformer', 'embedding', 'patch_norm', 'attention_pool'):
+    chex.assert_trees_all_equal(jax.device_get(params[key]), jax.device_get(theirs[key]))
+
+
+@needs_transformers
 def test_a_recipe_with_another_pretrained_keeps_its_model(tmp_path):
   """A `pretrained` that is no transformers folder (an .npz, a folder without
   `model_type`) leaves the recipe's model as it is."""

@@ -44,9 +44,8 @@ def _tower_config(config: Mapping[str, Any]) -> Dict[str, Any]:
 
 def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
   """The ViT fields an AIMv2 config.json sets, with `Aimv2VisionConfig`'s defaults
-  where it is silent, or a CheckpointError naming one these ViTs cannot express.
-  The attention pooling head (`use_head`) is read from the weights
-  (`from_transformers`).
+  where it is silent, or a CheckpointError naming one these ViTs cannot express:
+  with `use_head` (its default) AIMv2's attention pooling, else the tokens' mean.
 
   Args:
     config: the config.json.
@@ -77,7 +76,8 @@ def transformers_fields(config: Mapping[str, Any]) -> Dict[str, Any]:
               activation='swiglu', normalization='rms', patch_norm=True,
               layer_norm_eps=positive('rms_norm_eps', 1e-5, float),
               attention_bias='qkv' if qkv_bias else 'none', projection_bias=qkv_bias,
-              classifier='gap', resnet_layers=None)
+              classifier='attention_pool' if config.get('use_head', True) is not False
+              else 'gap', resnet_layers=None)
 
 
 def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, Any]
