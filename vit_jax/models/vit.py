@@ -528,7 +528,7 @@ class Encoder(nn.Module):
     if self.spec.pooled_norm:
       x = pool(x)
     return norm_layer(self.spec.normalization, self.spec.layer_norm_eps, self.spec.dtype,
-                'encoder_norm')(x)
+                      'encoder_norm')(x)
 
   def _scanned_blocks(self, block, x, rates, train: bool, key_mask=None):
     """The blocks as one `nn.scan` over stacked parameters `encoderblock/...` (layer
@@ -567,8 +567,8 @@ class VisionTransformer(nn.Module):
   mean, as timm's class-token ViTs with global_pool='avg'), `map` and `token_map`
   (attention pooling of the patches, or of the class token and the patches, as
   Perception Encoder's), `attention_pool` (AIMv2's: a learned query attending over
-  the tokens, `AttentionPool`) heads, per-token logits (B, N, C) for `unpooled` and (B, N+1, C) for
-  `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
+  the tokens, `AttentionPool`) heads, per-token logits (B, N, C) for `unpooled` and
+  (B, N+1, C) for `token_unpooled`; with `num_classes` 0 or None, the (pre-)logits features.
   `attention_impl` (`ATTENTION_IMPLS`), `remat` (`REMAT_POLICIES`) and
   `scan_layers` (the blocks as one `nn.scan`) change how, not what, it
   computes. The papers' ablations: `posemb` (`POSEMBS`) entering where
@@ -604,9 +604,10 @@ class VisionTransformer(nn.Module):
   `pooled_norm` moves the final LayerNorm after the head's pooling (timm's
   `fc_norm`, EVA-02's and timm's average-pooling ViTs'). AIMv2's blocks differ in
   `normalization` (`NORMALIZATIONS`: 'rms' makes every norm an RMSNorm), a norm of
-  the patch embeddings before their positions (`patch_norm`, `patch_norm`), and
-  `projection_bias` (False: neither the attention's output projection nor the MLP
-  has a bias, timm's `proj_bias`).
+  the patch embeddings before their positions (`patch_norm`, a module of that
+  name), and `projection_bias` (False: neither the attention's output projection
+  nor the MLP has a bias, timm's `proj_bias`). `__call__`'s `grids` run a batch of
+  images of mixed shapes, as SigLIP 2 does.
   """
   num_classes: Optional[int]
   patch_size: int
