@@ -248,6 +248,28 @@ def test_a_siglip2_patch_embedding_of_no_square_rgb_patch_is_refused(tmp_path):
     checkpoint.from_pretrained(str(folder))
 
 
+@pytest.mark.parametrize('weights,says', [
+    # use_head (the default) and no head: transformers would start the pooling at random.
+    ({'encoder.layers.0.rms_norm1.weight': np.ones(32, np.float32)},
+     'lack head.cls_token, head.k_proj.weight'),
+    ({'encoder.layers.0.rms_norm1.weight': np.ones(32, np.float32),
+      'encoder.layers.0.attention.rotary.weight': np.ones(4, np.float32)},
+     "'encoder.layers.0.attention.rotary.weight', which an AIMv2 image tower"),
+])
+def test_an_aimv2_folder_of_damaged_or_other_weights_is_refused_naming_them(weights, says,
+                                                                            tmp_path):
+  from safetensors.numpy import save_file
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  (folder / hf_files.CONFIG).write_text(json.dumps(
+      {'model_type': 'aimv2_vision_model', **SMALL_AIMV2}))
+  save_file({'embeddings.patch_embed.weight': np.zeros((32, 3, 8, 8), np.float32),
+             'embeddings.position_embedding.weight': np.zeros((16, 32), np.float32),
+             **weights}, str(folder / 'model.safetensors'))
+  with pytest.raises(CheckpointError, match=says):
+    checkpoint.from_pretrained(str(folder))
+
+
 @needs_transformers
 def test_a_dinov2_classifier_is_refused_naming_its_head(tmp_path, torch_python):
   """Dinov2ForImageClassification's head reads the class token and the patches' mean."""

@@ -127,9 +127,8 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
       log.warning('The config.json sets use_head false: the weights\' attention pooling head '
                   '(%s) is left out, as transformers leaves it.', ', '.join(sorted(head)))
     return out, {}, {}
-  return out, _pool_params(head, heads=vit_layouts._positive(
-      {'num_attention_heads': 8, **_tower_config(hf_config)}, 'num_attention_heads')), {
-          'classifier': 'attention_pool'}
+  return out, _pool_params(head, transformers_fields(hf_config)['num_heads']), {
+      'classifier': 'attention_pool'}
 
 
 def _pool_params(head: Mapping[str, np.ndarray], heads: int) -> Flat:
