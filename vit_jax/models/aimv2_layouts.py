@@ -97,7 +97,8 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
     (timm's state dict, the attention pooling's parameters or none, the field they
     fix: `classifier` 'attention_pool', or none).
   """
-  use_head = _tower_config(hf_config).get('use_head', True) is not False
+  fields = transformers_fields(hf_config)  # with use_head, classifier 'attention_pool'
+  use_head = fields['classifier'] == 'attention_pool'
   out, qkv, head = {}, {}, {}
   for key, value in state.items():
     name = key[len('vision_model.'):] if key.startswith('vision_model.') else key
@@ -127,8 +128,7 @@ def from_transformers(state: Mapping[str, np.ndarray], hf_config: Mapping[str, A
       log.warning('The config.json sets use_head false: the weights\' attention pooling head '
                   '(%s) is left out, as transformers leaves it.', ', '.join(sorted(head)))
     return out, {}, {}
-  return out, _pool_params(head, transformers_fields(hf_config)['num_heads']), {
-      'classifier': 'attention_pool'}
+  return out, _pool_params(head, fields['num_heads']), {'classifier': 'attention_pool'}
 
 
 def _pool_params(head: Mapping[str, np.ndarray], heads: int) -> Flat:
